@@ -1,0 +1,119 @@
+// Writing DNS messages into caller-provided buffers. No allocation, no
+// exceptions: every call returns kOk or kBufferTooSmall and leaves the buffer
+// consistent up to the last successful call.
+//
+// Answers come from pre-encoded record blobs (see RecordEncoder): the
+// question always sits at offset 12, so a blob built for a qname can carry
+// compression pointers to it and to its own earlier names, and is copied
+// verbatim with only its TTLs rewritten.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "weir/dns/error.h"
+#include "weir/dns/message.h"
+#include "weir/dns/wire.h"
+
+namespace weir::dns {
+
+// Offset at which the first answer record starts for a question whose qname
+// key has `qname_len` bytes.
+inline constexpr size_t AnswerOffset(size_t qname_len) { return kHeaderSize + qname_len + 4; }
+
+// Copies `len` bytes of pre-encoded records to `dst` and rewrites the TTL at
+// each of `ttl_offsets` (relative to the blob) to max(ttl - age, 0), the TTL
+// read from the blob being the original. Used in place by the fast path.
+void CopyRecordsAged(uint8_t* dst, const uint8_t* blob, size_t len, std::span<const uint16_t> ttl_offsets,
+                     uint32_t age);
+
+// Rewrites TTLs in place (the fast path's answer already in the buffer).
+void AgeTtlsInPlace(uint8_t* records, std::span<const uint16_t> ttl_offsets, uint32_t age);
+
+inline void SetId(uint8_t* msg, uint16_t id) { Store16(msg + kOffId, id); }
+
+class ResponseWriter {
+ public:
+  ResponseWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}
+
+  // Header + question. `qname_wire` is an uncompressed name; the client's
+  // spelling is kept so 0x20-randomising clients see their own case.
+  ParseError Begin(uint16_t id, uint16_t flags, std::span<const uint8_t> qname_wire, uint16_t qtype,
+                   uint16_t qclass);
+  // Begins the response to a parsed query: ID, opcode, RD and CD copied, QR
+  // and RA set, RCODE's low 4 bits set, question copied from the query bytes.
+  ParseError BeginResponse(std::span<const uint8_t> query_pkt, const Query& q, Rcode rcode, bool ra = true);
+
+  // Appends `count` pre-encoded records to `section` (sections in order).
+  ParseError AppendRecords(Section section, std::span<const uint8_t> blob, uint16_t count,
+                           std::span<const uint16_t> ttl_offsets, uint32_t age);
+  // Appends one record from parts; `owner_wire` is an uncompressed name.
+  ParseError AppendRecord(Section section, std::span<const uint8_t> owner_wire, uint16_t type, uint16_t klass,
+                          uint32_t ttl, std::span<const uint8_t> rdata);
+
+  // OPT pseudo-RR, last in the additional section. `ext_rcode` is the upper
+  // 8 bits of a 12-bit RCODE (1 for BADVERS).
+  ParseError BeginOpt(uint16_t udp_size, bool do_bit, uint8_t ext_rcode = 0, uint8_t version = 0);
+  ParseError AddOption(uint16_t code, std::span<const uint8_t> data);
+  ParseError AddEcs(const ClientSubnet& ecs);
+  // One 16-bit weight per address; an empty span writes the length-0 option.
+  ParseError AddWeights(uint16_t code, std::span<const uint8_t> weights);
+
+  // Ends the message. When it exceeds `limit` (the client's UDP limit) it is
+  // cut to header + question + OPT with TC set, as RFC 2181 9 asks of
+  // servers that cannot fit whole RRsets. Returns the final length.
+  size_t Finish(size_t limit);
+
+  size_t size() const { return len_; }
+  uint8_t* data() { return buf_; }
+
+ private:
+  ParseError Reserve(size_t n) const { return len_ + n <= cap_ ? ParseError::kOk : ParseError::kBufferTooSmall; }
+  void Bump(size_t count_offset, uint16_t n) { Store16(buf_ + count_offset, Load16(buf_ + count_offset) + n); }
+
+  uint8_t* buf_;
+  size_t cap_;
+  size_t len_ = 0;
+  size_t question_end_ = 0;
+  size_t opt_start_ = 0;  // 0: no OPT
+  int section_ = 0;
+};
+
+// Builds pre-encoded record blobs for the cache: records as they will sit in
+// a response right after the question of `qname`, with owner names and
+// CNAME/NS/PTR targets compressed against the qname and earlier names.
+// Control-plane speed (it runs on cache fills, not on hits).
+class RecordEncoder {
+ public:
+  RecordEncoder(uint8_t* buf, size_t cap, std::span<const uint8_t> qname_key);
+
+  // `owner` and names inside RDATA are canonical keys. For CNAME, NS, PTR the
+  // RDATA is the target's key and is compressed; other RDATA is copied.
+  // *ttl_offset receives the TTL's offset within the blob.
+  ParseError Append(std::span<const uint8_t> owner, uint16_t type, uint16_t klass, uint32_t ttl,
+                    std::span<const uint8_t> rdata, uint16_t* ttl_offset);
+
+  size_t size() const { return len_; }
+  std::span<const uint8_t> blob() const { return {buf_, len_}; }
+
+ private:
+  ParseError PutName(std::span<const uint8_t> key);
+
+  struct Known {
+    uint16_t msg_offset;  // where the name starts in the final message
+    uint16_t key_off;     // where its key is stored in keys_
+    uint8_t key_len;
+  };
+  uint8_t* buf_;
+  size_t cap_;
+  size_t len_ = 0;
+  size_t base_;  // message offset of the blob's first byte
+  static constexpr int kMaxKnown = 16;
+  Known known_[kMaxKnown];
+  int nknown_ = 0;
+  uint8_t keys_[kMaxKnown * kMaxNameWire];
+  size_t keys_len_ = 0;
+};
+
+}  // namespace weir::dns

@@ -1,0 +1,471 @@
+#include "weir/dns/message.h"
+
+#include <cstring>
+
+namespace weir::dns {
+namespace {
+
+constexpr std::array<uint8_t, 256> MakeLowerTable() {
+  std::array<uint8_t, 256> t{};
+  for (int i = 0; i < 256; ++i) t[i] = static_cast<uint8_t>(i >= 'A' && i <= 'Z' ? i + 32 : i);
+  return t;
+}
+constexpr std::array<uint8_t, 256> kLower = MakeLowerTable();
+
+// Smallest possible RR: root owner (1) + type, class, ttl, rdlength (10).
+constexpr size_t kMinRrSize = 11;
+
+}  // namespace
+
+ParseError ReadName(std::span<const uint8_t> msg, size_t offset, size_t* end, NameKey* key) {
+  const uint8_t* p = msg.data();
+  const size_t n = msg.size();
+  size_t pos = offset;
+  size_t run_start = offset;  // every pointer must land before this
+  size_t out = 0;
+  size_t end_pos = 0;
+  bool jumped = false;
+  for (;;) {
+    if (pos >= n) return ParseError::kTruncatedName;
+    const uint8_t len = p[pos];
+    if (len == 0) {
+      if (key != nullptr) key->bytes[out] = 0;
+      ++out;
+      if (!jumped) end_pos = pos + 1;
+      break;
+    }
+    switch (len & 0xC0) {
+      case 0x00:
+        break;
+      case 0xC0: {
+        if (pos + 1 >= n) return ParseError::kTruncatedName;
+        const size_t target = (static_cast<size_t>(len & 0x3F) << 8) | p[pos + 1];
+        if (!jumped) {
+          end_pos = pos + 2;
+          jumped = true;
+        }
+        if (target > pos) return ParseError::kForwardPointer;
+        if (target >= run_start || target == pos) return ParseError::kPointerLoop;
+        run_start = target;
+        pos = target;
+        continue;
+      }
+      case 0x40:
+        return ParseError::kLabelTooLong;  // 64..127: no label type 0x40 is in use
+      default:
+        return ParseError::kBadLabelType;
+    }
+    if (pos + 1 + len > n) return ParseError::kTruncatedName;
+    // Room for this label and the root byte that must still follow.
+    if (out + 1 + len + 1 > kMaxNameWire) return ParseError::kNameTooLong;
+    if (key != nullptr) {
+      uint8_t* o = key->bytes.data() + out;
+      o[0] = len;
+      const uint8_t* s = p + pos + 1;
+      for (uint8_t i = 0; i < len; ++i) o[1 + i] = kLower[s[i]];
+    }
+    out += 1 + len;
+    pos += 1 + len;
+  }
+  if (key != nullptr) key->len = static_cast<uint8_t>(out);
+  *end = end_pos;
+  return ParseError::kOk;
+}
+
+bool NameKeyFromText(std::string_view text, NameKey* key) {
+  size_t out = 0;
+  if (text == ".") text = "";
+  if (!text.empty() && text.back() == '.') text.remove_suffix(1);
+  while (!text.empty()) {
+    size_t dot = text.find('.');
+    std::string_view label = text.substr(0, dot);
+    if (label.empty() || label.size() > kMaxLabel) return false;
+    if (out + 1 + label.size() + 1 > kMaxNameWire) return false;
+    key->bytes[out++] = static_cast<uint8_t>(label.size());
+    for (char c : label) key->bytes[out++] = kLower[static_cast<uint8_t>(c)];
+    if (dot == std::string_view::npos) break;
+    text.remove_prefix(dot + 1);
+    if (text.empty()) return false;  // "a..b" or trailing double dot
+  }
+  key->bytes[out++] = 0;
+  key->len = static_cast<uint8_t>(out);
+  return true;
+}
+
+std::string NameKeyToText(std::span<const uint8_t> key) {
+  if (key.empty() || key[0] == 0) return std::string(1, '.');
+  std::string s;
+  size_t i = 0;
+  while (i < key.size() && key[i] != 0) {
+    size_t len = key[i];
+    for (size_t j = 1; j <= len && i + j < key.size(); ++j) {
+      char c = static_cast<char>(key[i + j]);
+      if (c == '.' || c == '\\') s.push_back('\\');
+      s.push_back(c);
+    }
+    s.push_back('.');
+    i += 1 + len;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- ECS
+
+ParseError DecodeEcs(std::span<const uint8_t> data, bool in_query, ClientSubnet* out) {
+  if (data.size() < 4) return ParseError::kEcsTruncated;
+  const uint16_t family = Load16(data.data());
+  const uint8_t source = data[2];
+  const uint8_t scope = data[3];
+  unsigned max_bits;
+  if (family == kEcsFamilyIpv4) {
+    max_bits = 32;
+  } else if (family == kEcsFamilyIpv6) {
+    max_bits = 128;
+  } else {
+    return ParseError::kEcsBadFamily;
+  }
+  if (source > max_bits) return ParseError::kEcsSourceTooLong;
+  if (scope > max_bits) return ParseError::kEcsScopeTooLong;
+  if (in_query && scope != 0) return ParseError::kEcsScopeInQuery;
+  const size_t addr_len = data.size() - 4;
+  if (addr_len != (source + 7u) / 8u) return ParseError::kEcsAddressLength;
+  if (source % 8 != 0) {
+    const uint8_t mask = static_cast<uint8_t>(0xFF >> (source % 8));
+    if (data[4 + addr_len - 1] & mask) return ParseError::kEcsTrailingBits;
+  }
+  out->family = family;
+  out->source_prefix = source;
+  out->scope_prefix = scope;
+  out->address.fill(0);
+  std::memcpy(out->address.data(), data.data() + 4, addr_len);
+  return ParseError::kOk;
+}
+
+bool MakeClientSubnet(std::span<const uint8_t> address, uint8_t source_prefix, ClientSubnet* out) {
+  if (address.size() == 4) {
+    if (source_prefix > 32) return false;
+    out->family = kEcsFamilyIpv4;
+  } else if (address.size() == 16) {
+    if (source_prefix > 128) return false;
+    out->family = kEcsFamilyIpv6;
+  } else {
+    return false;
+  }
+  out->source_prefix = source_prefix;
+  out->scope_prefix = 0;
+  out->address.fill(0);
+  const size_t full = source_prefix / 8;
+  std::memcpy(out->address.data(), address.data(), full);
+  if (source_prefix % 8 != 0) {
+    out->address[full] = address[full] & static_cast<uint8_t>(0xFF00 >> (source_prefix % 8));
+  }
+  return true;
+}
+
+size_t EncodeEcsOption(const ClientSubnet& s, uint8_t* out, size_t cap) {
+  const unsigned max_bits = s.family == kEcsFamilyIpv4 ? 32 : s.family == kEcsFamilyIpv6 ? 128 : 0;
+  if (max_bits == 0 || s.source_prefix > max_bits || s.scope_prefix > max_bits) return 0;
+  const size_t addr_len = s.AddressBytes();
+  const size_t total = 8 + addr_len;
+  if (cap < total) return 0;
+  Store16(out, option::kEcs);
+  Store16(out + 2, static_cast<uint16_t>(4 + addr_len));
+  Store16(out + 4, s.family);
+  out[6] = s.source_prefix;
+  out[7] = s.scope_prefix;
+  std::memcpy(out + 8, s.address.data(), addr_len);
+  if (s.source_prefix % 8 != 0) {
+    out[8 + addr_len - 1] &= static_cast<uint8_t>(0xFF00 >> (s.source_prefix % 8));
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------- weights
+
+std::string_view WeightVerdictName(WeightVerdict v) {
+  switch (v) {
+    case WeightVerdict::kValid: return "valid";
+    case WeightVerdict::kEmpty: return "empty";
+    case WeightVerdict::kOddLength: return "odd_length";
+    case WeightVerdict::kCountMismatch: return "count_mismatch";
+    case WeightVerdict::kZeroWeight: return "zero_weight";
+    case WeightVerdict::kHighByteSet: return "high_byte_set";
+    case WeightVerdict::kTooMany: return "too_many";
+  }
+  return "unknown";
+}
+
+WeightSet DecodeWeights(std::span<const uint8_t> data, size_t address_records) {
+  WeightSet w;
+  const size_t n = address_records < kMaxWeightedAddresses ? address_records : kMaxWeightedAddresses;
+  w.count = static_cast<uint8_t>(n);
+  auto equal = [&](WeightVerdict v) {
+    w.verdict = v;
+    for (size_t i = 0; i < n; ++i) w.weights[i] = 1;
+    return w;
+  };
+  if (address_records > kMaxWeightedAddresses) return equal(WeightVerdict::kTooMany);
+  if (data.empty()) return equal(WeightVerdict::kEmpty);
+  if (data.size() % 2 != 0) return equal(WeightVerdict::kOddLength);
+  if (data.size() / 2 != n) return equal(WeightVerdict::kCountMismatch);
+  for (size_t i = 0; i < n; ++i) {
+    if (data[2 * i] != 0) return equal(WeightVerdict::kHighByteSet);
+    if (data[2 * i + 1] == 0) return equal(WeightVerdict::kZeroWeight);
+    w.weights[i] = data[2 * i + 1];
+  }
+  w.verdict = WeightVerdict::kValid;
+  return w;
+}
+
+// ---------------------------------------------------------------- EDNS
+
+ParseError OptionIterator::Next(uint16_t* code, std::span<const uint8_t>* data, bool* done) {
+  if (pos_ == rdata_.size()) {
+    *done = true;
+    return ParseError::kOk;
+  }
+  *done = false;
+  if (rdata_.size() - pos_ < 4) return ParseError::kTruncatedOption;
+  *code = Load16(rdata_.data() + pos_);
+  const size_t len = Load16(rdata_.data() + pos_ + 2);
+  if (rdata_.size() - pos_ - 4 < len) return ParseError::kTruncatedOption;
+  *data = rdata_.subspan(pos_ + 4, len);
+  pos_ += 4 + len;
+  return ParseError::kOk;
+}
+
+ParseError ReadRecord(std::span<const uint8_t> msg, size_t offset, Section section, RrView* rr, size_t* end) {
+  size_t after_name;
+  ParseError e = ReadName(msg, offset, &after_name, nullptr);
+  if (e != ParseError::kOk) return e;
+  if (msg.size() - after_name < 10) return ParseError::kTruncatedRr;
+  const uint8_t* p = msg.data() + after_name;
+  rr->section = section;
+  rr->name_offset = static_cast<uint16_t>(offset);
+  rr->type = Load16(p);
+  rr->klass = Load16(p + 2);
+  rr->ttl = Load32(p + 4);
+  rr->ttl_offset = static_cast<uint16_t>(after_name + 4);
+  rr->rdlength = Load16(p + 8);
+  rr->rdata_offset = static_cast<uint16_t>(after_name + 10);
+  if (msg.size() - rr->rdata_offset < rr->rdlength) return ParseError::kRdataOverrun;
+  *end = rr->rdata_offset + rr->rdlength;
+  return ParseError::kOk;
+}
+
+namespace {
+
+// Fills `edns` from an OPT RR found in the additional section.
+ParseError ParseOpt(std::span<const uint8_t> msg, const RrView& rr, bool in_query, const ParseOptions& opts,
+                    Edns* edns) {
+  if (edns->present) return ParseError::kDuplicateOpt;
+  if (msg[rr.name_offset] != 0) return ParseError::kOptOwnerNotRoot;
+  edns->present = true;
+  edns->opt_offset = rr.name_offset;
+  edns->udp_size = rr.klass;
+  edns->ext_rcode = static_cast<uint8_t>(rr.ttl >> 24);
+  edns->version = static_cast<uint8_t>(rr.ttl >> 16);
+  edns->do_bit = (rr.ttl & 0x8000) != 0;
+  edns->rdata_offset = rr.rdata_offset;
+  edns->rdata_len = rr.rdlength;
+  if (edns->version != 0) return ParseError::kBadEdnsVersion;
+  OptionIterator it(msg.subspan(rr.rdata_offset, rr.rdlength));
+  for (;;) {
+    uint16_t code = 0;
+    std::span<const uint8_t> data;
+    bool done = false;
+    ParseError e = it.Next(&code, &data, &done);
+    if (e != ParseError::kOk) return e;
+    if (done) break;
+    ++edns->option_count;
+    const uint16_t data_off = static_cast<uint16_t>(data.data() - msg.data());
+    if (code == option::kEcs) {
+      if (edns->has_ecs) return ParseError::kDuplicateEcs;
+      e = DecodeEcs(data, in_query, &edns->ecs);
+      if (e != ParseError::kOk) return e;
+      edns->has_ecs = true;
+    } else if (code == opts.weight_option_code) {
+      // A repeated weight option: the first one counts, as for unknown options.
+      if (!edns->has_weight) {
+        edns->has_weight = true;
+        edns->weight_offset = data_off;
+        edns->weight_len = static_cast<uint16_t>(data.size());
+      }
+    } else if (code == option::kNsid) {
+      edns->has_nsid = true;
+    } else if (code == option::kCookie) {
+      edns->has_cookie = true;
+      edns->cookie_offset = data_off;
+      edns->cookie_len = static_cast<uint16_t>(data.size());
+    }
+    // Unknown options are ignored (RFC 6891 6.1.2).
+  }
+  return ParseError::kOk;
+}
+
+// Walks `count` records from *pos; OPT is legal only in the additional section.
+ParseError WalkSection(std::span<const uint8_t> msg, Section s, uint16_t count, bool in_query,
+                       const ParseOptions& opts, size_t* pos, Edns* edns) {
+  for (uint16_t i = 0; i < count; ++i) {
+    RrView rr;
+    size_t end;
+    ParseError e = ReadRecord(msg, *pos, s, &rr, &end);
+    if (e != ParseError::kOk) return e;
+    if (rr.type == type::kOpt) {
+      if (s != Section::kAdditional) return ParseError::kOptNotInAdditional;
+      e = ParseOpt(msg, rr, in_query, opts, edns);
+      if (e != ParseError::kOk) return e;
+    }
+    *pos = end;
+  }
+  return ParseError::kOk;
+}
+
+ParseError CheckCounts(std::span<const uint8_t> msg, size_t pos, uint16_t an, uint16_t ns, uint16_t ar) {
+  const size_t records = size_t{an} + ns + ar;
+  if (records * kMinRrSize > msg.size() - pos) return ParseError::kTooManyRecords;
+  return ParseError::kOk;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- query
+
+ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
+  if (pkt.size() < kHeaderSize) return ParseError::kTruncatedHeader;
+  const uint8_t* p = pkt.data();
+  out->id = Load16(p);
+  out->flags = Load16(p + kOffFlags);
+  out->edns = Edns{};
+  if (out->flags & flag::kQr) return ParseError::kNotAQuery;
+  const uint16_t qd = Load16(p + kOffQdcount);
+  if (qd == 0) return ParseError::kNoQuestion;
+  if (qd > 1) return ParseError::kMultipleQuestions;
+  size_t pos;
+  ParseError e = ReadName(pkt, kHeaderSize, &pos, &out->qname);
+  if (e != ParseError::kOk) return e;
+  if (pos - kHeaderSize != out->qname.len) return ParseError::kCompressedQuestion;
+  if (pkt.size() - pos < 4) return ParseError::kTruncatedQuestion;
+  out->qtype = Load16(p + pos);
+  out->qclass = Load16(p + pos + 2);
+  pos += 4;
+  out->question_end = static_cast<uint16_t>(pos);
+  const uint16_t an = Load16(p + kOffAncount);
+  const uint16_t ns = Load16(p + kOffNscount);
+  const uint16_t ar = Load16(p + kOffArcount);
+  if ((an | ns | ar) == 0) return ParseError::kOk;
+  e = CheckCounts(pkt, pos, an, ns, ar);
+  if (e != ParseError::kOk) return e;
+  e = WalkSection(pkt, Section::kAnswer, an, true, opts, &pos, &out->edns);
+  if (e != ParseError::kOk) return e;
+  e = WalkSection(pkt, Section::kAuthority, ns, true, opts, &pos, &out->edns);
+  if (e != ParseError::kOk) return e;
+  return WalkSection(pkt, Section::kAdditional, ar, true, opts, &pos, &out->edns);
+}
+
+// ---------------------------------------------------------------- response
+
+ParseError Message::Parse(std::span<const uint8_t> pkt, const ParseOptions& opts) {
+  pkt_ = pkt;
+  edns_ = Edns{};
+  if (pkt.size() < kHeaderSize) return ParseError::kTruncatedHeader;
+  const uint8_t* p = pkt.data();
+  const uint16_t qd = Load16(p + kOffQdcount);
+  if (qd == 0) return ParseError::kNoQuestion;
+  if (qd > 1) return ParseError::kMultipleQuestions;
+  size_t pos;
+  ParseError e = ReadName(pkt, kHeaderSize, &pos, &qname_);
+  if (e != ParseError::kOk) return e;
+  if (pkt.size() - pos < 4) return ParseError::kTruncatedQuestion;
+  qtype_ = Load16(p + pos);
+  qclass_ = Load16(p + pos + 2);
+  pos += 4;
+  counts_[0] = Load16(p + kOffAncount);
+  counts_[1] = Load16(p + kOffNscount);
+  counts_[2] = Load16(p + kOffArcount);
+  e = CheckCounts(pkt, pos, counts_[0], counts_[1], counts_[2]);
+  if (e != ParseError::kOk) return e;
+  for (int s = 0; s < 3; ++s) {
+    section_start_[s] = static_cast<uint16_t>(pos);
+    e = WalkSection(pkt, static_cast<Section>(s), counts_[s], false, opts, &pos, &edns_);
+    if (e != ParseError::kOk) return e;
+  }
+  return ParseError::kOk;
+}
+
+Message::Iterator Message::Records(Section s) const {
+  Iterator it;
+  it.m_ = this;
+  it.section_ = s;
+  it.left_ = counts_[static_cast<int>(s)];
+  it.pos_ = section_start_[static_cast<int>(s)];
+  return it;
+}
+
+bool Message::Iterator::Next(RrView* rr) {
+  if (left_ == 0) return false;
+  size_t end;
+  // The message was validated by Parse, so this cannot fail; stay defensive.
+  if (ReadRecord(m_->pkt_, pos_, section_, rr, &end) != ParseError::kOk) {
+    left_ = 0;
+    return false;
+  }
+  pos_ = end;
+  --left_;
+  return true;
+}
+
+ParseError CopyRdataUncompressed(std::span<const uint8_t> msg, const RrView& rr, uint8_t* out, size_t cap,
+                                 size_t* len) {
+  const size_t rd_end = size_t{rr.rdata_offset} + rr.rdlength;
+  if (rd_end > msg.size()) return ParseError::kRdataOverrun;
+  size_t o = 0;
+  size_t pos = rr.rdata_offset;
+  // Names within RDATA may point anywhere earlier in the message, but their
+  // own bytes must stay inside RDATA.
+  auto put_name = [&]() -> ParseError {
+    NameKey k;
+    size_t end;
+    ParseError e = ReadName(msg.first(rd_end), pos, &end, &k);
+    if (e != ParseError::kOk) return e;
+    if (o + k.len > cap) return ParseError::kBufferTooSmall;
+    std::memcpy(out + o, k.bytes.data(), k.len);
+    o += k.len;
+    pos = end;
+    return ParseError::kOk;
+  };
+  auto put_fixed = [&](size_t n) -> ParseError {
+    if (rd_end - pos < n) return ParseError::kRdataOverrun;
+    if (o + n > cap) return ParseError::kBufferTooSmall;
+    std::memcpy(out + o, msg.data() + pos, n);
+    o += n;
+    pos += n;
+    return ParseError::kOk;
+  };
+  ParseError e = ParseError::kOk;
+  switch (rr.type) {
+    case type::kNs:
+    case type::kCname:
+    case type::kPtr:
+      e = put_name();
+      break;
+    case type::kMx:
+      e = put_fixed(2);
+      if (e == ParseError::kOk) e = put_name();
+      break;
+    case type::kSoa:
+      e = put_name();
+      if (e == ParseError::kOk) e = put_name();
+      if (e == ParseError::kOk) e = put_fixed(20);
+      break;
+    default:
+      e = put_fixed(rr.rdlength);
+      break;
+  }
+  if (e != ParseError::kOk) return e;
+  if (pos != rd_end) return ParseError::kRdataOverrun;
+  *len = o;
+  return ParseError::kOk;
+}
+
+}  // namespace weir::dns

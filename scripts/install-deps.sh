@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package weir needs to build, test and benchmark.
+# Idempotent: packages already present are skipped, so a second run is fast.
+set -euo pipefail
+
+PKGS=(
+  # build
+  build-essential cmake ninja-build pkg-config git
+  clang clang-format clang-tidy libclang-rt-14-dev llvm
+  # libraries
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev
+  libdpdk-dev
+  # test peers and clients
+  knot-dnsutils bind9-dnsutils dnsperf unbound ldnsutils tshark
+  iproute2 procps python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer once, non-interactively.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The unbound package enables a system service; tests start their own instances.
+if command -v systemctl >/dev/null 2>&1; then
+  $SUDO systemctl disable --now unbound >/dev/null 2>&1 || true
+fi
