@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this through the README's
+# test command). Idempotent: re-running reuses the build directories.
+#
+#   1. install Debian packages (scripts/install-deps.sh)
+#   2. clang-format check
+#   3. -Werror build; every CTest test: unit, fuzz-corpus replay, benchmark
+#      smoke runs, black-box integration tests with the real binaries
+#   4. ASan+UBSan build; unit tests and corpus replays under it
+#   5. ThreadSanitizer build; the concurrency stress tests under it
+#   6. libFuzzer build (clang); every fuzz target for WEIR_FUZZ_SECONDS each
+#
+# Environment: WEIR_FUZZ_SECONDS (default 30), WEIR_STRESS_SECONDS (default 10),
+# WEIR_JOBS (default: nproc), WEIR_BUILD_ROOT (default: ./build-ci).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${WEIR_JOBS:-$(nproc)}
+FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-30}
+export WEIR_STRESS_SECONDS=${WEIR_STRESS_SECONDS:-10}
+BUILD_ROOT=${WEIR_BUILD_ROOT:-$ROOT/build-ci}
+passed=0
+failed=0
+failed_stages=()
+
+stage() { printf '\n===== %s =====\n' "$*"; }
+record() {  # record <name> <exit status>
+  if [ "$2" -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "stage passed: $1"
+  else
+    failed=$((failed + 1))
+    failed_stages+=("$1")
+    echo "stage FAILED: $1 (exit $2)"
+  fi
+}
+
+stage "install dependencies"
+bash scripts/install-deps.sh || { echo "dependency installation failed"; exit 1; }
+
+stage "clang-format"
+files=$(git ls-files '*.cc' '*.h' 2>/dev/null || find . -path ./build\* -prune -o \( -name '*.cc' -o -name '*.h' \) -print)
+# shellcheck disable=SC2086
+clang-format --dry-run --Werror $files
+record clang-format $?
+
+stage "build (-Werror) and all tests"
+cmake -S . -B "$BUILD_ROOT/main" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_WERROR=ON >/dev/null &&
+  cmake --build "$BUILD_ROOT/main" -j "$JOBS" &&
+  ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS"
+record "main build and tests" $?
+
+stage "ASan+UBSan build and unit tests"
+cmake -S . -B "$BUILD_ROOT/asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEIR_SANITIZE=ON -DWEIR_WERROR=ON \
+  -DWEIR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null &&
+  cmake --build "$BUILD_ROOT/asan" -j "$JOBS" &&
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$BUILD_ROOT/asan" --output-on-failure -j "$JOBS" -L unit
+record "sanitizer build and unit tests" $?
+
+if grep -rqs "stress" tests/*/CMakeLists.txt tests/partitions 2>/dev/null; then
+  stage "ThreadSanitizer build and stress tests"
+  cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_TSAN=ON -DWEIR_WERROR=ON \
+    -DWEIR_BUILD_BENCH=OFF >/dev/null &&
+    cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" &&
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      ctest --test-dir "$BUILD_ROOT/tsan" --output-on-failure -R stress
+  record "thread sanitizer stress tests" $?
+fi
+
+stage "libFuzzer targets, ${FUZZ_SECONDS}s each"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_FUZZ=ON \
+  -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
+  cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS"
+fuzz_build=$?
+record "fuzz build" $fuzz_build
+if [ $fuzz_build -eq 0 ]; then
+  for src in tests/fuzz/*_fuzz.cc; do
+    name=$(basename "$src" .cc)
+    bin=$(find "$BUILD_ROOT/fuzz" -type f -name "$name" -perm -u+x | head -n 1)
+    work=$(mktemp -d)
+    cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null
+    (cd "$work" && "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 \
+      -print_final_stats=1 "$work" 2>&1 | tail -n 12)
+    record "fuzz $name" $?
+    rm -rf "$work"
+  done
+fi
+
+stage "summary"
+for s in "${failed_stages[@]}"; do echo "failed: $s"; done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
