@@ -1,0 +1,73 @@
+// weir-fastpath configuration: the TOML file an operator writes, validated in
+// full at start (and on reload) before anything is applied. Every key is
+// documented in docs/fastpath-config.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weir/fastpath/net.h"
+
+namespace weir::fastpath {
+
+struct UpstreamConfig {
+  SocketAddress address;
+  std::string name;  // for metrics; defaults to "ip:port"
+};
+
+struct FastpathConfig {
+  // [server]
+  std::vector<SocketAddress> listen;  // UDP and TCP on each
+  int workers = 1;
+  bool tcp = true;
+  uint16_t weight_option_code = 65001;
+  SocketAddress metrics_listen;  // port 0 with empty address: disabled
+  bool metrics_enabled = false;
+  int tcp_idle_timeout_ms = 10000;
+  int tcp_max_connections = 1024;
+
+  // [acl]
+  std::vector<Prefix> allow;               // subscriber networks; others get REFUSED
+  std::vector<Prefix> trusted_forwarders;  // may send ECS that picks the partition
+
+  // [rate_limit]
+  uint32_t rate_limit_qps = 0;  // per source address; 0 disables
+  uint32_t rate_limit_burst = 0;
+
+  // [partitions]
+  std::string citymap_path;
+  std::string default_city;
+  std::string tags_path;
+
+  // [cache]
+  uint64_t cache_bytes = 256ull << 20;
+  uint32_t min_ttl = 0;
+  uint32_t max_ttl = 86400;
+  uint32_t negative_max_ttl = 3600;
+  uint32_t servfail_ttl = 5;
+  uint32_t stale_window = 86400;   // RFC 8767 recommends 1 to 3 days
+  uint32_t stale_answer_ttl = 30;  // TTL written in stale answers (RFC 8767 4)
+  uint32_t prefetch_hits = 8;      // hits within the last 10% of TTL that trigger a prefetch
+  uint32_t prefetch_percent = 10;
+
+  // [upstream]
+  std::vector<UpstreamConfig> ordinary;
+  std::vector<UpstreamConfig> weighted;
+  int upstream_timeout_ms = 1500;
+  int upstream_attempts = 3;  // tries over distinct upstreams before SERVFAIL
+  int health_interval_ms = 1000;
+  int health_failures = 3;    // consecutive failures that mark an upstream down
+  double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
+
+  // Where the config came from, for reloads and messages.
+  std::string path;
+};
+
+// Parses and validates `path`. Errors read "path:line:column: reason".
+absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path);
+// Same from text (tests); `name` is used in error messages.
+absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name);
+
+}  // namespace weir::fastpath

@@ -1,0 +1,232 @@
+#include "weir/fastpath/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "text.h"
+
+#define TOML_EXCEPTIONS 0
+#include <toml++/toml.h>
+
+namespace weir::fastpath {
+namespace {
+
+// Collects the first error with its source position; later calls are no-ops
+// so the message names the first thing the operator must fix.
+class Checker {
+ public:
+  explicit Checker(std::string name) : name_(std::move(name)) {}
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  void Fail(const toml::source_region& where, std::string_view reason) {
+    if (!error_.empty()) return;
+    error_ = Cat(name_, ":", where.begin.line, ":", where.begin.column, ": ", reason);
+  }
+
+  // Rejects keys not in `known`: a typo must not silently fall back to a default.
+  void OnlyKeys(const toml::table& t, std::string_view table_name, std::initializer_list<std::string_view> known) {
+    for (const auto& [k, v] : t) {
+      bool found = false;
+      for (auto n : known) found = found || k.str() == n;
+      if (!found) Fail(v.source(), Cat("unknown key '", k.str(), "' in [", table_name, "]"));
+    }
+  }
+
+  template <typename T>
+  void Int(const toml::table& t, std::string_view key, T* out, int64_t lo, int64_t hi) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    auto v = n->value<int64_t>();
+    if (!n->is_integer() || !v) return Fail(n->source(), Cat("'", key, "' must be an integer"));
+    if (*v < lo || *v > hi) {
+      return Fail(n->source(), Cat("'", key, "' must be between ", lo, " and ", hi, ", not ", *v));
+    }
+    *out = static_cast<T>(*v);
+  }
+
+  void Bool(const toml::table& t, std::string_view key, bool* out) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    if (!n->is_boolean()) return Fail(n->source(), Cat("'", key, "' must be true or false"));
+    *out = *n->value<bool>();
+  }
+
+  void String(const toml::table& t, std::string_view key, std::string* out) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    if (!n->is_string()) return Fail(n->source(), Cat("'", key, "' must be a string"));
+    *out = *n->value<std::string>();
+  }
+
+  void Double(const toml::table& t, std::string_view key, double* out, double lo, double hi) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    auto v = n->value<double>();
+    if (!v) return Fail(n->source(), Cat("'", key, "' must be a number"));
+    if (*v < lo || *v > hi) return Fail(n->source(), Cat("'", key, "' must be between ", lo, " and ", hi));
+    *out = *v;
+  }
+
+  // An array of strings, each parsed by `parse` (returning StatusOr<T>).
+  template <typename T, typename F>
+  void List(const toml::table& t, std::string_view key, std::vector<T>* out, F parse) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) return Fail(n->source(), Cat("'", key, "' must be an array of strings"));
+    out->clear();
+    for (const auto& e : *arr) {
+      auto s = e.value<std::string>();
+      if (!s) return Fail(e.source(), Cat("'", key, "' entries must be strings"));
+      auto parsed = parse(*s);
+      if (!parsed.ok()) return Fail(e.source(), ToStd(parsed.status().message()));
+      out->push_back(*std::move(parsed));
+    }
+  }
+
+ private:
+  std::string name_;
+  std::string error_;
+};
+
+const toml::table* SubTable(Checker& c, const toml::table& root, std::string_view name) {
+  const toml::node* n = root.get(name);
+  if (n == nullptr) return nullptr;
+  if (!n->is_table()) {
+    c.Fail(n->source(), Cat("'", name, "' must be a table ([", name, "])"));
+    return nullptr;
+  }
+  return n->as_table();
+}
+
+void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key, std::vector<UpstreamConfig>* out) {
+  const toml::node* n = up.get(key);
+  if (n == nullptr) return;
+  const toml::array* arr = n->as_array();
+  if (arr == nullptr) return c.Fail(n->source(), Cat("'", key, "' must be an array"));
+  for (const auto& e : *arr) {
+    UpstreamConfig u;
+    std::string addr;
+    if (auto s = e.value<std::string>()) {
+      addr = *s;
+    } else if (const toml::table* t = e.as_table()) {
+      c.OnlyKeys(*t, Cat("upstream.", key), {"address", "name"});
+      c.String(*t, "address", &addr);
+      c.String(*t, "name", &u.name);
+    } else {
+      return c.Fail(e.source(), "an upstream is \"ip:port\" or { address = \"ip:port\", name = \"...\" }");
+    }
+    auto parsed = SocketAddress::Parse(addr, 53);
+    if (!parsed.ok()) return c.Fail(e.source(), ToStd(parsed.status().message()));
+    u.address = *parsed;
+    if (u.name.empty()) u.name = u.address.ToString();
+    out->push_back(u);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
+  toml::parse_result parsed = toml::parse(text, name);
+  if (!parsed) {
+    const auto& err = parsed.error();
+    return absl::InvalidArgumentError(Cat(name, ":", err.source().begin.line, ":",
+                                                   err.source().begin.column, ": ", err.description()));
+  }
+  const toml::table& root = parsed.table();
+  Checker c(name);
+  FastpathConfig cfg;
+  cfg.path = name;
+  c.OnlyKeys(root, "top level", {"server", "acl", "rate_limit", "partitions", "cache", "upstream"});
+
+  if (const toml::table* s = SubTable(c, root, "server")) {
+    c.OnlyKeys(*s, "server",
+               {"listen", "workers", "tcp", "weight_option_code", "metrics_listen", "tcp_idle_timeout_ms",
+                "tcp_max_connections"});
+    c.List(*s, "listen", &cfg.listen, [](const std::string& v) { return SocketAddress::Parse(v, 53); });
+    c.Int(*s, "workers", &cfg.workers, 1, 64);
+    c.Bool(*s, "tcp", &cfg.tcp);
+    c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
+    std::string metrics;
+    c.String(*s, "metrics_listen", &metrics);
+    if (!metrics.empty()) {
+      auto m = SocketAddress::Parse(metrics, 9153);
+      if (!m.ok()) {
+        c.Fail(s->get("metrics_listen")->source(), ToStd(m.status().message()));
+      } else {
+        cfg.metrics_listen = *m;
+        cfg.metrics_enabled = true;
+      }
+    }
+    c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
+    c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+  }
+  if (const toml::table* s = SubTable(c, root, "acl")) {
+    c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});
+    c.List(*s, "allow", &cfg.allow, [](const std::string& v) { return Prefix::Parse(v); });
+    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, [](const std::string& v) { return Prefix::Parse(v); });
+  }
+  if (const toml::table* s = SubTable(c, root, "rate_limit")) {
+    c.OnlyKeys(*s, "rate_limit", {"qps_per_source", "burst"});
+    c.Int(*s, "qps_per_source", &cfg.rate_limit_qps, 0, 10000000);
+    c.Int(*s, "burst", &cfg.rate_limit_burst, 0, 10000000);
+  }
+  if (const toml::table* s = SubTable(c, root, "partitions")) {
+    c.OnlyKeys(*s, "partitions", {"citymap", "default_city", "tags"});
+    c.String(*s, "citymap", &cfg.citymap_path);
+    c.String(*s, "default_city", &cfg.default_city);
+    c.String(*s, "tags", &cfg.tags_path);
+  }
+  if (const toml::table* s = SubTable(c, root, "cache")) {
+    c.OnlyKeys(*s, "cache",
+               {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window", "stale_answer_ttl",
+                "prefetch_hits", "prefetch_percent"});
+    c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
+    c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
+    c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
+    c.Int(*s, "negative_max_ttl", &cfg.negative_max_ttl, 0, 86400);
+    c.Int(*s, "servfail_ttl", &cfg.servfail_ttl, 0, 300);
+    c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
+    c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
+    c.Int(*s, "prefetch_hits", &cfg.prefetch_hits, 0, 1000000);
+    c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
+    if (c.ok() && cfg.min_ttl > cfg.max_ttl) c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(),
+                                                    "min_ttl is larger than max_ttl");
+  }
+  if (const toml::table* s = SubTable(c, root, "upstream")) {
+    c.OnlyKeys(*s, "upstream",
+               {"ordinary", "weighted", "timeout_ms", "attempts", "health_interval_ms", "health_failures",
+                "load_factor"});
+    ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
+    ParseUpstreams(c, *s, "weighted", &cfg.weighted);
+    c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
+    c.Int(*s, "attempts", &cfg.upstream_attempts, 1, 10);
+    c.Int(*s, "health_interval_ms", &cfg.health_interval_ms, 100, 600000);
+    c.Int(*s, "health_failures", &cfg.health_failures, 1, 100);
+    c.Double(*s, "load_factor", &cfg.ring_load_factor, 1.0, 10.0);
+  }
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
+
+  // Whole-file rules, reported at line 1 since they involve several keys.
+  auto whole = [&](std::string_view reason) {
+    return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
+  };
+  if (cfg.listen.empty()) return whole("[server] listen must name at least one address");
+  if (cfg.allow.empty()) return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
+  if (cfg.ordinary.empty()) return whole("[upstream] ordinary must list at least one recursor");
+  if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
+  return cfg;
+}
+
+absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(Cat(path, ": cannot open config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+}  // namespace weir::fastpath
