@@ -6,7 +6,6 @@
 
 #include "text.h"
 
-#define TOML_EXCEPTIONS 0
 #include <toml++/toml.h>
 
 namespace weir::fastpath {
@@ -127,16 +126,25 @@ void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key, std
   }
 }
 
+absl::StatusOr<partitions::Cidr> ParseCidrOr(const std::string& text) {
+  partitions::Cidr c;
+  absl::Status s = partitions::ParseCidr(text, &c);
+  if (!s.ok()) return s;
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
-  toml::parse_result parsed = toml::parse(text, name);
-  if (!parsed) {
-    const auto& err = parsed.error();
-    return absl::InvalidArgumentError(Cat(name, ":", err.source().begin.line, ":",
-                                                   err.source().begin.column, ": ", err.description()));
+  // Debian's toml++ is built with exceptions; the parse error is caught here,
+  // at the control-plane boundary, and turned into a Status.
+  toml::table root;
+  try {
+    root = toml::parse(text, name);
+  } catch (const toml::parse_error& err) {
+    return absl::InvalidArgumentError(
+        Cat(name, ":", err.source().begin.line, ":", err.source().begin.column, ": ", err.description()));
   }
-  const toml::table& root = parsed.table();
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
@@ -166,8 +174,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});
-    c.List(*s, "allow", &cfg.allow, [](const std::string& v) { return Prefix::Parse(v); });
-    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, [](const std::string& v) { return Prefix::Parse(v); });
+    c.List(*s, "allow", &cfg.allow, ParseCidrOr);
+    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, ParseCidrOr);
   }
   if (const toml::table* s = SubTable(c, root, "rate_limit")) {
     c.OnlyKeys(*s, "rate_limit", {"qps_per_source", "burst"});

@@ -95,35 +95,31 @@ absl::StatusOr<SocketAddress> SocketAddress::Parse(std::string_view text, int de
   return a;
 }
 
-absl::StatusOr<Prefix> Prefix::Parse(std::string_view text) {
-  Prefix p;
-  const size_t slash = text.find('/');
-  std::string host(text.substr(0, slash));
-  if (inet_pton(AF_INET, host.c_str(), p.addr.data()) == 1) {
-    p.family = AF_INET;
-    p.len = 32;
-  } else if (inet_pton(AF_INET6, host.c_str(), p.addr.data()) == 1) {
-    p.family = AF_INET6;
-    p.len = 128;
-  } else {
-    return absl::InvalidArgumentError(Cat("'", text, "' is not an address prefix"));
-  }
-  if (slash != std::string_view::npos) {
-    std::string_view l = text.substr(slash + 1);
-    int v = -1;
-    auto r = std::from_chars(l.data(), l.data() + l.size(), v);
-    if (r.ec != std::errc() || r.ptr != l.data() + l.size() || v < 0 || v > p.len) {
-      return absl::InvalidArgumentError(Cat("bad prefix length in '", text, "'"));
-    }
-    p.len = static_cast<uint8_t>(v);
-  }
-  // Host bits beyond the prefix are an operator mistake worth reporting.
-  for (unsigned bit = p.len; bit < (p.family == AF_INET ? 32u : 128u); ++bit) {
-    if (p.addr[bit / 8] & (0x80 >> (bit % 8))) {
-      return absl::InvalidArgumentError(Cat("'", text, "' has host bits set beyond /", p.len));
+partitions::IpAddress ToIpAddress(const SocketAddress& a) {
+  partitions::IpAddress ip;
+  if (a.family() == AF_INET) {
+    ip.family = 4;
+    std::memcpy(ip.bytes.data(), a.addr_bytes(), 4);
+  } else if (a.family() == AF_INET6) {
+    ip.family = 6;
+    std::memcpy(ip.bytes.data(), a.addr_bytes(), 16);
+    if (ip.IsV4Mapped()) {
+      std::memmove(ip.bytes.data(), ip.bytes.data() + 12, 4);
+      std::memset(ip.bytes.data() + 4, 0, 12);
+      ip.family = 4;
     }
   }
-  return p;
+  return ip;
+}
+
+bool CidrContains(const partitions::Cidr& cidr, const partitions::IpAddress& a) {
+  if (cidr.address.family != a.family) return false;
+  const unsigned full = cidr.prefix / 8;
+  if (std::memcmp(a.bytes.data(), cidr.address.bytes.data(), full) != 0) return false;
+  const unsigned rem = cidr.prefix % 8;
+  if (rem == 0) return true;
+  const uint8_t mask = static_cast<uint8_t>(0xFF00 >> rem);
+  return (a.bytes[full] & mask) == cidr.address.bytes[full];
 }
 
 }  // namespace weir::fastpath

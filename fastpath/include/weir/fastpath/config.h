@@ -29,8 +29,8 @@ struct FastpathConfig {
   int tcp_max_connections = 1024;
 
   // [acl]
-  std::vector<Prefix> allow;               // subscriber networks; others get REFUSED
-  std::vector<Prefix> trusted_forwarders;  // may send ECS that picks the partition
+  std::vector<partitions::Cidr> allow;               // subscriber networks; others get REFUSED
+  std::vector<partitions::Cidr> trusted_forwarders;  // may send ECS that picks the partition
 
   // [rate_limit]
   uint32_t rate_limit_qps = 0;  // per source address; 0 disables

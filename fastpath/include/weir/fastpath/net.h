@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "weir/partitions/partition.h"
 
 namespace weir::fastpath {
 
@@ -35,22 +36,10 @@ struct SocketAddress {
   static absl::StatusOr<SocketAddress> Parse(std::string_view text, int default_port = -1);
 };
 
-// An address prefix ("198.51.100.0/24", "2001:db8::/32").
-struct Prefix {
-  int family = AF_INET;
-  std::array<uint8_t, 16> addr{};
-  uint8_t len = 0;
+// The client address of a packet, in the partitions' form.
+partitions::IpAddress ToIpAddress(const SocketAddress& a);
 
-  bool Contains(int fam, const uint8_t* a) const {
-    if (fam != family) return false;
-    const unsigned full = len / 8;
-    if (std::memcmp(a, addr.data(), full) != 0) return false;
-    const unsigned rem = len % 8;
-    if (rem == 0) return true;
-    const uint8_t mask = static_cast<uint8_t>(0xFF00 >> rem);
-    return (a[full] & mask) == addr[full];
-  }
-  static absl::StatusOr<Prefix> Parse(std::string_view text);
-};
+// Whether `a` lies in `cidr` (IPv4-mapped IPv6 clients match IPv4 prefixes).
+bool CidrContains(const partitions::Cidr& cidr, const partitions::IpAddress& a);
 
 }  // namespace weir::fastpath

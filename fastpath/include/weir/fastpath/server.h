@@ -1,0 +1,32 @@
+// weir-fastpath on kernel sockets: N UDP workers, each with its own
+// SO_REUSEPORT socket per listen address and recvmmsg/sendmmsg bursts of 32;
+// one TCP thread; the forwarder thread; the metrics HTTP endpoint.
+//
+// Threading: Start/Stop/Reload from the main thread only.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "weir/fastpath/config.h"
+
+namespace weir::fastpath {
+
+class Server {
+ public:
+  explicit Server(FastpathConfig config);
+  ~Server();
+
+  // Binds every socket and starts the threads. Fails (nothing left running)
+  // when a socket cannot be bound.
+  absl::Status Start();
+  void Stop();
+  // The bound addresses (ports resolved when the config asked for port 0).
+  std::string DescribeListeners() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weir::fastpath

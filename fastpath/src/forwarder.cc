@@ -1,0 +1,426 @@
+#include "weir/fastpath/forwarder.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <queue>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "weir/dns/writer.h"
+#include "weir/fastpath/spsc_ring.h"
+#include "weir/fastpath/upstream_ring.h"
+
+namespace weir::fastpath {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kRingSize = 4096;
+constexpr size_t kMaxMessage = 65535;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One question in flight upstream, with every client waiting for it.
+struct Pending {
+  std::string key;
+  MissRequest miss;
+  std::vector<PendingClient> waiters;
+  bool weighted_group = false;
+  int upstream = -1;
+  uint64_t tried = 0;
+  int attempts = 0;
+  int fd = -1;
+  uint16_t id = 0;
+  uint16_t port = 0;
+  Clock::time_point sent;
+  Clock::time_point deadline;
+  uint64_t generation = 0;
+  std::vector<uint8_t> query;  // as sent upstream
+};
+
+struct Group {
+  std::vector<UpstreamConfig> upstreams;
+  std::vector<std::unique_ptr<UpstreamStats>>* stats;
+  std::unique_ptr<UpstreamRing> ring;
+  std::vector<int> consecutive_failures;
+  std::vector<Clock::time_point> next_probe;
+};
+
+}  // namespace
+
+struct Forwarder::Impl {
+  Forwarder* self;
+  FastpathConfig config;
+  std::function<void(uint64_t, std::vector<uint8_t>)> tcp_reply;
+  std::vector<std::unique_ptr<SpscRing<PendingClient, kRingSize>>> rings;
+  int epfd = -1;
+  int evfd = -1;
+  std::atomic<bool> running{false};
+  std::thread thread;
+  Group groups[2];  // 0 ordinary, 1 weighted
+  absl::flat_hash_map<std::string, std::unique_ptr<Pending>> inflight;
+  absl::flat_hash_map<int, Pending*> by_fd;
+  struct Timer {
+    Clock::time_point at;
+    Pending* p;
+    uint64_t generation;
+    bool operator>(const Timer& o) const { return at > o.at; }
+  };
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  uint64_t next_generation = 1;
+  std::mt19937_64 rng{std::random_device{}()};
+  dns::ParseOptions parse_options;
+  uint8_t buf[kMaxMessage];
+  uint8_t out[kMaxMessage];
+
+  void Run();
+  void Drain();
+  void Accept(PendingClient&& c);
+  void Send(Pending* p);
+  void OnReadable(int fd);
+  void OnTimeout(Pending* p);
+  void Finish(Pending* p, const uint8_t* answer, size_t len);
+  void Fail(Pending* p);
+  void Reply(const PendingClient& c, const uint8_t* data, size_t len);
+  void MarkResult(Group& g, int u, bool ok);
+  void Release(Pending* p);
+};
+
+Forwarder::Forwarder(const FastpathConfig& config, int workers,
+                     std::function<void(uint64_t, std::vector<uint8_t>)> tcp_reply)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->self = this;
+  impl_->config = config;
+  impl_->tcp_reply = std::move(tcp_reply);
+  impl_->parse_options.weight_option_code = config.weight_option_code;
+  for (int i = 0; i < workers; ++i) impl_->rings.push_back(std::make_unique<SpscRing<PendingClient, kRingSize>>());
+  for (int g = 0; g < 2; ++g) {
+    Group& grp = impl_->groups[g];
+    grp.upstreams = g == 0 ? config.ordinary : config.weighted;
+    grp.stats = g == 0 ? &ordinary_stats_ : &weighted_stats_;
+    for (const auto& u : grp.upstreams) {
+      auto s = std::make_unique<UpstreamStats>();
+      s->name = u.name;
+      grp.stats->push_back(std::move(s));
+    }
+    grp.ring = std::make_unique<UpstreamRing>(static_cast<int>(grp.upstreams.size()), 128, config.ring_load_factor);
+    grp.consecutive_failures.assign(grp.upstreams.size(), 0);
+    grp.next_probe.assign(grp.upstreams.size(), Clock::time_point{});
+  }
+}
+
+Forwarder::~Forwarder() { Stop(); }
+
+void Forwarder::Start() {
+  impl_->epfd = epoll_create1(EPOLL_CLOEXEC);
+  impl_->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = impl_->evfd;
+  epoll_ctl(impl_->epfd, EPOLL_CTL_ADD, impl_->evfd, &ev);
+  impl_->running = true;
+  impl_->thread = std::thread([this] { impl_->Run(); });
+}
+
+void Forwarder::Stop() {
+  if (!impl_->running.exchange(false)) return;
+  Notify();
+  impl_->thread.join();
+  for (auto& [fd, p] : impl_->by_fd) close(fd);
+  close(impl_->evfd);
+  close(impl_->epfd);
+}
+
+bool Forwarder::Submit(int worker, PendingClient&& p) { return impl_->rings[worker]->Push(std::move(p)); }
+
+void Forwarder::Notify() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(impl_->evfd, &one, sizeof(one));
+}
+
+void Forwarder::Impl::Run() {
+  epoll_event events[64];
+  while (running.load(std::memory_order_relaxed)) {
+    int timeout_ms = 50;
+    if (!timers.empty()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timers.top().at - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 50));
+    }
+    const int n = epoll_wait(epfd, events, 64, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == evfd) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = read(evfd, &v, sizeof(v));
+        Drain();
+      } else {
+        OnReadable(events[i].data.fd);
+      }
+    }
+    Drain();  // a Submit may have raced the eventfd read
+    const auto now = Clock::now();
+    while (!timers.empty() && timers.top().at <= now) {
+      Timer t = timers.top();
+      timers.pop();
+      // Stale timer entries (the pending finished or was re-sent) are skipped.
+      auto it = by_fd.find(t.p->fd);
+      if (it != by_fd.end() && it->second == t.p && t.p->generation == t.generation) OnTimeout(t.p);
+    }
+  }
+}
+
+void Forwarder::Impl::Drain() {
+  for (auto& ring : rings) {
+    PendingClient c;
+    while (ring->Pop(&c)) Accept(std::move(c));
+  }
+}
+
+void Forwarder::Impl::Accept(PendingClient&& c) {
+  // Coalescing key: everything that makes two answers differ.
+  const MissRequest& m = c.miss;
+  std::string key;
+  key.reserve(16 + m.qname.len);
+  key.append(reinterpret_cast<const char*>(&m.partition), sizeof(m.partition));
+  key.append(reinterpret_cast<const char*>(&m.qtype), 2);
+  key.push_back(static_cast<char>((m.do_bit ? 1 : 0) | (m.cd_bit ? 2 : 0) | (m.weighted ? 4 : 0)));
+  key.append(reinterpret_cast<const char*>(m.qname.bytes.data()), m.qname.len);
+  auto it = inflight.find(key);
+  if (it != inflight.end()) {
+    self->coalesced_.Add();
+    it->second->waiters.push_back(std::move(c));
+    return;
+  }
+  auto p = std::make_unique<Pending>();
+  p->key = key;
+  p->miss = c.miss;
+  p->weighted_group = m.weighted || m.send_ecs;
+  p->waiters.push_back(std::move(c));
+  Pending* raw = p.get();
+  inflight.emplace(key, std::move(p));
+  Send(raw);
+}
+
+void Forwarder::Impl::Send(Pending* p) {
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  uint8_t hashkey[8 + dns::kMaxNameWire];
+  std::memcpy(hashkey, &p->miss.partition, 8);
+  std::memcpy(hashkey + 8, p->miss.qname.bytes.data(), p->miss.qname.len);
+  const int u = g.ring->Pick(StableHash(hashkey, 8 + p->miss.qname.len), p->tried);
+  if (u < 0 || p->attempts >= config.upstream_attempts) return Fail(p);
+  if (p->fd >= 0) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
+    by_fd.erase(p->fd);
+    close(p->fd);
+    p->fd = -1;
+    g.ring->AddLoad(p->upstream, -1);
+  }
+  const SocketAddress& dst = g.upstreams[u].address;
+  // A fresh socket per query: the kernel picks a random ephemeral source port.
+  const int fd = socket(dst.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Fail(p);
+  p->id = static_cast<uint16_t>(rng());
+  dns::ResponseWriter w(out, sizeof(out));
+  w.Begin(p->id, dns::flag::kRd | (p->miss.cd_bit ? dns::flag::kCd : 0), p->miss.qname.span(), p->miss.qtype,
+          p->miss.qclass);
+  w.BeginOpt(1232, p->miss.do_bit);
+  if (p->miss.send_ecs) w.AddEcs(p->miss.ecs);
+  if (p->miss.weighted) w.AddWeights(config.weight_option_code, {});
+  const size_t len = w.Finish(sizeof(out));
+  p->query.assign(out, out + len);
+  if (sendto(fd, out, len, 0, dst.sa(), dst.len) < 0) {
+    close(fd);
+    p->tried |= uint64_t{1} << u;
+    ++p->attempts;
+    MarkResult(g, u, false);
+    return Send(p);
+  }
+  sockaddr_storage local{};
+  socklen_t ll = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
+  p->port = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll).port();
+  p->fd = fd;
+  p->upstream = u;
+  p->tried |= uint64_t{1} << u;
+  ++p->attempts;
+  p->sent = Clock::now();
+  p->deadline = p->sent + std::chrono::milliseconds(config.upstream_timeout_ms);
+  p->generation = next_generation++;
+  g.ring->AddLoad(u, 1);
+  (*g.stats)[u]->queries.Add();
+  self->upstream_queries_.Add();
+  by_fd[fd] = p;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  timers.push({p->deadline, p, p->generation});
+}
+
+void Forwarder::Impl::OnReadable(int fd) {
+  auto it = by_fd.find(fd);
+  if (it == by_fd.end()) return;
+  Pending* p = it->second;
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  for (;;) {
+    sockaddr_storage from{};
+    socklen_t fl = sizeof(from);
+    const ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    if (n < 0) return;
+    const SocketAddress src = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
+    const SocketAddress& dst = g.upstreams[p->upstream].address;
+    dns::Message m;
+    // Anti-spoofing: the answer must come from the recursor's address and
+    // port, carry our random ID and echo our question exactly.
+    const bool from_ok = src.family() == dst.family() && src.port() == dst.port() &&
+                         std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0;
+    if (!from_ok || m.Parse({buf, static_cast<size_t>(n)}, parse_options) != dns::ParseError::kOk ||
+        m.id() != p->id || !(m.flags() & dns::flag::kQr) || m.qtype() != p->miss.qtype ||
+        m.qclass() != p->miss.qclass || !(m.qname() == p->miss.qname)) {
+      self->counters_.Drop(DropReason::kSpoofedAnswer);
+      continue;  // keep waiting for the genuine answer until the timeout
+    }
+    (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
+    (*g.stats)[p->upstream]->answers.Add();
+    MarkResult(g, p->upstream, true);
+    Finish(p, buf, static_cast<size_t>(n));
+    return;
+  }
+}
+
+void Forwarder::Impl::OnTimeout(Pending* p) {
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  (*g.stats)[p->upstream]->timeouts.Add();
+  MarkResult(g, p->upstream, false);
+  Send(p);  // next upstream on the ring, or Fail when out of attempts
+}
+
+void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
+  if (ok) {
+    g.consecutive_failures[u] = 0;
+    if (!g.ring->IsUp(u)) {
+      g.ring->SetUp(u, true);
+      (*g.stats)[u]->up = true;
+    }
+    return;
+  }
+  if (++g.consecutive_failures[u] >= config.health_failures && g.ring->IsUp(u)) {
+    // Down until a later query succeeds; the ring moves its share to the
+    // next live recursor only. If every recursor is down, all are retried.
+    g.ring->SetUp(u, false);
+    (*g.stats)[u]->up = false;
+    bool any = false;
+    for (int i = 0; i < g.ring->size(); ++i) any = any || g.ring->IsUp(i);
+    if (!any) {
+      for (int i = 0; i < g.ring->size(); ++i) g.ring->SetUp(i, true);
+    }
+  }
+}
+
+void Forwarder::Impl::Release(Pending* p) {
+  if (p->fd >= 0) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
+    by_fd.erase(p->fd);
+    close(p->fd);
+    groups[p->weighted_group ? 1 : 0].ring->AddLoad(p->upstream, -1);
+  }
+  inflight.erase(p->key);  // frees p
+}
+
+void Forwarder::Impl::Reply(const PendingClient& c, const uint8_t* data, size_t len) {
+  if (c.route.udp_fd >= 0) {
+    sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
+  } else if (tcp_reply) {
+    tcp_reply(c.route.tcp_conn, std::vector<uint8_t>(data, data + len));
+  }
+}
+
+void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
+  dns::Message up;
+  up.Parse({answer, len}, parse_options);
+  const size_t body = dns::AnswerOffset(p->miss.qname.len);  // first record in the upstream answer
+  // Records up to the upstream's OPT (or the end) are relayed verbatim: the
+  // question has the same length in every copy, so compression offsets hold.
+  size_t records_end = len;
+  uint16_t arcount = up.count(dns::Section::kAdditional);
+  if (up.edns().present) {
+    records_end = up.edns().opt_offset;
+    arcount = 0;
+    auto it = up.Records(dns::Section::kAdditional);
+    dns::RrView rr;
+    while (it.Next(&rr) && rr.name_offset < records_end) ++arcount;
+  }
+  for (const PendingClient& c : p->waiters) {
+    dns::Query q;
+    if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
+    dns::ResponseWriter w(out, sizeof(out));
+    const uint16_t flags = static_cast<uint16_t>(
+        dns::flag::kQr | dns::flag::kRa | (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+        (up.flags() & (dns::flag::kAd | dns::flag::kRcodeMask)));
+    w.Begin(q.id, flags, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype,
+            q.qclass);
+    std::memcpy(out + body, answer + body, records_end - body);
+    dns::Store16(out + dns::kOffAncount, up.count(dns::Section::kAnswer));
+    dns::Store16(out + dns::kOffNscount, up.count(dns::Section::kAuthority));
+    dns::Store16(out + dns::kOffArcount, arcount);
+    size_t total = records_end;
+    const size_t opt_room = 11 + 4 + 4 + 16 + 4 + up.edns().weight_len;
+    if (q.edns.present && total + opt_room <= sizeof(out)) {
+      // OPT for the client: our buffer size, its DO bit, ECS echoed to a
+      // client that sent ECS, weights only to a client that asked.
+      uint8_t* o = out + total;
+      o[0] = 0;
+      dns::Store16(o + 1, dns::type::kOpt);
+      dns::Store16(o + 3, 1232);
+      dns::Store32(o + 5, q.edns.do_bit ? 0x8000u : 0u);
+      size_t opt_len = 0;
+      uint8_t* opts = o + 11;
+      if (q.edns.has_ecs) {
+        dns::ClientSubnet e = q.edns.ecs;
+        e.scope_prefix = up.edns().has_ecs ? std::min(up.edns().ecs.scope_prefix, e.source_prefix) : 0;
+        opt_len += dns::EncodeEcsOption(e, opts + opt_len, sizeof(out) - total - 11 - opt_len);
+      }
+      if (q.edns.has_weight && up.edns().has_weight) {
+        const size_t wl = up.edns().weight_len;
+        dns::Store16(opts + opt_len, config.weight_option_code);
+        dns::Store16(opts + opt_len + 2, static_cast<uint16_t>(wl));
+        std::memcpy(opts + opt_len + 4, answer + up.edns().weight_offset, wl);
+        opt_len += 4 + wl;
+      }
+      dns::Store16(o + 9, static_cast<uint16_t>(opt_len));
+      total += 11 + opt_len;
+      dns::Store16(out + dns::kOffArcount, static_cast<uint16_t>(arcount + 1));
+    }
+    if (total > q.udp_limit() && c.route.udp_fd >= 0) {
+      // Too big for the client's UDP buffer: header + question with TC.
+      dns::ResponseWriter tc(out, sizeof(out));
+      tc.Begin(q.id, flags | dns::flag::kTc, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len),
+               q.qtype, q.qclass);
+      if (q.edns.present) tc.BeginOpt(1232, q.edns.do_bit);
+      total = tc.Finish(q.udp_limit());
+    }
+    self->counters_.rcodes[up.rcode() < 24 ? up.rcode() : 2].Add();
+    Reply(c, out, total);
+  }
+  Release(p);
+}
+
+void Forwarder::Impl::Fail(Pending* p) {
+  for (const PendingClient& c : p->waiters) {
+    dns::Query q;
+    if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
+    dns::ResponseWriter w(out, sizeof(out));
+    w.BeginResponse(c.query, q, dns::Rcode::kServFail);
+    if (q.edns.present) w.BeginOpt(1232, q.edns.do_bit);
+    const size_t n = w.Finish(q.udp_limit());
+    self->counters_.Drop(DropReason::kUpstreamFailure);
+    self->counters_.rcodes[2].Add();
+    Reply(c, out, n);
+  }
+  Release(p);
+}
+
+}  // namespace weir::fastpath

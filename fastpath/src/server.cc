@@ -1,0 +1,459 @@
+#include "weir/fastpath/server.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "text.h"
+#include "weir/fastpath/forwarder.h"
+#include "weir/fastpath/handler.h"
+#include "weir/partitions/rcu.h"
+
+namespace weir::fastpath {
+namespace {
+
+constexpr int kBurst = 32;
+constexpr size_t kUdpMax = 4096;  // larger datagrams are not queries we answer
+
+uint32_t NowSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint32_t>(ts.tv_sec) + 1;
+}
+
+absl::StatusOr<int> BindSocket(const SocketAddress& addr, int type, bool reuseport) {
+  const int fd = socket(addr.family(), type | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(Cat("socket(): ", strerror(errno)));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (addr.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd, addr.sa(), addr.len) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::UnavailableError(Cat("bind ", addr.ToString(), ": ", strerror(e)));
+  }
+  return fd;
+}
+
+SocketAddress LocalAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
+  HandlerOptions o;
+  o.weight_option_code = c.weight_option_code;
+  o.allow = c.allow;
+  o.trusted_forwarders = c.trusted_forwarders;
+  o.rate_limit_qps = c.rate_limit_qps;
+  o.rate_limit_burst = c.rate_limit_burst;
+  return o;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  FastpathConfig config;
+  std::vector<std::vector<int>> worker_fds;  // [worker][listen address]
+  std::vector<int> tcp_fds;
+  int metrics_fd = -1;
+  std::vector<SocketAddress> bound;
+  std::vector<std::unique_ptr<WorkerCounters>> counters;  // workers, then TCP
+  std::unique_ptr<Forwarder> forwarder;
+  std::vector<std::thread> threads;
+  std::atomic<bool> running{false};
+
+  // TCP
+  struct Conn {
+    int fd;
+    std::vector<uint8_t> in;
+    std::vector<uint8_t> out;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::unordered_map<uint64_t, Conn> conns;
+  std::unordered_map<int, uint64_t> conn_by_fd;
+  uint64_t next_conn = 1;
+  int tcp_epfd = -1;
+  int tcp_evfd = -1;
+  std::mutex tcp_replies_mu;
+  std::deque<std::pair<uint64_t, std::vector<uint8_t>>> tcp_replies;
+
+  void UdpWorker(int w);
+  void TcpLoop();
+  void TcpRead(uint64_t id);
+  void TcpWrite(uint64_t id, const uint8_t* data, size_t len);
+  void TcpClose(uint64_t id);
+  void MetricsLoop();
+  std::string RenderMetrics() const;
+};
+
+Server::Server(FastpathConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
+
+Server::~Server() { Stop(); }
+
+absl::Status Server::Start() {
+  Impl& s = *impl_;
+  const int workers = s.config.workers;
+  s.worker_fds.assign(workers, {});
+  auto fail = [&](absl::Status st) {
+    for (auto& v : s.worker_fds)
+      for (int fd : v) close(fd);
+    for (int fd : s.tcp_fds) close(fd);
+    s.worker_fds.clear();
+    s.tcp_fds.clear();
+    return st;
+  };
+  for (const SocketAddress& want : s.config.listen) {
+    SocketAddress addr = want;
+    for (int w = 0; w < workers; ++w) {
+      auto fd = BindSocket(addr, SOCK_DGRAM, true);
+      if (!fd.ok()) return fail(fd.status());
+      if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
+      s.worker_fds[w].push_back(*fd);
+    }
+    s.bound.push_back(addr);
+    if (s.config.tcp) {
+      auto fd = BindSocket(addr, SOCK_STREAM, false);
+      if (!fd.ok()) return fail(fd.status());
+      listen(*fd, 1024);
+      fcntl(*fd, F_SETFL, O_NONBLOCK);
+      s.tcp_fds.push_back(*fd);
+    }
+  }
+  if (s.config.metrics_enabled) {
+    auto fd = BindSocket(s.config.metrics_listen, SOCK_STREAM, false);
+    if (!fd.ok()) return fail(fd.status());
+    listen(*fd, 64);
+    s.metrics_fd = *fd;
+    s.config.metrics_listen = LocalAddress(*fd);
+  }
+  for (int i = 0; i <= workers; ++i) s.counters.push_back(std::make_unique<WorkerCounters>());
+  s.tcp_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s.forwarder = std::make_unique<Forwarder>(s.config, workers + 1, [this](uint64_t conn, std::vector<uint8_t> r) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->tcp_replies_mu);
+      impl_->tcp_replies.emplace_back(conn, std::move(r));
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(impl_->tcp_evfd, &one, sizeof(one));
+  });
+  s.forwarder->Start();
+  s.running = true;
+  for (int w = 0; w < workers; ++w) s.threads.emplace_back([this, w] { impl_->UdpWorker(w); });
+  if (s.config.tcp) s.threads.emplace_back([this] { impl_->TcpLoop(); });
+  if (s.metrics_fd >= 0) s.threads.emplace_back([this] { impl_->MetricsLoop(); });
+  return absl::OkStatus();
+}
+
+void Server::Stop() {
+  Impl& s = *impl_;
+  if (!s.running.exchange(false)) return;
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+  s.forwarder->Stop();
+  for (auto& v : s.worker_fds)
+    for (int fd : v) close(fd);
+  for (int fd : s.tcp_fds) close(fd);
+  for (auto& [id, c] : s.conns) close(c.fd);
+  if (s.metrics_fd >= 0) close(s.metrics_fd);
+  if (s.tcp_evfd >= 0) close(s.tcp_evfd);
+}
+
+std::string Server::DescribeListeners() const {
+  std::string out;
+  for (const auto& a : impl_->bound) {
+    out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(), "\n");
+  }
+  if (impl_->metrics_fd >= 0) out += Cat("metrics http ", impl_->config.metrics_listen.ToString(), "\n");
+  return out;
+}
+
+void Server::Impl::UdpWorker(int w) {
+  partitions::RcuThread rcu;
+  WorkerCounters* ctr = counters[w].get();
+  QueryHandler handler(MakeHandlerOptions(config), ctr);
+  const std::vector<int>& fds = worker_fds[w];
+  std::vector<pollfd> pfds;
+  for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
+
+  // Fixed burst arrays, allocated once.
+  static thread_local uint8_t rx[kBurst][kUdpMax];
+  static thread_local uint8_t tx[kBurst][kUdpMax];
+  mmsghdr rmsg[kBurst];
+  iovec riov[kBurst];
+  sockaddr_storage peers[kBurst];
+  mmsghdr smsg[kBurst];
+  iovec siov[kBurst];
+
+  while (running.load(std::memory_order_relaxed)) {
+    int ready;
+    {
+      partitions::RcuOfflineScope offline;  // blocking: let grace periods pass
+      ready = poll(pfds.data(), pfds.size(), 100);
+    }
+    if (ready <= 0) continue;
+    for (size_t f = 0; f < fds.size(); ++f) {
+      if (!(pfds[f].revents & POLLIN)) continue;
+      for (;;) {
+        for (int i = 0; i < kBurst; ++i) {
+          riov[i] = {rx[i], kUdpMax};
+          rmsg[i].msg_hdr = {};
+          rmsg[i].msg_hdr.msg_name = &peers[i];
+          rmsg[i].msg_hdr.msg_namelen = sizeof(peers[i]);
+          rmsg[i].msg_hdr.msg_iov = &riov[i];
+          rmsg[i].msg_hdr.msg_iovlen = 1;
+        }
+        const int n = recvmmsg(fds[f], rmsg, kBurst, MSG_DONTWAIT, nullptr);
+        if (n <= 0) break;
+        const uint32_t now = NowSeconds();
+        int nsend = 0;
+        bool submitted = false;
+        for (int i = 0; i < n; ++i) {
+          const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peers[i]),
+                                                                 rmsg[i].msg_hdr.msg_namelen);
+          ClientInfo client{ToIpAddress(peer), false};
+          size_t out_len = 0;
+          PendingClient pc;
+          const Verdict v = handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &pc.miss);
+          if (v == Verdict::kReply) {
+            siov[nsend] = {tx[nsend], out_len};
+            smsg[nsend].msg_hdr = {};
+            smsg[nsend].msg_hdr.msg_name = &peers[i];
+            smsg[nsend].msg_hdr.msg_namelen = rmsg[i].msg_hdr.msg_namelen;
+            smsg[nsend].msg_hdr.msg_iov = &siov[nsend];
+            smsg[nsend].msg_hdr.msg_iovlen = 1;
+            ++nsend;
+          } else if (v == Verdict::kMiss) {
+            pc.route.udp_fd = fds[f];
+            pc.route.peer = peer;
+            pc.query.assign(rx[i], rx[i] + rmsg[i].msg_len);
+            if (!forwarder->Submit(w, std::move(pc))) {
+              ctr->Drop(DropReason::kMissQueueFull);
+            } else {
+              submitted = true;
+            }
+          }
+        }
+        if (nsend > 0) sendmmsg(fds[f], smsg, nsend, 0);
+        if (submitted) forwarder->Notify();
+        rcu.Quiescent();
+        if (n < kBurst) break;
+      }
+    }
+  }
+}
+
+void Server::Impl::TcpLoop() {
+  partitions::RcuThread rcu;
+  const int tcp_index = config.workers;
+  WorkerCounters* ctr = counters[tcp_index].get();
+  QueryHandler handler(MakeHandlerOptions(config), ctr);
+  tcp_epfd = epoll_create1(EPOLL_CLOEXEC);
+  auto add = [&](int fd, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    epoll_ctl(tcp_epfd, EPOLL_CTL_ADD, fd, &ev);
+  };
+  // Tags: listener i -> i, eventfd -> 1<<62, connection id -> (1<<63) | id.
+  for (size_t i = 0; i < tcp_fds.size(); ++i) add(tcp_fds[i], i);
+  add(tcp_evfd, uint64_t{1} << 62);
+  epoll_event events[64];
+  std::vector<uint8_t> out(65535 + 2);
+  while (running.load(std::memory_order_relaxed)) {
+    int n;
+    {
+      partitions::RcuOfflineScope offline;
+      n = epoll_wait(tcp_epfd, events, 64, 100);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == (uint64_t{1} << 62)) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = read(tcp_evfd, &v, sizeof(v));
+        std::deque<std::pair<uint64_t, std::vector<uint8_t>>> replies;
+        {
+          std::lock_guard<std::mutex> lock(tcp_replies_mu);
+          replies.swap(tcp_replies);
+        }
+        for (auto& [id, data] : replies) TcpWrite(id, data.data(), data.size());
+      } else if (tag & (uint64_t{1} << 63)) {
+        const uint64_t id = tag & ~(uint64_t{1} << 63);
+        auto it = conns.find(id);
+        if (it == conns.end()) continue;
+        Conn& c = it->second;
+        uint8_t buf[16384];
+        const ssize_t r = read(c.fd, buf, sizeof(buf));
+        if (r <= 0) {
+          TcpClose(id);
+          continue;
+        }
+        c.last = now;
+        c.in.insert(c.in.end(), buf, buf + r);
+        // Every complete length-prefixed message in the buffer.
+        size_t off = 0;
+        while (c.in.size() - off >= 2) {
+          const size_t len = dns::Load16(c.in.data() + off);
+          if (c.in.size() - off - 2 < len) break;
+          const uint8_t* msg = c.in.data() + off + 2;
+          const SocketAddress peer = [&] {
+            sockaddr_storage ss{};
+            socklen_t sl = sizeof(ss);
+            getpeername(c.fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+            return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
+          }();
+          ClientInfo client{ToIpAddress(peer), true};
+          size_t out_len = 0;
+          PendingClient pc;
+          const Verdict v =
+              handler.Handle(msg, len, client, NowSeconds(), out.data(), out.size(), &out_len, &pc.miss);
+          if (v == Verdict::kReply) {
+            TcpWrite(id, out.data(), out_len);
+          } else if (v == Verdict::kMiss) {
+            pc.route.tcp_conn = id;
+            pc.query.assign(msg, msg + len);
+            if (forwarder->Submit(tcp_index, std::move(pc))) {
+              forwarder->Notify();
+            } else {
+              ctr->Drop(DropReason::kMissQueueFull);
+            }
+          }
+          off += 2 + len;
+        }
+        if (conns.count(id)) conns[id].in.erase(conns[id].in.begin(), conns[id].in.begin() + off);
+      } else {
+        const int lfd = tcp_fds[tag];
+        for (;;) {
+          const int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          if (cfd < 0) break;
+          if (static_cast<int>(conns.size()) >= config.tcp_max_connections) {
+            close(cfd);
+            continue;
+          }
+          const uint64_t id = next_conn++;
+          conns[id] = Conn{cfd, {}, {}, now};
+          add(cfd, (uint64_t{1} << 63) | id);
+        }
+      }
+    }
+    // Idle connections are closed (RFC 7766 6.2.3).
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (now - it->second.last > std::chrono::milliseconds(config.tcp_idle_timeout_ms)) {
+        close(it->second.fd);
+        it = conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    rcu.Quiescent();
+  }
+  close(tcp_epfd);
+}
+
+void Server::Impl::TcpWrite(uint64_t id, const uint8_t* data, size_t len) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;  // the client went away
+  uint8_t hdr[2];
+  dns::Store16(hdr, static_cast<uint16_t>(len));
+  iovec iov[2] = {{hdr, 2}, {const_cast<uint8_t*>(data), len}};
+  // Answers are small; a short write on a full socket closes the connection
+  // rather than buffering without bound.
+  const ssize_t w = writev(it->second.fd, iov, 2);
+  if (w != static_cast<ssize_t>(len + 2)) TcpClose(id);
+}
+
+void Server::Impl::TcpClose(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  close(it->second.fd);
+  conns.erase(it);
+}
+
+std::string Server::Impl::RenderMetrics() const {
+  std::string out;
+  auto sum = [&](auto field) {
+    uint64_t t = 0;
+    for (const auto& c : counters) t += field(*c);
+    t += field(forwarder->counters());
+    return t;
+  };
+  out += "# HELP weir_queries_total Queries received.\n# TYPE weir_queries_total counter\n";
+  out += Cat("weir_queries_total{transport=\"udp\"} ", sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }),
+             "\n");
+  out += Cat("weir_queries_total{transport=\"tcp\"} ", sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }),
+             "\n");
+  out += "# TYPE weir_cache_hits_total counter\n";
+  out += Cat("weir_cache_hits_total ", sum([](const WorkerCounters& c) { return c.hits.Read(); }), "\n");
+  out += "# TYPE weir_cache_misses_total counter\n";
+  out += Cat("weir_cache_misses_total ", sum([](const WorkerCounters& c) { return c.misses.Read(); }), "\n");
+  out += "# TYPE weir_stale_served_total counter\n";
+  out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }), "\n");
+  out += "# TYPE weir_coalesced_total counter\n";
+  out += Cat("weir_coalesced_total ", forwarder->coalesced(), "\n");
+  out += "# TYPE weir_upstream_queries_total counter\n";
+  out += Cat("weir_upstream_queries_total ", forwarder->upstream_queries(), "\n");
+  out += "# TYPE weir_drops_total counter\n";
+  for (size_t r = 0; r < static_cast<size_t>(DropReason::kCount); ++r) {
+    out += Cat("weir_drops_total{reason=\"", DropReasonName(static_cast<DropReason>(r)), "\"} ",
+               sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }), "\n");
+  }
+  out += "# TYPE weir_responses_total counter\n";
+  for (size_t r = 0; r < 24; ++r) {
+    const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
+    if (v != 0) out += Cat("weir_responses_total{rcode=\"", r, "\"} ", v, "\n");
+  }
+  out += "# TYPE weir_upstream_latency_seconds histogram\n";
+  for (int g = 0; g < 2; ++g) {
+    for (const auto& u : forwarder->upstream_stats(g == 1)) {
+      const std::string labels = Cat("group=\"", g ? "weighted" : "ordinary", "\",upstream=\"", u->name, "\"");
+      u->latency.Render(&out, "weir_upstream_latency_seconds", labels);
+      out += Cat("weir_upstream_up{", labels, "} ", u->up.load() ? 1 : 0, "\n");
+      out += Cat("weir_upstream_timeouts_total{", labels, "} ", u->timeouts.Read(), "\n");
+    }
+  }
+  return out;
+}
+
+void Server::Impl::MetricsLoop() {
+  pollfd p{metrics_fd, POLLIN, 0};
+  while (running.load(std::memory_order_relaxed)) {
+    if (poll(&p, 1, 100) <= 0) continue;
+    const int c = accept4(metrics_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    timeval tv{1, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char req[2048];
+    const ssize_t r = read(c, req, sizeof(req) - 1);
+    std::string body;
+    std::string status = "200 OK";
+    if (r > 0 && std::strncmp(req, "GET /metrics", 12) == 0) {
+      body = RenderMetrics();
+    } else {
+      status = "404 Not Found";
+      body = "try /metrics\n";
+    }
+    const std::string resp = Cat("HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: ",
+                                 body.size(), "\r\nConnection: close\r\n\r\n", body);
+    [[maybe_unused]] ssize_t w = write(c, resp.data(), resp.size());
+    close(c);
+  }
+}
+
+}  // namespace weir::fastpath

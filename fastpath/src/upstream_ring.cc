@@ -1,0 +1,54 @@
+#include "weir/fastpath/upstream_ring.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weir::fastpath {
+
+uint64_t StableHash(const uint8_t* data, size_t len, uint64_t seed) {
+  uint64_t h = 0xcbf29ce484222325ull ^ seed;
+  for (size_t i = 0; i < len; ++i) {
+    h ^= data[i];
+    h *= 0x100000001b3ull;
+  }
+  // splitmix64 finaliser: FNV alone clusters on short, similar keys.
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+UpstreamRing::UpstreamRing(int count, int vnodes, double load_factor)
+    : up_(count, true), load_(count, 0), load_factor_(load_factor) {
+  for (int u = 0; u < count; ++u) {
+    for (int v = 0; v < vnodes; ++v) {
+      const uint64_t key = (uint64_t(u) << 32) | uint32_t(v);
+      points_.push_back({StableHash(reinterpret_cast<const uint8_t*>(&key), sizeof(key), 0x77656972), u});
+    }
+  }
+  std::sort(points_.begin(), points_.end(), [](const Point& a, const Point& b) { return a.hash < b.hash; });
+}
+
+int UpstreamRing::Pick(uint64_t hash, uint64_t exclude) const {
+  if (points_.empty()) return -1;
+  int live = 0;
+  for (int i = 0; i < size(); ++i) live += (up_[i] && !(exclude >> i & 1)) ? 1 : 0;
+  if (live == 0) return -1;
+  // Bound: ceil(c * (total + 1) / live) in-flight queries per upstream.
+  const int bound = static_cast<int>(std::ceil(load_factor_ * (total_load_ + 1) / live));
+  auto it = std::lower_bound(points_.begin(), points_.end(), hash,
+                             [](const Point& p, uint64_t h) { return p.hash < h; });
+  int fallback = -1;
+  for (size_t n = 0; n < points_.size(); ++n, ++it) {
+    if (it == points_.end()) it = points_.begin();
+    const int u = it->upstream;
+    if (!up_[u] || (exclude >> u & 1)) continue;
+    if (fallback < 0) fallback = u;
+    if (load_[u] < bound) return u;
+  }
+  return fallback;
+}
+
+}  // namespace weir::fastpath
