@@ -14,12 +14,14 @@
 #include "weir/dns/writer.h"
 #include "weir/fastpath/spsc_ring.h"
 #include "weir/fastpath/upstream_ring.h"
+#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kRingSize = 4096;
+constexpr size_t kReturnRingSize = 4096;
 constexpr size_t kMaxMessage = 65535;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -55,8 +57,10 @@ struct Group {
 struct Forwarder::Impl {
   Forwarder* self;
   FastpathConfig config;
-  std::function<void(uint64_t, std::vector<uint8_t>)> tcp_reply;
+  SharedState* shared;
   std::vector<std::unique_ptr<SpscRing<PendingClient, kRingSize>>> rings;
+  std::vector<std::unique_ptr<SpscRing<ReturnedQuery, kReturnRingSize>>> returns;
+  std::vector<int> return_fds;
   int epfd = -1;
   int evfd = -1;
   std::atomic<bool> running{false};
@@ -85,19 +89,23 @@ struct Forwarder::Impl {
   void OnTimeout(Pending* p);
   void Finish(Pending* p, const uint8_t* answer, size_t len);
   void Fail(Pending* p);
-  void Reply(const PendingClient& c, const uint8_t* data, size_t len);
+  void Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len);
+  bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
 };
 
-Forwarder::Forwarder(const FastpathConfig& config, int workers,
-                     std::function<void(uint64_t, std::vector<uint8_t>)> tcp_reply)
+Forwarder::Forwarder(const FastpathConfig& config, int workers, SharedState* shared)
     : impl_(std::make_unique<Impl>()) {
   impl_->self = this;
   impl_->config = config;
-  impl_->tcp_reply = std::move(tcp_reply);
+  impl_->shared = shared;
   impl_->parse_options.weight_option_code = config.weight_option_code;
-  for (int i = 0; i < workers; ++i) impl_->rings.push_back(std::make_unique<SpscRing<PendingClient, kRingSize>>());
+  for (int i = 0; i < workers; ++i) {
+    impl_->rings.push_back(std::make_unique<SpscRing<PendingClient, kRingSize>>());
+    impl_->returns.push_back(std::make_unique<SpscRing<ReturnedQuery, kReturnRingSize>>());
+    impl_->return_fds.push_back(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  }
   for (int g = 0; g < 2; ++g) {
     Group& grp = impl_->groups[g];
     grp.upstreams = g == 0 ? config.ordinary : config.weighted;
@@ -113,7 +121,14 @@ Forwarder::Forwarder(const FastpathConfig& config, int workers,
   }
 }
 
-Forwarder::~Forwarder() { Stop(); }
+Forwarder::~Forwarder() {
+  Stop();
+  for (int fd : impl_->return_fds) close(fd);
+}
+
+int Forwarder::return_fd(int worker) const { return impl_->return_fds[worker]; }
+
+bool Forwarder::TakeReturned(int worker, ReturnedQuery* out) { return impl_->returns[worker]->Pop(out); }
 
 void Forwarder::Start() {
   impl_->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -143,14 +158,21 @@ void Forwarder::Notify() {
 }
 
 void Forwarder::Impl::Run() {
+  // The forwarder reads and writes the cache: an RCU thread like the workers.
+  partitions::RcuThread rcu;
   epoll_event events[64];
   while (running.load(std::memory_order_relaxed)) {
+    rcu.Quiescent();
     int timeout_ms = 50;
     if (!timers.empty()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timers.top().at - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 50));
     }
-    const int n = epoll_wait(epfd, events, 64, timeout_ms);
+    int n;
+    {
+      partitions::RcuOfflineScope offline;
+      n = epoll_wait(epfd, events, 64, timeout_ms);
+    }
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == evfd) {
         uint64_t v;
@@ -330,17 +352,133 @@ void Forwarder::Impl::Release(Pending* p) {
   inflight.erase(p->key);  // frees p
 }
 
-void Forwarder::Impl::Reply(const PendingClient& c, const uint8_t* data, size_t len) {
-  if (c.route.udp_fd >= 0) {
-    sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
-  } else if (tcp_reply) {
-    tcp_reply(c.route.tcp_conn, std::vector<uint8_t>(data, data + len));
+void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len) {
+  if (c.worker < 0) return;  // a prefetch: nobody waits
+  const int worker = c.worker;
+  const int udp_fd = c.route.udp_fd;
+  const SocketAddress peer = c.route.peer;
+  ReturnedQuery r;
+  r.mode = mode;
+  r.fallback.assign(data, data + len);
+  r.client = std::move(c);
+  if (returns[worker]->Push(std::move(r))) {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(return_fds[worker], &one, sizeof(one));
+    return;
   }
+  // The worker's return queue is full: answer UDP clients directly.
+  self->counters_.Drop(DropReason::kMissQueueFull);
+  if (udp_fd >= 0) sendto(udp_fd, data, len, 0, peer.sa(), peer.len);
+}
+
+// Builds the cache entry for an upstream answer and inserts it. Returns
+// false when the answer is not cacheable. *stale_instead is set when the
+// answer is a failure and a stale entry should be served instead.
+bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* stale_instead) {
+  *stale_instead = false;
+  partitions::Cache& cache = *shared->cache;
+  const uint32_t now = shared->clock->NowSeconds();
+  const partitions::CacheKey key{p.miss.partition, p.miss.qname.span(), p.miss.qtype, p.miss.qclass};
+  const uint16_t rcode = up.rcode();
+  if (rcode == static_cast<uint16_t>(dns::Rcode::kServFail)) {
+    partitions::Freshness f;
+    if (cache.Find(key, now, &f) != nullptr) {
+      *stale_instead = true;  // RFC 8767: keep the stale answer, do not overwrite it
+      return false;
+    }
+  } else if (rcode != 0 && rcode != static_cast<uint16_t>(dns::Rcode::kNxDomain)) {
+    return false;  // REFUSED, NOTIMP, FORMERR...: relayed, never cached
+  }
+  if (up.flags() & dns::flag::kTc) return false;
+  partitions::CacheEntryBuilder b(key);
+  b.SetFlags(up.flags());
+  // Follow the CNAME chain from the qname through the answer section; records
+  // off the chain are not ours to cache.
+  struct Rec {
+    dns::NameKey owner;
+    dns::RrView rr;
+  };
+  std::vector<Rec> answers;
+  auto it = up.Records(dns::Section::kAnswer);
+  dns::RrView rr;
+  while (it.Next(&rr)) {
+    Rec r;
+    size_t end;
+    if (dns::ReadName(up.bytes(), rr.name_offset, &end, &r.owner) != dns::ParseError::kOk) return false;
+    r.rr = rr;
+    answers.push_back(r);
+  }
+  dns::NameKey cur = p.miss.qname;
+  uint8_t rdata[dns::kMaxNameWire * 2 + 32];
+  size_t address_count = 0;
+  bool found = false;
+  for (int hops = 0; hops < 16; ++hops) {
+    bool advanced = false;
+    for (const Rec& r : answers) {
+      if (!(r.owner == cur) || r.rr.klass != p.miss.qclass) continue;
+      size_t rdlen = 0;
+      if (r.rr.type == dns::type::kCname && p.miss.qtype != dns::type::kCname) {
+        if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) {
+          return false;
+        }
+        b.AddCname(cur.span(), {rdata, rdlen}, r.rr.ttl);
+        std::copy(rdata, rdata + rdlen, cur.bytes.begin());
+        cur.len = static_cast<uint8_t>(rdlen);
+        advanced = true;
+        break;
+      }
+    }
+    if (!advanced) break;
+  }
+  for (const Rec& r : answers) {
+    if (!(r.owner == cur) || r.rr.type != p.miss.qtype || r.rr.klass != p.miss.qclass) continue;
+    size_t rdlen = 0;
+    if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) {
+      continue;
+    }
+    if ((r.rr.type == dns::type::kA && rdlen == 4) || (r.rr.type == dns::type::kAaaa && rdlen == 16)) {
+      b.AddAddress(cur.span(), {rdata, rdlen}, r.rr.ttl);
+      ++address_count;
+    } else {
+      b.AddAnswer(cur.span(), r.rr.type, r.rr.klass, r.rr.ttl, {rdata, rdlen});
+    }
+    found = true;
+  }
+  auto auth = up.Records(dns::Section::kAuthority);
+  while (auth.Next(&rr)) {
+    if (rr.type != dns::type::kSoa) continue;
+    dns::NameKey owner;
+    size_t end, rdlen;
+    if (dns::ReadName(up.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) continue;
+    if (dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) continue;
+    b.AddAuthority(owner.span(), rr.type, rr.klass, rr.ttl, {rdata, rdlen});
+  }
+  if (up.edns().has_weight && address_count > 0) {
+    const dns::WeightSet w =
+        dns::DecodeWeights(up.bytes().subspan(up.edns().weight_offset, up.edns().weight_len), address_count);
+    if (w.valid()) b.SetWeights({w.weights.data(), w.count});
+  }
+  if (up.edns().has_ecs) b.SetEcs(up.edns().ecs.family, up.edns().ecs.source_prefix, up.edns().ecs.scope_prefix);
+  partitions::EntryKind kind = partitions::EntryKind::kPositive;
+  if (rcode == static_cast<uint16_t>(dns::Rcode::kServFail)) {
+    kind = partitions::EntryKind::kServFail;
+  } else if (rcode == static_cast<uint16_t>(dns::Rcode::kNxDomain)) {
+    kind = partitions::EntryKind::kNxDomain;
+  } else if (!found) {
+    kind = partitions::EntryKind::kNoData;
+  }
+  auto entry = b.Build(kind, now, shared->limits);
+  if (!entry.ok()) return false;
+  cache.Insert(*std::move(entry));
+  return true;
 }
 
 void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
   dns::Message up;
   up.Parse({answer, len}, parse_options);
+  bool stale_instead = false;
+  FillCache(*p, up, &stale_instead);
+  const HandleMode mode = stale_instead ? HandleMode::kStaleOk : HandleMode::kAfterFill;
   const size_t body = dns::AnswerOffset(p->miss.qname.len);  // first record in the upstream answer
   // Records up to the upstream's OPT (or the end) are relayed verbatim: the
   // question has the same length in every copy, so compression offsets hold.
@@ -353,7 +491,8 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
     dns::RrView rr;
     while (it.Next(&rr) && rr.name_offset < records_end) ++arcount;
   }
-  for (const PendingClient& c : p->waiters) {
+  for (PendingClient& c : p->waiters) {
+    if (c.worker < 0) continue;
     dns::Query q;
     if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
     dns::ResponseWriter w(out, sizeof(out));
@@ -402,23 +541,22 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
       if (q.edns.present) tc.BeginOpt(1232, q.edns.do_bit);
       total = tc.Finish(q.udp_limit());
     }
-    self->counters_.rcodes[up.rcode() < 24 ? up.rcode() : 2].Add();
-    Reply(c, out, total);
+    Reply(c, mode, out, total);
   }
   Release(p);
 }
 
 void Forwarder::Impl::Fail(Pending* p) {
-  for (const PendingClient& c : p->waiters) {
+  for (PendingClient& c : p->waiters) {
+    if (c.worker < 0) continue;
     dns::Query q;
     if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
     dns::ResponseWriter w(out, sizeof(out));
     w.BeginResponse(c.query, q, dns::Rcode::kServFail);
     if (q.edns.present) w.BeginOpt(1232, q.edns.do_bit);
     const size_t n = w.Finish(q.udp_limit());
-    self->counters_.Drop(DropReason::kUpstreamFailure);
-    self->counters_.rcodes[2].Add();
-    Reply(c, out, n);
+    // The worker serves a stale entry if it has one (RFC 8767), else this SERVFAIL.
+    Reply(c, HandleMode::kStaleOk, out, n);
   }
   Release(p);
 }

@@ -1,9 +1,23 @@
 #include "weir/fastpath/handler.h"
 
+#include <algorithm>
+
 #include "weir/dns/writer.h"
 #include "weir/fastpath/upstream_ring.h"
 
 namespace weir::fastpath {
+
+HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
+  HandlerOptions o;
+  o.weight_option_code = c.weight_option_code;
+  o.allow = c.allow;
+  o.trusted_forwarders = c.trusted_forwarders;
+  o.rate_limit_qps = c.rate_limit_qps;
+  o.rate_limit_burst = c.rate_limit_burst;
+  o.stale_answer_ttl = c.stale_answer_ttl;
+  o.prefetch_percent = c.prefetch_percent;
+  return o;
+}
 
 RateLimiter::RateLimiter(uint32_t qps, uint32_t burst)
     : qps_(qps), burst_(burst > 0 ? burst : qps), buckets_(qps > 0 ? 65536 : 0) {}
@@ -13,7 +27,7 @@ bool RateLimiter::Allow(const partitions::IpAddress& src, uint32_t now) {
   const size_t n = src.family == 4 ? 4 : 16;
   Bucket& b = buckets_[StableHash(src.bytes.data(), n) & 0xffff];
   if (b.last != now) {
-    const uint64_t refill = uint64_t{now - b.last} * qps_;
+    const uint64_t refill = b.last == 0 ? burst_ : uint64_t{now - b.last} * qps_;
     b.tokens = static_cast<uint32_t>(std::min<uint64_t>(burst_, b.tokens + refill));
     b.last = now;
   }
@@ -22,8 +36,37 @@ bool RateLimiter::Allow(const partitions::IpAddress& src, uint32_t now) {
   return true;
 }
 
-QueryHandler::QueryHandler(const HandlerOptions& options, WorkerCounters* counters)
-    : options_(options), counters_(counters), limiter_(options.rate_limit_qps, options.rate_limit_burst) {
+void AnswerCounters::Count(partitions::Partition partition, std::span<const uint8_t> qname, const uint8_t* addr,
+                           uint8_t addr_len) {
+  uint64_t key = StableHash(qname.data(), qname.size(), partition) ^ StableHash(addr, addr_len, 0x61);
+  key |= 1;  // never 0 (empty)
+  for (size_t probe = 0; probe < 16; ++probe) {
+    Slot& s = slots_[(key + probe) & (kSlots - 1)];
+    const uint64_t k = s.key.load(std::memory_order_relaxed);
+    if (k == key) {
+      s.count.Add();
+      return;
+    }
+    if (k == 0) {
+      s.partition = partition;
+      s.qname_len = static_cast<uint8_t>(qname.size());
+      std::copy(qname.begin(), qname.end(), s.qname.begin());
+      s.addr_len = addr_len;
+      std::copy(addr, addr + addr_len, s.addr.begin());
+      s.count.Add();
+      s.key.store(key, std::memory_order_release);  // publish to the metrics thread
+      return;
+    }
+  }
+  overflow_.Add();
+}
+
+QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, WorkerCounters* counters)
+    : options_(options),
+      shared_(shared),
+      counters_(counters),
+      limiter_(options.rate_limit_qps, options.rate_limit_burst),
+      prefetched_(1024, {0, 0}) {
   parse_options_.weight_option_code = options.weight_option_code;
 }
 
@@ -55,24 +98,89 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
   // Header only: the question could not be read.
   if (len < 4 || out_cap < dns::kHeaderSize) return 0;
   const uint16_t qflags = dns::Load16(pkt + 2);
-  const uint16_t flags = static_cast<uint16_t>(dns::flag::kQr | (qflags & (dns::flag::kOpcodeMask | dns::flag::kRd)) |
-                                               dns::flag::kRa | (code & 0xf));
+  const uint16_t flags = static_cast<uint16_t>(
+      dns::flag::kQr | (qflags & (dns::flag::kOpcodeMask | dns::flag::kRd)) | dns::flag::kRa | (code & 0xf));
   dns::Store16(out, dns::Load16(pkt));
   dns::Store16(out + 2, flags);
   for (size_t i = 4; i < dns::kHeaderSize; ++i) out[i] = 0;
   return dns::kHeaderSize;
 }
 
+size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e,
+                                 const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
+                                 uint32_t age, uint8_t* out, size_t out_cap) {
+  const dns::Query& q = query_;
+  dns::ResponseWriter w(out, out_cap);
+  const uint16_t rcode = static_cast<uint16_t>(e.rcode());
+  const uint16_t flags = static_cast<uint16_t>(
+      dns::flag::kQr | dns::flag::kRa | (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+      (e.flags() & dns::flag::kAd) | (rcode & 0xf));
+  if (w.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) != dns::ParseError::kOk) {
+    return 0;
+  }
+  (void)len;
+  // A client that asks for weights gets every address and the weights
+  // (DESIGN section 2); otherwise tagged names are answered by SWRR.
+  partitions::AnswerMode mode = partitions::AnswerMode::kAll;
+  if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
+  uint8_t weights[dns::kMaxWeightedAddresses];
+  partitions::AnswerWrite aw;
+  const bool fits = partitions::WriteAnswer(e, mode, swrr_, age, w.tail(), w.room(), &aw, weights);
+  if (fits) {
+    w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
+    w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
+    if (tag != nullptr && tag->weight && e.address_count() > 0 && mode != partitions::AnswerMode::kAll) {
+      // The picked record's RDATA: owner pointer (2) + type, class, TTL,
+      // RDLENGTH (10), then the address.
+      const uint8_t* rec = e.records().data() + e.chain_bytes() + size_t{aw.picked} * e.address_record_size();
+      answers_.Count(partition, q.qname.span(), rec + 12, static_cast<uint8_t>(e.address_record_size() - 12));
+    }
+  }
+  if (q.edns.present) {
+    w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
+    if (q.edns.has_ecs) {
+      // Echo the client's subnet; the scope says how far the answer applies
+      // (0 when the subnet did not choose it: RFC 7871 7.2.1).
+      dns::ClientSubnet ecs = q.edns.ecs;
+      ecs.scope_prefix = trusted_ecs && e.ecs_family() != 0 ? std::min(e.ecs_scope(), ecs.source_prefix) : 0;
+      w.AddEcs(ecs);
+    }
+    if (q.edns.has_weight) {
+      if (e.has_weights() && fits) {
+        w.AddWeights(options_.weight_option_code, {weights, aw.weight_count});
+      } else {
+        w.AddWeights(options_.weight_option_code, {});  // supported, not weighted
+      }
+    }
+  }
+  // Larger than the client's buffer (or than ours): TC, the client retries over TCP.
+  const size_t limit = fits ? q.udp_limit() : 0;
+  const size_t n = w.Finish(limit == 0 ? dns::kHeaderSize : limit);
+  if (n != w.size() || !fits) counters_->truncated.Add();
+  counters_->rcodes[rcode < 24 ? rcode : 2].Add();
+  return n;
+}
+
+bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now) {
+  if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail || e.ttl() < 10) return false;
+  const uint32_t left = e.expires() > now ? e.expires() - now : 0;
+  if (uint64_t{left} * 100 >= uint64_t{e.ttl()} * options_.prefetch_percent) return false;
+  auto& slot = prefetched_[e.hash() & (prefetched_.size() - 1)];
+  if (slot.first == e.hash() && now - slot.second < 1) return false;
+  slot = {e.hash(), now};
+  return true;
+}
+
 Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
-                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss) {
-  (client.tcp ? counters_->queries_tcp : counters_->queries_udp).Add();
+                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode) {
+  if (mode == HandleMode::kNormal) (client.tcp ? counters_->queries_tcp : counters_->queries_udp).Add();
   // Garbage: too short for a header, or a response (answering responses
   // invites reflection loops).
   if (len < dns::kHeaderSize || (pkt[2] & 0x80) != 0) {
     counters_->Drop(DropReason::kGarbage);
     return Verdict::kDrop;
   }
-  if (!limiter_.Allow(client.addr, now)) {
+  if (mode == HandleMode::kNormal && !limiter_.Allow(client.addr, now)) {
     counters_->Drop(DropReason::kRateLimited);
     return Verdict::kDrop;
   }
@@ -107,25 +215,86 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     return *out_len ? Verdict::kReply : Verdict::kDrop;
   }
 
-  // Partition: the packet source, or the ECS address of a trusted forwarder.
+  // Tag, then partition: the packet source picks the city, or the ECS
+  // address when a trusted forwarder sent one.
+  const partitions::TagTable* tags = shared_->tags.Get();
+  const partitions::Tag* tag = tags != nullptr ? tags->Lookup(query_.qname.span()) : nullptr;
   partitions::IpAddress who = client.addr;
-  if (query_.edns.has_ecs && Trusted(client.addr)) {
-    const dns::ClientSubnet& e = query_.edns.ecs;
-    who.family = e.family == dns::kEcsFamilyIpv4 ? 4 : 6;
-    who.bytes = e.address;
+  const bool trusted_ecs = query_.edns.has_ecs && Trusted(client.addr);
+  if (trusted_ecs) {
+    who.family = query_.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
+    who.bytes = query_.edns.ecs.address;
   }
-  (void)who;
+  partitions::Partition partition = partitions::kCommonPartition;
+  const partitions::City* city = nullptr;
+  if (tag != nullptr && tag->level != partitions::CacheLevel::kGlobal) {
+    const partitions::CityMap* cm = shared_->citymap.Get();
+    const partitions::PartitionId id = cm != nullptr ? cm->Lookup(who) : 0;
+    if (cm != nullptr) city = &cm->city(id);
+    partition = partitions::PartitionKey(tag->level, id, who);
+  }
 
-  counters_->misses.Add();
-  miss->partition = partitions::kCommonPartition;
+  const partitions::CacheKey key{partition, query_.qname.span(), query_.qtype, query_.qclass};
+  const uint64_t hash = partitions::HashCacheKey(key);
+  partitions::Freshness fresh;
+  const partitions::CacheEntry* e = shared_->cache->Find(key, hash, now, &fresh);
+  if (mode == HandleMode::kNormal) {
+    const size_t slot = partition == partitions::kCommonPartition ? 0
+                        : (partition >> 62) == 1                   ? 1 + (partition & 0x7fff)
+                                                                   : kSubnetSlot;
+    lookups_[slot].Add();
+    if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
+  }
+  if (e != nullptr) {
+    uint32_t age = 0;
+    bool serve = false;
+    if (fresh == partitions::Freshness::kFresh) {
+      serve = true;
+      age = e->Age(now);
+    } else if (mode == HandleMode::kAfterFill) {
+      serve = true;  // the answer just received, with a TTL of (almost) 0
+      age = e->Age(now);
+    } else if (mode == HandleMode::kStaleOk) {
+      serve = true;
+      age = e->ServeAge(now, options_.stale_answer_ttl);
+      counters_->stale_served.Add();
+    }
+    if (serve) {
+      if (mode == HandleMode::kNormal) counters_->hits.Add();
+      *out_len = WriteCached(pkt, len, *e, tag, partition, trusted_ecs, age, out, out_cap);
+      if (*out_len == 0) return Verdict::kDrop;
+      if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
+        // Fill `miss` below and let the caller refresh the entry.
+      } else {
+        return Verdict::kReply;
+      }
+    }
+  } else if (mode != HandleMode::kNormal) {
+    return Verdict::kMiss;  // the caller sends its fallback answer
+  }
+
+  const bool prefetch = e != nullptr && fresh == partitions::Freshness::kFresh;
+  if (!prefetch) counters_->misses.Add();
+  miss->partition = partition;
   miss->qtype = query_.qtype;
   miss->qclass = query_.qclass;
   miss->qname = query_.qname;
-  miss->weighted = false;
+  miss->tagged = tag != nullptr;
+  miss->weighted = tag != nullptr && tag->weight;
   miss->send_ecs = false;
+  if (tag != nullptr && tag->ecs) {
+    if (tag->level == partitions::CacheLevel::kSubnet) {
+      miss->ecs = partitions::SubnetEcs(who);
+      miss->send_ecs = true;
+    } else if (tag->level == partitions::CacheLevel::kCity && city != nullptr) {
+      // The city's own ECS source: subscriber addresses never leave weir.
+      miss->ecs = city->EcsFor(who.family);
+      miss->send_ecs = miss->ecs.family != 0;
+    }
+  }
   miss->do_bit = query_.edns.do_bit;
   miss->cd_bit = query_.cd();
-  return Verdict::kMiss;
+  return prefetch ? Verdict::kReplyAndPrefetch : Verdict::kMiss;
 }
 
 }  // namespace weir::fastpath

@@ -1,5 +1,6 @@
 #include "weir/fastpath/server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -56,16 +58,6 @@ SocketAddress LocalAddress(int fd) {
   return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
-HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
-  HandlerOptions o;
-  o.weight_option_code = c.weight_option_code;
-  o.allow = c.allow;
-  o.trusted_forwarders = c.trusted_forwarders;
-  o.rate_limit_qps = c.rate_limit_qps;
-  o.rate_limit_burst = c.rate_limit_burst;
-  return o;
-}
-
 }  // namespace
 
 struct Server::Impl {
@@ -75,6 +67,8 @@ struct Server::Impl {
   int metrics_fd = -1;
   std::vector<SocketAddress> bound;
   std::vector<std::unique_ptr<WorkerCounters>> counters;  // workers, then TCP
+  std::vector<std::unique_ptr<QueryHandler>> handlers;     // workers, then TCP
+  SharedState shared;
   std::unique_ptr<Forwarder> forwarder;
   std::vector<std::thread> threads;
   std::atomic<bool> running{false};
@@ -90,11 +84,11 @@ struct Server::Impl {
   std::unordered_map<int, uint64_t> conn_by_fd;
   uint64_t next_conn = 1;
   int tcp_epfd = -1;
-  int tcp_evfd = -1;
-  std::mutex tcp_replies_mu;
-  std::deque<std::pair<uint64_t, std::vector<uint8_t>>> tcp_replies;
 
+  absl::Status LoadPartitions();
   void UdpWorker(int w);
+  // Handles the queries the forwarder handed back; sends over UDP or TCP.
+  void DrainReturns(int w, QueryHandler& handler);
   void TcpLoop();
   void TcpRead(uint64_t id);
   void TcpWrite(uint64_t id, const uint8_t* data, size_t len);
@@ -143,16 +137,12 @@ absl::Status Server::Start() {
     s.metrics_fd = *fd;
     s.config.metrics_listen = LocalAddress(*fd);
   }
-  for (int i = 0; i <= workers; ++i) s.counters.push_back(std::make_unique<WorkerCounters>());
-  s.tcp_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  s.forwarder = std::make_unique<Forwarder>(s.config, workers + 1, [this](uint64_t conn, std::vector<uint8_t> r) {
-    {
-      std::lock_guard<std::mutex> lock(impl_->tcp_replies_mu);
-      impl_->tcp_replies.emplace_back(conn, std::move(r));
-    }
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(impl_->tcp_evfd, &one, sizeof(one));
-  });
+  if (absl::Status st = s.LoadPartitions(); !st.ok()) return fail(st);
+  for (int i = 0; i <= workers; ++i) {
+    s.counters.push_back(std::make_unique<WorkerCounters>());
+    s.handlers.push_back(std::make_unique<QueryHandler>(MakeHandlerOptions(s.config), &s.shared, s.counters[i].get()));
+  }
+  s.forwarder = std::make_unique<Forwarder>(s.config, workers + 1, &s.shared);
   s.forwarder->Start();
   s.running = true;
   for (int w = 0; w < workers; ++w) s.threads.emplace_back([this, w] { impl_->UdpWorker(w); });
@@ -172,7 +162,6 @@ void Server::Stop() {
   for (int fd : s.tcp_fds) close(fd);
   for (auto& [id, c] : s.conns) close(c.fd);
   if (s.metrics_fd >= 0) close(s.metrics_fd);
-  if (s.tcp_evfd >= 0) close(s.tcp_evfd);
 }
 
 std::string Server::DescribeListeners() const {
@@ -187,10 +176,11 @@ std::string Server::DescribeListeners() const {
 void Server::Impl::UdpWorker(int w) {
   partitions::RcuThread rcu;
   WorkerCounters* ctr = counters[w].get();
-  QueryHandler handler(MakeHandlerOptions(config), ctr);
+  QueryHandler& handler = *handlers[w];
   const std::vector<int>& fds = worker_fds[w];
   std::vector<pollfd> pfds;
   for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
+  pfds.push_back({forwarder->return_fd(w), POLLIN, 0});
 
   // Fixed burst arrays, allocated once.
   static thread_local uint8_t rx[kBurst][kUdpMax];
@@ -208,6 +198,7 @@ void Server::Impl::UdpWorker(int w) {
       ready = poll(pfds.data(), pfds.size(), 100);
     }
     if (ready <= 0) continue;
+    if (pfds.back().revents & POLLIN) DrainReturns(w, handler);
     for (size_t f = 0; f < fds.size(); ++f) {
       if (!(pfds[f].revents & POLLIN)) continue;
       for (;;) {
@@ -231,7 +222,7 @@ void Server::Impl::UdpWorker(int w) {
           size_t out_len = 0;
           PendingClient pc;
           const Verdict v = handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &pc.miss);
-          if (v == Verdict::kReply) {
+          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
             siov[nsend] = {tx[nsend], out_len};
             smsg[nsend].msg_hdr = {};
             smsg[nsend].msg_hdr.msg_name = &peers[i];
@@ -239,7 +230,12 @@ void Server::Impl::UdpWorker(int w) {
             smsg[nsend].msg_hdr.msg_iov = &siov[nsend];
             smsg[nsend].msg_hdr.msg_iovlen = 1;
             ++nsend;
+          }
+          if (v == Verdict::kReplyAndPrefetch) {
+            pc.worker = -1;  // refresh only: the client has its answer
+            submitted |= forwarder->Submit(w, std::move(pc));
           } else if (v == Verdict::kMiss) {
+            pc.worker = w;
             pc.route.udp_fd = fds[f];
             pc.route.peer = peer;
             pc.query.assign(rx[i], rx[i] + rmsg[i].msg_len);
@@ -259,11 +255,89 @@ void Server::Impl::UdpWorker(int w) {
   }
 }
 
+absl::Status Server::Impl::LoadPartitions() {
+  auto read = [](const std::string& path, std::string* out) -> absl::Status {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return absl::NotFoundError(Cat(path, ": ", strerror(errno)));
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+    std::fclose(f);
+    return absl::OkStatus();
+  };
+  partitions::CityMapOptions cmo;
+  if (!config.default_city.empty()) cmo.default_city = config.default_city;
+  std::string csv;
+  if (!config.citymap_path.empty()) {
+    if (absl::Status st = read(config.citymap_path, &csv); !st.ok()) return st;
+  }
+  auto cm = partitions::CityMap::FromCsv(csv, cmo);
+  if (!cm.ok()) return absl::InvalidArgumentError(Cat(config.citymap_path, ": ", ToStd(cm.status().message())));
+  std::string tags_text;
+  if (!config.tags_path.empty()) {
+    if (absl::Status st = read(config.tags_path, &tags_text); !st.ok()) return st;
+  }
+  auto tags = partitions::TagTable::FromText(tags_text);
+  if (!tags.ok()) return absl::InvalidArgumentError(Cat(config.tags_path, ": ", ToStd(tags.status().message())));
+  shared.citymap.Publish(*std::move(cm));
+  shared.tags.Publish(*std::move(tags));
+  if (!shared.cache) {
+    partitions::CacheOptions co;
+    co.byte_budget = config.cache_bytes;
+    co.stale_window = config.stale_window;
+    shared.cache = std::make_unique<partitions::Cache>(co, *shared.clock);
+    shared.limits.min_ttl = config.min_ttl;
+    shared.limits.max_ttl = config.max_ttl;
+    shared.limits.max_negative_ttl = config.negative_max_ttl;
+    shared.limits.servfail_ttl = config.servfail_ttl;
+  }
+  return absl::OkStatus();
+}
+
+void Server::Impl::DrainReturns(int w, QueryHandler& handler) {
+  uint64_t v;
+  [[maybe_unused]] ssize_t r = read(forwarder->return_fd(w), &v, sizeof(v));
+  static thread_local uint8_t out[65535];
+  ReturnedQuery q;
+  const uint32_t now = NowSeconds();
+  while (forwarder->TakeReturned(w, &q)) {
+    const PendingClient& c = q.client;
+    ClientInfo client{c.route.udp_fd >= 0 ? ToIpAddress(c.route.peer) : partitions::IpAddress{}, c.route.udp_fd < 0};
+    if (c.route.udp_fd < 0) {
+      // TCP: the connection's peer decides the partition as it did first.
+      auto it = conns.find(c.route.tcp_conn);
+      if (it == conns.end()) continue;
+      sockaddr_storage ss{};
+      socklen_t sl = sizeof(ss);
+      getpeername(it->second.fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+      client.addr = ToIpAddress(SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl));
+    }
+    size_t out_len = 0;
+    MissRequest unused;
+    const uint8_t* data = q.fallback.data();
+    size_t len = q.fallback.size();
+    const Verdict v = handler.Handle(c.query.data(), c.query.size(), client, now, out,
+                                     client.tcp ? sizeof(out) : kUdpMax, &out_len, &unused, q.mode);
+    if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
+      data = out;
+      len = out_len;
+    } else if (q.mode == HandleMode::kStaleOk) {
+      counters[w]->Drop(DropReason::kUpstreamFailure);
+    }
+    if (len == 0) continue;
+    if (client.tcp) {
+      TcpWrite(c.route.tcp_conn, data, len);
+    } else {
+      sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
+    }
+  }
+}
+
 void Server::Impl::TcpLoop() {
   partitions::RcuThread rcu;
   const int tcp_index = config.workers;
   WorkerCounters* ctr = counters[tcp_index].get();
-  QueryHandler handler(MakeHandlerOptions(config), ctr);
+  QueryHandler& handler = *handlers[tcp_index];
   tcp_epfd = epoll_create1(EPOLL_CLOEXEC);
   auto add = [&](int fd, uint64_t tag) {
     epoll_event ev{};
@@ -273,7 +347,7 @@ void Server::Impl::TcpLoop() {
   };
   // Tags: listener i -> i, eventfd -> 1<<62, connection id -> (1<<63) | id.
   for (size_t i = 0; i < tcp_fds.size(); ++i) add(tcp_fds[i], i);
-  add(tcp_evfd, uint64_t{1} << 62);
+  add(forwarder->return_fd(tcp_index), uint64_t{1} << 62);
   epoll_event events[64];
   std::vector<uint8_t> out(65535 + 2);
   while (running.load(std::memory_order_relaxed)) {
@@ -286,14 +360,7 @@ void Server::Impl::TcpLoop() {
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == (uint64_t{1} << 62)) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = read(tcp_evfd, &v, sizeof(v));
-        std::deque<std::pair<uint64_t, std::vector<uint8_t>>> replies;
-        {
-          std::lock_guard<std::mutex> lock(tcp_replies_mu);
-          replies.swap(tcp_replies);
-        }
-        for (auto& [id, data] : replies) TcpWrite(id, data.data(), data.size());
+        DrainReturns(tcp_index, handler);
       } else if (tag & (uint64_t{1} << 63)) {
         const uint64_t id = tag & ~(uint64_t{1} << 63);
         auto it = conns.find(id);
@@ -324,9 +391,12 @@ void Server::Impl::TcpLoop() {
           PendingClient pc;
           const Verdict v =
               handler.Handle(msg, len, client, NowSeconds(), out.data(), out.size(), &out_len, &pc.miss);
-          if (v == Verdict::kReply) {
-            TcpWrite(id, out.data(), out_len);
+          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) TcpWrite(id, out.data(), out_len);
+          if (v == Verdict::kReplyAndPrefetch) {
+            pc.worker = -1;
+            if (forwarder->Submit(tcp_index, std::move(pc))) forwarder->Notify();
           } else if (v == Verdict::kMiss) {
+            pc.worker = tcp_index;
             pc.route.tcp_conn = id;
             pc.query.assign(msg, msg + len);
             if (forwarder->Submit(tcp_index, std::move(pc))) {
@@ -419,6 +489,57 @@ std::string Server::Impl::RenderMetrics() const {
     const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
     if (v != 0) out += Cat("weir_responses_total{rcode=\"", r, "\"} ", v, "\n");
   }
+  // Per-partition hit ratio and weighted answer counts (partition names
+  // from the current city map: this thread is an RCU reader).
+  const partitions::CityMap* cm = shared.citymap.Get();
+  auto partition_name = [&](size_t slot) -> std::string {
+    if (slot == 0) return "common";
+    if (slot == QueryHandler::kSubnetSlot) return "subnet";
+    const size_t id = slot - 1;
+    if (cm != nullptr && id < cm->city_count()) return cm->city(static_cast<partitions::PartitionId>(id)).name;
+    return Cat("city", id);
+  };
+  out += "# TYPE weir_partition_lookups_total counter\n# TYPE weir_partition_hits_total counter\n";
+  for (size_t slot = 0; slot < QueryHandler::kPartitionSlots; ++slot) {
+    uint64_t lookups = 0, hits = 0;
+    for (const auto& h : handlers) {
+      lookups += h->partition_lookups(slot);
+      hits += h->partition_hits(slot);
+    }
+    if (lookups == 0) continue;
+    const std::string name = partition_name(slot);
+    out += Cat("weir_partition_lookups_total{partition=\"", name, "\"} ", lookups, "\n");
+    out += Cat("weir_partition_hits_total{partition=\"", name, "\"} ", hits, "\n");
+  }
+  out += "# HELP weir_answers_total Weighted answers by name, partition and address.\n";
+  out += "# TYPE weir_answers_total counter\n";
+  {
+    // Sum the workers' slots by (name, partition, address).
+    std::map<std::string, uint64_t> answers;
+    uint64_t overflow = 0;
+    for (const auto& h : handlers) {
+      const AnswerCounters& ac = h->answer_counters();
+      overflow += ac.overflow();
+      for (size_t i = 0; i < AnswerCounters::kSlots; ++i) {
+        const AnswerCounters::Slot& sl = ac.slots()[i];
+        if (sl.key.load(std::memory_order_acquire) == 0) continue;
+        char addr[INET6_ADDRSTRLEN] = {0};
+        inet_ntop(sl.addr_len == 4 ? AF_INET : AF_INET6, sl.addr.data(), addr, sizeof(addr));
+        const partitions::Partition p = sl.partition;
+        const size_t slot = p == partitions::kCommonPartition ? 0
+                            : (p >> 62) == 1                   ? 1 + (p & 0x7fff)
+                                                               : QueryHandler::kSubnetSlot;
+        std::string pname = slot == QueryHandler::kSubnetSlot ? Cat("subnet-", p & ((uint64_t{1} << 62) - 1))
+                                                              : partition_name(slot);
+        const std::string labels =
+            Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}), "\",partition=\"", pname,
+                "\",address=\"", addr, "\"");
+        answers[labels] += sl.count.Read();
+      }
+    }
+    for (const auto& [labels, v] : answers) out += Cat("weir_answers_total{", labels, "} ", v, "\n");
+    out += Cat("weir_answers_overflow_total ", overflow, "\n");
+  }
   out += "# TYPE weir_upstream_latency_seconds histogram\n";
   for (int g = 0; g < 2; ++g) {
     for (const auto& u : forwarder->upstream_stats(g == 1)) {
@@ -432,15 +553,26 @@ std::string Server::Impl::RenderMetrics() const {
 }
 
 void Server::Impl::MetricsLoop() {
+  partitions::RcuThread rcu;  // reads the city map for partition names
   pollfd p{metrics_fd, POLLIN, 0};
   while (running.load(std::memory_order_relaxed)) {
-    if (poll(&p, 1, 100) <= 0) continue;
+    rcu.Quiescent();
+    int ready;
+    {
+      partitions::RcuOfflineScope offline;
+      ready = poll(&p, 1, 100);
+    }
+    if (ready <= 0) continue;
     const int c = accept4(metrics_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) continue;
     timeval tv{1, 0};
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     char req[2048];
-    const ssize_t r = read(c, req, sizeof(req) - 1);
+    ssize_t r;
+    {
+      partitions::RcuOfflineScope offline;  // a slow client must not stall grace periods
+      r = read(c, req, sizeof(req) - 1);
+    }
     std::string body;
     std::string status = "200 OK";
     if (r > 0 && std::strncmp(req, "GET /metrics", 12) == 0) {

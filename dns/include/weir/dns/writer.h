@@ -67,6 +67,17 @@ class ResponseWriter {
 
   size_t size() const { return len_; }
   uint8_t* data() { return buf_; }
+  // For code that writes records itself (the fast path's cached answers):
+  // where the next byte goes, how much room is left, and the commit of
+  // `bytes` written there as `count` records of `section`.
+  uint8_t* tail() { return buf_ + len_; }
+  size_t room() const { return cap_ - len_; }
+  void Commit(Section section, size_t bytes, uint16_t count) {
+    len_ += bytes;
+    Bump(section == Section::kAnswer ? kOffAncount : section == Section::kAuthority ? kOffNscount : kOffArcount,
+         count);
+    section_ = static_cast<int>(section);
+  }
 
  private:
   ParseError Reserve(size_t n) const { return len_ + n <= cap_ ? ParseError::kOk : ParseError::kBufferTooSmall; }

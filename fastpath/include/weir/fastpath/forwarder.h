@@ -33,7 +33,17 @@ struct ReplyRoute {
 struct PendingClient {
   MissRequest miss;
   ReplyRoute route;
+  int worker = -1;             // who gets the query back; -1: a prefetch, nobody waits
   std::vector<uint8_t> query;  // the client's query bytes, for its ID/question/EDNS
+};
+
+// A miss handed back to its worker once the upstream side is done: the
+// worker handles the query again in `mode` (so weighted answers come from the
+// worker's own SWRR sequence) and sends `fallback` if the cache cannot answer.
+struct ReturnedQuery {
+  PendingClient client;
+  HandleMode mode = HandleMode::kAfterFill;
+  std::vector<uint8_t> fallback;
 };
 
 struct UpstreamStats {
@@ -47,10 +57,9 @@ struct UpstreamStats {
 
 class Forwarder {
  public:
-  // `tcp_reply` delivers an answer to a TCP client (called on the forwarder
-  // thread; it must not block).
-  Forwarder(const FastpathConfig& config, int workers,
-            std::function<void(uint64_t conn, std::vector<uint8_t> reply)> tcp_reply);
+  // `workers` queues in each direction; worker i's returns are signalled on
+  // return_fd(i) (an eventfd the worker polls).
+  Forwarder(const FastpathConfig& config, int workers, SharedState* shared);
   ~Forwarder();
 
   void Start();
@@ -60,6 +69,9 @@ class Forwarder {
   bool Submit(int worker, PendingClient&& p);
   // Wakes the forwarder after a burst of Submit() calls (one syscall/burst).
   void Notify();
+  // Worker side of the return path.
+  int return_fd(int worker) const;
+  bool TakeReturned(int worker, ReturnedQuery* out);
 
   // Metrics (read by the metrics thread).
   const WorkerCounters& counters() const { return counters_; }

@@ -1,23 +1,42 @@
 // The query handler: a function of (packet bytes, client address, worker
 // state) -> answer bytes, or a miss handed to the upstream side. Both I/O
-// backends (kernel sockets, DPDK) call it unchanged; it does no I/O, no
-// allocation and takes no lock.
+// backends (kernel sockets, DPDK) call it unchanged; it does no I/O, and on
+// a cache hit no allocation and no lock.
 //
 // Threading: one QueryHandler per worker; all calls happen on the owning
-// worker thread (which must be an RCU reader, see partitions/rcu.h).
+// worker thread, which must be an RCU reader (partitions/rcu.h) and announce
+// a quiescent state between bursts.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "weir/dns/message.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/net.h"
+#include "weir/partitions/cache.h"
+#include "weir/partitions/citymap.h"
+#include "weir/partitions/clock.h"
 #include "weir/partitions/partition.h"
+#include "weir/partitions/swrr.h"
+#include "weir/partitions/tagtable.h"
 
 namespace weir::fastpath {
+
+// Read-mostly state every worker shares: published snapshots and the cache.
+struct SharedState {
+  partitions::TagTableHolder tags;
+  partitions::CityMapHolder citymap;
+  std::unique_ptr<partitions::Cache> cache;
+  const partitions::Clock* clock = &partitions::SystemClock::Instance();
+  partitions::CacheLimits limits;
+};
 
 struct ClientInfo {
   partitions::IpAddress addr;
@@ -25,19 +44,26 @@ struct ClientInfo {
 };
 
 enum class Verdict : uint8_t {
-  kReply,  // `out` holds the response
-  kDrop,   // say nothing (the reason is counted)
-  kMiss,   // `miss` describes what to ask upstream
+  kReply,             // `out` holds the response
+  kReplyAndPrefetch,  // `out` holds the response; `miss` should be refreshed
+  kDrop,              // say nothing (the reason is counted)
+  kMiss,              // `miss` describes what to ask upstream
 };
 
-// What the upstream side needs to resolve a miss and answer the client.
+// How a query is handled: first time, or again once the upstream side has
+// filled the cache (no second miss), or after every upstream failed (stale
+// entries may be served).
+enum class HandleMode : uint8_t { kNormal, kAfterFill, kStaleOk };
+
+// What the upstream side needs to resolve a miss and fill the cache.
 struct MissRequest {
   partitions::Partition partition = partitions::kCommonPartition;
   uint16_t qtype = 0;
   uint16_t qclass = 0;
   dns::NameKey qname;
-  bool weighted = false;   // ask for weights (weight-tagged name)
-  bool send_ecs = false;   // add `ecs` upstream (ecs-tagged name)
+  bool tagged = false;
+  bool weighted = false;  // ask for weights (weight-tagged name)
+  bool send_ecs = false;  // add `ecs` upstream
   dns::ClientSubnet ecs;
   bool do_bit = false;
   bool cd_bit = false;
@@ -61,6 +87,33 @@ class RateLimiter {
   std::vector<Bucket> buckets_;
 };
 
+// Answers per (tagged name, partition, address), so operators can compare
+// the observed share with the weights. A fixed table per worker: the worker
+// fills slots (publishing each with a release store), the metrics thread
+// reads them. When it is full, answers are counted in `overflow`.
+class AnswerCounters {
+ public:
+  static constexpr size_t kSlots = 4096;
+  struct Slot {
+    std::atomic<uint64_t> key{0};  // 0 = empty; published last
+    partitions::Partition partition = 0;
+    uint8_t qname_len = 0;
+    uint8_t addr_len = 0;
+    std::array<uint8_t, dns::kMaxNameWire> qname;
+    std::array<uint8_t, 16> addr;
+    OwnedCounter count;
+  };
+  AnswerCounters() : slots_(new Slot[kSlots]) {}
+  void Count(partitions::Partition partition, std::span<const uint8_t> qname, const uint8_t* addr,
+             uint8_t addr_len);
+  const Slot* slots() const { return slots_.get(); }
+  uint64_t overflow() const { return overflow_.Read(); }
+
+ private:
+  std::unique_ptr<Slot[]> slots_;
+  OwnedCounter overflow_;
+};
+
 struct HandlerOptions {
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
   std::vector<partitions::Cidr> allow;
@@ -68,30 +121,54 @@ struct HandlerOptions {
   uint32_t rate_limit_qps = 0;
   uint32_t rate_limit_burst = 0;
   uint16_t edns_udp_size = 1232;  // what weir advertises (DNS flag day 2020)
+  uint32_t stale_answer_ttl = 30;
+  uint32_t prefetch_percent = 10;  // refresh when less than this share of the TTL is left
 };
+
+HandlerOptions MakeHandlerOptions(const FastpathConfig& c);
 
 class QueryHandler {
  public:
-  QueryHandler(const HandlerOptions& options, WorkerCounters* counters);
+  QueryHandler(const HandlerOptions& options, SharedState* shared, WorkerCounters* counters);
 
   // Handles one received message. `now` is the worker's per-burst clock
   // reading. On kReply, out[0, *out_len) is the response.
   Verdict Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
-                 size_t out_cap, size_t* out_len, MissRequest* miss);
+                 size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode = HandleMode::kNormal);
 
   // Writes the error response for `rcode` to a query that parsed (question
   // echoed) or, with q == nullptr, a header-only one from the raw ID/opcode.
   size_t WriteError(const uint8_t* pkt, size_t len, const dns::Query* q, dns::Rcode rcode, uint8_t* out,
                     size_t out_cap);
 
+  const AnswerCounters& answer_counters() const { return answers_; }
+  // Cache lookups and hits per partition slot: 0 the common partition,
+  // 1 + city id for city partitions, kSubnetSlot for all subnet partitions.
+  static constexpr size_t kSubnetSlot = partitions::kMaxCities + 1;
+  static constexpr size_t kPartitionSlots = kSubnetSlot + 1;
+  uint64_t partition_lookups(size_t slot) const { return lookups_[slot].Read(); }
+  uint64_t partition_hits(size_t slot) const { return hits_[slot].Read(); }
+
  private:
   bool Allowed(const partitions::IpAddress& a) const;
   bool Trusted(const partitions::IpAddress& a) const;
+  size_t WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e, const partitions::Tag* tag,
+                     partitions::Partition partition, bool trusted_ecs, uint32_t age, uint8_t* out,
+                     size_t out_cap);
+  bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
 
   HandlerOptions options_;
   dns::ParseOptions parse_options_;
+  SharedState* shared_;
   WorkerCounters* counters_;
   RateLimiter limiter_;
+  partitions::SwrrTable swrr_;
+  AnswerCounters answers_;
+  std::unique_ptr<OwnedCounter[]> lookups_{new OwnedCounter[kPartitionSlots]};
+  std::unique_ptr<OwnedCounter[]> hits_{new OwnedCounter[kPartitionSlots]};
+  // Prefetches asked for recently, by entry hash: at most one per entry per
+  // second from this worker (the forwarder coalesces across workers).
+  std::vector<std::pair<uint64_t, uint32_t>> prefetched_;
   dns::Query query_;  // reused per packet: no allocation
 };
 
