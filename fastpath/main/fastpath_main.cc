@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGHUP) {
-      std::fprintf(stderr, "weir-fastpath: SIGHUP: reloading partitions files is not supported yet\n");
+      absl::Status r = server.Reload();
+      std::fprintf(stderr, "weir-fastpath: reload: %s\n", r.ok() ? "ok" : std::string(r.message()).c_str());
       continue;
     }
     break;

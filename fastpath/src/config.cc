@@ -191,7 +191,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "cache")) {
     c.OnlyKeys(*s, "cache",
                {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window", "stale_answer_ttl",
-                "prefetch_hits", "prefetch_percent"});
+                "prefetch_percent"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
     c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
@@ -199,20 +199,18 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "servfail_ttl", &cfg.servfail_ttl, 0, 300);
     c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
     c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
-    c.Int(*s, "prefetch_hits", &cfg.prefetch_hits, 0, 1000000);
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
     if (c.ok() && cfg.min_ttl > cfg.max_ttl) c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(),
                                                     "min_ttl is larger than max_ttl");
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
     c.OnlyKeys(*s, "upstream",
-               {"ordinary", "weighted", "timeout_ms", "attempts", "health_interval_ms", "health_failures",
+               {"ordinary", "weighted", "timeout_ms", "attempts", "health_failures",
                 "load_factor"});
     ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
     ParseUpstreams(c, *s, "weighted", &cfg.weighted);
     c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
     c.Int(*s, "attempts", &cfg.upstream_attempts, 1, 10);
-    c.Int(*s, "health_interval_ms", &cfg.health_interval_ms, 100, 600000);
     c.Int(*s, "health_failures", &cfg.health_failures, 1, 100);
     c.Double(*s, "load_factor", &cfg.ring_load_factor, 1.0, 10.0);
   }

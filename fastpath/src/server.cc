@@ -164,6 +164,8 @@ void Server::Stop() {
   if (s.metrics_fd >= 0) close(s.metrics_fd);
 }
 
+absl::Status Server::Reload() { return impl_->LoadPartitions(); }
+
 std::string Server::DescribeListeners() const {
   std::string out;
   for (const auto& a : impl_->bound) {

@@ -49,7 +49,6 @@ struct FastpathConfig {
   uint32_t servfail_ttl = 5;
   uint32_t stale_window = 86400;   // RFC 8767 recommends 1 to 3 days
   uint32_t stale_answer_ttl = 30;  // TTL written in stale answers (RFC 8767 4)
-  uint32_t prefetch_hits = 8;      // hits within the last 10% of TTL that trigger a prefetch
   uint32_t prefetch_percent = 10;
 
   // [upstream]
@@ -57,7 +56,6 @@ struct FastpathConfig {
   std::vector<UpstreamConfig> weighted;
   int upstream_timeout_ms = 1500;
   int upstream_attempts = 3;  // tries over distinct upstreams before SERVFAIL
-  int health_interval_ms = 1000;
   int health_failures = 3;    // consecutive failures that mark an upstream down
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 

@@ -21,6 +21,9 @@ class Server {
   // when a socket cannot be bound.
   absl::Status Start();
   void Stop();
+  // Re-reads the city map and tag files and swaps them in atomically; on any
+  // error the running ones stay and the error is returned.
+  absl::Status Reload();
   // The bound addresses (ports resolved when the config asked for port 0).
   std::string DescribeListeners() const;
 

@@ -1,0 +1,578 @@
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "authority.h"
+#include "query_record.h"
+
+namespace weir::gslb_sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxMessage = 65535;
+constexpr size_t kMaxConnections = 4096;
+constexpr size_t kMaxControlRequest = 4096;
+constexpr int kUdpBurst = 64;  // packets read per readiness event before polling others
+
+bool ParseEndpoint(const std::string& text, sockaddr_storage* sa, socklen_t* len) {
+  std::string host, port;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') return false;
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) return false;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535) return false;
+  std::memset(sa, 0, sizeof(*sa));
+  auto* in = reinterpret_cast<sockaddr_in*>(sa);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(sa);
+  if (inet_pton(AF_INET, host.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<uint16_t>(p));
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(p));
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+uint16_t PortOf(const sockaddr_storage& sa) {
+  return ntohs(sa.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in&>(sa).sin_port
+                                       : reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
+}
+void SetPort(sockaddr_storage* sa, uint16_t port) {
+  if (sa->ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(sa)->sin_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in6*>(sa)->sin6_port = htons(port);
+  }
+}
+
+Client ClientFrom(const sockaddr_storage& sa, bool tcp) {
+  Client c;
+  c.tcp = tcp;
+  if (sa.ss_family == AF_INET) {
+    c.family = 1;
+    std::memcpy(c.address.data(), &reinterpret_cast<const sockaddr_in&>(sa).sin_addr, 4);
+  } else if (sa.ss_family == AF_INET6) {
+    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+      c.family = 1;
+      std::memcpy(c.address.data(), a6.s6_addr + 12, 4);
+    } else {
+      c.family = 2;
+      std::memcpy(c.address.data(), a6.s6_addr, 16);
+    }
+  }
+  return c;
+}
+
+double WallNow() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  void Reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Fd MakeSocket(int family, int type) { return Fd(socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)); }
+
+bool BindSocket(const Fd& fd, const sockaddr_storage& sa, socklen_t len) {
+  const int one = 1;
+  if (sa.ss_family == AF_INET6) setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  return bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) == 0;
+}
+
+enum class Kind : uint32_t { kSignal, kUdp, kTcpListen, kTcpConn, kControlListen, kControlConn };
+
+uint64_t Tag(Kind k, uint32_t id) { return (uint64_t{static_cast<uint32_t>(k)} << 32) | id; }
+
+struct Connection {
+  Fd fd;
+  bool control = false;
+  std::string in;
+  std::string out;
+  size_t out_pos = 0;
+  bool peer_closed = false;
+  bool replied = false;                    // control: the one reply is in `out`
+  uint32_t events = EPOLLIN | EPOLLRDHUP;  // what epoll watches now
+  sockaddr_storage peer{};
+};
+
+struct Delayed {
+  Clock::time_point due;
+  uint64_t seq;
+  bool tcp;
+  uint32_t target;  // UDP socket index or connection id
+  sockaddr_storage dest;
+  socklen_t dest_len;
+  std::string bytes;
+  bool operator>(const Delayed& o) const { return due != o.due ? due > o.due : seq > o.seq; }
+};
+
+class Server {
+ public:
+  Server(const ServerOptions& opts, ZoneSet zones)
+      : opts_(opts),
+        authority_(std::move(zones), opts.weight_option_code, opts.seed),
+        ring_(opts.log_capacity),
+        buf_(kMaxMessage + 2) {}
+
+  ~Server() {
+    if (query_log_ != nullptr) std::fclose(query_log_);
+  }
+
+  int Run();
+
+ private:
+  bool Setup();
+  bool AddListener(const std::string& text);
+  void Watch(int fd, uint32_t events, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
+  }
+  void OnUdp(uint32_t index);
+  void Accept(int listen_fd, bool control);
+  void OnConnection(uint32_t id, uint32_t events);
+  void ServeDnsFrames(uint32_t id, Connection& c);
+  void ServeControl(Connection& c);
+  std::string RunCommand(const std::string& line);
+  void Flush(uint32_t id, Connection& c);
+  void Close(uint32_t id);
+  void SendDue();
+  int WaitTimeoutMs() const;
+  // Answers one message; returns the response size (0: nothing to send).
+  size_t Answer(std::span<const uint8_t> msg, const sockaddr_storage& from, bool tcp, uint32_t* delay_ms);
+
+  const ServerOptions& opts_;
+  Authority authority_;
+  QueryStats stats_;
+  QueryRing ring_;
+  std::FILE* query_log_ = nullptr;
+  std::vector<uint8_t> buf_;
+  Fd epfd_, sigfd_;
+  std::vector<Fd> udp_;
+  std::vector<Fd> tcp_listeners_;
+  Fd control_;
+  std::unordered_map<uint32_t, Connection> conns_;
+  uint32_t next_conn_ = 1;
+  std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed_;
+  uint64_t next_seq_ = 0;
+  bool stop_ = false;
+};
+
+bool Server::AddListener(const std::string& text) {
+  sockaddr_storage sa;
+  socklen_t len;
+  if (!ParseEndpoint(text, &sa, &len)) {
+    std::fprintf(stderr, "gslb-sim: bad listen address '%s' (want 127.0.0.1:5300 or [::1]:5300)\n",
+                 text.c_str());
+    return false;
+  }
+  const bool any_port = PortOf(sa) == 0;
+  // With port 0, UDP picks the port and TCP must get the same one, so a
+  // client can use one port for both; retry if TCP's is taken.
+  for (int attempt = 0; attempt < (any_port ? 50 : 1); ++attempt) {
+    sockaddr_storage bound = sa;
+    if (any_port) SetPort(&bound, 0);
+    Fd udp = MakeSocket(sa.ss_family, SOCK_DGRAM);
+    if (udp.get() < 0 || !BindSocket(udp, bound, len)) {
+      std::fprintf(stderr, "gslb-sim: udp %s: %s\n", text.c_str(), std::strerror(errno));
+      return false;
+    }
+    socklen_t blen = sizeof(bound);
+    getsockname(udp.get(), reinterpret_cast<sockaddr*>(&bound), &blen);
+    const int rcvbuf = 4 << 20;
+    setsockopt(udp.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    Fd tcp = MakeSocket(sa.ss_family, SOCK_STREAM);
+    const int one = 1;
+    setsockopt(tcp.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (tcp.get() < 0 || !BindSocket(tcp, bound, len) || listen(tcp.get(), 1024) != 0) {
+      if (any_port && errno == EADDRINUSE) continue;
+      std::fprintf(stderr, "gslb-sim: tcp %s: %s\n", text.c_str(), std::strerror(errno));
+      return false;
+    }
+    const std::string where = SockaddrText(bound);
+    std::printf("listening udp %s tcp %s\n", where.c_str(), where.c_str());
+    Watch(udp.get(), EPOLLIN, Tag(Kind::kUdp, static_cast<uint32_t>(udp_.size())));
+    Watch(tcp.get(), EPOLLIN, Tag(Kind::kTcpListen, static_cast<uint32_t>(tcp_listeners_.size())));
+    udp_.push_back(std::move(udp));
+    tcp_listeners_.push_back(std::move(tcp));
+    return true;
+  }
+  std::fprintf(stderr, "gslb-sim: %s: no port free for both UDP and TCP\n", text.c_str());
+  return false;
+}
+
+bool Server::Setup() {
+  epfd_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  sigfd_ = Fd(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  Watch(sigfd_.get(), EPOLLIN, Tag(Kind::kSignal, 0));
+  if (!opts_.query_log_path.empty()) {
+    query_log_ = std::fopen(opts_.query_log_path.c_str(), "a");
+    if (query_log_ == nullptr) {
+      std::fprintf(stderr, "gslb-sim: --query-log %s: %s\n", opts_.query_log_path.c_str(),
+                   std::strerror(errno));
+      return false;
+    }
+  }
+  for (const std::string& l : opts_.listen) {
+    if (!AddListener(l)) return false;
+  }
+  if (!opts_.control.empty()) {
+    sockaddr_storage sa;
+    socklen_t len;
+    if (!ParseEndpoint(opts_.control, &sa, &len)) {
+      std::fprintf(stderr, "gslb-sim: bad --control address '%s'\n", opts_.control.c_str());
+      return false;
+    }
+    control_ = MakeSocket(sa.ss_family, SOCK_STREAM);
+    const int one = 1;
+    setsockopt(control_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (!BindSocket(control_, sa, len) || listen(control_.get(), 64) != 0) {
+      std::fprintf(stderr, "gslb-sim: control %s: %s\n", opts_.control.c_str(), std::strerror(errno));
+      return false;
+    }
+    socklen_t blen = sizeof(sa);
+    getsockname(control_.get(), reinterpret_cast<sockaddr*>(&sa), &blen);
+    std::printf("control %s\n", SockaddrText(sa).c_str());
+    Watch(control_.get(), EPOLLIN, Tag(Kind::kControlListen, 0));
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  return true;
+}
+
+size_t Server::Answer(std::span<const uint8_t> msg, const sockaddr_storage& from, bool tcp,
+                      uint32_t* delay_ms) {
+  QueryRecord rec;
+  rec.time = WallNow();
+  rec.source = from;
+  uint8_t* out = buf_.data() + 2;  // room for the TCP length prefix
+  const size_t n = authority_.Handle(msg, ClientFrom(from, tcp), out, kMaxMessage, &rec);
+  *delay_ms = rec.delay_ms;
+  stats_.Count(rec);
+  ring_.Add(rec);
+  if (query_log_ != nullptr) {
+    const std::string line = ToJson(rec);
+    std::fwrite(line.data(), 1, line.size(), query_log_);
+    std::fputc('\n', query_log_);
+  }
+  return n;
+}
+
+void Server::OnUdp(uint32_t index) {
+  const int fd = udp_[index].get();
+  uint8_t in[kMaxMessage];
+  for (int i = 0; i < kUdpBurst; ++i) {
+    sockaddr_storage from;
+    socklen_t from_len = sizeof(from);
+    const ssize_t got = recvfrom(fd, in, sizeof(in), 0, reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (got < 0) return;  // EAGAIN, or a transient error: epoll tells us when to retry
+    uint32_t delay = 0;
+    const size_t n = Answer({in, static_cast<size_t>(got)}, from, false, &delay);
+    if (n == 0) continue;
+    const uint8_t* resp = buf_.data() + 2;
+    if (delay == 0) {
+      sendto(fd, resp, n, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+    } else {
+      delayed_.push({Clock::now() + std::chrono::milliseconds(delay), next_seq_++, false, index, from,
+                     from_len, std::string(reinterpret_cast<const char*>(resp), n)});
+    }
+  }
+}
+
+void Server::Accept(int listen_fd, bool control) {
+  for (;;) {
+    sockaddr_storage peer;
+    socklen_t len = sizeof(peer);
+    Fd fd(accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd.get() < 0) return;
+    if (conns_.size() >= kMaxConnections) continue;  // closed by Fd's destructor
+    const int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const uint32_t id = next_conn_++;
+    Watch(fd.get(), EPOLLIN | EPOLLRDHUP, Tag(control ? Kind::kControlConn : Kind::kTcpConn, id));
+    Connection& c = conns_[id];
+    c.fd = std::move(fd);
+    c.control = control;
+    c.peer = peer;
+  }
+}
+
+void Server::ServeDnsFrames(uint32_t id, Connection& c) {
+  size_t pos = 0;
+  while (c.in.size() - pos >= 2) {
+    const size_t len = dns::Load16(reinterpret_cast<const uint8_t*>(c.in.data() + pos));
+    if (c.in.size() - pos - 2 < len) break;
+    uint32_t delay = 0;
+    const size_t n =
+        Answer({reinterpret_cast<const uint8_t*>(c.in.data() + pos + 2), len}, c.peer, true, &delay);
+    pos += 2 + len;
+    if (n == 0) continue;
+    dns::Store16(buf_.data(), static_cast<uint16_t>(n));
+    std::string framed(reinterpret_cast<const char*>(buf_.data()), n + 2);
+    if (delay == 0) {
+      c.out += framed;
+    } else {
+      delayed_.push(
+          {Clock::now() + std::chrono::milliseconds(delay), next_seq_++, true, id, {}, 0, std::move(framed)});
+    }
+  }
+  c.in.erase(0, pos);
+}
+
+std::string Server::RunCommand(const std::string& line) {
+  std::istringstream in(line);
+  std::string cmd;
+  in >> cmd;
+  if (cmd == "stats") return stats_.ToJson() + "\n";
+  if (cmd == "log") {
+    size_t n = 100;
+    std::string arg;
+    if (in >> arg) {
+      char* end = nullptr;
+      n = std::strtoul(arg.c_str(), &end, 10);
+      if (*end != '\0') return "error: log takes a number\n";
+    }
+    return ring_.LastJsonLines(n);
+  }
+  if (cmd == "reset") {
+    stats_.Reset();
+    ring_.Reset();
+    return "ok\n";
+  }
+  if (cmd == "set-weights") {
+    std::string name, view, weights;
+    if (!(in >> name >> view >> weights)) return "error: usage: set-weights NAME VIEW w1,w2,...\n";
+    const std::string err = authority_.SetWeights(name, view, weights);
+    return err.empty() ? "ok\n" : "error: " + err + "\n";
+  }
+  if (cmd == "reload") {
+    absl::StatusOr<ZoneSet> zs = LoadConfig(opts_.config_path);
+    if (!zs.ok()) return "error: " + std::string(zs.status().message()) + "\n";
+    authority_.Replace(*std::move(zs));
+    return "ok\n";
+  }
+  if (cmd == "help" || cmd.empty()) {
+    return "commands: stats | log [N] | reset | set-weights NAME VIEW w1,w2,... | reload | help\n";
+  }
+  return "error: unknown command '" + cmd + "'\n";
+}
+
+void Server::ServeControl(Connection& c) {
+  if (c.replied) return;  // one command per connection, already answered
+  const size_t nl = c.in.find('\n');
+  if (nl == std::string::npos) {
+    if (c.in.size() > kMaxControlRequest) {
+      c.out = "error: request too long\n";
+      c.replied = true;
+    } else if (c.peer_closed && !c.in.empty()) {
+      c.out = RunCommand(c.in);  // a last line without a newline
+      c.replied = true;
+    }
+    return;
+  }
+  std::string line = c.in.substr(0, nl);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  c.out = RunCommand(line);
+  c.replied = true;
+}
+
+void Server::Flush(uint32_t id, Connection& c) {
+  while (c.out_pos < c.out.size()) {
+    const ssize_t n = send(c.fd.get(), c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close(id);
+      return;
+    }
+    c.out_pos += static_cast<size_t>(n);
+  }
+  if (c.out_pos == c.out.size()) {
+    c.out.clear();
+    c.out_pos = 0;
+  } else if (c.out_pos > (1 << 16)) {
+    c.out.erase(0, c.out_pos);
+    c.out_pos = 0;
+  }
+  const bool pending = !c.out.empty();
+  // The control protocol is one command and one reply per connection; DNS
+  // connections stay open until the client closes them.
+  if (!pending && (c.peer_closed || c.replied)) {
+    Close(id);
+    return;
+  }
+  // Stop watching input once the peer has closed (it would fire forever).
+  const uint32_t want =
+      (c.peer_closed ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) | (pending ? uint32_t{EPOLLOUT} : 0u);
+  if (want != c.events) {
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = Tag(c.control ? Kind::kControlConn : Kind::kTcpConn, id);
+    epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+    c.events = want;
+  }
+}
+
+void Server::OnConnection(uint32_t id, uint32_t events) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Connection& c = it->second;
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    char tmp[16384];
+    for (;;) {
+      const ssize_t n = recv(c.fd.get(), tmp, sizeof(tmp), 0);
+      if (n > 0) {
+        c.in.append(tmp, static_cast<size_t>(n));
+        if (c.in.size() > 4 * kMaxMessage) break;  // parse what we have first
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.peer_closed = true;
+      break;
+    }
+    if (c.control) {
+      ServeControl(c);
+    } else {
+      ServeDnsFrames(id, c);
+    }
+  }
+  Flush(id, c);
+}
+
+void Server::Close(uint32_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
+  conns_.erase(it);
+}
+
+void Server::SendDue() {
+  const Clock::time_point now = Clock::now();
+  while (!delayed_.empty() && delayed_.top().due <= now) {
+    const Delayed& d = delayed_.top();
+    if (!d.tcp) {
+      sendto(udp_[d.target].get(), d.bytes.data(), d.bytes.size(), 0,
+             reinterpret_cast<const sockaddr*>(&d.dest), d.dest_len);
+    } else if (auto it = conns_.find(d.target); it != conns_.end()) {
+      it->second.out += d.bytes;
+      Flush(d.target, it->second);
+    }
+    delayed_.pop();
+  }
+}
+
+int Server::WaitTimeoutMs() const {
+  if (delayed_.empty()) return -1;
+  const auto left = delayed_.top().due - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up so we never wake before the response is due.
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+}
+
+int Server::Run() {
+  if (!Setup()) return 1;
+  epoll_event events[64];
+  while (!stop_) {
+    const int n = epoll_wait(epfd_.get(), events, 64, WaitTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      std::perror("gslb-sim: epoll_wait");
+      return 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      const Kind kind = static_cast<Kind>(events[i].data.u64 >> 32);
+      const uint32_t id = static_cast<uint32_t>(events[i].data.u64);
+      switch (kind) {
+        case Kind::kSignal:
+          stop_ = true;
+          break;
+        case Kind::kUdp:
+          OnUdp(id);
+          break;
+        case Kind::kTcpListen:
+          Accept(tcp_listeners_[id].get(), false);
+          break;
+        case Kind::kControlListen:
+          Accept(control_.get(), true);
+          break;
+        case Kind::kTcpConn:
+        case Kind::kControlConn:
+          OnConnection(id, events[i].events);
+          break;
+      }
+    }
+    SendDue();
+    if (query_log_ != nullptr) std::fflush(query_log_);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunServer(const ServerOptions& opts, ZoneSet zones) {
+  auto server = std::make_unique<Server>(opts, std::move(zones));
+  return server->Run();
+}
+
+}  // namespace weir::gslb_sim

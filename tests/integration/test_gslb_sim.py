@@ -1,0 +1,459 @@
+"""Black-box tests of gslb-sim (bench/gslb_sim) with dig and kdig.
+
+Run: python3 tests/integration/test_gslb_sim.py --build-dir build
+"""
+
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+
+ZONES = """\
+[defaults]
+empty_weight_option = false
+
+[[zone]]
+origin = "example.com."
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+serial = 7
+minimum = 45
+ttl = 3600
+
+[[zone.record]]
+name = "www"
+type = "A"
+ttl = 300
+data = "192.0.2.1"
+
+[[zone.record]]
+name = "video"
+type = "CNAME"
+ttl = 600
+data = "x.cdn.test."
+
+[[zone.record]]
+name = "chain1"
+type = "CNAME"
+data = "chain2"
+
+[[zone.record]]
+name = "chain2"
+type = "CNAME"
+data = "www"
+
+[[zone.record]]
+name = "away"
+type = "CNAME"
+data = "www.example.org."
+
+[[zone.record]]
+name = "deep.ent"
+type = "TXT"
+data = "empty non-terminal above me"
+
+[[zone.name]]
+name = "broken"
+servfail = true
+
+[[zone.name]]
+name = "lost"
+loss = 1.0
+
+[[zone.record]]
+name = "lost"
+type = "A"
+data = "192.0.2.5"
+
+[[zone.name]]
+name = "slow"
+latency_ms = 300
+
+[[zone.record]]
+name = "slow"
+type = "A"
+data = "192.0.2.3"
+
+[[zone.name]]
+name = "big"
+truncate = true
+
+[[zone.record]]
+name = "big"
+type = "A"
+data = "192.0.2.4"
+
+[[zone.delegation]]
+name = "sub"
+ns = ["ns1.sub"]
+glue = [{ name = "ns1.sub", addresses = ["127.0.0.2"] }]
+
+[[zone]]
+origin = "cdn.test."
+[zone.soa]
+mname = "ns1"
+rname = "admin"
+minimum = 30
+ttl = 20
+
+[[zone.name]]
+name = "x"
+ttl = 20
+  [[zone.name.view]]
+  cidr = "198.51.100.0/24"
+  scope = 24
+  ttl = 30
+  addresses = ["192.0.2.10", "192.0.2.11"]
+  weights = [2, 1]
+  [[zone.name.view]]
+  cidr = "203.0.113.0/24"
+  scope = 20
+  addresses = ["192.0.2.20", "192.0.2.21", "192.0.2.22"]
+  weights = [1, 3, 5]
+  [[zone.name.view]]
+  cidr = "2001:db8:100::/40"
+  addresses = ["2001:db8::30", "2001:db8::31"]
+  weights = [4, 6]
+  [[zone.name.view]]
+  cidr = "127.0.0.0/8"
+  scope = 8
+  addresses = ["192.0.2.40"]
+  weights = [9]
+  [zone.name.default]
+  addresses = ["192.0.2.99"]
+  weights = [1]
+
+[[zone.name]]
+name = "plain"
+empty_weight_option = true
+  [zone.name.default]
+  addresses = ["192.0.2.50", "192.0.2.51"]
+"""
+
+W = 65001  # the default weight option code
+
+
+class GslbSimTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig", "kdig")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.query_log = os.path.join(cls.tmp.name, "queries.jsonl")
+        cls.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, listen=("127.0.0.1:0", "[::1]:0"),
+                                   query_log=cls.query_log, seed=42)
+        cls.host, cls.port = cls.sim.host, cls.sim.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+        cls.tmp.cleanup()
+
+    def dig(self, qname, qtype="A", **kw):
+        return weirtest.dig(self.host, self.port, qname, qtype, **kw)
+
+    def kdig(self, qname, qtype="A", **kw):
+        return weirtest.kdig(self.host, self.port, qname, qtype, **kw)
+
+    def assertStatus(self, r, status):
+        self.assertEqual(r.status, status, f"expected {status}; client output:\n{r.text}")
+
+    # ------------------------------------------------------------ answers
+
+    def test_plain_a_is_authoritative(self):
+        for r in (self.dig("www.example.com"), self.kdig("www.example.com")):
+            self.assertStatus(r, "NOERROR")
+            self.assertTrue(r.aa, f"AA flag missing:\n{r.text}")
+            self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
+            self.assertEqual(r.answer[0].ttl, 300, r.text)
+
+    def test_opt_echoed_only_when_sent(self):
+        r = self.dig("www.example.com")  # dig sends EDNS by default
+        self.assertEqual((r.edns, r.udp_size), (True, 1232), "OPT must be echoed with our UDP size:\n" + r.text)
+        r = self.kdig("www.example.com")  # kdig does not
+        self.assertFalse(r.edns, "no OPT expected without EDNS in the query:\n" + r.text)
+
+    def test_ipv6_listener(self):
+        hosts = [h for h, _ in self.sim.listeners]
+        self.assertIn("::1", hosts, self.sim.process.lines)
+        port = dict(self.sim.listeners)["::1"]
+        r = weirtest.kdig("::1", port, "www.example.com", "A")
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
+
+    def test_ecs_view_and_scope(self):
+        r = self.dig("x.cdn.test", ecs="198.51.100.7/24")
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.addresses(), ["192.0.2.10", "192.0.2.11"], r.text)
+        self.assertEqual(r.answer[0].ttl, 30, r.text)
+        self.assertIsNotNone(r.ecs, "ECS must be echoed:\n" + r.text)
+        self.assertEqual((r.ecs.address, r.ecs.source, r.ecs.scope), ("198.51.100.0", 24, 24), r.text)
+
+        r = self.kdig("x.cdn.test", ecs="203.0.113.9/24")
+        self.assertEqual(r.addresses(), ["192.0.2.20", "192.0.2.21", "192.0.2.22"], r.text)
+        self.assertEqual((r.ecs.address, r.ecs.source, r.ecs.scope), ("203.0.113.0", 24, 20), r.text)
+
+        r = self.dig("x.cdn.test", "AAAA", ecs="2001:db8:100:5::/56")
+        self.assertEqual(r.addresses(), ["2001:db8::30", "2001:db8::31"], r.text)
+        self.assertEqual((r.ecs.source, r.ecs.scope), (56, 40), r.text)
+
+        # An ECS address in no view gets the default view; its scope is 0.
+        r = self.dig("x.cdn.test", ecs="192.0.2.0/24")
+        self.assertEqual(r.addresses(), ["192.0.2.99"], r.text)
+        self.assertEqual(r.ecs.scope, 0, r.text)
+
+    def test_no_ecs_uses_source_and_sends_no_ecs(self):
+        r = self.dig("x.cdn.test")
+        self.assertEqual(r.addresses(), ["192.0.2.40"], "127.0.0.1 must pick the 127.0.0.0/8 view:\n" + r.text)
+        self.assertIsNone(r.ecs, "a query without ECS must get no ECS option:\n" + r.text)
+
+    def test_ecs_scope_zero_for_names_without_views(self):
+        r = self.dig("www.example.com", ecs="198.51.100.7/24")
+        self.assertEqual((r.ecs.address, r.ecs.source, r.ecs.scope), ("198.51.100.0", 24, 0), r.text)
+
+    # ------------------------------------------------------------ weight option
+
+    def test_weight_option_carries_view_weights(self):
+        r = self.dig("x.cdn.test", ecs="198.51.100.7/24", options=[W])
+        self.assertEqual(r.option(W), bytes([0, 2, 0, 1]), "weights 2,1 expected:\n" + r.text)
+        r = self.kdig("x.cdn.test", ecs="203.0.113.1/24", options=[W])
+        self.assertEqual(r.weights(W), [1, 3, 5], r.text)
+        # A query option of any length asks for weights.
+        r = self.dig("x.cdn.test", ecs="198.51.100.7/24", options=[(W, "0102")])
+        self.assertEqual(r.weights(W), [2, 1], r.text)
+
+    def test_no_weight_option_without_asking(self):
+        r = self.dig("x.cdn.test", ecs="198.51.100.7/24")
+        self.assertIsNone(r.option(W), "weights sent although not asked:\n" + r.text)
+
+    def test_unweighted_name_gets_empty_option_when_configured(self):
+        r = self.dig("plain.cdn.test", options=[W])
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.addresses(), ["192.0.2.50", "192.0.2.51"], r.text)
+        self.assertEqual(r.option(W), b"", "length-0 weight option expected:\n" + r.text)
+        r = self.kdig("plain.cdn.test", options=[W])
+        self.assertEqual(r.option(W), b"", r.text)
+        # www has no setting and [defaults] says no empty option.
+        r = self.dig("www.example.com", options=[W])
+        self.assertIsNone(r.option(W), r.text)
+
+    def test_cname_chain_into_gslb_name(self):
+        r = self.dig("video.example.com", ecs="198.51.100.7/24", options=[W])
+        self.assertStatus(r, "NOERROR")
+        self.assertTrue(r.aa, r.text)
+        self.assertEqual([(a.name, a.type) for a in r.answer],
+                         [("video.example.com.", "CNAME"), ("x.cdn.test.", "A"), ("x.cdn.test.", "A")], r.text)
+        self.assertEqual(r.answer[0].data, "x.cdn.test.", r.text)
+        # Only the address records count for the weights.
+        self.assertEqual(r.weights(W), [2, 1], r.text)
+        self.assertEqual(r.ecs.scope, 24, r.text)
+
+    def test_cname_chain_inside_zone_and_leaving_zones(self):
+        r = self.kdig("chain1.example.com")
+        self.assertEqual([a.type for a in r.answer], ["CNAME", "CNAME", "A"], r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
+        r = self.dig("away.example.com")
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual([(a.type, a.data) for a in r.answer], [("CNAME", "www.example.org.")], r.text)
+
+    # ------------------------------------------------------------ negative answers
+
+    def test_nxdomain_with_soa(self):
+        r = self.dig("nope.example.com")
+        self.assertStatus(r, "NXDOMAIN")
+        self.assertTrue(r.aa, r.text)
+        self.assertEqual(len(r.authority), 1, r.text)
+        soa = r.authority[0]
+        self.assertEqual((soa.name, soa.type), ("example.com.", "SOA"), r.text)
+        self.assertEqual(soa.ttl, 45, "negative TTL must be min(SOA ttl, minimum):\n" + r.text)
+        self.assertTrue(soa.data.startswith("ns1.example.com. hostmaster.example.com. 7 "), r.text)
+
+    def test_nodata_with_soa(self):
+        for r in (self.dig("www.example.com", "AAAA"), self.kdig("ent.example.com", "A")):
+            self.assertStatus(r, "NOERROR")
+            self.assertEqual(r.answer, [], r.text)
+            self.assertEqual([a.type for a in r.authority], ["SOA"], r.text)
+        r = self.dig("x.cdn.test", "AAAA", ecs="198.51.100.1/24")  # view has no IPv6
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.answer, [], r.text)
+        self.assertEqual(r.authority[0].ttl, 20, r.text)
+
+    def test_referral_and_refused(self):
+        r = self.dig("host.sub.example.com")
+        self.assertStatus(r, "NOERROR")
+        self.assertFalse(r.aa, "a referral must have AA clear:\n" + r.text)
+        self.assertEqual([(a.name, a.type, a.data) for a in r.authority],
+                         [("sub.example.com.", "NS", "ns1.sub.example.com.")], r.text)
+        self.assertEqual([(a.name, a.data) for a in r.additional], [("ns1.sub.example.com.", "127.0.0.2")], r.text)
+        r = self.dig("www.example.org")
+        self.assertStatus(r, "REFUSED")
+        self.assertFalse(r.aa, r.text)
+
+    # ------------------------------------------------------------ faults and transports
+
+    def test_servfail_injection(self):
+        self.sim.reset()
+        r = self.dig("broken.example.com")
+        self.assertStatus(r, "SERVFAIL")
+        self.assertEqual(self.sim.stats()["faults"].get("servfail"), 1, self.sim.stats())
+
+    def test_loss_injection(self):
+        self.sim.reset()
+        r = self.dig("lost.example.com", timeout=1, tries=1)
+        self.assertIsNone(r.status, "a lost query must get no answer:\n" + r.text)
+        stats = self.sim.stats()
+        self.assertEqual((stats["queries"], stats["dropped"]), (1, 1), stats)
+        # Loss is UDP only: TCP still answers.
+        r = self.dig("lost.example.com", "A", tcp=True)
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.addresses(), ["192.0.2.5"], r.text)
+
+    def test_latency_injection(self):
+        start = time.monotonic()
+        r = self.dig("slow.example.com", timeout=3)
+        elapsed = time.monotonic() - start
+        self.assertStatus(r, "NOERROR")
+        self.assertGreaterEqual(elapsed, 0.3, f"answered after {elapsed:.3f}s, latency_ms = 300")
+
+    def test_truncate_forces_tcp(self):
+        r = self.dig("big.example.com")
+        self.assertTrue(r.truncated_retry, "dig must see TC and retry over TCP:\n" + r.text)
+        self.assertEqual(r.transport, "TCP", r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.4"], r.text)
+        r = self.dig("big.example.com", extra=["+ignore"])
+        self.assertTrue(r.tc, r.text)
+        self.assertEqual(r.answer, [], r.text)
+
+    def test_tcp_several_queries_per_connection(self):
+        self.sim.reset()
+        r = self.dig("www.example.com", tcp=True)
+        self.assertStatus(r, "NOERROR")
+        self.assertEqual(r.transport, "TCP", r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
+        r = self.kdig("x.cdn.test", tcp=True, ecs="198.51.100.7/24", options=[W])
+        self.assertEqual(r.weights(W), [2, 1], r.text)
+        # dig +keepopen sends both queries on one connection.
+        out = weirtest.run(["dig", f"@{self.host}", "-p", str(self.port), "+tcp", "+keepopen", "+norec",
+                            "www.example.com", "A", "chain1.example.com", "A"])
+        self.assertEqual(out.stdout.count("status: NOERROR"), 2, out.stdout)
+        tcp = [e for e in self.sim.log(10) if e["transport"] == "tcp"]
+        self.assertEqual(len(tcp), 4, tcp)
+        self.assertEqual(tcp[2]["source"], tcp[3]["source"], "the two +keepopen queries share a connection")
+        self.assertEqual(self.sim.stats()["tcp"], 4)
+
+    def test_badvers_and_formerr(self):
+        r = self.dig("www.example.com", edns=1, extra=["+noednsnegotiation"])
+        self.assertStatus(r, "BADVERS")
+        # An ECS option with bits set past its source prefix (RFC 7871 6): FORMERR.
+        query = bytes.fromhex(
+            "abcd0000000100000000000103777777076578616d706c6503636f6d0000010001"
+            "0000291000000000000000"  # OPT header with rdlength 0, patched below
+        )
+        ecs = bytes.fromhex("0008" "0007" "0001" "1400" "c63364")  # 198.51.100.0/20: bits set past /20
+        query = query[:-2] + len(ecs).to_bytes(2, "big") + ecs
+        reply = weirtest.udp_exchange(self.host, self.port, query)
+        self.assertIsNotNone(reply, "malformed query got no answer")
+        self.assertEqual(reply[:2], b"\xab\xcd")
+        self.assertEqual(reply[3] & 0x0F, 1, f"FORMERR expected, got rcode {reply[3] & 0x0F}")
+
+    # ------------------------------------------------------------ observability
+
+    def test_stats_count_what_was_sent(self):
+        self.sim.reset()
+        self.dig("x.cdn.test", ecs="198.51.100.7/24", options=[W])
+        self.kdig("x.cdn.test", ecs="198.51.100.200/24", options=[W])
+        self.dig("x.cdn.test", ecs="203.0.113.1/24")
+        self.dig("www.example.com", "AAAA", extra=["+noedns"])
+        s = self.sim.stats()
+        self.assertEqual(s["queries"], 4, s)
+        self.assertEqual(s["udp"], 4, s)
+        self.assertEqual(s["with_ecs"], 3, s)
+        self.assertEqual(s["with_weight_option"], 2, s)
+        self.assertEqual(s["with_edns"], 3, s)
+        self.assertEqual(s["by_qname_qtype"], {"x.cdn.test.": {"A": 3}, "www.example.com.": {"AAAA": 1}}, s)
+        self.assertEqual(s["by_qname_ecs"]["x.cdn.test."], {"198.51.100.0/24": 2, "203.0.113.0/24": 1}, s)
+        log = self.sim.log(10)
+        self.assertEqual(len(log), 4, log)
+        self.assertEqual(log[0]["ecs"], {"family": 1, "address": "198.51.100.0", "source": 24}, log[0])
+        self.assertEqual((log[0]["weight_option"], log[0]["weight_option_len"]), (True, 0), log[0])
+        self.assertEqual(log[0]["view"], "198.51.100.0/24", log[0])
+        self.assertEqual((log[2]["weight_option"], log[2]["weight_option_len"]), (False, None), log[2])
+        self.assertEqual((log[3]["edns"], log[3]["ecs"], log[3]["rcode"]), (False, None, "NOERROR"), log[3])
+        # The same records reach --query-log.
+        with open(self.query_log) as f:
+            lines = f.read().splitlines()
+        self.assertTrue(any('"qname":"www.example.com.","qtype":"AAAA"' in l for l in lines), lines[-5:])
+
+    def test_set_weights_at_run_time(self):
+        self.sim.set_weights("x.cdn.test", "198.51.100.0/24", [7, 3])
+        try:
+            r = self.dig("x.cdn.test", ecs="198.51.100.7/24", options=[W])
+            self.assertEqual(r.weights(W), [7, 3], r.text)
+        finally:
+            self.sim.set_weights("x.cdn.test", "198.51.100.0/24", [2, 1])
+        with self.assertRaises(RuntimeError):
+            self.sim.set_weights("x.cdn.test", "198.51.100.0/24", [1, 2, 3])
+
+    def test_reload(self):
+        self.sim.reload()
+        r = self.dig("www.example.com")
+        self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
+
+
+class WeightOptionCodeTest(unittest.TestCase):
+    def test_custom_code(self):
+        with weirtest.GslbSim(BUILD_DIR, config_text=ZONES, weight_option_code=65123, control=None) as sim:
+            r = weirtest.dig(sim.host, sim.port, "x.cdn.test", "A", ecs="198.51.100.7/24", options=[65123, W])
+            self.assertEqual(r.weights(65123), [2, 1], r.text)
+            self.assertIsNone(r.option(W), "the default code is an unknown option now:\n" + r.text)
+
+
+class BadConfigTest(unittest.TestCase):
+    def run_sim(self, text):
+        path = weirtest.write_temp(text)
+        try:
+            out = weirtest.run([weirtest.binary(BUILD_DIR, weirtest.GslbSim.RELPATH), "--config", path,
+                                "--listen", "127.0.0.1:0"], timeout=10)
+        finally:
+            os.unlink(path)
+        return path, out
+
+    def test_semantic_error_names_the_line(self):
+        text = ZONES.replace('data = "192.0.2.1"', 'data = "192.0.2.300"')
+        line = text.splitlines().index('data = "192.0.2.300"') + 1
+        path, out = self.run_sim(text)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(f"{path}:{line}: invalid IP address '192.0.2.300'", out.stderr)
+
+    def test_syntax_error_names_the_line(self):
+        text = ZONES.replace("ttl = 300\n", "ttl = = 300\n", 1)
+        line = text.splitlines().index("ttl = = 300") + 1
+        path, out = self.run_sim(text)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(f"{path}:{line}:", out.stderr)
+
+    def test_unknown_key_and_bad_weights(self):
+        path, out = self.run_sim(ZONES.replace("weights = [2, 1]", "weights = [2, 1, 3]"))
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("'weights' has 3 entries for 2 addresses", out.stderr)
+        path, out = self.run_sim(ZONES.replace('name = "plain"', 'name = "plain"\nadresses = []'))
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("unknown key 'adresses'", out.stderr)
+
+    def test_example_config_loads(self):
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gslb-sim",
+                               "zones.toml")
+        with weirtest.GslbSim(BUILD_DIR, config_path=example) as sim:
+            r = weirtest.dig(sim.host, sim.port, "video.example.com", "A", ecs="198.51.100.7/24", options=[W])
+            self.assertEqual(r.addresses(), ["192.0.2.10", "192.0.2.11"], r.text)
+            self.assertEqual(r.weights(W), [2, 1], r.text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

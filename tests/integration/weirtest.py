@@ -1,0 +1,607 @@
+"""Shared helpers for weir's black-box tests (tests/integration/test_*.py).
+
+The tests start the real binaries on loopback and query them with real
+clients (dig, kdig). This module has no third-party dependencies.
+
+Typical use::
+
+    import weirtest
+    BUILD_DIR = weirtest.parse_build_dir()          # strips --build-dir from sys.argv
+
+    class T(unittest.TestCase):
+        def test_x(self):
+            with weirtest.GslbSim(BUILD_DIR, config_text=ZONES) as sim:
+                r = weirtest.dig(sim.host, sim.port, "www.example.com", "A")
+                self.assertEqual(r.status, "NOERROR", r.text)
+
+    if __name__ == "__main__":
+        unittest.main()
+
+Processes are stopped by PID (terminate, wait, kill), never by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+# ---------------------------------------------------------------- setup
+
+
+def parse_build_dir(argv: Optional[list] = None) -> str:
+    """Returns the value of --build-dir and removes it from argv (default
+    sys.argv) so unittest.main() does not see it. Falls back to
+    $WEIR_BUILD_DIR, then ./build."""
+    argv = sys.argv if argv is None else argv
+    value = os.environ.get("WEIR_BUILD_DIR", "build")
+    i = 1
+    while i < len(argv):
+        if argv[i] == "--build-dir" and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i:i + 2]
+        elif argv[i].startswith("--build-dir="):
+            value = argv[i].split("=", 1)[1]
+            del argv[i]
+        else:
+            i += 1
+    return os.path.abspath(value)
+
+
+def binary(build_dir: str, relpath: str) -> str:
+    """Path of a built program, e.g. binary(b, "bench/gslb_sim/gslb-sim").
+    Raises FileNotFoundError with a clear message when it was not built."""
+    path = os.path.join(build_dir, relpath)
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} not found or not executable (build it first)")
+    return path
+
+
+def require_tools(*names: str) -> None:
+    """Raises RuntimeError naming the missing programs. Black-box tests need
+    the real clients, so a missing one is a setup error, not a skipped test."""
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        raise RuntimeError(f"missing tools: {', '.join(missing)} (scripts/install-deps.sh installs them)")
+
+
+def free_port(host: str = "127.0.0.1", udp_and_tcp: bool = True) -> int:
+    """A port that is free right now on `host` for TCP (and UDP). Prefer
+    letting a server bind port 0 and report its port: another process can
+    take this one before you bind it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(50):
+        with socket.socket(family, socket.SOCK_STREAM) as t:
+            t.bind((host, 0))
+            port = t.getsockname()[1]
+            if not udp_and_tcp:
+                return port
+            try:
+                with socket.socket(family, socket.SOCK_DGRAM) as u:
+                    u.bind((host, port))
+                    return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port on {host}")
+
+
+def write_temp(text: str, suffix: str = ".toml", directory: Optional[str] = None) -> str:
+    """Writes `text` to a new temporary file and returns its path."""
+    fd, path = tempfile.mkstemp(suffix=suffix, dir=directory)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def run(argv: Sequence[str], timeout: float = 30.0, check: bool = False) -> subprocess.CompletedProcess:
+    """Runs a command to completion, capturing text stdout/stderr."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Process:
+    """A child process whose stdout is read line by line in the background.
+
+    The constructor starts it and waits until a stdout line matches `ready`
+    (a regex), so the caller knows it is serving. Lines seen so far are in
+    `lines`; stderr goes to a temporary file (`stderr_text()`).
+    """
+
+    def __init__(self, argv: Sequence[str], ready: Optional[str] = r"^ready$", timeout: float = 10.0,
+                 env: Optional[dict] = None, cwd: Optional[str] = None):
+        self.argv = list(argv)
+        self.lines: list[str] = []
+        self._queue: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr_final = ""
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env,
+                                     cwd=cwd, bufsize=1)
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if ready is not None:
+            try:
+                self.wait_line(ready, timeout)
+            except Exception:
+                self.stop()
+                raise
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_line(self, pattern: str, timeout: float = 10.0) -> re.Match:
+        """Waits for the next stdout line matching `pattern`; returns the match.
+        Raises RuntimeError (with stderr) if the process exits or times out."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        for line in self.lines:
+            m = rx.search(line)
+            if m:
+                return m
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{self.argv[0]}: no line matching {pattern!r} within {timeout}s; "
+                                   f"stdout={self.lines!r} stderr={self.stderr_text()!r}")
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait(timeout=5)
+                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {pattern!r}; "
+                                   f"stdout={self.lines!r} stderr={self.stderr_text()!r}")
+            self.lines.append(line)
+            m = rx.search(line)
+            if m:
+                return m
+
+    def stderr_text(self) -> str:
+        if self._stderr.closed:
+            return self._stderr_final
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> int:
+        """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
+        rc = stop_pid(self.proc, timeout)
+        self._reader.join(timeout=2)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not self._stderr.closed:
+            self._stderr_final = self.stderr_text()
+            self._stderr.close()
+        return rc
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stop_pid(proc: "subprocess.Popen | int", timeout: float = 5.0) -> int:
+    """Stops one process we started: SIGTERM, wait, then SIGKILL. Accepts a
+    Popen (preferred: it is reaped) or a PID. Returns the exit code (or
+    -signal), or 0 for a bare PID that is already gone."""
+    if isinstance(proc, int):
+        try:
+            os.kill(proc, signal.SIGTERM)
+        except ProcessLookupError:
+            return 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(proc, 0)
+            except ProcessLookupError:
+                return 0
+            time.sleep(0.05)
+        try:
+            os.kill(proc, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return -signal.SIGKILL
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+    return proc.returncode
+
+
+# ---------------------------------------------------------------- DNS clients
+
+
+@dataclass
+class Record:
+    """One resource record as dig/kdig print it."""
+    name: str
+    ttl: int
+    klass: str
+    type: str
+    data: str
+
+
+@dataclass
+class Ecs:
+    """The CLIENT-SUBNET option of a response: address/source/scope."""
+    address: str
+    source: int
+    scope: int
+
+
+@dataclass
+class Response:
+    """A parsed dig or kdig answer. `status` is None when no answer came
+    (timeout, connection refused); `text` is the client's full output."""
+    text: str
+    status: Optional[str] = None
+    id: Optional[int] = None
+    flags: set = field(default_factory=set)
+    counts: dict = field(default_factory=dict)
+    edns: bool = False
+    udp_size: Optional[int] = None
+    ecs: Optional[Ecs] = None
+    options: dict = field(default_factory=dict)  # code -> bytes (ECS excluded)
+    answer: list = field(default_factory=list)
+    authority: list = field(default_factory=list)
+    additional: list = field(default_factory=list)
+    transport: Optional[str] = None  # "UDP" or "TCP", as reported by the client
+    truncated_retry: bool = False  # dig reported TC and retried over TCP
+
+    @property
+    def aa(self) -> bool:
+        return "aa" in self.flags
+
+    @property
+    def tc(self) -> bool:
+        return "tc" in self.flags
+
+    def option(self, code: int) -> Optional[bytes]:
+        """Data of EDNS option `code`, b"" for a length-0 option, None if absent."""
+        return self.options.get(code)
+
+    def addresses(self) -> list:
+        """A/AAAA data of the answer section, in answer order."""
+        return [r.data for r in self.answer if r.type in ("A", "AAAA")]
+
+    def weights(self, code: int = 65001) -> Optional[list]:
+        """The weight option decoded as 16-bit big-endian values (DESIGN 2), or None."""
+        data = self.option(code)
+        if data is None:
+            return None
+        return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data) - 1, 2)]
+
+
+_RR = re.compile(r"^(\S+)\s+(\d+)\s+(\S+)\s+(\S+)\s*(.*)$")
+
+
+def _record(line: str) -> Optional[Record]:
+    m = _RR.match(line.strip())
+    if not m:
+        return None
+    return Record(m.group(1), int(m.group(2)), m.group(3), m.group(4), m.group(5).strip())
+
+
+def _hex_bytes(text: str) -> bytes:
+    return bytes.fromhex(re.sub(r"[^0-9a-fA-F]", "", text))
+
+
+def _parse_ecs(value: str) -> Optional[Ecs]:
+    # "198.51.100.0/24/24" or "2001:db8::/48/40"
+    parts = value.strip().rsplit("/", 2)
+    if len(parts) != 3:
+        return None
+    return Ecs(parts[0], int(parts[1]), int(parts[2]))
+
+
+def parse_dig(text: str) -> Response:
+    """Parses dig's default (full) output. Only the last message is kept when
+    dig printed several (e.g. after retries)."""
+    r = Response(text=text)
+    section = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.startswith(";; Truncated, retrying in TCP mode"):
+            r.truncated_retry = True
+        m = re.match(r";; ->>HEADER<<- opcode: \w+, status: (\w+), id: (\d+)", line)
+        if m:
+            status = r.truncated_retry
+            r = Response(text=text, status=m.group(1), id=int(m.group(2)), truncated_retry=status)
+            section = None
+            continue
+        m = re.match(r";; flags:([^;]*);(.*)$", line)
+        if m:
+            r.flags = set(m.group(1).split())
+            for k, v in re.findall(r"(\w+): (\d+)", m.group(2)):
+                r.counts[k] = int(v)
+            continue
+        m = re.match(r";; SERVER: .*\((UDP|TCP)\)", line)
+        if m:
+            r.transport = m.group(1)
+            continue
+        if line.startswith(";; OPT PSEUDOSECTION"):
+            r.edns = True
+            section = "opt"
+            continue
+        if section == "opt" and line.startswith("; "):
+            m = re.match(r"; EDNS: version: \d+, flags:[^;]*; udp: (\d+)", line)
+            if m:
+                r.udp_size = int(m.group(1))
+            m = re.match(r"; CLIENT-SUBNET: (\S+)", line)
+            if m:
+                r.ecs = _parse_ecs(m.group(1))
+            m = re.match(r"; OPT=(\d+):\s*(.*)$", line)
+            if m:
+                # dig prints '00 02 00 01 ("....")': keep the hex part only.
+                r.options[int(m.group(1))] = _hex_bytes(m.group(2).split("(")[0])
+            continue
+        m = re.match(r";; (QUESTION|ANSWER|AUTHORITY|ADDITIONAL) SECTION:", line)
+        if m:
+            section = m.group(1).lower()
+            continue
+        if not line:
+            section = None
+            continue
+        if line.startswith(";"):
+            continue
+        if section in ("answer", "authority", "additional"):
+            rec = _record(line)
+            if rec is not None:
+                getattr(r, section).append(rec)
+    return r
+
+
+def parse_kdig(text: str) -> Response:
+    """Parses kdig's default output (Knot 3.2: no +json)."""
+    r = Response(text=text)
+    section = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = re.match(r";; ->>HEADER<<- opcode: \w+; status: (\w+); id: (\d+)", line)
+        if m:
+            r = Response(text=text, status=m.group(1), id=int(m.group(2)))
+            section = None
+            continue
+        m = re.match(r";; Flags:([^;]*);(.*)$", line)
+        if m:
+            r.flags = set(m.group(1).split())
+            for k, v in re.findall(r"(\w+): (\d+)", m.group(2)):
+                r.counts[k] = int(v)
+            continue
+        m = re.match(r";; From .*\((UDP|TCP)\)", line)
+        if m:
+            r.transport = m.group(1)
+            continue
+        if line.startswith(";; EDNS PSEUDOSECTION"):
+            r.edns = True
+            section = "opt"
+            continue
+        if section == "opt":
+            m = re.match(r";; Version: \d+; flags:[^;]*; UDP size: (\d+)", line)
+            if m:
+                r.udp_size = int(m.group(1))
+            m = re.match(r";; CLIENT-SUBNET: (\S+)", line)
+            if m:
+                r.ecs = _parse_ecs(m.group(1))
+            m = re.match(r";; Option \((\d+)\):\s*(.*)$", line)
+            if m:
+                r.options[int(m.group(1))] = _hex_bytes(m.group(2))
+        m = re.match(r";; (QUESTION|ANSWER|AUTHORITY|ADDITIONAL) SECTION:", line)
+        if m:
+            section = m.group(1).lower()
+            continue
+        if not line:
+            section = None
+            continue
+        if line.startswith(";"):
+            continue
+        if section in ("answer", "authority", "additional"):
+            rec = _record(line)
+            if rec is not None:
+                getattr(r, section).append(rec)
+    return r
+
+
+def _client_args(ecs: Optional[str], options: Iterable, tcp: bool, edns: Optional[int], bufsize: Optional[int],
+                 norec: bool) -> list:
+    args = []
+    if tcp:
+        args.append("+tcp")
+    if norec:
+        args.append("+norec")
+    if edns is not None:
+        args.append(f"+edns={edns}")
+    if bufsize is not None:
+        args.append(f"+bufsize={bufsize}")
+    if ecs is not None:
+        args.append(f"+subnet={ecs}")
+    for opt in options:
+        # (code, b"data") / (code, "hexstring") / code  -> +ednsopt=CODE[:HEX]
+        if isinstance(opt, int):
+            args.append(f"+ednsopt={opt}")
+        else:
+            code, data = opt
+            hexdata = data.hex() if isinstance(data, (bytes, bytearray)) else str(data)
+            args.append(f"+ednsopt={code}:{hexdata}" if hexdata else f"+ednsopt={code}")
+    return args
+
+
+def dig(server: str, port: int, qname: str, qtype: str = "A", *, ecs: Optional[str] = None,
+        options: Iterable = (), tcp: bool = False, edns: Optional[int] = None, bufsize: Optional[int] = None,
+        norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = ()) -> Response:
+    """Queries with dig and parses its full output.
+
+    ecs: "198.51.100.7/24" (dig's +subnet). options: EDNS options, each a
+    code (length 0) or (code, bytes-or-hex). extra: more dig arguments.
+    """
+    argv = ["dig", f"@{server}", "-p", str(port), qname, qtype, f"+time={max(1, int(timeout))}",
+            f"+tries={tries}"]
+    argv += _client_args(ecs, options, tcp, edns, bufsize, norec)
+    argv += list(extra)
+    out = run(argv, timeout=timeout * tries + 10)
+    return parse_dig(out.stdout + out.stderr)
+
+
+def kdig(server: str, port: int, qname: str, qtype: str = "A", *, ecs: Optional[str] = None,
+         options: Iterable = (), tcp: bool = False, edns: Optional[int] = None, bufsize: Optional[int] = None,
+         norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = ()) -> Response:
+    """Queries with kdig (Knot); same arguments as dig()."""
+    argv = ["kdig", f"@{server}", "-p", str(port), qname, qtype, f"+time={max(1, int(timeout))}",
+            f"+retry={max(0, tries - 1)}"]
+    argv += _client_args(ecs, options, tcp, edns, bufsize, norec)
+    argv += list(extra)
+    out = run(argv, timeout=timeout * tries + 10)
+    return parse_kdig(out.stdout + out.stderr)
+
+
+def udp_exchange(server: str, port: int, payload: bytes, timeout: float = 2.0) -> Optional[bytes]:
+    """Sends raw bytes over UDP and returns the reply (None on timeout).
+    For malformed-input tests only; real queries go through dig/kdig."""
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        s.sendto(payload, (server, port))
+        try:
+            return s.recv(65535)
+        except socket.timeout:
+            return None
+
+
+# ---------------------------------------------------------------- gslb-sim
+
+
+def control_command(host: str, port: int, line: str, timeout: float = 5.0) -> str:
+    """Sends one line to a line-protocol control port (gslb-sim) and returns
+    the whole reply (the server closes after replying)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(line.encode() + b"\n")
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode()
+
+
+_LISTEN = re.compile(r"^listening udp (\S+) tcp (\S+)$")
+
+
+def split_hostport(text: str) -> tuple:
+    """'127.0.0.1:53' -> ('127.0.0.1', 53); '[::1]:53' -> ('::1', 53)."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class GslbSim:
+    """gslb-sim started on loopback with port 0; `host`/`port` is the first
+    listen address (UDP and TCP share the port), `listeners` all of them.
+
+    Pass `config_text` (written to a temp file) or `config_path`.
+    """
+
+    RELPATH = "bench/gslb_sim/gslb-sim"
+
+    def __init__(self, build_dir: str, config_text: Optional[str] = None, config_path: Optional[str] = None,
+                 listen: Sequence[str] = ("127.0.0.1:0",), control: Optional[str] = "127.0.0.1:0",
+                 query_log: Optional[str] = None, seed: Optional[int] = None,
+                 weight_option_code: Optional[int] = None, extra_args: Sequence[str] = (), timeout: float = 10.0):
+        self._tmp = None
+        if config_path is None:
+            if config_text is None:
+                raise ValueError("config_text or config_path is required")
+            self._tmp = write_temp(config_text)
+            config_path = self._tmp
+        self.config_path = config_path
+        argv = [binary(build_dir, self.RELPATH), "--config", config_path]
+        for l in listen:
+            argv += ["--listen", l]
+        if control:
+            argv += ["--control", control]
+        if query_log:
+            argv += ["--query-log", query_log]
+        if seed is not None:
+            argv += ["--seed", str(seed)]
+        if weight_option_code is not None:
+            argv += ["--weight-option-code", str(weight_option_code)]
+        argv += list(extra_args)
+        self.process = Process(argv, ready=r"^ready$", timeout=timeout)
+        self.listeners = []
+        self.control_address = None
+        for line in self.process.lines:
+            m = _LISTEN.match(line)
+            if m:
+                self.listeners.append(split_hostport(m.group(1)))
+            elif line.startswith("control "):
+                self.control_address = split_hostport(line.split()[1])
+        self.host, self.port = self.listeners[0]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def control(self, line: str) -> str:
+        if self.control_address is None:
+            raise RuntimeError("gslb-sim was started without --control")
+        return control_command(*self.control_address, line)
+
+    def stats(self) -> dict:
+        """The `stats` JSON (docs/gslb-sim.md)."""
+        return json.loads(self.control("stats"))
+
+    def log(self, n: int = 100) -> list:
+        """The last `n` queries, oldest first, as dicts."""
+        return [json.loads(l) for l in self.control(f"log {n}").splitlines() if l.strip()]
+
+    def reset(self) -> None:
+        self._ok(self.control("reset"))
+
+    def set_weights(self, name: str, view: str, weights: Sequence[int]) -> None:
+        self._ok(self.control(f"set-weights {name} {view} {','.join(str(w) for w in weights)}"))
+
+    def reload(self) -> None:
+        self._ok(self.control("reload"))
+
+    @staticmethod
+    def _ok(reply: str) -> None:
+        if reply.strip() != "ok":
+            raise RuntimeError(f"gslb-sim control: {reply.strip()}")
+
+    def stop(self) -> int:
+        rc = self.process.stop()
+        if self._tmp:
+            try:
+                os.unlink(self._tmp)
+            except OSError:
+                pass
+            self._tmp = None
+        return rc
+
+    def __enter__(self) -> "GslbSim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
