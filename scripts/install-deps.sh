@@ -13,7 +13,7 @@ PKGS=(
   libtomlplusplus-dev libcli11-dev libfmt-dev
   libdpdk-dev
   # test peers and clients
-  knot-dnsutils bind9-dnsutils dnsperf unbound ldnsutils tshark
+  knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3
 )
 
@@ -39,5 +39,5 @@ $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 # The unbound package enables a system service; tests start their own instances.
 if command -v systemctl >/dev/null 2>&1; then
-  $SUDO systemctl disable --now unbound >/dev/null 2>&1 || true
+  $SUDO systemctl disable --now unbound dnsdist >/dev/null 2>&1 || true
 fi

@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   bool check_only = false;
   app.add_option("-c,--config", config_path, "TOML configuration file")->required();
   app.add_flag("--check", check_only, "validate the configuration and exit");
+  bool test_clock = false;
+  app.add_flag("--test-clock", test_clock,
+               "tests only: a settable clock, advanced with GET /test/advance-clock?seconds=N on the metrics port");
   CLI11_PARSE(app, argc, argv);
 
   auto config = weir::fastpath::LoadConfig(config_path);
@@ -32,7 +35,8 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // threads inherit the mask
 
-  weir::fastpath::Server server(*config);
+  weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());
+  weir::fastpath::Server server(*config, test_clock ? &fake_clock : nullptr);
   absl::Status st = server.Start();
   if (!st.ok()) {
     std::fprintf(stderr, "weir-fastpath: %s\n", std::string(st.message()).c_str());

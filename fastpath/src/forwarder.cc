@@ -228,6 +228,17 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
 
 void Forwarder::Impl::Send(Pending* p) {
   Group& g = groups[p->weighted_group ? 1 : 0];
+  // Circuit breaker: a recursor that is down gets one trial query per
+  // health interval; a success brings it back (MarkResult), a failure keeps
+  // it down for another interval.
+  const auto now = Clock::now();
+  for (int i = 0; i < g.ring->size(); ++i) {
+    if (!g.ring->IsUp(i) && now >= g.next_probe[i]) {
+      g.next_probe[i] = now + std::chrono::milliseconds(config.health_interval_ms);
+      g.ring->SetUp(i, true);
+      g.consecutive_failures[i] = config.health_failures - 1;  // one more failure: down again
+    }
+  }
   uint8_t hashkey[8 + dns::kMaxNameWire];
   std::memcpy(hashkey, &p->miss.partition, 8);
   std::memcpy(hashkey + 8, p->miss.qname.bytes.data(), p->miss.qname.len);
@@ -330,6 +341,7 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
     return;
   }
   if (++g.consecutive_failures[u] >= config.health_failures && g.ring->IsUp(u)) {
+    g.next_probe[u] = Clock::now() + std::chrono::milliseconds(config.health_interval_ms);
     // Down until a later query succeeds; the ring moves its share to the
     // next live recursor only. If every recursor is down, all are retried.
     g.ring->SetUp(u, false);

@@ -30,12 +30,6 @@ namespace {
 constexpr int kBurst = 32;
 constexpr size_t kUdpMax = 4096;  // larger datagrams are not queries we answer
 
-uint32_t NowSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint32_t>(ts.tv_sec) + 1;
-}
-
 absl::StatusOr<int> BindSocket(const SocketAddress& addr, int type, bool reuseport) {
   const int fd = socket(addr.family(), type | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(Cat("socket(): ", strerror(errno)));
@@ -62,6 +56,8 @@ SocketAddress LocalAddress(int fd) {
 
 struct Server::Impl {
   FastpathConfig config;
+  partitions::FakeClock* test_clock = nullptr;
+  uint32_t NowSeconds() const { return shared.clock->NowSeconds(); }
   std::vector<std::vector<int>> worker_fds;  // [worker][listen address]
   std::vector<int> tcp_fds;
   int metrics_fd = -1;
@@ -98,6 +94,13 @@ struct Server::Impl {
 };
 
 Server::Server(FastpathConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
+
+Server::Server(FastpathConfig config, partitions::FakeClock* test_clock) : Server(std::move(config)) {
+  if (test_clock != nullptr) {
+    impl_->test_clock = test_clock;
+    impl_->shared.clock = test_clock;
+  }
+}
 
 Server::~Server() { Stop(); }
 
@@ -579,6 +582,9 @@ void Server::Impl::MetricsLoop() {
     std::string status = "200 OK";
     if (r > 0 && std::strncmp(req, "GET /metrics", 12) == 0) {
       body = RenderMetrics();
+    } else if (r > 0 && test_clock != nullptr && std::strncmp(req, "GET /test/advance-clock?seconds=", 32) == 0) {
+      test_clock->Advance(static_cast<uint32_t>(std::strtoul(req + 32, nullptr, 10)));
+      body = Cat("clock ", test_clock->NowSeconds(), "\n");
     } else {
       status = "404 Not Found";
       body = "try /metrics\n";

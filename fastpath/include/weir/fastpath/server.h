@@ -9,12 +9,16 @@
 
 #include "absl/status/status.h"
 #include "weir/fastpath/config.h"
+#include "weir/partitions/clock.h"
 
 namespace weir::fastpath {
 
 class Server {
  public:
   explicit Server(FastpathConfig config);
+  // Test hook: every TTL decision uses `clock`, and the metrics endpoint
+  // accepts GET /test/advance-clock?seconds=N. Never for production.
+  Server(FastpathConfig config, partitions::FakeClock* test_clock);
   ~Server();
 
   // Binds every socket and starts the threads. Fails (nothing left running)
