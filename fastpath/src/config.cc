@@ -30,7 +30,7 @@ class Checker {
     for (const auto& [k, v] : t) {
       bool found = false;
       for (auto n : known) found = found || k.str() == n;
-      if (!found) Fail(v.source(), Cat("unknown key '", k.str(), "' in [", table_name, "]"));
+      if (!found) Fail(k.source(), Cat("unknown key '", k.str(), "' in [", table_name, "]"));
     }
   }
 

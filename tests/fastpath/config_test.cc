@@ -1,0 +1,98 @@
+#include "weir/fastpath/config.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace weir::fastpath {
+namespace {
+
+constexpr char kMinimal[] = R"(
+[server]
+listen = ["127.0.0.1:5353"]
+[acl]
+allow = ["127.0.0.0/8"]
+[upstream]
+ordinary = ["127.0.0.1:5301"]
+)";
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(FastpathConfig, MinimalGetsDocumentedDefaults) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.size(), 1u);
+  EXPECT_EQ(c->listen[0].port(), 5353);
+  EXPECT_EQ(c->workers, 1);
+  EXPECT_TRUE(c->tcp);
+  EXPECT_EQ(c->weight_option_code, 65001);
+  EXPECT_FALSE(c->metrics_enabled);
+  EXPECT_EQ(c->max_ttl, 86400u);
+  EXPECT_EQ(c->stale_window, 86400u);
+  EXPECT_EQ(c->upstream_attempts, 3);
+  // Tagged names go to the ordinary recursors when no weighted group is set.
+  ASSERT_EQ(c->weighted.size(), 1u);
+  EXPECT_EQ(c->weighted[0].address.ToString(), "127.0.0.1:5301");
+}
+
+TEST(FastpathConfig, ExampleFileIsValid) {
+  auto c = LoadConfig(std::string(WEIR_TEST_DATA_DIR) + "/../examples/fastpath/fastpath.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.size(), 2u);
+  EXPECT_EQ(c->listen[1].ToString(), "[::1]:53");
+  EXPECT_EQ(c->weighted[0].name, "recursor-a");
+}
+
+struct BadCase {
+  const char* text;
+  const char* expect;  // substring of the error, including file:line
+};
+
+TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
+  const BadCase cases[] = {
+      {"[server]\nlisten = [\"127.0.0.1:53\"]\nworkers = 0\n", "t.toml:3:"},
+      {"[server]\nlisten = [\"127.0.0.1:53\"]\nworkers = 0\n", "between 1 and 64"},
+      {"[server]\nlisten = [\"127.0.0.1:53\"]\nwrokers = 2\n", "t.toml:3:1: unknown key 'wrokers' in [server]"},
+      {"[server]\nlisten = [\"300.0.0.1:53\"]\n", "t.toml:2:"},
+      {"[server]\nlisten = [\"127.0.0.1:99999\"]\n", "bad port"},
+      {"[acl]\nallow = [\"10.0.0.1/8\"]\n", "t.toml:2:"},
+      {"[server\nlisten = 1\n", "t.toml:1:"},
+      {"[cache]\nmin_ttl = 100\nmax_ttl = 10\n", "min_ttl is larger than max_ttl"},
+      {"[server]\ntcp = \"yes\"\n", "'tcp' must be true or false"},
+      {"[upstream]\nordinary = [42]\n", "t.toml:2:"},
+  };
+  for (const auto& bc : cases) {
+    auto c = ParseConfig(bc.text, "t.toml");
+    ASSERT_FALSE(c.ok()) << bc.text;
+    EXPECT_NE(Message(c.status()).find(bc.expect), std::string::npos)
+        << "config:\n" << bc.text << "\nerror: " << c.status();
+  }
+}
+
+TEST(FastpathConfig, MissingRequiredSectionsAreErrors) {
+  auto no_acl = ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[upstream]\nordinary=[\"127.0.0.1:1\"]\n", "t.toml");
+  ASSERT_FALSE(no_acl.ok());
+  EXPECT_NE(Message(no_acl.status()).find("open resolver"), std::string::npos);
+  auto no_up = ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[acl]\nallow=[\"127.0.0.0/8\"]\n", "t.toml");
+  ASSERT_FALSE(no_up.ok());
+  EXPECT_NE(Message(no_up.status()).find("ordinary"), std::string::npos);
+}
+
+TEST(FastpathConfig, MissingFileIsNotFound) {
+  auto c = LoadConfig("/nonexistent/weir.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SocketAddress, ParsesEveryForm) {
+  EXPECT_EQ(SocketAddress::Parse("192.0.2.1:53")->ToString(), "192.0.2.1:53");
+  EXPECT_EQ(SocketAddress::Parse("[2001:db8::1]:5300")->ToString(), "[2001:db8::1]:5300");
+  EXPECT_EQ(SocketAddress::Parse("2001:db8::1", 53)->ToString(), "[2001:db8::1]:53");
+  EXPECT_EQ(SocketAddress::Parse("192.0.2.1", 53)->port(), 53);
+  EXPECT_FALSE(SocketAddress::Parse("192.0.2.1").ok());  // no port, no default
+  EXPECT_FALSE(SocketAddress::Parse("[2001:db8::1").ok());
+  EXPECT_FALSE(SocketAddress::Parse("host.example:53").ok());
+}
+
+}  // namespace
+}  // namespace weir::fastpath

@@ -1,0 +1,78 @@
+#include "weir/fastpath/upstream_ring.h"
+
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace weir::fastpath {
+namespace {
+
+uint64_t H(int i) {
+  const std::string s = "name" + std::to_string(i);
+  return StableHash(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+TEST(UpstreamRing, SpreadsKeysAcrossUpstreams) {
+  UpstreamRing ring(4);
+  std::map<int, int> count;
+  for (int i = 0; i < 40000; ++i) ++count[ring.Pick(H(i))];
+  ASSERT_EQ(count.size(), 4u);
+  for (const auto& [u, n] : count) {
+    EXPECT_GT(n, 7000) << "upstream " << u;
+    EXPECT_LT(n, 13000) << "upstream " << u;
+  }
+}
+
+TEST(UpstreamRing, SameKeySameUpstream) {
+  UpstreamRing a(3), b(3);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(a.Pick(H(i)), b.Pick(H(i)));
+}
+
+TEST(UpstreamRing, DownUpstreamMovesOnlyItsShare) {
+  UpstreamRing ring(4);
+  std::vector<int> before(10000);
+  for (int i = 0; i < 10000; ++i) before[i] = ring.Pick(H(i));
+  ring.SetUp(2, false);
+  for (int i = 0; i < 10000; ++i) {
+    const int now = ring.Pick(H(i));
+    EXPECT_NE(now, 2);
+    if (before[i] != 2) {
+      EXPECT_EQ(now, before[i]) << "key " << i << " moved though its upstream is up";
+    }
+  }
+}
+
+TEST(UpstreamRing, ExcludeSkipsTriedUpstreams) {
+  UpstreamRing ring(3);
+  const uint64_t h = H(7);
+  const int first = ring.Pick(h);
+  const int second = ring.Pick(h, uint64_t{1} << first);
+  EXPECT_NE(second, first);
+  const int third = ring.Pick(h, (uint64_t{1} << first) | (uint64_t{1} << second));
+  EXPECT_NE(third, first);
+  EXPECT_NE(third, second);
+  EXPECT_EQ(ring.Pick(h, 0b111), -1);
+}
+
+TEST(UpstreamRing, BoundedLoadSpillsToTheNext) {
+  UpstreamRing ring(2, 128, 1.0);
+  const uint64_t h = H(1);
+  const int home = ring.Pick(h);
+  // The home upstream carries everything in flight: the bound sends the
+  // next query elsewhere.
+  ring.AddLoad(home, 10);
+  EXPECT_NE(ring.Pick(h), home);
+  ring.AddLoad(home, -10);
+  EXPECT_EQ(ring.Pick(h), home);
+}
+
+TEST(UpstreamRing, AllDownIsMinusOne) {
+  UpstreamRing ring(2);
+  ring.SetUp(0, false);
+  ring.SetUp(1, false);
+  EXPECT_EQ(ring.Pick(H(3)), -1);
+}
+
+}  // namespace
+}  // namespace weir::fastpath
