@@ -233,7 +233,18 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open config file"));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  auto cfg = ParseConfig(ss.str(), path);
+  if (!cfg.ok()) return cfg;
+  // Relative file names are relative to the config file, not to the
+  // directory the daemon happens to be started from.
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos) {
+    const std::string dir = path.substr(0, slash + 1);
+    for (std::string* p : {&cfg->citymap_path, &cfg->tags_path}) {
+      if (!p->empty() && p->front() != '/') *p = dir + *p;
+    }
+  }
+  return cfg;
 }
 
 }  // namespace weir::fastpath

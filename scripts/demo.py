@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The offline demo: gslb-sim -> weir-fastpath, tags and city map loaded, a
+short load from each city's subscriber range, and each city's answer shares
+printed against the CDN's weights.
+
+Everything runs on loopback; every process is started here and stopped by PID.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import weirtest  # noqa: E402
+
+# city -> (a subscriber source address, the CDN's weights per address)
+CITIES = {
+    "beijing": ("127.1.0.10", {"192.0.2.10": 5, "192.0.2.11": 3, "192.0.2.12": 1}),
+    "shanghai": ("127.2.0.10", {"192.0.2.20": 2, "192.0.2.21": 1}),
+    "guangzhou": ("127.3.0.10", {"192.0.2.30": 1, "192.0.2.31": 1, "192.0.2.32": 1, "192.0.2.33": 1}),
+}
+NAME = "video.cdn-gslb.net"
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--seconds", type=float, default=3.0, help="load per city")
+    ap.add_argument("--qps", type=int, default=3000, help="offered load per city")
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="weir-demo-")
+    try:
+        for f in ("zones.toml", "citymap.csv", "tags.txt"):
+            shutil.copy(os.path.join(ROOT, "examples", "demo", f), work)
+        with weirtest.GslbSim(args.build_dir, config_path=os.path.join(work, "zones.toml")) as gslb:
+            up = f"127.0.0.1:{gslb.port}"
+            conf = open(os.path.join(ROOT, "examples", "demo", "fastpath.toml")).read().replace("@UPSTREAM@", up)
+            conf_path = os.path.join(work, "fastpath.toml")
+            open(conf_path, "w").write(conf)
+            fp_bin = weirtest.binary(args.build_dir, "fastpath/weir-fastpath")
+            with weirtest.Process([fp_bin, "-c", conf_path], ready=r"^metrics http ") as fp:
+                port = int(re.search(r"udp 127\.0\.0\.1:(\d+)", "\n".join(fp.lines)).group(1))
+                mport = int(re.search(r"metrics http 127\.0\.0\.1:(\d+)", "\n".join(fp.lines)).group(1))
+                print(f"gslb-sim (the CDN's GSLB) on {up}; weir-fastpath on 127.0.0.1:{port}, "
+                      f"metrics on 127.0.0.1:{mport}\n")
+                qfile = os.path.join(work, "queries.txt")
+                open(qfile, "w").write(f"{NAME} A\n")
+                for city, (src, _) in CITIES.items():
+                    out = subprocess.run(
+                        ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-a", src, "-d", qfile,
+                         "-l", str(args.seconds), "-Q", str(args.qps), "-c", "1"],
+                        capture_output=True, text=True, timeout=args.seconds + 30)
+                    qps = re.search(r"Queries per second:\s+([\d.]+)", out.stdout)
+                    lost = re.search(r"Queries lost:\s+(\d+)", out.stdout)
+                    print(f"load from {city:<10} ({src}): {float(qps.group(1)) if qps else 0:8.0f} q/s, "
+                          f"lost {lost.group(1) if lost else '?'}")
+                text = metrics(mport)
+                seen = {}
+                for m in re.finditer(r'weir_answers_total\{name="([^"]+)",partition="([^"]+)",address="([^"]+)"\} (\d+)',
+                                     text):
+                    seen.setdefault(m.group(2), {})[m.group(3)] = int(m.group(4))
+                print(f"\nanswer shares for {NAME} per city (observed vs the CDN's weights):")
+                ok = True
+                for city, (_, weights) in CITIES.items():
+                    got = seen.get(city, {})
+                    total = sum(got.values())
+                    wsum = sum(weights.values())
+                    print(f"  {city} ({total} answers)")
+                    for addr, w in weights.items():
+                        share = got.get(addr, 0) / total if total else 0.0
+                        print(f"    {addr:<12} weight {w:>3}  want {w / wsum:6.1%}  got {share:6.1%}")
+                    foreign = set(got) - set(weights)
+                    if foreign:
+                        ok = False
+                        print(f"    ERROR: answers from another city: {sorted(foreign)}")
+                    if total == 0:
+                        ok = False
+                st = gslb.stats()
+                print(f"\nupstream queries seen by gslb-sim: {st.get('queries')} "
+                      f"(one per city: the rest came from weir's cache)")
+                hits = re.search(r"^weir_cache_hits_total (\d+)", text, re.M)
+                misses = re.search(r"^weir_cache_misses_total (\d+)", text, re.M)
+                print(f"weir cache: {hits.group(1) if hits else 0} hits, {misses.group(1) if misses else 0} misses")
+                return 0 if ok else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
