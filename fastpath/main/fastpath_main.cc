@@ -15,8 +15,9 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "TOML configuration file")->required();
   app.add_flag("--check", check_only, "validate the configuration and exit");
   bool test_clock = false;
-  app.add_flag("--test-clock", test_clock,
-               "tests only: a settable clock, advanced with GET /test/advance-clock?seconds=N on the metrics port");
+  app.add_flag(
+      "--test-clock", test_clock,
+      "tests only: a settable clock, advanced with GET /test/advance-clock?seconds=N on the metrics port");
   CLI11_PARSE(app, argc, argv);
 
   auto config = weir::fastpath::LoadConfig(config_path);

@@ -4,104 +4,22 @@
 #include <set>
 #include <sstream>
 
-#include "text.h"
+#include "weir/common/text.h"
 
-#include <toml++/toml.h>
+#include "weir/common/toml_checker.h"
 
 namespace weir::fastpath {
+
+using common::Cat;
+using common::ToStd;
 namespace {
 
-// Collects the first error with its source position; later calls are no-ops
-// so the message names the first thing the operator must fix.
-class Checker {
- public:
-  explicit Checker(std::string name) : name_(std::move(name)) {}
+using common::TomlChecker;
+using Checker = TomlChecker;
+using common::SubTable;
 
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  void Fail(const toml::source_region& where, std::string_view reason) {
-    if (!error_.empty()) return;
-    error_ = Cat(name_, ":", where.begin.line, ":", where.begin.column, ": ", reason);
-  }
-
-  // Rejects keys not in `known`: a typo must not silently fall back to a default.
-  void OnlyKeys(const toml::table& t, std::string_view table_name, std::initializer_list<std::string_view> known) {
-    for (const auto& [k, v] : t) {
-      bool found = false;
-      for (auto n : known) found = found || k.str() == n;
-      if (!found) Fail(k.source(), Cat("unknown key '", k.str(), "' in [", table_name, "]"));
-    }
-  }
-
-  template <typename T>
-  void Int(const toml::table& t, std::string_view key, T* out, int64_t lo, int64_t hi) {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return;
-    auto v = n->value<int64_t>();
-    if (!n->is_integer() || !v) return Fail(n->source(), Cat("'", key, "' must be an integer"));
-    if (*v < lo || *v > hi) {
-      return Fail(n->source(), Cat("'", key, "' must be between ", lo, " and ", hi, ", not ", *v));
-    }
-    *out = static_cast<T>(*v);
-  }
-
-  void Bool(const toml::table& t, std::string_view key, bool* out) {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return;
-    if (!n->is_boolean()) return Fail(n->source(), Cat("'", key, "' must be true or false"));
-    *out = *n->value<bool>();
-  }
-
-  void String(const toml::table& t, std::string_view key, std::string* out) {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return;
-    if (!n->is_string()) return Fail(n->source(), Cat("'", key, "' must be a string"));
-    *out = *n->value<std::string>();
-  }
-
-  void Double(const toml::table& t, std::string_view key, double* out, double lo, double hi) {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return;
-    auto v = n->value<double>();
-    if (!v) return Fail(n->source(), Cat("'", key, "' must be a number"));
-    if (*v < lo || *v > hi) return Fail(n->source(), Cat("'", key, "' must be between ", lo, " and ", hi));
-    *out = *v;
-  }
-
-  // An array of strings, each parsed by `parse` (returning StatusOr<T>).
-  template <typename T, typename F>
-  void List(const toml::table& t, std::string_view key, std::vector<T>* out, F parse) {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return;
-    const toml::array* arr = n->as_array();
-    if (arr == nullptr) return Fail(n->source(), Cat("'", key, "' must be an array of strings"));
-    out->clear();
-    for (const auto& e : *arr) {
-      auto s = e.value<std::string>();
-      if (!s) return Fail(e.source(), Cat("'", key, "' entries must be strings"));
-      auto parsed = parse(*s);
-      if (!parsed.ok()) return Fail(e.source(), ToStd(parsed.status().message()));
-      out->push_back(*std::move(parsed));
-    }
-  }
-
- private:
-  std::string name_;
-  std::string error_;
-};
-
-const toml::table* SubTable(Checker& c, const toml::table& root, std::string_view name) {
-  const toml::node* n = root.get(name);
-  if (n == nullptr) return nullptr;
-  if (!n->is_table()) {
-    c.Fail(n->source(), Cat("'", name, "' must be a table ([", name, "])"));
-    return nullptr;
-  }
-  return n->as_table();
-}
-
-void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key, std::vector<UpstreamConfig>* out) {
+void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key,
+                    std::vector<UpstreamConfig>* out) {
   const toml::node* n = up.get(key);
   if (n == nullptr) return;
   const toml::array* arr = n->as_array();
@@ -190,8 +108,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "cache")) {
     c.OnlyKeys(*s, "cache",
-               {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window", "stale_answer_ttl",
-                "prefetch_percent"});
+               {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window",
+                "stale_answer_ttl", "prefetch_percent"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
     c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
@@ -200,8 +118,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
     c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
-    if (c.ok() && cfg.min_ttl > cfg.max_ttl) c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(),
-                                                    "min_ttl is larger than max_ttl");
+    if (c.ok() && cfg.min_ttl > cfg.max_ttl)
+      c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
     c.OnlyKeys(*s, "upstream",
@@ -222,7 +140,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
   };
   if (cfg.listen.empty()) return whole("[server] listen must name at least one address");
-  if (cfg.allow.empty()) return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
+  if (cfg.allow.empty())
+    return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
   if (cfg.ordinary.empty()) return whole("[upstream] ordinary must list at least one recursor");
   if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
   return cfg;

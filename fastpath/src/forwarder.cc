@@ -115,7 +115,8 @@ Forwarder::Forwarder(const FastpathConfig& config, int workers, SharedState* sha
       s->name = u.name;
       grp.stats->push_back(std::move(s));
     }
-    grp.ring = std::make_unique<UpstreamRing>(static_cast<int>(grp.upstreams.size()), 128, config.ring_load_factor);
+    grp.ring =
+        std::make_unique<UpstreamRing>(static_cast<int>(grp.upstreams.size()), 128, config.ring_load_factor);
     grp.consecutive_failures.assign(grp.upstreams.size(), 0);
     grp.next_probe.assign(grp.upstreams.size(), Clock::time_point{});
   }
@@ -430,7 +431,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
       if (!(r.owner == cur) || r.rr.klass != p.miss.qclass) continue;
       size_t rdlen = 0;
       if (r.rr.type == dns::type::kCname && p.miss.qtype != dns::type::kCname) {
-        if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) {
+        if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) !=
+            dns::ParseError::kOk) {
           return false;
         }
         b.AddCname(cur.span(), {rdata, rdlen}, r.rr.ttl);
@@ -462,7 +464,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
     dns::NameKey owner;
     size_t end, rdlen;
     if (dns::ReadName(up.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) continue;
-    if (dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) continue;
+    if (dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk)
+      continue;
     b.AddAuthority(owner.span(), rr.type, rr.klass, rr.ttl, {rdata, rdlen});
   }
   if (up.edns().has_weight && address_count > 0) {
@@ -470,7 +473,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
         dns::DecodeWeights(up.bytes().subspan(up.edns().weight_offset, up.edns().weight_len), address_count);
     if (w.valid()) b.SetWeights({w.weights.data(), w.count});
   }
-  if (up.edns().has_ecs) b.SetEcs(up.edns().ecs.family, up.edns().ecs.source_prefix, up.edns().ecs.scope_prefix);
+  if (up.edns().has_ecs)
+    b.SetEcs(up.edns().ecs.family, up.edns().ecs.source_prefix, up.edns().ecs.scope_prefix);
   partitions::EntryKind kind = partitions::EntryKind::kPositive;
   if (rcode == static_cast<uint16_t>(dns::Rcode::kServFail)) {
     kind = partitions::EntryKind::kServFail;
@@ -508,9 +512,10 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
     dns::Query q;
     if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
     dns::ResponseWriter w(out, sizeof(out));
-    const uint16_t flags = static_cast<uint16_t>(
-        dns::flag::kQr | dns::flag::kRa | (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-        (up.flags() & (dns::flag::kAd | dns::flag::kRcodeMask)));
+    const uint16_t flags =
+        static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
+                              (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+                              (up.flags() & (dns::flag::kAd | dns::flag::kRcodeMask)));
     w.Begin(q.id, flags, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype,
             q.qclass);
     std::memcpy(out + body, answer + body, records_end - body);
@@ -548,8 +553,8 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
     if (total > q.udp_limit() && c.route.udp_fd >= 0) {
       // Too big for the client's UDP buffer: header + question with TC.
       dns::ResponseWriter tc(out, sizeof(out));
-      tc.Begin(q.id, flags | dns::flag::kTc, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len),
-               q.qtype, q.qclass);
+      tc.Begin(q.id, flags | dns::flag::kTc,
+               std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype, q.qclass);
       if (q.edns.present) tc.BeginOpt(1232, q.edns.do_bit);
       total = tc.Finish(q.udp_limit());
     }

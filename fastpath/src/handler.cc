@@ -36,8 +36,8 @@ bool RateLimiter::Allow(const partitions::IpAddress& src, uint32_t now) {
   return true;
 }
 
-void AnswerCounters::Count(partitions::Partition partition, std::span<const uint8_t> qname, const uint8_t* addr,
-                           uint8_t addr_len) {
+void AnswerCounters::Count(partitions::Partition partition, std::span<const uint8_t> qname,
+                           const uint8_t* addr, uint8_t addr_len) {
   uint64_t key = StableHash(qname.data(), qname.size(), partition) ^ StableHash(addr, addr_len, 0x61);
   key |= 1;  // never 0 (empty)
   for (size_t probe = 0; probe < 16; ++probe) {
@@ -89,7 +89,8 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
   dns::ResponseWriter w(out, out_cap);
   const uint16_t code = static_cast<uint16_t>(rcode);
   if (q != nullptr) {
-    if (w.BeginResponse({pkt, len}, *q, static_cast<dns::Rcode>(code & 0xf)) != dns::ParseError::kOk) return 0;
+    if (w.BeginResponse({pkt, len}, *q, static_cast<dns::Rcode>(code & 0xf)) != dns::ParseError::kOk)
+      return 0;
     if (q->edns.present || code > 15) {
       w.BeginOpt(options_.edns_udp_size, q->edns.do_bit, static_cast<uint8_t>(code >> 4));
     }
@@ -107,15 +108,17 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
 }
 
 size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e,
-                                 const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
-                                 uint32_t age, uint8_t* out, size_t out_cap) {
+                                 const partitions::Tag* tag, partitions::Partition partition,
+                                 bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap) {
   const dns::Query& q = query_;
   dns::ResponseWriter w(out, out_cap);
   const uint16_t rcode = static_cast<uint16_t>(e.rcode());
-  const uint16_t flags = static_cast<uint16_t>(
-      dns::flag::kQr | dns::flag::kRa | (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-      (e.flags() & dns::flag::kAd) | (rcode & 0xf));
-  if (w.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) != dns::ParseError::kOk) {
+  const uint16_t flags =
+      static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
+                            (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+                            (e.flags() & dns::flag::kAd) | (rcode & 0xf));
+  if (w.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) !=
+      dns::ParseError::kOk) {
     return 0;
   }
   (void)len;
@@ -162,7 +165,8 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partition
 }
 
 bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now) {
-  if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail || e.ttl() < 10) return false;
+  if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail || e.ttl() < 10)
+    return false;
   const uint32_t left = e.expires() > now ? e.expires() - now : 0;
   if (uint64_t{left} * 100 >= uint64_t{e.ttl()} * options_.prefetch_percent) return false;
   auto& slot = prefetched_[e.hash() & (prefetched_.size() - 1)];
@@ -172,7 +176,8 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
 }
 
 Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
-                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode) {
+                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss,
+                             HandleMode mode) {
   if (mode == HandleMode::kNormal) (client.tcp ? counters_->queries_tcp : counters_->queries_udp).Add();
   // Garbage: too short for a header, or a response (answering responses
   // invites reflection loops).
@@ -240,8 +245,8 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   const partitions::CacheEntry* e = shared_->cache->Find(key, hash, now, &fresh);
   if (mode == HandleMode::kNormal) {
     const size_t slot = partition == partitions::kCommonPartition ? 0
-                        : (partition >> 62) == 1                   ? 1 + (partition & 0x7fff)
-                                                                   : kSubnetSlot;
+                        : (partition >> 62) == 1                  ? 1 + (partition & 0x7fff)
+                                                                  : kSubnetSlot;
     lookups_[slot].Add();
     if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
   }

@@ -1,20 +1,32 @@
 #include "weir/fastpath/metrics.h"
 
-#include "text.h"
+#include "weir/common/text.h"
 
 namespace weir::fastpath {
 
+using common::Cat;
+using common::ToStd;
+
 std::string_view DropReasonName(DropReason r) {
   switch (r) {
-    case DropReason::kGarbage: return "garbage";
-    case DropReason::kFormErr: return "formerr";
-    case DropReason::kRefused: return "refused";
-    case DropReason::kRateLimited: return "rate_limited";
-    case DropReason::kNotImpl: return "notimp";
-    case DropReason::kMissQueueFull: return "miss_queue_full";
-    case DropReason::kSpoofedAnswer: return "spoofed_answer";
-    case DropReason::kUpstreamFailure: return "upstream_failure";
-    case DropReason::kCount: break;
+    case DropReason::kGarbage:
+      return "garbage";
+    case DropReason::kFormErr:
+      return "formerr";
+    case DropReason::kRefused:
+      return "refused";
+    case DropReason::kRateLimited:
+      return "rate_limited";
+    case DropReason::kNotImpl:
+      return "notimp";
+    case DropReason::kMissQueueFull:
+      return "miss_queue_full";
+    case DropReason::kSpoofedAnswer:
+      return "spoofed_answer";
+    case DropReason::kUpstreamFailure:
+      return "upstream_failure";
+    case DropReason::kCount:
+      break;
   }
   return "unknown";
 }

@@ -19,12 +19,15 @@
 #include <thread>
 #include <unordered_map>
 
-#include "text.h"
+#include "weir/common/text.h"
 #include "weir/fastpath/forwarder.h"
 #include "weir/fastpath/handler.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
+
+using common::Cat;
+using common::ToStd;
 namespace {
 
 constexpr int kBurst = 32;
@@ -63,7 +66,7 @@ struct Server::Impl {
   int metrics_fd = -1;
   std::vector<SocketAddress> bound;
   std::vector<std::unique_ptr<WorkerCounters>> counters;  // workers, then TCP
-  std::vector<std::unique_ptr<QueryHandler>> handlers;     // workers, then TCP
+  std::vector<std::unique_ptr<QueryHandler>> handlers;    // workers, then TCP
   SharedState shared;
   std::unique_ptr<Forwarder> forwarder;
   std::vector<std::thread> threads;
@@ -143,7 +146,8 @@ absl::Status Server::Start() {
   if (absl::Status st = s.LoadPartitions(); !st.ok()) return fail(st);
   for (int i = 0; i <= workers; ++i) {
     s.counters.push_back(std::make_unique<WorkerCounters>());
-    s.handlers.push_back(std::make_unique<QueryHandler>(MakeHandlerOptions(s.config), &s.shared, s.counters[i].get()));
+    s.handlers.push_back(
+        std::make_unique<QueryHandler>(MakeHandlerOptions(s.config), &s.shared, s.counters[i].get()));
   }
   s.forwarder = std::make_unique<Forwarder>(s.config, workers + 1, &s.shared);
   s.forwarder->Start();
@@ -172,7 +176,8 @@ absl::Status Server::Reload() { return impl_->LoadPartitions(); }
 std::string Server::DescribeListeners() const {
   std::string out;
   for (const auto& a : impl_->bound) {
-    out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(), "\n");
+    out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(),
+               "\n");
   }
   if (impl_->metrics_fd >= 0) out += Cat("metrics http ", impl_->config.metrics_listen.ToString(), "\n");
   return out;
@@ -226,7 +231,8 @@ void Server::Impl::UdpWorker(int w) {
           ClientInfo client{ToIpAddress(peer), false};
           size_t out_len = 0;
           PendingClient pc;
-          const Verdict v = handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &pc.miss);
+          const Verdict v =
+              handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &pc.miss);
           if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
             siov[nsend] = {tx[nsend], out_len};
             smsg[nsend].msg_hdr = {};
@@ -277,13 +283,15 @@ absl::Status Server::Impl::LoadPartitions() {
     if (absl::Status st = read(config.citymap_path, &csv); !st.ok()) return st;
   }
   auto cm = partitions::CityMap::FromCsv(csv, cmo);
-  if (!cm.ok()) return absl::InvalidArgumentError(Cat(config.citymap_path, ": ", ToStd(cm.status().message())));
+  if (!cm.ok())
+    return absl::InvalidArgumentError(Cat(config.citymap_path, ": ", ToStd(cm.status().message())));
   std::string tags_text;
   if (!config.tags_path.empty()) {
     if (absl::Status st = read(config.tags_path, &tags_text); !st.ok()) return st;
   }
   auto tags = partitions::TagTable::FromText(tags_text);
-  if (!tags.ok()) return absl::InvalidArgumentError(Cat(config.tags_path, ": ", ToStd(tags.status().message())));
+  if (!tags.ok())
+    return absl::InvalidArgumentError(Cat(config.tags_path, ": ", ToStd(tags.status().message())));
   shared.citymap.Publish(*std::move(cm));
   shared.tags.Publish(*std::move(tags));
   if (!shared.cache) {
@@ -307,7 +315,8 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler) {
   const uint32_t now = NowSeconds();
   while (forwarder->TakeReturned(w, &q)) {
     const PendingClient& c = q.client;
-    ClientInfo client{c.route.udp_fd >= 0 ? ToIpAddress(c.route.peer) : partitions::IpAddress{}, c.route.udp_fd < 0};
+    ClientInfo client{c.route.udp_fd >= 0 ? ToIpAddress(c.route.peer) : partitions::IpAddress{},
+                      c.route.udp_fd < 0};
     if (c.route.udp_fd < 0) {
       // TCP: the connection's peer decides the partition as it did first.
       auto it = conns.find(c.route.tcp_conn);
@@ -470,16 +479,17 @@ std::string Server::Impl::RenderMetrics() const {
     return t;
   };
   out += "# HELP weir_queries_total Queries received.\n# TYPE weir_queries_total counter\n";
-  out += Cat("weir_queries_total{transport=\"udp\"} ", sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }),
-             "\n");
-  out += Cat("weir_queries_total{transport=\"tcp\"} ", sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }),
-             "\n");
+  out += Cat("weir_queries_total{transport=\"udp\"} ",
+             sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }), "\n");
+  out += Cat("weir_queries_total{transport=\"tcp\"} ",
+             sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }), "\n");
   out += "# TYPE weir_cache_hits_total counter\n";
   out += Cat("weir_cache_hits_total ", sum([](const WorkerCounters& c) { return c.hits.Read(); }), "\n");
   out += "# TYPE weir_cache_misses_total counter\n";
   out += Cat("weir_cache_misses_total ", sum([](const WorkerCounters& c) { return c.misses.Read(); }), "\n");
   out += "# TYPE weir_stale_served_total counter\n";
-  out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }), "\n");
+  out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
+             "\n");
   out += "# TYPE weir_coalesced_total counter\n";
   out += Cat("weir_coalesced_total ", forwarder->coalesced(), "\n");
   out += "# TYPE weir_upstream_queries_total counter\n";
@@ -501,7 +511,8 @@ std::string Server::Impl::RenderMetrics() const {
     if (slot == 0) return "common";
     if (slot == QueryHandler::kSubnetSlot) return "subnet";
     const size_t id = slot - 1;
-    if (cm != nullptr && id < cm->city_count()) return cm->city(static_cast<partitions::PartitionId>(id)).name;
+    if (cm != nullptr && id < cm->city_count())
+      return cm->city(static_cast<partitions::PartitionId>(id)).name;
     return Cat("city", id);
   };
   out += "# TYPE weir_partition_lookups_total counter\n# TYPE weir_partition_hits_total counter\n";
@@ -532,13 +543,12 @@ std::string Server::Impl::RenderMetrics() const {
         inet_ntop(sl.addr_len == 4 ? AF_INET : AF_INET6, sl.addr.data(), addr, sizeof(addr));
         const partitions::Partition p = sl.partition;
         const size_t slot = p == partitions::kCommonPartition ? 0
-                            : (p >> 62) == 1                   ? 1 + (p & 0x7fff)
-                                                               : QueryHandler::kSubnetSlot;
+                            : (p >> 62) == 1                  ? 1 + (p & 0x7fff)
+                                                              : QueryHandler::kSubnetSlot;
         std::string pname = slot == QueryHandler::kSubnetSlot ? Cat("subnet-", p & ((uint64_t{1} << 62) - 1))
                                                               : partition_name(slot);
-        const std::string labels =
-            Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}), "\",partition=\"", pname,
-                "\",address=\"", addr, "\"");
+        const std::string labels = Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}),
+                                       "\",partition=\"", pname, "\",address=\"", addr, "\"");
         answers[labels] += sl.count.Read();
       }
     }
@@ -548,7 +558,8 @@ std::string Server::Impl::RenderMetrics() const {
   out += "# TYPE weir_upstream_latency_seconds histogram\n";
   for (int g = 0; g < 2; ++g) {
     for (const auto& u : forwarder->upstream_stats(g == 1)) {
-      const std::string labels = Cat("group=\"", g ? "weighted" : "ordinary", "\",upstream=\"", u->name, "\"");
+      const std::string labels =
+          Cat("group=\"", g ? "weighted" : "ordinary", "\",upstream=\"", u->name, "\"");
       u->latency.Render(&out, "weir_upstream_latency_seconds", labels);
       out += Cat("weir_upstream_up{", labels, "} ", u->up.load() ? 1 : 0, "\n");
       out += Cat("weir_upstream_timeouts_total{", labels, "} ", u->timeouts.Read(), "\n");
@@ -582,15 +593,17 @@ void Server::Impl::MetricsLoop() {
     std::string status = "200 OK";
     if (r > 0 && std::strncmp(req, "GET /metrics", 12) == 0) {
       body = RenderMetrics();
-    } else if (r > 0 && test_clock != nullptr && std::strncmp(req, "GET /test/advance-clock?seconds=", 32) == 0) {
+    } else if (r > 0 && test_clock != nullptr &&
+               std::strncmp(req, "GET /test/advance-clock?seconds=", 32) == 0) {
       test_clock->Advance(static_cast<uint32_t>(std::strtoul(req + 32, nullptr, 10)));
       body = Cat("clock ", test_clock->NowSeconds(), "\n");
     } else {
       status = "404 Not Found";
       body = "try /metrics\n";
     }
-    const std::string resp = Cat("HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: ",
-                                 body.size(), "\r\nConnection: close\r\n\r\n", body);
+    const std::string resp = Cat(
+        "HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: ", body.size(),
+        "\r\nConnection: close\r\n\r\n", body);
     [[maybe_unused]] ssize_t w = write(c, resp.data(), resp.size());
     close(c);
   }

@@ -52,7 +52,8 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
   const BadCase cases[] = {
       {"[server]\nlisten = [\"127.0.0.1:53\"]\nworkers = 0\n", "t.toml:3:"},
       {"[server]\nlisten = [\"127.0.0.1:53\"]\nworkers = 0\n", "between 1 and 64"},
-      {"[server]\nlisten = [\"127.0.0.1:53\"]\nwrokers = 2\n", "t.toml:3:1: unknown key 'wrokers' in [server]"},
+      {"[server]\nlisten = [\"127.0.0.1:53\"]\nwrokers = 2\n",
+       "t.toml:3:1: unknown key 'wrokers' in [server]"},
       {"[server]\nlisten = [\"300.0.0.1:53\"]\n", "t.toml:2:"},
       {"[server]\nlisten = [\"127.0.0.1:99999\"]\n", "bad port"},
       {"[acl]\nallow = [\"10.0.0.1/8\"]\n", "t.toml:2:"},
@@ -64,13 +65,14 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
   for (const auto& bc : cases) {
     auto c = ParseConfig(bc.text, "t.toml");
     ASSERT_FALSE(c.ok()) << bc.text;
-    EXPECT_NE(Message(c.status()).find(bc.expect), std::string::npos)
-        << "config:\n" << bc.text << "\nerror: " << c.status();
+    EXPECT_NE(Message(c.status()).find(bc.expect), std::string::npos) << "config:\n"
+                                                                      << bc.text << "\nerror: " << c.status();
   }
 }
 
 TEST(FastpathConfig, MissingRequiredSectionsAreErrors) {
-  auto no_acl = ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[upstream]\nordinary=[\"127.0.0.1:1\"]\n", "t.toml");
+  auto no_acl =
+      ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[upstream]\nordinary=[\"127.0.0.1:1\"]\n", "t.toml");
   ASSERT_FALSE(no_acl.ok());
   EXPECT_NE(Message(no_acl.status()).find("open resolver"), std::string::npos);
   auto no_up = ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[acl]\nallow=[\"127.0.0.0/8\"]\n", "t.toml");

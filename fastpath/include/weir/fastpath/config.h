@@ -55,9 +55,9 @@ struct FastpathConfig {
   std::vector<UpstreamConfig> ordinary;
   std::vector<UpstreamConfig> weighted;
   int upstream_timeout_ms = 1500;
-  int upstream_attempts = 3;  // tries over distinct upstreams before SERVFAIL
-  int health_failures = 3;    // consecutive failures that mark an upstream down
-  int health_interval_ms = 1000;  // a down upstream gets one trial query this often
+  int upstream_attempts = 3;       // tries over distinct upstreams before SERVFAIL
+  int health_failures = 3;         // consecutive failures that mark an upstream down
+  int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 
   // Where the config came from, for reloads and messages.

@@ -25,9 +25,9 @@ namespace weir::fastpath {
 
 // Where a miss's answer goes.
 struct ReplyRoute {
-  int udp_fd = -1;           // UDP: the worker's socket and the client address
+  int udp_fd = -1;  // UDP: the worker's socket and the client address
   SocketAddress peer;
-  uint64_t tcp_conn = 0;     // TCP: connection id in the TCP server
+  uint64_t tcp_conn = 0;  // TCP: connection id in the TCP server
 };
 
 struct PendingClient {

@@ -152,9 +152,9 @@ class QueryHandler {
  private:
   bool Allowed(const partitions::IpAddress& a) const;
   bool Trusted(const partitions::IpAddress& a) const;
-  size_t WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e, const partitions::Tag* tag,
-                     partitions::Partition partition, bool trusted_ecs, uint32_t age, uint8_t* out,
-                     size_t out_cap);
+  size_t WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e,
+                     const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
+                     uint32_t age, uint8_t* out, size_t out_cap);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
 
   HandlerOptions options_;

@@ -15,14 +15,14 @@ namespace weir::fastpath {
 
 // Why a query was not answered, or answered with an error.
 enum class DropReason : uint8_t {
-  kGarbage,         // not a DNS query at all: silently dropped
-  kFormErr,         // malformed query: answered FORMERR
-  kRefused,         // source outside the ACL: answered REFUSED
-  kRateLimited,     // over the per-source rate: dropped
-  kNotImpl,         // opcode other than QUERY: answered NOTIMP
-  kMissQueueFull,   // no room to hand the miss to the upstream side
-  kSpoofedAnswer,   // upstream answer with wrong ID/port/question: dropped
-  kUpstreamFailure, // every upstream failed and nothing stale: SERVFAIL
+  kGarbage,          // not a DNS query at all: silently dropped
+  kFormErr,          // malformed query: answered FORMERR
+  kRefused,          // source outside the ACL: answered REFUSED
+  kRateLimited,      // over the per-source rate: dropped
+  kNotImpl,          // opcode other than QUERY: answered NOTIMP
+  kMissQueueFull,    // no room to hand the miss to the upstream side
+  kSpoofedAnswer,    // upstream answer with wrong ID/port/question: dropped
+  kUpstreamFailure,  // every upstream failed and nothing stale: SERVFAIL
   kCount,
 };
 std::string_view DropReasonName(DropReason r);

@@ -9,14 +9,14 @@
 
 #include "absl/strings/string_view.h"
 
-namespace weir::fastpath {
+namespace weir::common {
 
 inline void AppendText(std::string& s, std::string_view v) { s.append(v); }
 inline void AppendText(std::string& s, absl::string_view v) { s.append(v.data(), v.size()); }
 inline void AppendText(std::string& s, const char* v) { s.append(v); }
 inline void AppendText(std::string& s, const std::string& v) { s.append(v); }
 template <typename T>
-  requires std::is_arithmetic_v<T>
+requires std::is_arithmetic_v<T>
 inline void AppendText(std::string& s, T v) {
   if constexpr (std::is_same_v<T, char>) {
     s.push_back(v);
@@ -36,4 +36,4 @@ std::string Cat(const A&... a) {
 
 inline std::string_view ToStd(absl::string_view v) { return {v.data(), v.size()}; }
 
-}  // namespace weir::fastpath
+}  // namespace weir::common
