@@ -42,6 +42,11 @@ struct Pending {
   Clock::time_point deadline;
   uint64_t generation = 0;
   std::vector<uint8_t> query;  // as sent upstream
+  // A truncated UDP answer moves the question to TCP on the same recursor.
+  bool over_tcp = false;
+  std::vector<uint8_t> tcp_out;  // length-prefixed query
+  size_t tcp_sent = 0;
+  std::vector<uint8_t> tcp_in;
 };
 
 struct Group {
@@ -86,6 +91,11 @@ struct Forwarder::Impl {
   void Accept(PendingClient&& c);
   void Send(Pending* p);
   void OnReadable(int fd);
+  void OnTcp(Pending* p, uint32_t events);
+  void SwitchToTcp(Pending* p);
+  void CloseSocket(Pending* p);
+  // Checks an answer against the question sent; counts spoofed ones.
+  bool Genuine(const Pending* p, const uint8_t* data, size_t len, dns::Message* m);
   void OnTimeout(Pending* p);
   void Finish(Pending* p, const uint8_t* answer, size_t len);
   void Fail(Pending* p);
@@ -180,7 +190,12 @@ void Forwarder::Impl::Run() {
         [[maybe_unused]] ssize_t r = read(evfd, &v, sizeof(v));
         Drain();
       } else {
-        OnReadable(events[i].data.fd);
+        auto it = by_fd.find(events[i].data.fd);
+        if (it != by_fd.end() && it->second->over_tcp) {
+          OnTcp(it->second, events[i].events);
+        } else {
+          OnReadable(events[i].data.fd);
+        }
       }
     }
     Drain();  // a Submit may have raced the eventfd read
@@ -217,6 +232,17 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
     it->second->waiters.push_back(std::move(c));
     return;
   }
+  if (c.worker >= 0) {
+    // The question may have been answered and cached between the worker's
+    // miss and now (it waited in the queue): answer from the cache.
+    const partitions::CacheKey ck{m.partition, m.qname.span(), m.qtype, m.qclass};
+    partitions::Freshness f;
+    if (shared->cache->Find(ck, shared->clock->NowSeconds(), &f) != nullptr &&
+        f == partitions::Freshness::kFresh) {
+      self->coalesced_.Add();
+      return Reply(c, HandleMode::kAfterFill, nullptr, 0);
+    }
+  }
   auto p = std::make_unique<Pending>();
   p->key = key;
   p->miss = c.miss;
@@ -245,13 +271,7 @@ void Forwarder::Impl::Send(Pending* p) {
   std::memcpy(hashkey + 8, p->miss.qname.bytes.data(), p->miss.qname.len);
   const int u = g.ring->Pick(StableHash(hashkey, 8 + p->miss.qname.len), p->tried);
   if (u < 0 || p->attempts >= config.upstream_attempts) return Fail(p);
-  if (p->fd >= 0) {
-    epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
-    by_fd.erase(p->fd);
-    close(p->fd);
-    p->fd = -1;
-    g.ring->AddLoad(p->upstream, -1);
-  }
+  CloseSocket(p);
   const SocketAddress& dst = g.upstreams[u].address;
   // A fresh socket per query: the kernel picks a random ephemeral source port.
   const int fd = socket(dst.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -311,11 +331,14 @@ void Forwarder::Impl::OnReadable(int fd) {
     // port, carry our random ID and echo our question exactly.
     const bool from_ok = src.family() == dst.family() && src.port() == dst.port() &&
                          std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0;
-    if (!from_ok || m.Parse({buf, static_cast<size_t>(n)}, parse_options) != dns::ParseError::kOk ||
-        m.id() != p->id || !(m.flags() & dns::flag::kQr) || m.qtype() != p->miss.qtype ||
-        m.qclass() != p->miss.qclass || !(m.qname() == p->miss.qname)) {
+    if (!from_ok) {
       self->counters_.Drop(DropReason::kSpoofedAnswer);
-      continue;  // keep waiting for the genuine answer until the timeout
+      continue;
+    }
+    if (!Genuine(p, buf, static_cast<size_t>(n), &m)) continue;  // wait for the genuine one
+    if (m.flags() & dns::flag::kTc) {
+      SwitchToTcp(p);
+      return;
     }
     (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
     (*g.stats)[p->upstream]->answers.Add();
@@ -323,6 +346,103 @@ void Forwarder::Impl::OnReadable(int fd) {
     Finish(p, buf, static_cast<size_t>(n));
     return;
   }
+}
+
+bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len, dns::Message* m) {
+  if (m->Parse({data, len}, parse_options) != dns::ParseError::kOk || m->id() != p->id ||
+      !(m->flags() & dns::flag::kQr) || m->qtype() != p->miss.qtype || m->qclass() != p->miss.qclass ||
+      !(m->qname() == p->miss.qname)) {
+    self->counters_.Drop(DropReason::kSpoofedAnswer);
+    return false;
+  }
+  return true;
+}
+
+void Forwarder::Impl::CloseSocket(Pending* p) {
+  if (p->fd < 0) return;
+  epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
+  by_fd.erase(p->fd);
+  close(p->fd);
+  p->fd = -1;
+  groups[p->weighted_group ? 1 : 0].ring->AddLoad(p->upstream, -1);
+  p->over_tcp = false;
+  p->tcp_out.clear();
+  p->tcp_in.clear();
+  p->tcp_sent = 0;
+}
+
+void Forwarder::Impl::SwitchToTcp(Pending* p) {
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  const int u = p->upstream;
+  CloseSocket(p);
+  const SocketAddress& dst = g.upstreams[u].address;
+  const int fd = socket(dst.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Send(p);
+  if (connect(fd, dst.sa(), dst.len) != 0 && errno != EINPROGRESS) {
+    close(fd);
+    MarkResult(g, u, false);
+    return Send(p);
+  }
+  p->fd = fd;
+  p->upstream = u;
+  p->over_tcp = true;
+  p->tcp_out.resize(2 + p->query.size());
+  dns::Store16(p->tcp_out.data(), static_cast<uint16_t>(p->query.size()));
+  std::memcpy(p->tcp_out.data() + 2, p->query.data(), p->query.size());
+  p->sent = Clock::now();
+  p->deadline = p->sent + std::chrono::milliseconds(config.upstream_timeout_ms);
+  p->generation = next_generation++;
+  g.ring->AddLoad(u, 1);
+  by_fd[fd] = p;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT;
+  ev.data.fd = fd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  timers.push({p->deadline, p, p->generation});
+}
+
+void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  auto fail = [&] {
+    MarkResult(g, p->upstream, false);
+    Send(p);  // the next recursor, over UDP again
+  };
+  if (events & (EPOLLERR | EPOLLHUP) && !(events & EPOLLIN)) return fail();
+  if ((events & EPOLLOUT) && p->tcp_sent < p->tcp_out.size()) {
+    const ssize_t n =
+        send(p->fd, p->tcp_out.data() + p->tcp_sent, p->tcp_out.size() - p->tcp_sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN) return fail();
+    if (n > 0) p->tcp_sent += static_cast<size_t>(n);
+    if (p->tcp_sent == p->tcp_out.size()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = p->fd;
+      epoll_ctl(epfd, EPOLL_CTL_MOD, p->fd, &ev);
+    }
+  }
+  if (!(events & EPOLLIN)) return;
+  for (;;) {
+    const ssize_t n = recv(p->fd, buf, sizeof(buf), 0);
+    if (n == 0) return fail();  // closed before a whole answer
+    if (n < 0) {
+      if (errno == EAGAIN) break;
+      return fail();
+    }
+    p->tcp_in.insert(p->tcp_in.end(), buf, buf + n);
+    if (p->tcp_in.size() > 2 + kMaxMessage) return fail();
+  }
+  if (p->tcp_in.size() < 2) return;
+  const size_t len = dns::Load16(p->tcp_in.data());
+  if (p->tcp_in.size() < 2 + len) return;
+  dns::Message m;
+  // Copy out: Finish releases `p` and with it tcp_in.
+  std::memcpy(out, p->tcp_in.data() + 2, len);
+  if (!Genuine(p, out, len, &m)) return fail();
+  std::memcpy(buf, out, len);
+  (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
+  (*g.stats)[p->upstream]->answers.Add();
+  MarkResult(g, p->upstream, true);
+  Finish(p, buf, len);
 }
 
 void Forwarder::Impl::OnTimeout(Pending* p) {
@@ -356,12 +476,7 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
 }
 
 void Forwarder::Impl::Release(Pending* p) {
-  if (p->fd >= 0) {
-    epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
-    by_fd.erase(p->fd);
-    close(p->fd);
-    groups[p->weighted_group ? 1 : 0].ring->AddLoad(p->upstream, -1);
-  }
+  CloseSocket(p);
   inflight.erase(p->key);  // frees p
 }
 
@@ -372,7 +487,7 @@ void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, const uint8_t* da
   const SocketAddress peer = c.route.peer;
   ReturnedQuery r;
   r.mode = mode;
-  r.fallback.assign(data, data + len);
+  if (len > 0) r.fallback.assign(data, data + len);
   r.client = std::move(c);
   if (returns[worker]->Push(std::move(r))) {
     uint64_t one = 1;

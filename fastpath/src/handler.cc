@@ -94,7 +94,7 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
     if (q->edns.present || code > 15) {
       w.BeginOpt(options_.edns_udp_size, q->edns.do_bit, static_cast<uint8_t>(code >> 4));
     }
-    return w.Finish(q->udp_limit());
+    return w.Finish(response_limit_ != 0 ? response_limit_ : q->udp_limit());
   }
   // Header only: the question could not be read.
   if (len < 4 || out_cap < dns::kHeaderSize) return 0;
@@ -157,7 +157,7 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partition
     }
   }
   // Larger than the client's buffer (or than ours): TC, the client retries over TCP.
-  const size_t limit = fits ? q.udp_limit() : 0;
+  const size_t limit = fits ? response_limit_ : 0;
   const size_t n = w.Finish(limit == 0 ? dns::kHeaderSize : limit);
   if (n != w.size() || !fits) counters_->truncated.Add();
   counters_->rcodes[rcode < 24 ? rcode : 2].Add();
@@ -190,6 +190,8 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     return Verdict::kDrop;
   }
   const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query_);
+  // Over TCP the whole answer goes (RFC 7766); over UDP the client's limit.
+  response_limit_ = client.tcp ? std::min<size_t>(out_cap, 65535) : query_.udp_limit();
   if (!Allowed(client.addr)) {
     counters_->Drop(DropReason::kRefused);
     if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) return Verdict::kDrop;

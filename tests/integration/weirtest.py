@@ -605,3 +605,431 @@ class GslbSim:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# ---------------------------------------------------------------- weir-fastpath
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> str:
+    """GET `path` over plain HTTP/1.1 (the metrics endpoint closes after one
+    reply); returns the body. Raises RuntimeError on a non-200 status."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    raw = b"".join(chunks).decode(errors="replace")
+    head, _, body = raw.partition("\r\n\r\n")
+    status = head.split("\r\n", 1)[0]
+    if " 200 " not in status + " ":
+        raise RuntimeError(f"GET {path}: {status!r}")
+    return body
+
+
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class Metrics:
+    """A parsed Prometheus text exposition: samples by name and labels."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.samples: list = []  # (name, {label: value}, float)
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = _SAMPLE.match(line.strip())
+            if m:
+                labels = dict(_LABEL.findall(m.group(2) or ""))
+                self.samples.append((m.group(1), labels, float(m.group(3))))
+
+    def series(self, name: str, **labels) -> list:
+        """[(labels, value)] of `name` whose labels include `labels`."""
+        return [(l, v) for n, l, v in self.samples
+                if n == name and all(l.get(k) == str(want) for k, want in labels.items())]
+
+    def value(self, name: str, **labels) -> float:
+        """Sum of the matching samples; 0 when there are none (Prometheus
+        counters that were never incremented may be omitted)."""
+        return sum(v for _, v in self.series(name, **labels))
+
+
+class Fastpath:
+    """weir-fastpath started on loopback from a config text (written to a
+    temp file). The config must listen on port 0 and set
+    server.metrics_listen = "127.0.0.1:0". `host`/`port` is the first listen
+    address (UDP and TCP), `metrics_port` the Prometheus port.
+
+    With test_clock=True the TTL clock only moves through advance_clock()."""
+
+    RELPATH = "fastpath/weir-fastpath"
+    _LISTEN = re.compile(r"^listening udp (\S+)(?: tcp (\S+))?$")
+
+    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 10.0):
+        self.config_path = write_temp(config_text)
+        argv = [binary(build_dir, self.RELPATH), "-c", self.config_path]
+        if test_clock:
+            argv.append("--test-clock")
+        try:
+            self.process = Process(argv, ready=r"^metrics http ", timeout=timeout)
+        except Exception:
+            os.unlink(self.config_path)
+            raise
+        self.listeners = []
+        for line in self.process.lines:
+            m = self._LISTEN.match(line)
+            if m:
+                self.listeners.append(split_hostport(m.group(1)))
+            elif line.startswith("metrics http "):
+                self.metrics_host, self.metrics_port = split_hostport(line.split()[2])
+        self.host, self.port = self.listeners[0]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def metrics(self) -> Metrics:
+        return Metrics(http_get(self.metrics_host, self.metrics_port, "/metrics"))
+
+    def advance_clock(self, seconds: int) -> str:
+        """Moves the --test-clock TTL clock forward; returns the server's reply."""
+        return http_get(self.metrics_host, self.metrics_port, f"/test/advance-clock?seconds={int(seconds)}")
+
+    def dig(self, qname: str, qtype: str = "A", *, source: Optional[str] = None, norec: bool = False,
+            extra: Sequence[str] = (), **kw) -> Response:
+        """dig against this server, from `source` (any 127.x.y.z) if given."""
+        extra = list(extra) + (["-b", source] if source else [])
+        return dig(self.host, self.port, qname, qtype, norec=norec, extra=extra, **kw)
+
+    def stop(self) -> int:
+        rc = self.process.stop()
+        try:
+            os.unlink(self.config_path)
+        except OSError:
+            pass
+        return rc
+
+    def __enter__(self) -> "Fastpath":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+
+
+def dig_many(server: str, port: int, qname: str, count: int, *, source: Optional[str] = None,
+             qtype: str = "A", batch: int = 100, extra: Sequence[str] = (), timeout: float = 2.0) -> list:
+    """Sends `count` queries for one name with `dig +short` (up to `batch`
+    questions per dig process, one after another) and returns every address
+    line printed, in order. A lost query prints no address, so
+    len(result) < count reveals losses."""
+    out = []
+    left = count
+    while left > 0:
+        n = min(batch, left)
+        argv = ["dig", f"@{server}", "-p", str(port), "+short", f"+time={max(1, int(timeout))}", "+tries=1"]
+        if source:
+            argv += ["-b", source]
+        argv += list(extra)
+        for _ in range(n):
+            argv += [qname, qtype]
+        res = run(argv, timeout=timeout * n + 30)
+        out += [l.strip() for l in res.stdout.splitlines() if _IPV4.match(l.strip()) or
+                (qtype == "AAAA" and ":" in l and not l.startswith(";"))]
+        left -= n
+    return out
+
+
+@dataclass
+class DnsperfResult:
+    text: str
+    sent: int = 0
+    completed: int = 0
+    lost: int = 0
+    interrupted: int = 0
+    rcodes: dict = field(default_factory=dict)
+
+
+def parse_dnsperf(text: str) -> DnsperfResult:
+    """Parses dnsperf 2.x's summary ("Queries sent:", "Response codes:")."""
+    r = DnsperfResult(text=text)
+    for key, attr in (("Queries sent", "sent"), ("Queries completed", "completed"), ("Queries lost", "lost"),
+                      ("Queries interrupted", "interrupted")):
+        m = re.search(rf"^\s*{key}:\s+(\d+)", text, re.M)
+        if m:
+            setattr(r, attr, int(m.group(1)))
+    m = re.search(r"^\s*Response codes:\s+(.*)$", text, re.M)
+    if m:
+        for code, n in re.findall(r"([A-Z]+) (\d+)", m.group(1)):
+            r.rcodes[code] = int(n)
+    return r
+
+
+def dnsperf(server: str, port: int, queries: Sequence[str], args: Sequence[str] = (), timeout: float = 120.0,
+            source: Optional[str] = None) -> DnsperfResult:
+    """Runs dnsperf with `queries` ("name TYPE" lines) as its data file and
+    returns the parsed summary. `args`: more dnsperf options (-l, -Q, -q...)."""
+    path = write_temp("\n".join(queries) + "\n", suffix=".txt")
+    try:
+        argv = ["dnsperf", "-s", server, "-p", str(port), "-d", path]
+        if source:
+            argv += ["-a", source]
+        out = run(argv + list(args), timeout=timeout)
+    finally:
+        os.unlink(path)
+    return parse_dnsperf(out.stdout + out.stderr)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {v!r}")
+
+
+def fastpath_config(ordinary: Sequence[str], *, weighted: Optional[Sequence[str]] = None, workers: int = 1,
+                    allow: Sequence[str] = ("127.0.0.0/8",), citymap: Optional[str] = None,
+                    tags: Optional[str] = None, cache: Optional[dict] = None, upstream: Optional[dict] = None,
+                    server: Optional[dict] = None, rate_limit: Optional[dict] = None) -> str:
+    """A weir-fastpath TOML config (docs/fastpath-config.md) listening on
+    127.0.0.1 port 0 with metrics on 127.0.0.1 port 0. `ordinary`/`weighted`
+    are "ip:port" upstreams; `citymap`/`tags` are file paths; the dicts add
+    keys to their sections."""
+    srv = {"listen": ["127.0.0.1:0"], "workers": workers, "metrics_listen": "127.0.0.1:0"}
+    srv.update(server or {})
+    sections = [("server", srv), ("acl", {"allow": list(allow)})]
+    if rate_limit:
+        sections.append(("rate_limit", rate_limit))
+    parts = {}
+    if citymap:
+        parts["citymap"] = citymap
+    if tags:
+        parts["tags"] = tags
+    if parts:
+        sections.append(("partitions", parts))
+    if cache:
+        sections.append(("cache", cache))
+    up = {"ordinary": list(ordinary)}
+    if weighted is not None:
+        up["weighted"] = list(weighted)
+    up.update(upstream or {})
+    sections.append(("upstream", up))
+    out = []
+    for name, keys in sections:
+        out.append(f"[{name}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def collect_lines(process: Process, settle: float = 0.2) -> list:
+    """Moves every stdout line the process printed so far (waiting `settle`
+    seconds for stragglers) into process.lines and returns process.lines.
+    For scripted servers that print one line per event."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            line = process._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            process._queue.put(None)  # keep the end marker for wait_line()
+            break
+        process.lines.append(line)
+    return process.lines
+
+
+# ---------------------------------------------------------------- weir-recursor
+
+
+def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[str] = (), tags: Optional[str] = None,
+                    allow: Sequence[str] = ("127.0.0.0/8",), listen: Sequence[str] = ("127.0.0.1:0",),
+                    server: Optional[dict] = None, cache: Optional[dict] = None, last_hop: Optional[dict] = None,
+                    ecs: Optional[dict] = None, resolver: Optional[dict] = None) -> str:
+    """A weir-recursor TOML config (docs/recursor-config.md) listening on
+    127.0.0.1 port 0 with a control port on 127.0.0.1 port 0. Paths should
+    be absolute. The dicts add keys to their sections."""
+    srv = {"listen": list(listen), "control": "127.0.0.1:0"}
+    srv.update(server or {})
+    res = {}
+    if root_hints:
+        res["root_hints"] = root_hints
+    if forwarders:
+        res["forwarders"] = list(forwarders)
+    res.update(resolver or {})
+    sections = [("server", srv), ("acl", {"allow": list(allow)}), ("resolver", res)]
+    if tags:
+        sections.append(("tags", {"file": tags}))
+    for name, d in (("cache", cache), ("last_hop", last_hop), ("ecs", ecs)):
+        if d:
+            sections.append((name, d))
+    out = []
+    for name, keys in sections:
+        out.append(f"[{name}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+class Recursor:
+    """weir-recursor started from a config text (written to a temp file);
+    `host`/`port` is the first listen address (UDP and TCP), `control()`
+    talks to its control port (stats, advance-clock N, flush, reload-tags).
+
+    With test_clock=True the TTL clock only moves through advance_clock()."""
+
+    RELPATH = "recursor/weir-recursor"
+
+    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 15.0):
+        self.config_path = write_temp(config_text)
+        argv = [binary(build_dir, self.RELPATH), "-c", self.config_path]
+        if test_clock:
+            argv.append("--test-clock")
+        try:
+            self.process = Process(argv, ready=r"^ready$", timeout=timeout)
+        except Exception:
+            os.unlink(self.config_path)
+            raise
+        self.listeners = []
+        self.control_address = None
+        for line in self.process.lines:
+            m = _LISTEN.match(line)
+            if m:
+                self.listeners.append(split_hostport(m.group(1)))
+            elif line.startswith("control "):
+                self.control_address = split_hostport(line.split()[1])
+        self.host, self.port = self.listeners[0]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def control(self, line: str) -> str:
+        return control_command(*self.control_address, line)
+
+    def stats(self) -> dict:
+        return json.loads(self.control("stats"))
+
+    def advance_clock(self, seconds: int) -> None:
+        reply = self.control(f"advance-clock {int(seconds)}").strip()
+        if reply != "ok":
+            raise RuntimeError(f"weir-recursor control: {reply}")
+
+    def flush(self) -> None:
+        self.control("flush")
+
+    def dig(self, qname: str, qtype: str = "A", *, source: Optional[str] = None, norec: bool = False,
+            extra: Sequence[str] = (), **kw) -> Response:
+        extra = list(extra) + (["-b", source] if source else [])
+        return dig(self.host, self.port, qname, qtype, norec=norec, extra=extra, **kw)
+
+    def stop(self) -> int:
+        rc = self.process.stop()
+        try:
+            os.unlink(self.config_path)
+        except OSError:
+            pass
+        return rc
+
+    def __enter__(self) -> "Recursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _zone_head(origin: str, ns_address: str, soa_minimum: int = 60) -> str:
+    return (f'[[zone]]\norigin = "{origin}"\n[zone.soa]\nmname = "ns1.{origin}"\nrname = "hostmaster.{origin}"\n'
+            f'minimum = {soa_minimum}\nttl = 3600\n\n'
+            f'[[zone.record]]\nname = "@"\ntype = "NS"\nttl = 3600\ndata = "ns1.{origin}"\n\n'
+            f'[[zone.record]]\nname = "ns1.{origin}"\ntype = "A"\nttl = 3600\ndata = "{ns_address}"\n\n')
+
+
+class FakeHierarchy:
+    """A DNS delegation tree of gslb-sim instances on port 53 of loopback
+    addresses `net`.1 (the root, zone "." with NS ns.root.), `net`.2 (the
+    TLD, e.g. "test.") and `net`.3... (one per child zone, in the order of
+    `zones`), plus a root hints file for libunbound pointing at `net`.1.
+    Nothing leaves loopback: every server and glue address is in `net`.
+
+    zones: {"example.test.": BODY, ...} where BODY is gslb-sim TOML for the
+    zone's records/names (relative names are relative to the zone); the
+    [[zone]] header, SOA, apex NS and the NS address record are generated.
+    extra_children: {"other.test.": "127.0.x.y"} adds delegations only
+    (for servers the test runs itself). Port 53 needs root or
+    CAP_NET_BIND_SERVICE; give each test file its own `net`."""
+
+    def __init__(self, build_dir: str, net: str = "127.0.101", tld: str = "test.", zones: Optional[dict] = None,
+                 extra_children: Optional[dict] = None, query_log: bool = False, sim_args: Sequence[str] = ()):
+        zones = zones or {}
+        self.net = net
+        self.tld = tld
+        self.address = {".": f"{net}.1", tld: f"{net}.2"}
+        for i, origin in enumerate(zones):
+            self.address[origin] = f"{net}.{3 + i}"
+        children = {o: self.address[o] for o in zones}
+        children.update(extra_children or {})
+        self.sims: dict = {}
+        self._tmp = tempfile.mkdtemp(prefix="weir-hier-")
+        root = (f'[[zone]]\norigin = "."\n[zone.soa]\nmname = "ns.root."\nrname = "hostmaster.root."\n'
+                f'minimum = 60\nttl = 3600\n\n'
+                f'[[zone.record]]\nname = "@"\ntype = "NS"\nttl = 86400\ndata = "ns.root."\n\n'
+                f'[[zone.record]]\nname = "ns.root."\ntype = "A"\nttl = 86400\ndata = "{net}.1"\n\n'
+                f'[[zone.delegation]]\nname = "{tld}"\nttl = 86400\nns = ["ns1.{tld}"]\n'
+                f'glue = [{{ name = "ns1.{tld}", addresses = ["{net}.2"] }}]\n')
+        tld_text = _zone_head(tld, f"{net}.2", soa_minimum=60)
+        for origin, addr in children.items():
+            tld_text += (f'[[zone.delegation]]\nname = "{origin}"\nttl = 3600\nns = ["ns1.{origin}"]\n'
+                         f'glue = [{{ name = "ns1.{origin}", addresses = ["{addr}"] }}]\n\n')
+        configs = [(".", root), (tld, tld_text)]
+        for origin, body in zones.items():
+            configs.append((origin, _zone_head(origin, self.address[origin]) + body))
+        self.root_hints = os.path.join(self._tmp, "root.hints")
+        with open(self.root_hints, "w") as f:
+            f.write(f".  3600000  IN  NS  ns.root.\nns.root.  3600000  IN  A  {net}.1\n")
+        try:
+            for origin, text in configs:
+                path = os.path.join(self._tmp, (origin.strip(".") or "root") + ".toml")
+                with open(path, "w") as f:
+                    f.write(text)
+                self.sims[origin] = GslbSim(build_dir, config_path=path, listen=(f"{self.address[origin]}:53",),
+                                            extra_args=sim_args)
+        except Exception:
+            self.stop()
+            raise
+
+    def sim(self, origin: str) -> GslbSim:
+        return self.sims[origin]
+
+    def reset(self) -> None:
+        for s in self.sims.values():
+            s.reset()
+
+    def stop(self) -> None:
+        for s in self.sims.values():
+            s.stop()
+        self.sims = {}
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "FakeHierarchy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -169,7 +169,8 @@ class QueryHandler {
   // Prefetches asked for recently, by entry hash: at most one per entry per
   // second from this worker (the forwarder coalesces across workers).
   std::vector<std::pair<uint64_t, uint32_t>> prefetched_;
-  dns::Query query_;  // reused per packet: no allocation
+  dns::Query query_;                                 // reused per packet: no allocation
+  size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being handled
 };
 
 }  // namespace weir::fastpath

@@ -1,0 +1,233 @@
+"""Black-box tests of weir-fastpath's upstream side (DESIGN 6): coalescing,
+failover between recursors, serve-stale, anti-spoofing. gslb-sim and a
+scripted fake upstream (fake_upstreams.py) stand in for the recursors.
+
+Run: python3 tests/integration/test_fastpath_resilience.py --build-dir build
+"""
+
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SOA = """\
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+minimum = 60
+ttl = 3600
+"""
+
+COALESCE_ZONES = f"""\
+[[zone]]
+origin = "example.com."
+{SOA}
+[[zone.name]]
+name = "slow"
+latency_ms = 500
+
+[[zone.record]]
+name = "slow"
+type = "A"
+ttl = 300
+data = "192.0.2.3"
+"""
+
+FAILOVER_NAMES = 300
+
+
+def failover_zones():
+    # Many names with TTL 1: on the real clock each one expires every second,
+    # so the front keeps asking its recursors during the whole run.
+    out = [f'[[zone]]\norigin = "fo.example."\n{SOA}']
+    for i in range(FAILOVER_NAMES):
+        out.append(f'[[zone.record]]\nname = "n{i}"\ntype = "A"\nttl = 1\ndata = "192.0.2.{i % 250 + 1}"\n')
+    return "\n".join(out)
+
+
+STALE_ZONES = f"""\
+[[zone]]
+origin = "example.com."
+{SOA}
+[[zone.record]]
+name = "www"
+type = "A"
+ttl = 60
+data = "192.0.2.1"
+
+[[zone.record]]
+name = "www"
+type = "A"
+ttl = 60
+data = "192.0.2.2"
+"""
+
+
+def metric(fp, name, **labels):
+    return fp.metrics().value(name, **labels)
+
+
+class CoalescingTest(unittest.TestCase):
+    def test_thousand_concurrent_identical_queries_make_one_upstream_query(self):
+        weirtest.require_tools("dnsperf")
+        with weirtest.GslbSim(BUILD_DIR, config_text=COALESCE_ZONES) as sim:
+            up = f"{sim.host}:{sim.port}"
+            with weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([up], workers=2,
+                                                                       upstream={"timeout_ms": 2000})) as fp:
+                # 1,000 identical queries at once from 8 client sockets (so
+                # both workers get some); the GSLB holds its answer 500 ms.
+                res = weirtest.dnsperf(fp.host, fp.port, ["slow.example.com A"] * 1000,
+                                       ["-n", "1", "-q", "1000", "-c", "8", "-t", "5", "-b", "1024"])
+                self.assertEqual((res.sent, res.completed, res.lost), (1000, 1000, 0), res.text)
+                self.assertEqual(res.rcodes, {"NOERROR": 1000}, res.text)
+                stats = sim.stats()
+                m = fp.metrics()
+                counts = {k: m.value(k) for k in ("weir_cache_misses_total", "weir_cache_hits_total",
+                                                  "weir_coalesced_total", "weir_upstream_queries_total")}
+                # A second upstream query ~500 ms after the first means a miss
+                # queued before the cache fill was drained by the forwarder
+                # after the first query had completed (no in-flight entry left
+                # to join, and the forwarder does not look at the cache).
+                self.assertEqual(stats["by_qname_qtype"], {"slow.example.com.": {"A": 1}},
+                                 f"the GSLB must see exactly one query: {stats}\nfront: {counts}\n"
+                                 f"GSLB log: {sim.log(5)}")
+                misses = m.value("weir_cache_misses_total")
+                hits = m.value("weir_cache_hits_total")
+                coalesced = m.value("weir_coalesced_total")
+                self.assertEqual(m.value("weir_queries_total", transport="udp"), 1000, m.text)
+                self.assertEqual(misses + hits, 1000, m.text)
+                self.assertGreater(misses, 100, "the queries were not concurrent; the test proved nothing:\n"
+                                   + m.text)
+                self.assertEqual(coalesced, misses - 1, "every miss but the first joins the one in flight:\n"
+                                 + m.text)
+                self.assertEqual(m.value("weir_upstream_queries_total"), 1, m.text)
+                self.assertEqual(m.value("weir_drops_total"), 0, m.text)
+
+
+class FailoverTest(unittest.TestCase):
+    def test_losing_one_recursor_under_load_fails_under_one_percent(self):
+        weirtest.require_tools("dnsperf")
+        zones = failover_zones()
+        sim_a = weirtest.GslbSim(BUILD_DIR, config_text=zones)
+        self.addCleanup(sim_a.stop)
+        sim_b = weirtest.GslbSim(BUILD_DIR, config_text=zones)
+        self.addCleanup(sim_b.stop)
+        ups = [f"{sim_a.host}:{sim_a.port}", f"{sim_b.host}:{sim_b.port}"]
+        config = weirtest.fastpath_config(ups, workers=2, upstream={
+            "timeout_ms": 300, "attempts": 3, "health_failures": 3, "health_interval_ms": 1000})
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+
+        queries = [f"n{i}.fo.example A" for i in range(FAILOVER_NAMES)]
+        result = {}
+
+        def load():
+            result["r"] = weirtest.dnsperf(fp.host, fp.port, queries,
+                                           ["-l", "10", "-Q", "500", "-c", "4", "-q", "200", "-t", "5"])
+
+        t = threading.Thread(target=load)
+        t.start()
+        time.sleep(3)
+        before_a = sim_a.stats()["queries"]
+        before_b = sim_b.stats()["queries"]
+        sim_b.stop()  # by PID
+        t.join(timeout=60)
+        self.assertFalse(t.is_alive(), "dnsperf did not finish")
+        res = result["r"]
+        after_a = sim_a.stats()["queries"]
+
+        # Both recursors carried the load before; the survivor took over.
+        self.assertGreater(before_a, 50, f"recursor A idle before the kill ({before_a})")
+        self.assertGreater(before_b, 50, f"recursor B idle before the kill ({before_b})")
+        # ~7 s of load after the kill, ~300 expiring names a second.
+        self.assertGreater(after_a - before_a, 500,
+                           f"recursor A got only {after_a - before_a} queries after B was killed")
+
+        self.assertGreater(res.sent, 4000, res.text)  # 10 s at 500 qps
+        servfail = res.rcodes.get("SERVFAIL", 0)
+        failed = res.lost + servfail + res.interrupted
+        self.assertLess(failed, res.sent / 100,
+                        f"{res.lost} lost + {servfail} SERVFAIL of {res.sent} (must be < 1%):\n{res.text}")
+        self.assertEqual(set(res.rcodes) - {"NOERROR", "SERVFAIL"}, set(), res.text)
+
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_upstream_up", group="ordinary", upstream=ups[1]), 0,
+                         "the killed recursor must be marked down:\n" + m.text)
+        self.assertEqual(m.value("weir_upstream_up", group="ordinary", upstream=ups[0]), 1, m.text)
+        self.assertGreater(m.value("weir_upstream_timeouts_total", group="ordinary", upstream=ups[1]), 0, m.text)
+
+
+class ServeStaleTest(unittest.TestCase):
+    def test_stale_answer_within_window_then_servfail(self):
+        sim = weirtest.GslbSim(BUILD_DIR, config_text=STALE_ZONES)
+        self.addCleanup(sim.stop)
+        config = weirtest.fastpath_config(
+            [f"{sim.host}:{sim.port}"],
+            cache={"stale_window": 600, "stale_answer_ttl": 30, "prefetch_percent": 0},
+            upstream={"timeout_ms": 200, "attempts": 2, "health_failures": 3})
+        fp = weirtest.Fastpath(BUILD_DIR, config, test_clock=True)
+        self.addCleanup(fp.stop)
+
+        r = fp.dig("www.example.com")
+        self.assertEqual(r.status, "NOERROR", r.text)
+        fresh = sorted(r.addresses())
+        self.assertEqual(fresh, ["192.0.2.1", "192.0.2.2"], r.text)
+        self.assertEqual({a.ttl for a in r.answer}, {60}, r.text)
+
+        sim.stop()  # every upstream is down now
+        fp.advance_clock(61)  # expired 1 s ago, well inside the 600 s stale window
+        stale_before = metric(fp, "weir_stale_served_total")
+        r = fp.dig("www.example.com", timeout=3)
+        self.assertEqual(r.status, "NOERROR", "expired entry inside stale_window must be served:\n" + r.text)
+        self.assertEqual(sorted(r.addresses()), fresh, r.text)
+        ttls = {a.ttl for a in r.answer}
+        self.assertTrue(all(1 <= t <= 30 for t in ttls), f"stale TTL must be stale_answer_ttl (30) or less: "
+                                                         f"{ttls}\n{r.text}")
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_stale_served_total"), stale_before + 1, m.text)
+        self.assertEqual(m.value("weir_drops_total", reason="upstream_failure"), 0, m.text)
+
+        fp.advance_clock(600)  # now 601 s past expiry: outside the window
+        r = fp.dig("www.example.com", timeout=3)
+        self.assertEqual(r.status, "SERVFAIL", "past stale_window nothing may be served:\n" + r.text)
+        self.assertEqual(r.answer, [], r.text)
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_stale_served_total"), stale_before + 1, m.text)
+        self.assertEqual(m.value("weir_drops_total", reason="upstream_failure"), 1, m.text)
+        self.assertTrue(fp.alive())
+
+
+class AntiSpoofingTest(unittest.TestCase):
+    def test_forged_answers_are_dropped_and_counted(self):
+        fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "spoofing",
+                                 "--answer", "192.0.2.10", "--poison", "192.0.2.66", "--delay-ms", "100"],
+                                ready=r"^ready$")
+        self.addCleanup(fake.stop)
+        host, port = weirtest.split_hostport(fake.wait_line(r"^listening udp (\S+)").group(1))
+        config = weirtest.fastpath_config([f"{host}:{port}"], upstream={"timeout_ms": 1500, "attempts": 1})
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+
+        for attempt in ("miss", "hit"):
+            r = fp.dig("www.example.com", timeout=3)
+            self.assertEqual(r.status, "NOERROR", f"{attempt}:\n{r.text}")
+            self.assertEqual(r.addresses(), ["192.0.2.10"], f"{attempt}: poisoned or lost answer:\n{r.text}")
+        queries = [l for l in weirtest.collect_lines(fake) if l.startswith("query ")]
+        self.assertEqual(len(queries), 1, f"the second query must be a cache hit: {queries}")
+        self.assertIn("qname=www.example.com. qtype=1", queries[0])
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_drops_total", reason="spoofed_answer"), 3,
+                         "wrong ID, wrong question and wrong source port must each be dropped:\n" + m.text)
+        self.assertEqual(m.value("weir_cache_hits_total"), 1, m.text)
+        self.assertEqual(m.value("weir_upstream_queries_total"), 1, m.text)
+
+
+if __name__ == "__main__":
+    unittest.main()
