@@ -15,23 +15,104 @@ constexpr std::array<uint8_t, 256> kLower = MakeLowerTable();
 // Smallest possible RR: root owner (1) + type, class, ttl, rdlength (10).
 constexpr size_t kMinRrSize = 11;
 
+// A DNS message is at most 65535 octets (the TCP length prefix is 16 bits),
+// and the views keep 16-bit offsets. Bytes past that cannot belong to the
+// message, so they are ignored like any other trailing bytes; reading them
+// would wrap the offsets and make views point at the wrong records.
+constexpr size_t kMaxMessage = 0xFFFF;
+std::span<const uint8_t> ClampMessage(std::span<const uint8_t> pkt) {
+  return pkt.size() > kMaxMessage ? pkt.first(kMaxMessage) : pkt;
+}
+
+// Lower-cases 8 (or 4) ASCII letters at once: a byte is upper case when its
+// low 7 bits are in 'A'..'Z' and its top bit is clear; adding 0x20 to those
+// bytes is or-ing in bit 5. No carries cross bytes.
+inline uint64_t Lower8(uint64_t x) {
+  const uint64_t low7 = x & 0x7F7F7F7F7F7F7F7FULL;
+  const uint64_t ge_a = low7 + 0x3F3F3F3F3F3F3F3FULL;  // top bit set iff >= 'A'
+  const uint64_t gt_z = low7 + 0x2525252525252525ULL;  // top bit set iff > 'Z'
+  const uint64_t upper = ge_a & ~gt_z & ~x & 0x8080808080808080ULL;
+  return x | (upper >> 2);
+}
+inline uint32_t Lower4(uint32_t x) {
+  const uint32_t low7 = x & 0x7F7F7F7FU;
+  const uint32_t upper = (low7 + 0x3F3F3F3FU) & ~(low7 + 0x25252525U) & ~x & 0x80808080U;
+  return x | (upper >> 2);
+}
+
+// Copies `n` octets of a name's wire form to its key, lower-cased. Length
+// octets are at most 63, below 'A', so a run of labels is lower-cased as one
+// block, whole words at a time; overlapping tail words are harmless because
+// lower-casing is idempotent.
+inline void LowerCopy(uint8_t* dst, const uint8_t* src, size_t n) {
+  if (n >= 8) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, src + i, 8);
+      w = Lower8(w);
+      std::memcpy(dst + i, &w, 8);
+    }
+    if (i < n) {
+      uint64_t w;
+      std::memcpy(&w, src + n - 8, 8);
+      w = Lower8(w);
+      std::memcpy(dst + n - 8, &w, 8);
+    }
+  } else if (n >= 4) {
+    uint32_t a, b;
+    std::memcpy(&a, src, 4);
+    std::memcpy(&b, src + n - 4, 4);
+    a = Lower4(a);
+    b = Lower4(b);
+    std::memcpy(dst, &a, 4);
+    std::memcpy(dst + n - 4, &b, 4);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = kLower[src[i]];
+  }
+}
+
+// The query fast path for an uncompressed name, which is what clients send
+// in a question. Returns false for anything else (a pointer, a bad label,
+// truncation, too long); the general ReadName then decides.
+inline bool ReadPlainName(const uint8_t* p, size_t n, size_t offset, NameKey* key, size_t* end) {
+  size_t pos = offset;
+  for (;;) {
+    if (pos >= n) return false;
+    const size_t len = p[pos];
+    if (len == 0) break;
+    if (len > kMaxLabel) return false;
+    pos += 1 + len;
+    if (pos - offset + 1 > kMaxNameWire) return false;  // the root must still fit
+  }
+  const size_t total = pos + 1 - offset;
+  LowerCopy(key->bytes.data(), p + offset, total);
+  key->len = static_cast<uint8_t>(total);
+  *end = pos + 1;
+  return true;
+}
+
 }  // namespace
 
 ParseError ReadName(std::span<const uint8_t> msg, size_t offset, size_t* end, NameKey* key) {
   const uint8_t* p = msg.data();
   const size_t n = msg.size();
   size_t pos = offset;
-  size_t run_start = offset;  // every pointer must land before this
-  size_t out = 0;
+  // Start of the contiguous run of labels being read. Every pointer must
+  // land before it, and the run is copied to the key in one block when it
+  // ends (at a pointer or the root).
+  size_t run_start = offset;
+  size_t out = 0;      // key octets so far
+  size_t out_run = 0;  // key offset of run_start's octet
   size_t end_pos = 0;
   bool jumped = false;
   for (;;) {
     if (pos >= n) return ParseError::kTruncatedName;
     const uint8_t len = p[pos];
     if (len == 0) {
-      if (key != nullptr) key->bytes[out] = 0;
       ++out;
       if (!jumped) end_pos = pos + 1;
+      if (key != nullptr) LowerCopy(key->bytes.data() + out_run, p + run_start, pos + 1 - run_start);
       break;
     }
     switch (len & 0xC0) {
@@ -46,6 +127,8 @@ ParseError ReadName(std::span<const uint8_t> msg, size_t offset, size_t* end, Na
         }
         if (target > pos) return ParseError::kForwardPointer;
         if (target >= run_start || target == pos) return ParseError::kPointerLoop;
+        if (key != nullptr) LowerCopy(key->bytes.data() + out_run, p + run_start, pos - run_start);
+        out_run = out;
         run_start = target;
         pos = target;
         continue;
@@ -58,12 +141,6 @@ ParseError ReadName(std::span<const uint8_t> msg, size_t offset, size_t* end, Na
     if (pos + 1 + len > n) return ParseError::kTruncatedName;
     // Room for this label and the root byte that must still follow.
     if (out + 1 + len + 1 > kMaxNameWire) return ParseError::kNameTooLong;
-    if (key != nullptr) {
-      uint8_t* o = key->bytes.data() + out;
-      o[0] = len;
-      const uint8_t* s = p + pos + 1;
-      for (uint8_t i = 0; i < len; ++i) o[1 + i] = kLower[s[i]];
-    }
     out += 1 + len;
     pos += 1 + len;
   }
@@ -235,6 +312,7 @@ ParseError OptionIterator::Next(uint16_t* code, std::span<const uint8_t>* data, 
 }
 
 ParseError ReadRecord(std::span<const uint8_t> msg, size_t offset, Section section, RrView* rr, size_t* end) {
+  msg = ClampMessage(msg);
   size_t after_name;
   ParseError e = ReadName(msg, offset, &after_name, nullptr);
   if (e != ParseError::kOk) return e;
@@ -332,6 +410,7 @@ ParseError CheckCounts(std::span<const uint8_t> msg, size_t pos, uint16_t an, ui
 // ---------------------------------------------------------------- query
 
 ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
+  pkt = ClampMessage(pkt);
   if (pkt.size() < kHeaderSize) return ParseError::kTruncatedHeader;
   const uint8_t* p = pkt.data();
   out->id = Load16(p);
@@ -342,9 +421,14 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   if (qd == 0) return ParseError::kNoQuestion;
   if (qd > 1) return ParseError::kMultipleQuestions;
   size_t pos;
-  ParseError e = ReadName(pkt, kHeaderSize, &pos, &out->qname);
-  if (e != ParseError::kOk) return e;
-  if (pos - kHeaderSize != out->qname.len) return ParseError::kCompressedQuestion;
+  ParseError e;
+  if (!ReadPlainName(p, pkt.size(), kHeaderSize, &out->qname, &pos)) {
+    // The general reader names the exact error (or finds a valid but
+    // compressed name, which a question must not be).
+    e = ReadName(pkt, kHeaderSize, &pos, &out->qname);
+    if (e != ParseError::kOk) return e;
+    if (pos - kHeaderSize != out->qname.len) return ParseError::kCompressedQuestion;
+  }
   if (pkt.size() - pos < 4) return ParseError::kTruncatedQuestion;
   out->qtype = Load16(p + pos);
   out->qclass = Load16(p + pos + 2);
@@ -354,6 +438,22 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   const uint16_t ns = Load16(p + kOffNscount);
   const uint16_t ar = Load16(p + kOffArcount);
   if ((an | ns | ar) == 0) return ParseError::kOk;
+  if ((an | ns) == 0 && ar == 1 && pkt.size() - pos >= kMinRrSize && p[pos] == 0 &&
+      Load16(p + pos + 1) == type::kOpt) {
+    // Nearly every EDNS query: the OPT RR alone, owned by the root. Same
+    // checks as the general walk below, without its per-record machinery.
+    RrView rr;
+    rr.section = Section::kAdditional;
+    rr.name_offset = static_cast<uint16_t>(pos);
+    rr.type = type::kOpt;
+    rr.klass = Load16(p + pos + 3);
+    rr.ttl = Load32(p + pos + 5);
+    rr.ttl_offset = static_cast<uint16_t>(pos + 5);
+    rr.rdlength = Load16(p + pos + 9);
+    rr.rdata_offset = static_cast<uint16_t>(pos + kMinRrSize);
+    if (pkt.size() - rr.rdata_offset < rr.rdlength) return ParseError::kRdataOverrun;
+    return ParseOpt(pkt, rr, true, opts, &out->edns);
+  }
   e = CheckCounts(pkt, pos, an, ns, ar);
   if (e != ParseError::kOk) return e;
   e = WalkSection(pkt, Section::kAnswer, an, true, opts, &pos, &out->edns);
@@ -366,6 +466,7 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
 // ---------------------------------------------------------------- response
 
 ParseError Message::Parse(std::span<const uint8_t> pkt, const ParseOptions& opts) {
+  pkt = ClampMessage(pkt);
   pkt_ = pkt;
   edns_ = Edns{};
   if (pkt.size() < kHeaderSize) return ParseError::kTruncatedHeader;

@@ -220,16 +220,20 @@ ParseError RecordEncoder::PutName(std::span<const uint8_t> key) {
 
 ParseError RecordEncoder::Append(std::span<const uint8_t> owner, uint16_t type, uint16_t klass, uint32_t ttl,
                                  std::span<const uint8_t> rdata, uint16_t* ttl_offset) {
+  // A failed record must leave no trace: neither bytes nor compression
+  // targets, which would otherwise point at bytes the next record overwrites.
   const size_t start = len_;
+  const int known_before = nknown_;
+  const size_t keys_before = keys_len_;
+  auto fail = [&](ParseError err) {
+    len_ = start;
+    nknown_ = known_before;
+    keys_len_ = keys_before;
+    return err;
+  };
   ParseError e = PutName(owner);
-  if (e != ParseError::kOk) {
-    len_ = start;
-    return e;
-  }
-  if (len_ + 10 > cap_) {
-    len_ = start;
-    return ParseError::kBufferTooSmall;
-  }
+  if (e != ParseError::kOk) return fail(e);
+  if (len_ + 10 > cap_) return fail(ParseError::kBufferTooSmall);
   uint8_t* o = buf_ + len_;
   Store16(o, type);
   Store16(o + 2, klass);
@@ -239,16 +243,13 @@ ParseError RecordEncoder::Append(std::span<const uint8_t> owner, uint16_t type, 
   len_ += 10;
   if (type == type::kCname || type == type::kNs || type == type::kPtr) {
     e = PutName(rdata);
-  } else if (len_ + rdata.size() > cap_) {
+  } else if (len_ + rdata.size() > cap_ || rdata.size() > 0xFFFF) {
     e = ParseError::kBufferTooSmall;
   } else {
     std::memcpy(buf_ + len_, rdata.data(), rdata.size());
     len_ += rdata.size();
   }
-  if (e != ParseError::kOk) {
-    len_ = start;
-    return e;
-  }
+  if (e != ParseError::kOk) return fail(e);
   Store16(buf_ + rdlen_pos, static_cast<uint16_t>(len_ - rdlen_pos - 2));
   return ParseError::kOk;
 }
