@@ -87,7 +87,7 @@ struct Server::Impl {
   absl::Status LoadPartitions();
   void UdpWorker(int w);
   // Handles the queries the forwarder handed back; sends over UDP or TCP.
-  void DrainReturns(int w, QueryHandler& handler);
+  void DrainReturns(int w, QueryHandler& handler, bool read_eventfd);
   void TcpLoop();
   void TcpRead(uint64_t id);
   void TcpWrite(uint64_t id, const uint8_t* data, size_t len);
@@ -183,16 +183,50 @@ std::string Server::DescribeListeners() const {
   return out;
 }
 
+namespace {
+
+// The client address straight from the kernel's sockaddr (IPv4-mapped IPv6
+// sources become IPv4), without building a SocketAddress per packet.
+partitions::IpAddress ClientAddress(const sockaddr_storage& ss) {
+  partitions::IpAddress a;
+  if (ss.ss_family == AF_INET) {
+    a.family = 4;
+    std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, 4);
+  } else if (ss.ss_family == AF_INET6) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(b, kMapped, 12) == 0) {
+      a.family = 4;
+      std::memcpy(a.bytes.data(), b + 12, 4);
+    } else {
+      a.family = 6;
+      std::memcpy(a.bytes.data(), b, 16);
+    }
+  }
+  return a;
+}
+
+// How long a worker with a single socket blocks in recvmmsg before it looks
+// at its return queue when no query arrives (idle only: under load, returns
+// are picked up after every burst).
+constexpr timeval kIdleWake{0, 2000};
+
+}  // namespace
+
 void Server::Impl::UdpWorker(int w) {
   partitions::RcuThread rcu;
   WorkerCounters* ctr = counters[w].get();
   QueryHandler& handler = *handlers[w];
   const std::vector<int>& fds = worker_fds[w];
+  // One socket: block in recvmmsg itself (one syscall per wake-up instead of
+  // poll + recvmmsg). Several sockets (IPv4 and IPv6): poll them.
+  const bool single = fds.size() == 1;
   std::vector<pollfd> pfds;
   for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
   pfds.push_back({forwarder->return_fd(w), POLLIN, 0});
+  if (single) setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &kIdleWake, sizeof(kIdleWake));
 
-  // Fixed burst arrays, allocated once.
+  // Fixed burst arrays and message headers, set up once.
   static thread_local uint8_t rx[kBurst][kUdpMax];
   static thread_local uint8_t tx[kBurst][kUdpMax];
   mmsghdr rmsg[kBurst];
@@ -200,67 +234,82 @@ void Server::Impl::UdpWorker(int w) {
   sockaddr_storage peers[kBurst];
   mmsghdr smsg[kBurst];
   iovec siov[kBurst];
+  for (int i = 0; i < kBurst; ++i) {
+    riov[i] = {rx[i], kUdpMax};
+    rmsg[i].msg_hdr = {};
+    rmsg[i].msg_hdr.msg_name = &peers[i];
+    rmsg[i].msg_hdr.msg_namelen = sizeof(peers[i]);
+    rmsg[i].msg_hdr.msg_iov = &riov[i];
+    rmsg[i].msg_hdr.msg_iovlen = 1;
+    smsg[i].msg_hdr = {};
+    smsg[i].msg_hdr.msg_iov = &siov[i];
+    smsg[i].msg_hdr.msg_iovlen = 1;
+  }
+  MissRequest miss;
+
+  // Handles one burst from socket `f`; returns the number received.
+  auto burst = [&](size_t f, int flags) -> int {
+    int n;
+    if (flags & MSG_WAITFORONE) {
+      partitions::RcuOfflineScope offline;  // blocking: let grace periods pass
+      n = recvmmsg(fds[f], rmsg, kBurst, flags, nullptr);
+    } else {
+      n = recvmmsg(fds[f], rmsg, kBurst, flags, nullptr);
+    }
+    if (n <= 0) return 0;
+    const uint32_t now = NowSeconds();
+    int nsend = 0;
+    bool submitted = false;
+    for (int i = 0; i < n; ++i) {
+      const ClientInfo client{ClientAddress(peers[i]), false};
+      size_t out_len = 0;
+      const Verdict v = handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &miss);
+      if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
+        siov[nsend] = {tx[nsend], out_len};
+        smsg[nsend].msg_hdr.msg_name = &peers[i];
+        smsg[nsend].msg_hdr.msg_namelen = rmsg[i].msg_hdr.msg_namelen;
+        ++nsend;
+      }
+      if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
+        PendingClient pc;
+        pc.miss = miss;
+        if (v == Verdict::kMiss) {
+          pc.worker = w;
+          pc.route.udp_fd = fds[f];
+          pc.route.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peers[i]),
+                                                      rmsg[i].msg_hdr.msg_namelen);
+          pc.query.assign(rx[i], rx[i] + rmsg[i].msg_len);
+        }  // else a refresh only: the client has its answer
+        if (forwarder->Submit(w, std::move(pc))) {
+          submitted = true;
+        } else if (v == Verdict::kMiss) {
+          ctr->Drop(DropReason::kMissQueueFull);
+        }
+      }
+    }
+    if (nsend > 0) sendmmsg(fds[f], smsg, nsend, 0);
+    for (int i = 0; i < n; ++i) rmsg[i].msg_hdr.msg_namelen = sizeof(peers[i]);
+    if (submitted) forwarder->Notify();
+    rcu.Quiescent();
+    return n;
+  };
 
   while (running.load(std::memory_order_relaxed)) {
+    if (single) {
+      burst(0, MSG_WAITFORONE);
+      DrainReturns(w, handler, /*read_eventfd=*/false);
+      continue;
+    }
     int ready;
     {
       partitions::RcuOfflineScope offline;  // blocking: let grace periods pass
       ready = poll(pfds.data(), pfds.size(), 100);
     }
     if (ready <= 0) continue;
-    if (pfds.back().revents & POLLIN) DrainReturns(w, handler);
+    if (pfds.back().revents & POLLIN) DrainReturns(w, handler, /*read_eventfd=*/true);
     for (size_t f = 0; f < fds.size(); ++f) {
       if (!(pfds[f].revents & POLLIN)) continue;
-      for (;;) {
-        for (int i = 0; i < kBurst; ++i) {
-          riov[i] = {rx[i], kUdpMax};
-          rmsg[i].msg_hdr = {};
-          rmsg[i].msg_hdr.msg_name = &peers[i];
-          rmsg[i].msg_hdr.msg_namelen = sizeof(peers[i]);
-          rmsg[i].msg_hdr.msg_iov = &riov[i];
-          rmsg[i].msg_hdr.msg_iovlen = 1;
-        }
-        const int n = recvmmsg(fds[f], rmsg, kBurst, MSG_DONTWAIT, nullptr);
-        if (n <= 0) break;
-        const uint32_t now = NowSeconds();
-        int nsend = 0;
-        bool submitted = false;
-        for (int i = 0; i < n; ++i) {
-          const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peers[i]),
-                                                                 rmsg[i].msg_hdr.msg_namelen);
-          ClientInfo client{ToIpAddress(peer), false};
-          size_t out_len = 0;
-          PendingClient pc;
-          const Verdict v =
-              handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &pc.miss);
-          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
-            siov[nsend] = {tx[nsend], out_len};
-            smsg[nsend].msg_hdr = {};
-            smsg[nsend].msg_hdr.msg_name = &peers[i];
-            smsg[nsend].msg_hdr.msg_namelen = rmsg[i].msg_hdr.msg_namelen;
-            smsg[nsend].msg_hdr.msg_iov = &siov[nsend];
-            smsg[nsend].msg_hdr.msg_iovlen = 1;
-            ++nsend;
-          }
-          if (v == Verdict::kReplyAndPrefetch) {
-            pc.worker = -1;  // refresh only: the client has its answer
-            submitted |= forwarder->Submit(w, std::move(pc));
-          } else if (v == Verdict::kMiss) {
-            pc.worker = w;
-            pc.route.udp_fd = fds[f];
-            pc.route.peer = peer;
-            pc.query.assign(rx[i], rx[i] + rmsg[i].msg_len);
-            if (!forwarder->Submit(w, std::move(pc))) {
-              ctr->Drop(DropReason::kMissQueueFull);
-            } else {
-              submitted = true;
-            }
-          }
-        }
-        if (nsend > 0) sendmmsg(fds[f], smsg, nsend, 0);
-        if (submitted) forwarder->Notify();
-        rcu.Quiescent();
-        if (n < kBurst) break;
+      while (burst(f, MSG_DONTWAIT) == kBurst) {
       }
     }
   }
@@ -307,13 +356,16 @@ absl::Status Server::Impl::LoadPartitions() {
   return absl::OkStatus();
 }
 
-void Server::Impl::DrainReturns(int w, QueryHandler& handler) {
-  uint64_t v;
-  [[maybe_unused]] ssize_t r = read(forwarder->return_fd(w), &v, sizeof(v));
+void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd) {
+  if (read_eventfd) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = read(forwarder->return_fd(w), &v, sizeof(v));
+  }
   static thread_local uint8_t out[65535];
   ReturnedQuery q;
+  if (!forwarder->TakeReturned(w, &q)) return;  // the common case: nothing
   const uint32_t now = NowSeconds();
-  while (forwarder->TakeReturned(w, &q)) {
+  do {
     const PendingClient& c = q.client;
     ClientInfo client{c.route.udp_fd >= 0 ? ToIpAddress(c.route.peer) : partitions::IpAddress{},
                       c.route.udp_fd < 0};
@@ -344,7 +396,7 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler) {
     } else {
       sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
     }
-  }
+  } while (forwarder->TakeReturned(w, &q));
 }
 
 void Server::Impl::TcpLoop() {
@@ -374,7 +426,7 @@ void Server::Impl::TcpLoop() {
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == (uint64_t{1} << 62)) {
-        DrainReturns(tcp_index, handler);
+        DrainReturns(tcp_index, handler, true);
       } else if (tag & (uint64_t{1} << 63)) {
         const uint64_t id = tag & ~(uint64_t{1} << 63);
         auto it = conns.find(id);
