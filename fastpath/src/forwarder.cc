@@ -100,7 +100,7 @@ struct Forwarder::Impl {
   void Finish(Pending* p, const uint8_t* answer, size_t len);
   void Fail(Pending* p);
   void Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len);
-  bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead);
+  bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
 };
@@ -502,8 +502,10 @@ void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, const uint8_t* da
 // Builds the cache entry for an upstream answer and inserts it. Returns
 // false when the answer is not cacheable. *stale_instead is set when the
 // answer is a failure and a stale entry should be served instead.
-bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* stale_instead) {
+bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* stale_instead,
+                                bool* learned) {
   *stale_instead = false;
+  *learned = false;
   partitions::Cache& cache = *shared->cache;
   const uint32_t now = shared->clock->NowSeconds();
   const partitions::CacheKey key{p.miss.partition, p.miss.qname.span(), p.miss.qtype, p.miss.qclass};
@@ -540,6 +542,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
   uint8_t rdata[dns::kMaxNameWire * 2 + 32];
   size_t address_count = 0;
   bool found = false;
+  uint32_t chain_ttl = UINT32_MAX;
+  const partitions::TagTable* tags = shared->tags.Get();
   for (int hops = 0; hops < 16; ++hops) {
     bool advanced = false;
     for (const Rec& r : answers) {
@@ -553,7 +557,23 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
         b.AddCname(cur.span(), {rdata, rdlen}, r.rr.ttl);
         std::copy(rdata, rdata + rdlen, cur.bytes.begin());
         cur.len = static_cast<uint8_t>(rdlen);
+        chain_ttl = std::min(chain_ttl, r.rr.ttl);
         advanced = true;
+        // An untagged name whose chain enters a tagged suffix takes its tag
+        // (DESIGN section 3): not cached in the common partition, learned for
+        // the chain's TTL, and resolved again as a tagged name.
+        const partitions::Tag* tag = tags != nullptr && !p.miss.tagged ? tags->Lookup(cur.span()) : nullptr;
+        if (tag != nullptr && (tag->weight || tag->ecs || tag->level != partitions::CacheLevel::kGlobal)) {
+          const uint32_t now = shared->clock->NowSeconds();
+          const LearnedTags* old = shared->learned.Get();
+          const LearnedTags empty;
+          shared->learned.Publish(
+              (old != nullptr ? old : &empty)
+                  ->With(p.miss.qname.span(), *tag, now + std::max<uint32_t>(chain_ttl, 1), now));
+          self->learned_.Add();
+          *learned = true;
+          return false;
+        }
         break;
       }
     }
@@ -607,9 +627,11 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
 void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
   dns::Message up;
   up.Parse({answer, len}, parse_options);
-  bool stale_instead = false;
-  FillCache(*p, up, &stale_instead);
-  const HandleMode mode = stale_instead ? HandleMode::kStaleOk : HandleMode::kAfterFill;
+  bool stale_instead = false, learned = false;
+  FillCache(*p, up, &stale_instead, &learned);
+  const HandleMode mode = learned         ? HandleMode::kRetry
+                          : stale_instead ? HandleMode::kStaleOk
+                                          : HandleMode::kAfterFill;
   const size_t body = dns::AnswerOffset(p->miss.qname.len);  // first record in the upstream answer
   // Records up to the upstream's OPT (or the end) are relayed verbatim: the
   // question has the same length in every copy, so compression offsets hold.

@@ -226,6 +226,10 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   // address when a trusted forwarder sent one.
   const partitions::TagTable* tags = shared_->tags.Get();
   const partitions::Tag* tag = tags != nullptr ? tags->Lookup(query_.qname.span()) : nullptr;
+  if (tag == nullptr) {
+    const LearnedTags* learned = shared_->learned.Get();
+    if (learned != nullptr) tag = learned->Lookup(query_.qname.span(), now);
+  }
   partitions::IpAddress who = client.addr;
   const bool trusted_ecs = query_.edns.has_ecs && Trusted(client.addr);
   if (trusted_ecs) {
@@ -276,7 +280,7 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
         return Verdict::kReply;
       }
     }
-  } else if (mode != HandleMode::kNormal) {
+  } else if (mode == HandleMode::kAfterFill || mode == HandleMode::kStaleOk) {
     return Verdict::kMiss;  // the caller sends its fallback answer
   }
 

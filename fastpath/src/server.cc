@@ -193,7 +193,8 @@ partitions::IpAddress ClientAddress(const sockaddr_storage& ss) {
     a.family = 4;
     std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, 4);
   } else if (ss.ss_family == AF_INET6) {
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
+    const uint8_t* b =
+        reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr);
     static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (std::memcmp(b, kMapped, 12) == 0) {
       a.family = 4;
@@ -263,7 +264,8 @@ void Server::Impl::UdpWorker(int w) {
     for (int i = 0; i < n; ++i) {
       const ClientInfo client{ClientAddress(peers[i]), false};
       size_t out_len = 0;
-      const Verdict v = handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &miss);
+      const Verdict v =
+          handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &miss);
       if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
         siov[nsend] = {tx[nsend], out_len};
         smsg[nsend].msg_hdr.msg_name = &peers[i];
@@ -384,6 +386,15 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
     size_t len = q.fallback.size();
     const Verdict v = handler.Handle(c.query.data(), c.query.size(), client, now, out,
                                      client.tcp ? sizeof(out) : kUdpMax, &out_len, &unused, q.mode);
+    if (v == Verdict::kMiss && q.mode == HandleMode::kRetry) {
+      // The name became tagged: ask again, as a tagged name.
+      PendingClient again = std::move(q.client);
+      again.miss = unused;
+      if (forwarder->Submit(w, std::move(again))) {
+        forwarder->Notify();
+        continue;
+      }
+    }
     if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
       data = out;
       len = out_len;
@@ -542,6 +553,11 @@ std::string Server::Impl::RenderMetrics() const {
   out += "# TYPE weir_stale_served_total counter\n";
   out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
              "\n");
+  const LearnedTags* learned = shared.learned.Get();
+  out += "# HELP weir_learned_tags Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).\n";
+  out += Cat("# TYPE weir_learned_tags gauge\nweir_learned_tags ", learned != nullptr ? learned->size() : 0,
+             "\n");
+  out += Cat("# TYPE weir_learned_tags_total counter\nweir_learned_tags_total ", forwarder->learned(), "\n");
   out += "# TYPE weir_coalesced_total counter\n";
   out += Cat("weir_coalesced_total ", forwarder->coalesced(), "\n");
   out += "# TYPE weir_upstream_queries_total counter\n";

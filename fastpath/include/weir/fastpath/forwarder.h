@@ -77,6 +77,7 @@ class Forwarder {
   const WorkerCounters& counters() const { return counters_; }
   uint64_t coalesced() const { return coalesced_.Read(); }
   uint64_t upstream_queries() const { return upstream_queries_.Read(); }
+  uint64_t learned() const { return learned_.Read(); }
   const std::vector<std::unique_ptr<UpstreamStats>>& upstream_stats(bool weighted) const {
     return weighted ? weighted_stats_ : ordinary_stats_;
   }
@@ -87,6 +88,7 @@ class Forwarder {
   WorkerCounters counters_;
   OwnedCounter coalesced_;
   OwnedCounter upstream_queries_;
+  OwnedCounter learned_;
   std::vector<std::unique_ptr<UpstreamStats>> ordinary_stats_;
   std::vector<std::unique_ptr<UpstreamStats>> weighted_stats_;
 };

@@ -18,6 +18,7 @@
 
 #include "weir/dns/message.h"
 #include "weir/fastpath/config.h"
+#include "weir/fastpath/learned_tags.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/net.h"
 #include "weir/partitions/cache.h"
@@ -32,6 +33,7 @@ namespace weir::fastpath {
 // Read-mostly state every worker shares: published snapshots and the cache.
 struct SharedState {
   partitions::TagTableHolder tags;
+  LearnedTagsHolder learned;  // names tagged through their CNAME chain
   partitions::CityMapHolder citymap;
   std::unique_ptr<partitions::Cache> cache;
   const partitions::Clock* clock = &partitions::SystemClock::Instance();
@@ -50,10 +52,11 @@ enum class Verdict : uint8_t {
   kMiss,              // `miss` describes what to ask upstream
 };
 
-// How a query is handled: first time, or again once the upstream side has
-// filled the cache (no second miss), or after every upstream failed (stale
-// entries may be served).
-enum class HandleMode : uint8_t { kNormal, kAfterFill, kStaleOk };
+// How a query is handled: first time; again once the upstream side has
+// filled the cache (no second miss); after every upstream failed (stale
+// entries may be served); or again from the start because its name just
+// became tagged (a second miss allowed, now as a tagged name).
+enum class HandleMode : uint8_t { kNormal, kAfterFill, kStaleOk, kRetry };
 
 // What the upstream side needs to resolve a miss and fill the cache.
 struct MissRequest {
