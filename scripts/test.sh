@@ -10,13 +10,13 @@
 #   5. ThreadSanitizer build; the concurrency stress tests under it
 #   6. libFuzzer build (clang); every fuzz target for WEIR_FUZZ_SECONDS each
 #
-# Environment: WEIR_FUZZ_SECONDS (default 30), WEIR_STRESS_SECONDS (default 10),
+# Environment: WEIR_FUZZ_SECONDS (default 25), WEIR_STRESS_SECONDS (default 10),
 # WEIR_JOBS (default: nproc), WEIR_BUILD_ROOT (default: ./build-ci).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 JOBS=${WEIR_JOBS:-$(nproc)}
-FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-25}
 export WEIR_STRESS_SECONDS=${WEIR_STRESS_SECONDS:-10}
 BUILD_ROOT=${WEIR_BUILD_ROOT:-$ROOT/build-ci}
 passed=0
@@ -58,20 +58,24 @@ cmake -S . -B "$BUILD_ROOT/asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEIR_SANITI
     ctest --test-dir "$BUILD_ROOT/asan" --output-on-failure -j "$JOBS" -L unit
 record "sanitizer build and unit tests" $?
 
-if grep -rqs "stress" tests/*/CMakeLists.txt tests/partitions 2>/dev/null; then
+stress_tests=$(cd tests && ls */*stress_test.cc 2>/dev/null | sed -E 's|^([a-z]+)/([a-z_]+)\.cc$|\1_\2|')
+if [ -n "$stress_tests" ]; then
   stage "ThreadSanitizer build and stress tests"
+  # shellcheck disable=SC2086
   cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_TSAN=ON -DWEIR_WERROR=ON \
     -DWEIR_BUILD_BENCH=OFF >/dev/null &&
-    cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" &&
+    cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" --target $stress_tests &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       ctest --test-dir "$BUILD_ROOT/tsan" --output-on-failure -R stress
   record "thread sanitizer stress tests" $?
 fi
 
 stage "libFuzzer targets, ${FUZZ_SECONDS}s each"
+fuzz_targets=$(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')
+# shellcheck disable=SC2086
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_FUZZ=ON \
   -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
-  cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS"
+  cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target $fuzz_targets
 fuzz_build=$?
 record "fuzz build" $fuzz_build
 if [ $fuzz_build -eq 0 ]; then
