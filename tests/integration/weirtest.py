@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -965,7 +966,7 @@ def _zone_head(origin: str, ns_address: str, soa_minimum: int = 60) -> str:
 class FakeHierarchy:
     """A DNS delegation tree of gslb-sim instances on port 53 of loopback
     addresses `net`.1 (the root, zone "." with NS ns.root.), `net`.2 (the
-    TLD, e.g. "test.") and `net`.3... (one per child zone, in the order of
+    TLD, default "example."; not "test.": libunbound serves it as a local zone) and `net`.3... (one per child zone, in the order of
     `zones`), plus a root hints file for libunbound pointing at `net`.1.
     Nothing leaves loopback: every server and glue address is in `net`.
 
@@ -976,7 +977,7 @@ class FakeHierarchy:
     (for servers the test runs itself). Port 53 needs root or
     CAP_NET_BIND_SERVICE; give each test file its own `net`."""
 
-    def __init__(self, build_dir: str, net: str = "127.0.101", tld: str = "test.", zones: Optional[dict] = None,
+    def __init__(self, build_dir: str, net: str = "127.0.101", tld: str = "example.", zones: Optional[dict] = None,
                  extra_children: Optional[dict] = None, query_log: bool = False, sim_args: Sequence[str] = ()):
         zones = zones or {}
         self.net = net
@@ -1033,3 +1034,244 @@ class FakeHierarchy:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# ---------------------------------------------------------------- scripted authoritative servers
+#
+# For answers no well-behaved server sends (forged ECS, wrong questions,
+# out-of-bailiwick records, bad weight options): a tiny authoritative whose
+# replies the test writes. Test-side byte handling only; weir's own codec
+# is dns/.
+
+TYPE_CODES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "TXT": 16, "AAAA": 28, "OPT": 41}
+
+
+@dataclass
+class RawQuery:
+    """A query as a ScriptedAuthority received it."""
+    id: int
+    flags: int
+    qname: str  # lower case, absolute
+    qname_wire: bytes
+    qtype: int
+    qclass: int
+    edns: bool = False
+    options: list = field(default_factory=list)  # [(code, bytes)]
+    transport: str = "udp"
+
+    def option(self, code: int) -> Optional[bytes]:
+        for c, d in self.options:
+            if c == code:
+                return d
+        return None
+
+    @property
+    def ecs(self) -> Optional[tuple]:
+        """(family, source, scope, address bytes as sent) or None."""
+        d = self.option(8)
+        if d is None or len(d) < 4:
+            return None
+        return int.from_bytes(d[0:2], "big"), d[2], d[3], d[4:]
+
+
+def wire_name(text: str) -> bytes:
+    out = b""
+    for label in text.rstrip(".").split("."):
+        if label:
+            out += bytes([len(label)]) + label.encode()
+    return out + b"\x00"
+
+
+def _read_name(pkt: bytes, i: int) -> tuple:
+    labels = []
+    while True:
+        n = pkt[i]
+        if n == 0:
+            return ".".join(labels).lower() + ".", i + 1
+        if n & 0xC0:
+            raise ValueError("compressed name in a question")
+        labels.append(pkt[i + 1:i + 1 + n].decode("ascii", "replace"))
+        i += 1 + n
+
+
+def parse_raw_query(pkt: bytes, transport: str = "udp") -> Optional[RawQuery]:
+    """Header, question and OPT options of a query; None if unreadable."""
+    try:
+        qid, flags, qd, an, ns, ar = struct.unpack("!6H", pkt[:12])
+        if qd != 1:
+            return None
+        qname, i = _read_name(pkt, 12)
+        qtype, qclass = struct.unpack("!HH", pkt[i:i + 4])
+        q = RawQuery(qid, flags, qname, pkt[12:i], qtype, qclass, transport=transport)
+        i += 4
+        if ar >= 1 and i + 11 <= len(pkt) and pkt[i] == 0 and struct.unpack("!H", pkt[i + 1:i + 3])[0] == 41:
+            q.edns = True
+            rdlen = struct.unpack("!H", pkt[i + 9:i + 11])[0]
+            opts = pkt[i + 11:i + 11 + rdlen]
+            j = 0
+            while j + 4 <= len(opts):
+                code, length = struct.unpack("!HH", opts[j:j + 4])
+                q.options.append((code, opts[j + 4:j + 4 + length]))
+                j += 4 + length
+        return q
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def rdata_a(address: str) -> bytes:
+    return socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
+
+
+def rdata_soa(mname: str, rname: str, serial: int = 1, minimum: int = 60) -> bytes:
+    return wire_name(mname) + wire_name(rname) + struct.pack("!5I", serial, 3600, 600, 86400, minimum)
+
+
+def ecs_option(family: int, source: int, scope: int, address: bytes) -> tuple:
+    """(8, data) for build_response(options=...); `address` as it goes on the wire."""
+    return 8, struct.pack("!HBB", family, source, scope) + address
+
+
+def echo_ecs(q: RawQuery, scope: int) -> Optional[tuple]:
+    """The query's ECS echoed with `scope`, or None when it had none."""
+    e = q.ecs
+    return None if e is None else ecs_option(e[0], e[1], scope, e[3])
+
+
+def weight_option(weights: Sequence[int], code: int = 65001) -> tuple:
+    return code, b"".join(struct.pack("!H", w) for w in weights)
+
+
+def build_response(q: RawQuery, *, rcode: int = 0, aa: bool = True, tc: bool = False, answer: Sequence = (),
+                   authority: Sequence = (), additional: Sequence = (), options: Optional[Sequence] = None,
+                   qname: Optional[str] = None, qid: Optional[int] = None) -> bytes:
+    """A response to `q`. Records are (owner, type name or code, ttl, rdata
+    bytes); names in RDATA must be given uncompressed (wire_name). `options`
+    None = no OPT; a list (possibly empty) = an OPT with those (code, data)
+    options (None entries skipped). `qname`/`qid` override the question name
+    and the ID (to forge a mismatch)."""
+    flags = 0x8000 | (q.flags & 0x0100) | (0x0400 if aa else 0) | (0x0200 if tc else 0) | (rcode & 0xF)
+    qwire = q.qname_wire if qname is None else wire_name(qname)
+    recs = [list(answer), list(authority), list(additional)]
+    ar = len(recs[2]) + (1 if options is not None else 0)
+    out = struct.pack("!6H", q.id if qid is None else qid, flags, 1, len(recs[0]), len(recs[1]), ar)
+    out += qwire + struct.pack("!HH", q.qtype, q.qclass)
+    for section in recs:
+        for owner, rtype, ttl, rdata in section:
+            t = TYPE_CODES[rtype] if isinstance(rtype, str) else rtype
+            out += wire_name(owner) + struct.pack("!HHIH", t, 1, ttl, len(rdata)) + rdata
+    if options is not None:
+        body = b"".join(struct.pack("!HH", c, len(d)) + d for c, d in (o for o in options if o is not None))
+        out += b"\x00" + struct.pack("!HHIH", 41, 1232, 0, len(body)) + body
+    return out
+
+
+class ScriptedAuthority:
+    """A UDP+TCP server on `host` (port 0 unless given) that answers each
+    query with handler(RawQuery) -> bytes, a list of bytes (sent in order,
+    over UDP; TCP sends the last) or None (no answer). Every
+    received query is appended to `queries`. Runs in a thread of the test."""
+
+    def __init__(self, handler, host: str = "127.0.0.1", port: int = 0):
+        self.handler = handler
+        self.queries: list = []
+        self._lock = threading.Lock()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.udp = socket.socket(family, socket.SOCK_DGRAM)
+        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.udp.bind((host, port))
+        self.host, self.port = host, self.udp.getsockname()[1]
+        self.tcp = socket.socket(family, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind((host, self.port))
+        self.tcp.listen(16)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._serve_udp, daemon=True),
+                         threading.Thread(target=self._serve_tcp, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _answer(self, pkt: bytes, transport: str) -> Optional[bytes]:
+        q = parse_raw_query(pkt, transport)
+        if q is None:
+            return None
+        with self._lock:
+            self.queries.append(q)
+        try:
+            return self.handler(q)
+        except Exception as e:  # a test bug must not kill the server thread silently
+            print(f"ScriptedAuthority handler error: {e!r}", file=sys.stderr)
+            return None
+
+    def _serve_udp(self) -> None:
+        self.udp.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                pkt, peer = self.udp.recvfrom(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            reply = self._answer(pkt, "udp")
+            for r in ([reply] if isinstance(reply, (bytes, bytearray)) else reply or []):
+                self.udp.sendto(r, peer)
+
+    def _serve_tcp(self) -> None:
+        self.tcp.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.tcp.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    head = conn.recv(2)
+                    if len(head) < 2:
+                        continue
+                    n = struct.unpack("!H", head)[0]
+                    pkt = b""
+                    while len(pkt) < n:
+                        chunk = conn.recv(n - len(pkt))
+                        if not chunk:
+                            break
+                        pkt += chunk
+                    reply = self._answer(pkt, "tcp")
+                    if isinstance(reply, list):
+                        reply = reply[-1] if reply else None
+                    if reply:
+                        conn.sendall(struct.pack("!H", len(reply)) + reply)
+                except OSError:
+                    pass
+
+    def received(self, qname: Optional[str] = None) -> list:
+        with self._lock:
+            return [q for q in self.queries if qname is None or q.qname == qname.lower()]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.queries.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2)
+        self.udp.close()
+        self.tcp.close()
+
+    def __enter__(self) -> "ScriptedAuthority":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05) -> bool:
+    """Polls `predicate` until it is true; raises AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

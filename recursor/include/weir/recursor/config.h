@@ -1,0 +1,70 @@
+// weir-recursor configuration (docs/recursor-config.md): one TOML file,
+// validated in full before anything starts. Control plane only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weir/common/socket_address.h"
+#include "weir/partitions/partition.h"
+
+namespace weir::recursor {
+
+struct RecursorConfig {
+  std::string path;  // the file it came from, for messages
+
+  // [server]
+  std::vector<common::SocketAddress> listen;
+  bool tcp = true;
+  uint16_t weight_option_code = 65001;
+  bool control_enabled = false;
+  common::SocketAddress control;
+  int tcp_idle_timeout_ms = 10000;
+  int tcp_max_connections = 1024;
+
+  // [acl]
+  std::vector<partitions::Cidr> allow;
+
+  // [resolver]: libunbound, for ordinary names and zone cuts.
+  std::string root_hints;    // file; required unless forwarders are given
+  std::string trust_anchor;  // file; optional (DNSSEC validation when set)
+  std::vector<common::SocketAddress> forwarders;
+  bool do_ip6 = true;
+  int verbosity = 0;
+
+  // [tags]
+  std::string tags_path;  // partitions TagTable text format
+
+  // [cache]
+  int max_entries = 100000;       // ordinary answers
+  int max_tagged_names = 100000;  // (qname, qtype) pairs of the ECS-scope cache
+  int max_subnets = 100;          // scoped answers per (qname, qtype), RFC 7871 7.3.1
+  int min_ttl = 0;
+  int max_ttl = 86400;
+  int negative_max_ttl = 3600;
+  int stale_window = 86400;  // RFC 8767: expired answers kept and served when resolution fails
+  int stale_answer_ttl = 30;
+  int prefetch_percent = 10;  // refresh entries hit in the last N% of their TTL (TTL >= 10 s)
+  int zone_cut_max_ttl = 3600;
+
+  // [last_hop]
+  int timeout_ms = 800;  // per query to one authoritative server
+  int tcp_timeout_ms = 2000;
+  int attempts = 4;  // queries per step (each timeout moves to the next server)
+  int max_cname_chain = 8;
+
+  // [ecs]
+  uint8_t source_v4 = 24;  // the longest source prefix sent upstream (RFC 7871 11.1)
+  uint8_t source_v6 = 56;
+  bool from_client_address = false;  // ECS from the packet source when the front sent none
+};
+
+// Parses and validates a config text; errors read "NAME:LINE:COLUMN: reason".
+absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::string& name);
+// Reads `path`; file names inside are relative to the config file's folder.
+absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path);
+
+}  // namespace weir::recursor

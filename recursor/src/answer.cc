@@ -1,0 +1,88 @@
+#include "weir/recursor/answer.h"
+
+#include <algorithm>
+
+#include "weir/dns/writer.h"
+
+namespace weir::recursor {
+
+bool ReadCachedRecord(const dns::Message& m, const dns::RrView& rr, CachedRecord* out) {
+  dns::NameKey owner;
+  size_t end = 0;
+  if (dns::ReadName(m.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) return false;
+  uint8_t rdata[65535];
+  size_t len = 0;
+  if (dns::CopyRdataUncompressed(m.bytes(), rr, rdata, sizeof(rdata), &len) != dns::ParseError::kOk)
+    return false;
+  out->owner.assign(owner.bytes.begin(), owner.bytes.begin() + owner.len);
+  out->type = rr.type;
+  out->klass = rr.klass;
+  out->ttl = rr.ttl;
+  out->rdata.assign(rdata, rdata + len);
+  return true;
+}
+
+size_t CountAddresses(std::span<const CachedRecord> records) {
+  return static_cast<size_t>(std::count_if(records.begin(), records.end(), [](const CachedRecord& r) {
+    return r.type == dns::type::kA || r.type == dns::type::kAaaa;
+  }));
+}
+
+namespace {
+
+void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
+  const dns::Query& q = *ctx.query;
+  if (!q.edns.present) return;
+  w.BeginOpt(1232, q.edns.do_bit);
+  if (q.edns.has_ecs) {
+    dns::ClientSubnet echo = q.edns.ecs;
+    echo.scope_prefix = a != nullptr ? std::min(a->scope, echo.source_prefix) : 0;
+    w.AddEcs(echo);
+  }
+  if (q.edns.has_weight && a != nullptr && a->rcode == 0) {
+    if (a->weighted) {
+      w.AddWeights(ctx.weight_option_code, a->weights);
+    } else {
+      w.AddWeights(ctx.weight_option_code, {});
+    }
+  }
+}
+
+}  // namespace
+
+size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64_t fixed_ttl, uint8_t* out,
+                   size_t cap) {
+  dns::ResponseWriter w(out, cap);
+  if (w.BeginResponse(ctx.query_pkt, *ctx.query, static_cast<dns::Rcode>(a.rcode & 0xf)) !=
+      dns::ParseError::kOk) {
+    return 0;
+  }
+  if (a.ad) out[3] |= static_cast<uint8_t>(dns::flag::kAd);
+  auto ttl_of = [&](uint32_t ttl) -> uint32_t {
+    if (fixed_ttl >= 0) return static_cast<uint32_t>(fixed_ttl);
+    return ttl > age ? ttl - age : 0;
+  };
+  for (const CachedRecord& r : a.answer) {
+    if (w.AppendRecord(dns::Section::kAnswer, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
+        dns::ParseError::kOk) {
+      return 0;
+    }
+  }
+  for (const CachedRecord& r : a.authority) {
+    if (w.AppendRecord(dns::Section::kAuthority, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
+        dns::ParseError::kOk) {
+      return 0;
+    }
+  }
+  AddOpt(w, ctx, &a);
+  return w.Finish(ctx.tcp ? 65535 : ctx.query->udp_limit());
+}
+
+size_t WriteError(const ReplyContext& ctx, dns::Rcode rcode, uint8_t* out, size_t cap) {
+  dns::ResponseWriter w(out, cap);
+  if (w.BeginResponse(ctx.query_pkt, *ctx.query, rcode) != dns::ParseError::kOk) return 0;
+  AddOpt(w, ctx, nullptr);
+  return w.Finish(ctx.tcp ? 65535 : ctx.query->udp_limit());
+}
+
+}  // namespace weir::recursor

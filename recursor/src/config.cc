@@ -1,0 +1,146 @@
+#include "weir/recursor/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "weir/common/text.h"
+#include "weir/common/toml_checker.h"
+
+namespace weir::recursor {
+
+using common::Cat;
+using common::SocketAddress;
+using common::SubTable;
+using common::TomlChecker;
+using common::ToStd;
+
+namespace {
+
+absl::StatusOr<partitions::Cidr> ParseCidrOr(const std::string& text) {
+  partitions::Cidr c;
+  absl::Status s = partitions::ParseCidr(text, &c);
+  if (!s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<SocketAddress> ParseAddress53(const std::string& text) {
+  return SocketAddress::Parse(text, 53);
+}
+
+}  // namespace
+
+absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::string& name) {
+  // Debian's toml++ throws; the exception stops at this control-plane boundary.
+  toml::table root;
+  try {
+    root = toml::parse(text, name);
+  } catch (const toml::parse_error& err) {
+    return absl::InvalidArgumentError(
+        Cat(name, ":", err.source().begin.line, ":", err.source().begin.column, ": ", err.description()));
+  }
+  TomlChecker c(name);
+  RecursorConfig cfg;
+  cfg.path = name;
+  c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs"});
+
+  if (const toml::table* s = SubTable(c, root, "server")) {
+    c.OnlyKeys(
+        *s, "server",
+        {"listen", "tcp", "weight_option_code", "control", "tcp_idle_timeout_ms", "tcp_max_connections"});
+    c.List(*s, "listen", &cfg.listen, ParseAddress53);
+    c.Bool(*s, "tcp", &cfg.tcp);
+    c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
+    std::string control;
+    c.String(*s, "control", &control);
+    if (!control.empty()) {
+      auto a = SocketAddress::Parse(control);
+      if (!a.ok()) {
+        c.Fail(s->get("control")->source(), ToStd(a.status().message()));
+      } else {
+        cfg.control = *a;
+        cfg.control_enabled = true;
+      }
+    }
+    c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
+    c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+  }
+  if (const toml::table* s = SubTable(c, root, "acl")) {
+    c.OnlyKeys(*s, "acl", {"allow"});
+    c.List(*s, "allow", &cfg.allow, ParseCidrOr);
+  }
+  if (const toml::table* s = SubTable(c, root, "resolver")) {
+    c.OnlyKeys(*s, "resolver", {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity"});
+    c.String(*s, "root_hints", &cfg.root_hints);
+    c.String(*s, "trust_anchor", &cfg.trust_anchor);
+    c.List(*s, "forwarders", &cfg.forwarders, ParseAddress53);
+    c.Bool(*s, "do_ip6", &cfg.do_ip6);
+    c.Int(*s, "verbosity", &cfg.verbosity, 0, 5);
+  }
+  if (const toml::table* s = SubTable(c, root, "tags")) {
+    c.OnlyKeys(*s, "tags", {"file"});
+    c.String(*s, "file", &cfg.tags_path);
+  }
+  if (const toml::table* s = SubTable(c, root, "cache")) {
+    c.OnlyKeys(*s, "cache",
+               {"max_entries", "max_tagged_names", "max_subnets", "min_ttl", "max_ttl", "negative_max_ttl",
+                "stale_window", "stale_answer_ttl", "prefetch_percent", "zone_cut_max_ttl"});
+    c.Int(*s, "max_entries", &cfg.max_entries, 1, 100000000);
+    c.Int(*s, "max_tagged_names", &cfg.max_tagged_names, 1, 100000000);
+    c.Int(*s, "max_subnets", &cfg.max_subnets, 1, 10000);
+    c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
+    c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
+    c.Int(*s, "negative_max_ttl", &cfg.negative_max_ttl, 0, 86400);
+    c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
+    c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
+    c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
+    c.Int(*s, "zone_cut_max_ttl", &cfg.zone_cut_max_ttl, 1, 86400);
+    if (c.ok() && cfg.min_ttl > cfg.max_ttl) {
+      c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
+    }
+  }
+  if (const toml::table* s = SubTable(c, root, "last_hop")) {
+    c.OnlyKeys(*s, "last_hop", {"timeout_ms", "tcp_timeout_ms", "attempts", "max_cname_chain"});
+    c.Int(*s, "timeout_ms", &cfg.timeout_ms, 10, 60000);
+    c.Int(*s, "tcp_timeout_ms", &cfg.tcp_timeout_ms, 10, 60000);
+    c.Int(*s, "attempts", &cfg.attempts, 1, 16);
+    c.Int(*s, "max_cname_chain", &cfg.max_cname_chain, 0, 16);
+  }
+  if (const toml::table* s = SubTable(c, root, "ecs")) {
+    c.OnlyKeys(*s, "ecs", {"source_v4", "source_v6", "from_client_address"});
+    c.Int(*s, "source_v4", &cfg.source_v4, 1, 32);
+    c.Int(*s, "source_v6", &cfg.source_v6, 1, 128);
+    c.Bool(*s, "from_client_address", &cfg.from_client_address);
+  }
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
+
+  auto whole = [&](std::string_view reason) {
+    return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
+  };
+  if (cfg.listen.empty()) return whole("[server] listen must name at least one address");
+  if (cfg.allow.empty()) return whole("[acl] allow must list the front nodes (weir is not an open resolver)");
+  // libunbound falls back to its compiled-in root hints when given neither;
+  // weir never lets it do that silently.
+  if (cfg.root_hints.empty() && cfg.forwarders.empty()) {
+    return whole("[resolver] needs root_hints (a file) or forwarders");
+  }
+  return cfg;
+}
+
+absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(Cat(path, ": cannot open config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto cfg = ParseConfig(ss.str(), path);
+  if (!cfg.ok()) return cfg;
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos) {
+    const std::string dir = path.substr(0, slash + 1);
+    for (std::string* p : {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path}) {
+      if (!p->empty() && p->front() != '/') *p = dir + *p;
+    }
+  }
+  return cfg;
+}
+
+}  // namespace weir::recursor

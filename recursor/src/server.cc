@@ -1,0 +1,1393 @@
+#include "weir/recursor/server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <queue>
+#include <random>
+#include <span>
+#include <sstream>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "unbound_resolver.h"
+#include "weir/common/text.h"
+#include "weir/dns/writer.h"
+#include "weir/partitions/ecs_scope_cache.h"
+#include "weir/partitions/tagtable.h"
+#include "weir/recursor/answer.h"
+#include "weir/recursor/last_hop_policy.h"
+
+namespace weir::recursor {
+
+using common::Cat;
+using common::SocketAddress;
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+constexpr size_t kMaxMessage = 65535;
+constexpr int kMaxCutRounds = 40;     // NS lookups walking up from one name
+constexpr int kMaxNsNames = 6;        // NS names whose addresses are looked up
+constexpr int kMaxServers = 16;       // addresses kept per zone cut
+constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per resolution
+
+enum class FdKind : uint8_t { kWake, kUnbound, kUdpListen, kTcpListen, kControlListen, kConn, kLastHop };
+
+struct FdInfo {
+  FdKind kind;
+  uint64_t id = 0;
+};
+
+// Where a response to the front goes.
+struct FrontRef {
+  bool tcp = false;
+  int udp_fd = -1;
+  SocketAddress peer;
+  uint64_t conn = 0;
+};
+
+struct Waiter {
+  FrontRef to;
+  std::vector<uint8_t> pkt;
+  dns::Query q;
+};
+
+struct Conn {
+  int fd = -1;
+  bool control = false;
+  bool closing = false;  // control: close once `out` is flushed
+  std::vector<uint8_t> in;
+  std::vector<uint8_t> out;
+  Steady::time_point last;
+};
+
+// A tagged name being resolved with weir's own last hop.
+struct Resolution {
+  uint64_t id = 0;
+  std::string key;
+  dns::NameKey qname;
+  uint16_t qtype = 0;
+  EcsChoice ecs;
+  std::vector<Waiter> waiters;
+  bool has_stale = false;
+  Answer stale;
+  // The chain so far.
+  dns::NameKey cur;
+  std::vector<CachedRecord> chain;
+  int cnames_left = 8;
+  int steps_left = kMaxStepsPerName;
+  uint8_t scope = 0;
+  // The current step: the zone cut of `cur` and its servers.
+  dns::NameKey cut;
+  std::vector<SocketAddress> servers;
+  size_t next_server = 0;
+  int attempts_left = 0;
+  bool ecs_now = false;
+  bool retried_without_ecs = false;
+  // The query on the wire.
+  int fd = -1;
+  bool tcp = false;
+  size_t tcp_sent = 0;
+  std::vector<uint8_t> tcp_in;
+  uint16_t qid = 0;
+  std::vector<uint8_t> query;
+  SocketAddress server;
+  uint64_t generation = 0;
+};
+
+struct CutLookup {
+  dns::NameKey name;
+  dns::NameKey candidate;
+  std::vector<uint64_t> waiting;  // Resolution ids
+  int rounds = 0;
+  dns::NameKey cut;
+  int outstanding = 0;
+  std::vector<SocketAddress> servers;
+  uint32_t min_ttl = UINT32_MAX;
+};
+
+struct ZoneCut {
+  dns::NameKey cut;
+  std::vector<SocketAddress> servers;
+  uint32_t expires = 0;
+};
+
+struct OrdinaryFetch {
+  std::vector<Waiter> waiters;
+  bool has_stale = false;
+  Answer stale;
+  dns::NameKey qname;
+  uint16_t qtype = 0;
+  uint16_t qclass = 0;
+};
+
+struct PlainEntry {
+  Answer a;
+  uint32_t stale_until = 0;
+};
+
+struct Timer {
+  Steady::time_point at;
+  uint64_t id;
+  uint64_t generation;
+  bool operator>(const Timer& o) const { return at > o.at; }
+};
+
+struct Stats {
+  uint64_t queries = 0, udp = 0, tcp = 0, refused_acl = 0, formerr = 0, dropped = 0, notimp = 0;
+  uint64_t ordinary_hits = 0, ordinary_misses = 0, tagged_hits = 0, tagged_misses = 0, coalesced = 0;
+  uint64_t stale_served = 0, prefetches = 0, servfail = 0, learned_tagged = 0;
+  uint64_t ub_queries = 0, cut_lookups = 0, cut_cache_hits = 0;
+  uint64_t upstream_queries = 0, upstream_tcp = 0, upstream_timeouts = 0, ecs_sent = 0;
+  uint64_t ecs_retry_without = 0, ecs_forged = 0, ecs_unsolicited = 0, spoofed_dropped = 0;
+  uint64_t malformed_replies = 0, out_of_bailiwick = 0, truncated = 0, weights_invalid = 0, referrals = 0;
+};
+
+std::string KeyOf(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
+  std::string k(reinterpret_cast<const char*>(name.bytes.data()), name.len);
+  k.push_back(static_cast<char>(qtype >> 8));
+  k.push_back(static_cast<char>(qtype));
+  k.push_back(static_cast<char>(qclass >> 8));
+  k.push_back(static_cast<char>(qclass));
+  return k;
+}
+
+std::string NameText(const dns::NameKey& k) { return dns::NameKeyToText(k.span()); }
+
+bool CidrContains(const partitions::Cidr& c, const SocketAddress& a) {
+  const uint8_t fam = a.family() == AF_INET ? 4 : 6;
+  if (c.address.family != fam) return false;
+  const uint8_t* b = a.addr_bytes();
+  unsigned bits = c.prefix;
+  for (size_t i = 0; i < 16 && bits > 0; ++i) {
+    const unsigned take = std::min(bits, 8u);
+    const uint8_t mask = static_cast<uint8_t>(0xff00u >> take);
+    if ((b[i] & mask) != (c.address.bytes[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
+SocketAddress FromIp(const partitions::IpAddress& ip, uint16_t port) {
+  SocketAddress s;
+  if (ip.family == 4) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&s.storage);
+    in->sin_family = AF_INET;
+    std::memcpy(&in->sin_addr, ip.bytes.data(), 4);
+    s.len = sizeof(sockaddr_in);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&s.storage);
+    in6->sin6_family = AF_INET6;
+    std::memcpy(&in6->sin6_addr, ip.bytes.data(), 16);
+    s.len = sizeof(sockaddr_in6);
+  }
+  s.set_port(port);
+  return s;
+}
+
+SocketAddress FromRdata(uint16_t type, std::span<const uint8_t> rdata) {
+  partitions::IpAddress ip;
+  ip.family = type == dns::type::kA ? 4 : 6;
+  std::memcpy(ip.bytes.data(), rdata.data(), type == dns::type::kA ? 4 : 16);
+  return FromIp(ip, 53);
+}
+
+// absl's flat_hash_map has no std::erase_if overload in Debian's version.
+template <typename Map, typename Pred>
+void EraseIf(Map& m, Pred pred) {
+  for (auto it = m.begin(); it != m.end();) {
+    if (pred(*it)) {
+      m.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+uint32_t MinTtl(const Answer& a) {
+  uint32_t t = UINT32_MAX;
+  for (const CachedRecord& r : a.answer) t = std::min(t, r.ttl);
+  return t;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  RecursorConfig cfg;
+  partitions::FakeClock* test_clock = nullptr;
+  const partitions::Clock* clock = nullptr;
+  EcsSettings ecs_settings;
+  dns::ParseOptions parse_options;
+  std::unique_ptr<const partitions::TagTable> tags;
+  std::mutex reload_mu;
+  std::unique_ptr<const partitions::TagTable> pending_tags;
+
+  int epfd = -1;
+  int wakefd = -1;
+  std::vector<int> listen_fds;
+  std::vector<std::string> describe;
+  std::thread thread;
+  std::atomic<bool> running{false};
+  absl::flat_hash_map<int, FdInfo> fds;
+
+  UnboundResolver ub;
+  absl::flat_hash_map<std::string, PlainEntry> plain;
+  partitions::EcsScopeCache<Answer> scoped;
+  absl::flat_hash_map<std::string, PlainEntry> zero_source;  // answers for /0 queries only
+  absl::flat_hash_map<std::string, ZoneCut> cuts;            // by the name whose cut it is
+
+  absl::flat_hash_map<std::string, std::unique_ptr<OrdinaryFetch>> ordinary;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Resolution>> resolutions;
+  absl::flat_hash_map<std::string, uint64_t> resolution_by_key;
+  absl::flat_hash_map<std::string, std::unique_ptr<CutLookup>> cut_lookups;
+  absl::flat_hash_map<uint64_t, Conn> conns;
+  uint64_t next_id = 1;
+  uint64_t next_generation = 1;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  Steady::time_point next_sweep;
+  Stats stats;
+  std::mt19937_64 rng{std::random_device{}()};
+  uint8_t buf[kMaxMessage];
+  uint8_t out[kMaxMessage + 2];
+  // The query being handled; a Waiter copies it only when it has to wait
+  // (a miss), so a cache hit allocates nothing for it.
+  std::span<const uint8_t> current_pkt;
+
+  explicit Impl(RecursorConfig c) : cfg(std::move(c)), scoped(static_cast<size_t>(cfg.max_subnets)) {}
+
+  absl::Status Start();
+  absl::Status LoadTags(std::unique_ptr<const partitions::TagTable>* out);
+  void Run();
+  void Watch(int fd, uint32_t events, FdInfo info);
+  void Unwatch(int fd);
+
+  // Front side.
+  void OnUdpListen(int fd);
+  void OnTcpListen(int fd, bool control);
+  void OnConn(uint64_t id, uint32_t events);
+  void CloseConn(uint64_t id);
+  void HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to);
+  void Send(const FrontRef& to, const uint8_t* data, size_t len);
+  void ReplyAnswer(const Waiter& w, const Answer& a, uint32_t age, int64_t fixed_ttl);
+  void ReplyError(const Waiter& w, dns::Rcode rcode);
+  void Own(Waiter& w) {
+    if (w.pkt.empty()) w.pkt.assign(current_pkt.begin(), current_pkt.end());
+  }
+  std::span<const uint8_t> PacketOf(const Waiter& w) const {
+    return w.pkt.empty() ? current_pkt : std::span<const uint8_t>(w.pkt);
+  }
+  void HandleControl(uint64_t id, const std::string& line);
+  std::string StatsJson();
+
+  // Ordinary names.
+  void Ordinary(Waiter w);
+  void OnOrdinary(const std::string& key, int err, const ub_result* result);
+
+  // Tagged names.
+  void Tagged(Waiter w, const partitions::Tag* tag);
+  void StartTagged(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w,
+                   const Answer* stale);
+  void StartStep(Resolution* r, bool force_iterate);
+  void StartCut(Resolution* r);
+  void QueryCutNs(const std::string& key);
+  void OnCutNs(const std::string& key, int err, const ub_result* result);
+  void OnCutAddress(const std::string& key, int err, const ub_result* result);
+  void FinishCut(const std::string& key, bool ok);
+  void BeginQueries(Resolution* r);
+  void SendQuery(Resolution* r, bool same_server);
+  void CloseQuery(Resolution* r);
+  void OnLastHop(uint64_t id, uint32_t events);
+  void OnLastHopTimeout(Resolution* r);
+  void ProcessReply(Resolution* r, const dns::Message& m);
+  void Complete(Resolution* r, uint16_t rcode, std::vector<CachedRecord> rrset,
+                std::vector<CachedRecord> authority, bool weighted, std::vector<uint8_t> weights);
+  void Fail(Resolution* r);
+  void Erase(Resolution* r);
+
+  uint32_t ClampTtl(uint32_t ttl) const {
+    return std::clamp<uint32_t>(ttl, static_cast<uint32_t>(cfg.min_ttl), static_cast<uint32_t>(cfg.max_ttl));
+  }
+  bool WantsPrefetch(const Answer& a, uint32_t now) const {
+    if (cfg.prefetch_percent == 0 || a.ttl < 10 || a.fresh_until <= now) return false;
+    return uint64_t{a.fresh_until - now} * 100 <=
+           uint64_t{a.ttl} * static_cast<uint64_t>(cfg.prefetch_percent);
+  }
+};
+
+// ---------------------------------------------------------------- setup
+
+absl::Status Server::Impl::LoadTags(std::unique_ptr<const partitions::TagTable>* out) {
+  if (cfg.tags_path.empty()) {
+    auto t = partitions::TagTable::FromText("");
+    if (!t.ok()) return t.status();
+    *out = std::move(*t);
+    return absl::OkStatus();
+  }
+  std::ifstream in(cfg.tags_path, std::ios::binary);
+  if (!in) return absl::NotFoundError(Cat(cfg.tags_path, ": cannot open tag file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto t = partitions::TagTable::FromText(ss.str());
+  if (!t.ok())
+    return absl::InvalidArgumentError(Cat(cfg.tags_path, ": ", common::ToStd(t.status().message())));
+  *out = std::move(*t);
+  return absl::OkStatus();
+}
+
+void Server::Impl::Watch(int fd, uint32_t events, FdInfo info) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (fds.contains(fd)) {
+    epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+  } else {
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  }
+  fds[fd] = info;
+}
+
+void Server::Impl::Unwatch(int fd) {
+  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  fds.erase(fd);
+}
+
+absl::Status Server::Impl::Start() {
+  clock = test_clock != nullptr ? static_cast<const partitions::Clock*>(test_clock)
+                                : &partitions::SystemClock::Instance();
+  ecs_settings.source_v4 = cfg.source_v4;
+  ecs_settings.source_v6 = cfg.source_v6;
+  ecs_settings.from_client_address = cfg.from_client_address;
+  parse_options.weight_option_code = cfg.weight_option_code;
+  absl::Status st = LoadTags(&tags);
+  if (!st.ok()) return st;
+  st = ub.Init(cfg);
+  if (!st.ok()) return st;
+
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  Watch(wakefd, EPOLLIN, {FdKind::kWake});
+  Watch(ub.fd(), EPOLLIN, {FdKind::kUnbound});
+
+  auto bind_socket = [&](const SocketAddress& a, int type) -> absl::StatusOr<int> {
+    const int fd = socket(a.family(), type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, a.sa(), a.len) != 0) {
+      const int e = errno;
+      close(fd);
+      return absl::InternalError(Cat("bind ", a.ToString(), ": ", std::strerror(e)));
+    }
+    if (type == SOCK_STREAM && listen(fd, 256) != 0) {
+      close(fd);
+      return absl::InternalError(Cat("listen ", a.ToString(), ": ", std::strerror(errno)));
+    }
+    return fd;
+  };
+  auto local = [](int fd) {
+    sockaddr_storage ss{};
+    socklen_t l = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &l);
+    return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
+  };
+  for (const SocketAddress& want : cfg.listen) {
+    auto u = bind_socket(want, SOCK_DGRAM);
+    if (!u.ok()) return u.status();
+    const SocketAddress bound = local(*u);
+    int rcvbuf = 4 << 20;
+    setsockopt(*u, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    listen_fds.push_back(*u);
+    Watch(*u, EPOLLIN, {FdKind::kUdpListen});
+    std::string line = Cat("listening udp ", bound.ToString());
+    if (cfg.tcp) {
+      SocketAddress same = want;
+      same.set_port(bound.port());  // port 0: TCP takes the port UDP got
+      auto t = bind_socket(same, SOCK_STREAM);
+      if (!t.ok()) return t.status();
+      listen_fds.push_back(*t);
+      Watch(*t, EPOLLIN, {FdKind::kTcpListen});
+      line += Cat(" tcp ", local(*t).ToString());
+    }
+    describe.push_back(line);
+  }
+  if (cfg.control_enabled) {
+    auto c = bind_socket(cfg.control, SOCK_STREAM);
+    if (!c.ok()) return c.status();
+    listen_fds.push_back(*c);
+    Watch(*c, EPOLLIN, {FdKind::kControlListen});
+    describe.push_back(Cat("control ", local(*c).ToString()));
+  }
+  running = true;
+  thread = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void Server::Impl::Run() {
+  epoll_event events[64];
+  next_sweep = Steady::now() + std::chrono::seconds(1);
+  while (running.load(std::memory_order_relaxed)) {
+    int timeout_ms = 200;
+    if (!timers.empty()) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(timers.top().at - Steady::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 200));
+    }
+    const int n = epoll_wait(epfd, events, 64, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      auto it = fds.find(fd);
+      if (it == fds.end()) continue;
+      const FdInfo info = it->second;
+      switch (info.kind) {
+        case FdKind::kWake: {
+          uint64_t v;
+          [[maybe_unused]] ssize_t r = read(wakefd, &v, sizeof(v));
+          std::lock_guard<std::mutex> l(reload_mu);
+          if (pending_tags) tags = std::move(pending_tags);
+          break;
+        }
+        case FdKind::kUnbound:
+          ub.Process();
+          break;
+        case FdKind::kUdpListen:
+          OnUdpListen(fd);
+          break;
+        case FdKind::kTcpListen:
+          OnTcpListen(fd, false);
+          break;
+        case FdKind::kControlListen:
+          OnTcpListen(fd, true);
+          break;
+        case FdKind::kConn:
+          OnConn(info.id, events[i].events);
+          break;
+        case FdKind::kLastHop:
+          OnLastHop(info.id, events[i].events);
+          break;
+      }
+    }
+    const auto now = Steady::now();
+    while (!timers.empty() && timers.top().at <= now) {
+      const Timer t = timers.top();
+      timers.pop();
+      auto it = resolutions.find(t.id);
+      if (it != resolutions.end() && it->second->generation == t.generation && it->second->fd >= 0) {
+        OnLastHopTimeout(it->second.get());
+      }
+    }
+    if (now >= next_sweep) {
+      next_sweep = now + std::chrono::seconds(1);
+      const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
+      std::vector<uint64_t> old;
+      for (auto& [id, c] : conns) {
+        if (now - c.last > idle) old.push_back(id);
+      }
+      for (uint64_t id : old) CloseConn(id);
+      const uint32_t secs = clock->NowSeconds();
+      if (secs % 10 == 0) {
+        scoped.Expire(secs);
+        EraseIf(plain, [&](const auto& kv) { return kv.second.stale_until <= secs; });
+        EraseIf(zero_source, [&](const auto& kv) { return kv.second.stale_until <= secs; });
+        EraseIf(cuts, [&](const auto& kv) { return kv.second.expires <= secs; });
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- front side
+
+void Server::Impl::OnUdpListen(int fd) {
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage from{};
+    socklen_t fl = sizeof(from);
+    const ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    if (n < 0) return;
+    FrontRef to;
+    to.udp_fd = fd;
+    to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
+    ++stats.udp;
+    HandleQuery({buf, static_cast<size_t>(n)}, to);
+  }
+}
+
+void Server::Impl::OnTcpListen(int fd, bool control) {
+  for (;;) {
+    const int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) return;
+    if (!control && static_cast<int>(conns.size()) >= cfg.tcp_max_connections) {
+      close(c);
+      continue;
+    }
+    const uint64_t id = next_id++;
+    Conn& conn = conns[id];
+    conn.fd = c;
+    conn.control = control;
+    conn.last = Steady::now();
+    Watch(c, EPOLLIN, {FdKind::kConn, id});
+  }
+}
+
+void Server::Impl::CloseConn(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  Unwatch(it->second.fd);
+  close(it->second.fd);
+  conns.erase(it);
+}
+
+void Server::Impl::OnConn(uint64_t id, uint32_t events) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  Conn* c = &it->second;
+  c->last = Steady::now();
+  if (events & EPOLLOUT) {
+    while (!c->out.empty()) {
+      const ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      c->out.erase(c->out.begin(), c->out.begin() + n);
+    }
+    if (c->out.empty()) {
+      if (c->closing) return CloseConn(id);
+      Watch(c->fd, EPOLLIN, {FdKind::kConn, id});
+    }
+  }
+  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
+  for (;;) {
+    const ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return CloseConn(id);
+    if (n < 0) break;
+    c->in.insert(c->in.end(), buf, buf + n);
+    if (c->in.size() > 2 * kMaxMessage) return CloseConn(id);
+  }
+  if (c->control) {
+    const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
+    if (nl == c->in.end()) return;
+    std::string line(c->in.begin(), nl);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    c->in.clear();
+    return HandleControl(id, line);
+  }
+  // RFC 7766: queries may be pipelined; each is answered when ready.
+  size_t off = 0;
+  std::vector<uint8_t> frame;
+  while (c->in.size() - off >= 2) {
+    const size_t len = dns::Load16(c->in.data() + off);
+    if (c->in.size() - off < 2 + len) break;
+    frame.assign(c->in.begin() + static_cast<ptrdiff_t>(off + 2),
+                 c->in.begin() + static_cast<ptrdiff_t>(off + 2 + len));
+    off += 2 + len;
+    FrontRef to;
+    to.tcp = true;
+    to.conn = id;
+    ++stats.tcp;
+    HandleQuery(frame, to);
+    it = conns.find(id);  // the handler may have closed it
+    if (it == conns.end()) return;
+    c = &it->second;
+  }
+  c->in.erase(c->in.begin(), c->in.begin() + static_cast<ptrdiff_t>(off));
+}
+
+void Server::Impl::Send(const FrontRef& to, const uint8_t* data, size_t len) {
+  if (len == 0) return;
+  if (!to.tcp) {
+    sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
+    return;
+  }
+  auto it = conns.find(to.conn);
+  if (it == conns.end()) return;
+  Conn& c = it->second;
+  uint8_t prefix[2];
+  dns::Store16(prefix, static_cast<uint16_t>(len));
+  const bool was_empty = c.out.empty();
+  c.out.insert(c.out.end(), prefix, prefix + 2);
+  c.out.insert(c.out.end(), data, data + len);
+  if (was_empty) {
+    const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0) c.out.erase(c.out.begin(), c.out.begin() + n);
+    if (!c.out.empty()) Watch(c.fd, EPOLLIN | EPOLLOUT, {FdKind::kConn, to.conn});
+  }
+}
+
+void Server::Impl::ReplyAnswer(const Waiter& w, const Answer& a, uint32_t age, int64_t fixed_ttl) {
+  ReplyContext ctx{PacketOf(w), &w.q, w.to.tcp, cfg.weight_option_code};
+  Send(w.to, out, WriteAnswer(ctx, a, age, fixed_ttl, out, kMaxMessage));
+}
+
+void Server::Impl::ReplyError(const Waiter& w, dns::Rcode rcode) {
+  if (rcode == dns::Rcode::kServFail) ++stats.servfail;
+  ReplyContext ctx{PacketOf(w), &w.q, w.to.tcp, cfg.weight_option_code};
+  Send(w.to, out, WriteError(ctx, rcode, out, kMaxMessage));
+}
+
+void Server::Impl::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) {
+  ++stats.queries;
+  current_pkt = pkt;
+  Waiter w;
+  w.to = to;
+  const dns::ParseError err = dns::ParseQuery(pkt, parse_options, &w.q);
+  bool allowed = false;
+  if (to.tcp) {
+    auto it = conns.find(to.conn);
+    sockaddr_storage ss{};
+    socklen_t l = sizeof(ss);
+    if (it != conns.end() && getpeername(it->second.fd, reinterpret_cast<sockaddr*>(&ss), &l) == 0) {
+      w.to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
+    }
+  }
+  for (const partitions::Cidr& c : cfg.allow) allowed = allowed || CidrContains(c, w.to.peer);
+  if (err != dns::ParseError::kOk) {
+    if (err == dns::ParseError::kBadEdnsVersion) {
+      w.pkt.assign(pkt.begin(), pkt.end());
+      dns::ResponseWriter rw(out, kMaxMessage);
+      rw.BeginResponse(w.pkt, w.q, dns::Rcode::kNoError);
+      rw.BeginOpt(1232, false, 1);
+      Send(to, out, rw.Finish(65535));
+      return;
+    }
+    // A bare FORMERR header for anything that looks like a query; garbage is dropped.
+    if (pkt.size() < dns::kHeaderSize || (pkt[2] & 0x80) || !allowed) {
+      ++stats.dropped;
+      return;
+    }
+    ++stats.formerr;
+    std::memset(out, 0, dns::kHeaderSize);
+    std::memcpy(out, pkt.data(), 2);
+    out[2] = static_cast<uint8_t>(0x80 | (pkt[2] & 0x79));
+    out[3] = static_cast<uint8_t>(dns::Rcode::kFormErr);
+    Send(to, out, dns::kHeaderSize);
+    return;
+  }
+  if (!allowed) {
+    ++stats.refused_acl;
+    return ReplyError(w, dns::Rcode::kRefused);
+  }
+  if (w.q.opcode() != 0) {
+    ++stats.notimp;
+    return ReplyError(w, dns::Rcode::kNotImp);
+  }
+  if (w.q.qclass != dns::klass::kIn) return ReplyError(w, dns::Rcode::kRefused);
+  const partitions::Tag* tag = tags->Lookup(w.q.qname.span());
+  const bool tagged =
+      (tag != nullptr && (tag->weight || tag->ecs)) || w.q.edns.has_ecs || w.q.edns.has_weight;
+  if (tagged) return Tagged(std::move(w), tag);
+  Ordinary(std::move(w));
+}
+
+// ---------------------------------------------------------------- ordinary names
+
+void Server::Impl::Ordinary(Waiter w) {
+  const uint32_t now = clock->NowSeconds();
+  const std::string key = KeyOf(w.q.qname, w.q.qtype, w.q.qclass);
+  const PlainEntry* hit = nullptr;
+  if (auto it = plain.find(key); it != plain.end() && it->second.stale_until > now) hit = &it->second;
+  if (hit != nullptr && hit->a.fresh_until > now) {
+    ++stats.ordinary_hits;
+    ReplyAnswer(w, hit->a, now - (hit->a.fresh_until - hit->a.ttl), -1);
+    if (!WantsPrefetch(hit->a, now) || ordinary.contains(key)) return;
+    ++stats.prefetches;
+    w.to = FrontRef{};
+    w.to.udp_fd = -1;
+    auto f = std::make_unique<OrdinaryFetch>();
+    f->qname = w.q.qname;
+    f->qtype = w.q.qtype;
+    f->qclass = w.q.qclass;
+    ordinary.emplace(key, std::move(f));
+  } else {
+    ++stats.ordinary_misses;
+    Own(w);
+    if (auto it = ordinary.find(key); it != ordinary.end()) {
+      ++stats.coalesced;
+      it->second->waiters.push_back(std::move(w));
+      return;
+    }
+    auto f = std::make_unique<OrdinaryFetch>();
+    f->qname = w.q.qname;
+    f->qtype = w.q.qtype;
+    f->qclass = w.q.qclass;
+    if (hit != nullptr) {
+      f->has_stale = true;
+      f->stale = hit->a;
+    }
+    f->waiters.push_back(std::move(w));
+    ordinary.emplace(key, std::move(f));
+  }
+  const OrdinaryFetch& f = *ordinary[key];
+  ++stats.ub_queries;
+  if (!ub.Resolve(NameText(f.qname), f.qtype, f.qclass,
+                  [this, key](int err, const ub_result* r) { OnOrdinary(key, err, r); })) {
+    OnOrdinary(key, -1, nullptr);
+  }
+}
+
+void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* result) {
+  auto it = ordinary.find(key);
+  if (it == ordinary.end()) return;
+  std::unique_ptr<OrdinaryFetch> f = std::move(it->second);
+  ordinary.erase(it);
+  const uint32_t now = clock->NowSeconds();
+  dns::Message m;
+  const bool ok =
+      err == 0 && result != nullptr && result->answer_packet != nullptr && !result->bogus &&
+      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
+              parse_options) == dns::ParseError::kOk &&
+      (m.rcode() == 0 || m.rcode() == 3);
+  if (!ok) {
+    for (Waiter& w : f->waiters) {
+      if (f->has_stale) {
+        ++stats.stale_served;
+        ReplyAnswer(w, f->stale, 0, cfg.stale_answer_ttl);
+      } else {
+        ReplyError(w, dns::Rcode::kServFail);
+      }
+    }
+    return;
+  }
+  Answer a;
+  a.rcode = m.rcode();
+  a.ad = result->secure != 0;
+  dns::RrView rr;
+  const partitions::Tag* learned = nullptr;
+  for (auto sec : {dns::Section::kAnswer, dns::Section::kAuthority}) {
+    auto rit = m.Records(sec);
+    while (rit.Next(&rr)) {
+      CachedRecord r;
+      if (rr.type == dns::type::kOpt || !ReadCachedRecord(m, rr, &r)) continue;
+      r.ttl = std::min(r.ttl, static_cast<uint32_t>(cfg.max_ttl));
+      if (sec == dns::Section::kAnswer && rr.type == dns::type::kCname) {
+        // DESIGN 3: a chain entering a tagged suffix makes the name tagged.
+        dns::NameKey target;
+        size_t end = 0;
+        if (dns::ReadName(r.rdata, 0, &end, &target) == dns::ParseError::kOk) {
+          const partitions::Tag* t = tags->Lookup(target.span());
+          if (t != nullptr && (t->weight || t->ecs) && learned == nullptr) learned = t;
+        }
+      }
+      (sec == dns::Section::kAnswer ? a.answer : a.authority).push_back(std::move(r));
+    }
+  }
+  if (learned != nullptr) {
+    for (Waiter& w : f->waiters) {
+      if (w.to.udp_fd < 0 && !w.to.tcp) continue;
+      ++stats.learned_tagged;
+      Tagged(std::move(w), learned);
+    }
+    return;
+  }
+  uint32_t ttl = a.answer.empty() || a.rcode != 0 ? NegativeTtl(a.authority, 60) : MinTtl(a);
+  if (a.answer.empty() || a.rcode != 0)
+    ttl = std::min<uint32_t>(ttl, static_cast<uint32_t>(cfg.negative_max_ttl));
+  a.ttl = ClampTtl(ttl);
+  a.fresh_until = now + a.ttl;
+  if (static_cast<int>(plain.size()) >= cfg.max_entries) {
+    EraseIf(plain, [&](const auto& kv) { return kv.second.a.fresh_until <= now; });
+    if (static_cast<int>(plain.size()) >= cfg.max_entries) plain.erase(plain.begin());
+  }
+  plain[key] = PlainEntry{a, a.fresh_until + static_cast<uint32_t>(cfg.stale_window)};
+  for (Waiter& w : f->waiters) {
+    if (w.to.udp_fd >= 0 || w.to.tcp) ReplyAnswer(w, a, 0, -1);
+  }
+}
+
+// ---------------------------------------------------------------- tagged names
+
+void Server::Impl::Tagged(Waiter w, const partitions::Tag* tag) {
+  const bool wants_ecs = tag != nullptr ? tag->ecs : w.q.edns.has_ecs;
+  std::span<const uint8_t> client;
+  if (w.to.peer.len != 0) client = {w.to.peer.addr_bytes(), w.to.peer.addr_len()};
+  const EcsChoice c = ChooseEcs(wants_ecs, w.q.edns.has_ecs ? &w.q.edns.ecs : nullptr, client, ecs_settings);
+  const uint32_t now = clock->NowSeconds();
+  const Answer* a = nullptr;
+  if (c.zero_source) {
+    auto it = zero_source.find(KeyOf(w.q.qname, w.q.qtype, 0));
+    if (it != zero_source.end() && it->second.stale_until > now) a = &it->second.a;
+  }
+  if (a == nullptr) {
+    // A query without ECS upstream (and /0 queries) may only use global answers.
+    const dns::ClientSubnet none{};
+    a = scoped.Lookup(w.q.qname.span(), w.q.qtype, c.send ? c.subnet : none, now);
+  }
+  if (a != nullptr && a->fresh_until > now) {
+    ++stats.tagged_hits;
+    ReplyAnswer(w, *a, now - (a->fresh_until - a->ttl), -1);
+    if (WantsPrefetch(*a, now)) StartTagged(w.q.qname, w.q.qtype, c, nullptr, nullptr);
+    return;
+  }
+  ++stats.tagged_misses;
+  StartTagged(w.q.qname, w.q.qtype, c, &w, a);
+}
+
+void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w,
+                               const Answer* stale) {
+  if (w != nullptr) Own(*w);
+  std::string key = KeyOf(qname, qtype, 0);
+  if (ecs.zero_source) {
+    key += 'Z';
+  } else if (ecs.send) {
+    key += 'E';
+    key.push_back(static_cast<char>(ecs.subnet.family));
+    key.push_back(static_cast<char>(ecs.subnet.source_prefix));
+    key.append(reinterpret_cast<const char*>(ecs.subnet.address.data()), ecs.subnet.AddressBytes());
+  } else {
+    key += 'N';
+  }
+  if (auto it = resolution_by_key.find(key); it != resolution_by_key.end()) {
+    if (w != nullptr) {
+      ++stats.coalesced;
+      resolutions[it->second]->waiters.push_back(std::move(*w));
+    }
+    return;
+  }
+  if (w == nullptr) ++stats.prefetches;
+  auto r = std::make_unique<Resolution>();
+  r->id = next_id++;
+  r->key = key;
+  r->qname = qname;
+  r->qtype = qtype;
+  r->ecs = ecs;
+  r->cur = qname;
+  r->cnames_left = cfg.max_cname_chain;
+  if (w != nullptr) r->waiters.push_back(std::move(*w));
+  if (stale != nullptr) {
+    r->has_stale = true;
+    r->stale = *stale;
+  }
+  Resolution* raw = r.get();
+  resolution_by_key[key] = r->id;
+  resolutions[r->id] = std::move(r);
+  StartStep(raw, false);
+}
+
+void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
+  const partitions::Tag* t = force_iterate ? nullptr : tags->Lookup(r->cur.span());
+  if (t != nullptr && t->policy == partitions::Policy::kForward && !t->targets.empty()) {
+    r->cut = t->suffix;
+    r->servers.clear();
+    for (const partitions::ForwardTarget& f : t->targets) r->servers.push_back(FromIp(f.address, f.port));
+    return BeginQueries(r);
+  }
+  const uint32_t now = clock->NowSeconds();
+  const std::string ck(reinterpret_cast<const char*>(r->cur.bytes.data()), r->cur.len);
+  if (auto it = cuts.find(ck); it != cuts.end() && it->second.expires > now && !force_iterate) {
+    ++stats.cut_cache_hits;
+    r->cut = it->second.cut;
+    r->servers = it->second.servers;
+    return BeginQueries(r);
+  }
+  if (force_iterate) cuts.erase(ck);
+  StartCut(r);
+}
+
+// Zone cuts through libunbound: NS for the name; a NODATA/NXDOMAIN names the
+// zone by its SOA; a CNAME or nothing moves one label up. Then A and AAAA of
+// the NS names. These are derived queries: libunbound sends no ECS.
+void Server::Impl::StartCut(Resolution* r) {
+  const std::string key(reinterpret_cast<const char*>(r->cur.bytes.data()), r->cur.len);
+  if (auto it = cut_lookups.find(key); it != cut_lookups.end()) {
+    it->second->waiting.push_back(r->id);
+    return;
+  }
+  ++stats.cut_lookups;
+  auto l = std::make_unique<CutLookup>();
+  l->name = r->cur;
+  l->candidate = r->cur;
+  l->waiting.push_back(r->id);
+  cut_lookups.emplace(key, std::move(l));
+  QueryCutNs(key);
+}
+
+void Server::Impl::QueryCutNs(const std::string& key) {
+  CutLookup& l = *cut_lookups[key];
+  ++stats.ub_queries;
+  if (!ub.Resolve(NameText(l.candidate), dns::type::kNs, dns::klass::kIn,
+                  [this, key](int err, const ub_result* res) { OnCutNs(key, err, res); })) {
+    FinishCut(key, false);
+  }
+}
+
+void Server::Impl::OnCutNs(const std::string& key, int err, const ub_result* result) {
+  auto it = cut_lookups.find(key);
+  if (it == cut_lookups.end()) return;
+  CutLookup& l = *it->second;
+  dns::Message m;
+  if (err != 0 || result == nullptr || result->answer_packet == nullptr ||
+      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
+              parse_options) != dns::ParseError::kOk) {
+    return FinishCut(key, false);
+  }
+  if (m.rcode() != 0 && m.rcode() != 3) return FinishCut(key, false);
+  std::vector<dns::NameKey> ns_names;
+  bool cname = false;
+  dns::RrView rr;
+  auto ans = m.Records(dns::Section::kAnswer);
+  while (ans.Next(&rr)) {
+    CachedRecord rec;
+    if (!ReadCachedRecord(m, rr, &rec)) continue;
+    const bool at_candidate = rec.owner.size() == l.candidate.len &&
+                              std::equal(rec.owner.begin(), rec.owner.end(), l.candidate.bytes.begin());
+    if (!at_candidate) continue;
+    if (rr.type == dns::type::kCname) cname = true;
+    if (rr.type == dns::type::kNs) {
+      dns::NameKey target;
+      size_t end = 0;
+      if (dns::ReadName(rec.rdata, 0, &end, &target) == dns::ParseError::kOk &&
+          static_cast<int>(ns_names.size()) < kMaxNsNames) {
+        ns_names.push_back(target);
+        l.min_ttl = std::min(l.min_ttl, rr.ttl);
+      }
+    }
+  }
+  if (!ns_names.empty()) {
+    l.cut = l.candidate;
+    l.outstanding = 0;
+    for (const dns::NameKey& ns : ns_names) {
+      for (uint16_t type : {dns::type::kA, dns::type::kAaaa}) {
+        if (type == dns::type::kAaaa && !cfg.do_ip6) continue;
+        ++l.outstanding;
+        ++stats.ub_queries;
+        if (!ub.Resolve(NameText(ns), type, dns::klass::kIn,
+                        [this, key](int e, const ub_result* res) { OnCutAddress(key, e, res); })) {
+          --l.outstanding;
+        }
+      }
+    }
+    if (l.outstanding == 0) FinishCut(key, false);
+    return;
+  }
+  if (++l.rounds > kMaxCutRounds) return FinishCut(key, false);
+  if (!cname) {
+    auto auth = m.Records(dns::Section::kAuthority);
+    while (auth.Next(&rr)) {
+      if (rr.type != dns::type::kSoa) continue;
+      dns::NameKey owner;
+      size_t end = 0;
+      if (dns::ReadName(m.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) continue;
+      if (IsAtOrBelow(l.candidate.span(), owner.span()) && !(owner == l.candidate)) {
+        l.candidate = owner;  // the zone that holds the name: ask for its NS
+        return QueryCutNs(key);
+      }
+    }
+  }
+  if (l.candidate.len <= 1) return FinishCut(key, false);  // the root without NS: give up
+  dns::NameKey parent;
+  const uint8_t skip = static_cast<uint8_t>(1 + l.candidate.bytes[0]);
+  parent.len = static_cast<uint8_t>(l.candidate.len - skip);
+  std::copy(l.candidate.bytes.begin() + skip, l.candidate.bytes.begin() + l.candidate.len,
+            parent.bytes.begin());
+  l.candidate = parent;
+  QueryCutNs(key);
+}
+
+void Server::Impl::OnCutAddress(const std::string& key, int err, const ub_result* result) {
+  auto it = cut_lookups.find(key);
+  if (it == cut_lookups.end()) return;
+  CutLookup& l = *it->second;
+  dns::Message m;
+  if (err == 0 && result != nullptr && result->answer_packet != nullptr &&
+      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
+              parse_options) == dns::ParseError::kOk) {
+    dns::RrView rr;
+    auto ans = m.Records(dns::Section::kAnswer);
+    while (ans.Next(&rr)) {
+      const bool a = rr.type == dns::type::kA && rr.rdlength == 4;
+      const bool aaaa = rr.type == dns::type::kAaaa && rr.rdlength == 16;
+      if ((!a && !aaaa) || static_cast<int>(l.servers.size()) >= kMaxServers) continue;
+      l.servers.push_back(FromRdata(rr.type, m.bytes().subspan(rr.rdata_offset, rr.rdlength)));
+      l.min_ttl = std::min(l.min_ttl, rr.ttl);
+    }
+  }
+  if (--l.outstanding == 0) FinishCut(key, !l.servers.empty());
+}
+
+void Server::Impl::FinishCut(const std::string& key, bool ok) {
+  auto it = cut_lookups.find(key);
+  if (it == cut_lookups.end()) return;
+  std::unique_ptr<CutLookup> l = std::move(it->second);
+  cut_lookups.erase(it);
+  if (ok) {
+    const uint32_t ttl = std::clamp<uint32_t>(l->min_ttl, 1, static_cast<uint32_t>(cfg.zone_cut_max_ttl));
+    cuts[key] = ZoneCut{l->cut, l->servers, clock->NowSeconds() + ttl};
+  }
+  for (uint64_t id : l->waiting) {
+    auto rit = resolutions.find(id);
+    if (rit == resolutions.end()) continue;
+    Resolution* r = rit->second.get();
+    if (!ok) {
+      Fail(r);
+      continue;
+    }
+    r->cut = l->cut;
+    r->servers = l->servers;
+    BeginQueries(r);
+  }
+}
+
+void Server::Impl::BeginQueries(Resolution* r) {
+  r->attempts_left = cfg.attempts;
+  r->next_server = r->servers.empty() ? 0 : rng() % r->servers.size();
+  r->ecs_now = r->ecs.send;
+  r->retried_without_ecs = false;
+  SendQuery(r, false);
+}
+
+void Server::Impl::CloseQuery(Resolution* r) {
+  if (r->fd < 0) return;
+  Unwatch(r->fd);
+  close(r->fd);
+  r->fd = -1;
+  r->tcp = false;
+  r->tcp_in.clear();
+  r->tcp_sent = 0;
+}
+
+void Server::Impl::SendQuery(Resolution* r, bool same_server) {
+  CloseQuery(r);
+  if (r->servers.empty() || r->attempts_left-- <= 0) return Fail(r);
+  if (!same_server) r->server = r->servers[r->next_server++ % r->servers.size()];
+  // A fresh socket per query (random source port from the kernel), connected
+  // so only the server's address and port can answer, and a random ID.
+  const int fd = socket(r->server.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, r->server.sa(), r->server.len) != 0) {
+    if (fd >= 0) close(fd);
+    return SendQuery(r, false);
+  }
+  r->qid = static_cast<uint16_t>(rng());
+  uint8_t q[512];
+  dns::ResponseWriter w(q, sizeof(q));
+  w.Begin(r->qid, 0, r->cur.span(), r->qtype, dns::klass::kIn);  // RD clear: authoritative servers
+  w.BeginOpt(1232, false);
+  if (r->ecs_now) {
+    w.AddEcs(r->ecs.subnet);
+    ++stats.ecs_sent;
+  }
+  w.AddWeights(cfg.weight_option_code, {});
+  const size_t len = w.Finish(sizeof(q));
+  r->query.assign(q, q + len);
+  ++stats.upstream_queries;
+  if (send(fd, q, len, 0) < 0) {
+    close(fd);
+    return SendQuery(r, false);
+  }
+  r->fd = fd;
+  r->generation = next_generation++;
+  Watch(fd, EPOLLIN, {FdKind::kLastHop, r->id});
+  timers.push({Steady::now() + std::chrono::milliseconds(cfg.timeout_ms), r->id, r->generation});
+}
+
+void Server::Impl::OnLastHopTimeout(Resolution* r) {
+  ++stats.upstream_timeouts;
+  SendQuery(r, false);
+}
+
+void Server::Impl::OnLastHop(uint64_t id, uint32_t events) {
+  auto it = resolutions.find(id);
+  if (it == resolutions.end()) return;
+  Resolution* r = it->second.get();
+  auto matches = [&](const dns::Message& m) {
+    return m.id() == r->qid && (m.flags() & dns::flag::kQr) && m.qtype() == r->qtype &&
+           m.qclass() == dns::klass::kIn && m.qname() == r->cur;
+  };
+  if (!r->tcp) {
+    for (;;) {
+      const ssize_t n = recv(r->fd, buf, sizeof(buf), 0);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return SendQuery(r, false);  // ICMP unreachable: next server
+      }
+      dns::Message m;
+      if (static_cast<size_t>(n) < dns::kHeaderSize || dns::Load16(buf) != r->qid) {
+        ++stats.spoofed_dropped;
+        continue;
+      }
+      if (buf[2] & (dns::flag::kTc >> 8)) {
+        // TC: the same question over TCP to the same server (RFC 7766).
+        ++stats.truncated;
+        Unwatch(r->fd);
+        close(r->fd);
+        r->fd = socket(r->server.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (r->fd < 0) return SendQuery(r, false);
+        int one = 1;
+        setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        connect(r->fd, r->server.sa(), r->server.len);
+        r->tcp = true;
+        r->tcp_sent = 0;
+        r->tcp_in.clear();
+        uint8_t prefix[2];
+        dns::Store16(prefix, static_cast<uint16_t>(r->query.size()));
+        r->query.insert(r->query.begin(), prefix, prefix + 2);
+        ++stats.upstream_tcp;
+        r->generation = next_generation++;
+        Watch(r->fd, EPOLLIN | EPOLLOUT, {FdKind::kLastHop, r->id});
+        timers.push({Steady::now() + std::chrono::milliseconds(cfg.tcp_timeout_ms), r->id, r->generation});
+        return;
+      }
+      if (m.Parse({buf, static_cast<size_t>(n)}, parse_options) != dns::ParseError::kOk) {
+        ++stats.malformed_replies;
+        return SendQuery(r, false);
+      }
+      if (!matches(m)) {
+        ++stats.spoofed_dropped;
+        continue;  // keep waiting for the genuine answer until the timeout
+      }
+      return ProcessReply(r, m);
+    }
+  }
+  if (events & (EPOLLERR | EPOLLHUP)) {
+    if (!(events & EPOLLIN)) return SendQuery(r, false);
+  }
+  if ((events & EPOLLOUT) && r->tcp_sent < r->query.size()) {
+    const ssize_t n = send(r->fd, r->query.data() + r->tcp_sent, r->query.size() - r->tcp_sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINPROGRESS) return SendQuery(r, false);
+    if (n > 0) r->tcp_sent += static_cast<size_t>(n);
+    if (r->tcp_sent == r->query.size()) Watch(r->fd, EPOLLIN, {FdKind::kLastHop, r->id});
+  }
+  if (!(events & EPOLLIN)) return;
+  bool closed = false;
+  for (;;) {
+    const ssize_t n = recv(r->fd, buf, sizeof(buf), 0);
+    if (n == 0) {
+      closed = true;  // the server may close right after its answer: read what came first
+      break;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return SendQuery(r, false);
+    }
+    r->tcp_in.insert(r->tcp_in.end(), buf, buf + n);
+  }
+  const size_t len = r->tcp_in.size() >= 2 ? dns::Load16(r->tcp_in.data()) : 0;
+  if (r->tcp_in.size() < 2 || r->tcp_in.size() < 2 + len) {
+    if (closed) return SendQuery(r, false);
+    return;
+  }
+  std::vector<uint8_t> msg(r->tcp_in.begin() + 2, r->tcp_in.begin() + 2 + static_cast<ptrdiff_t>(len));
+  dns::Message m;
+  if (m.Parse(msg, parse_options) != dns::ParseError::kOk) {
+    ++stats.malformed_replies;
+    return SendQuery(r, false);
+  }
+  if (!matches(m)) {
+    ++stats.spoofed_dropped;
+    return SendQuery(r, false);
+  }
+  // The query went over TCP; restore the UDP form for any retry.
+  r->query.erase(r->query.begin(), r->query.begin() + 2);
+  ProcessReply(r, m);
+}
+
+void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
+  switch (OnRcode(m.rcode(), r->ecs_now, r->retried_without_ecs)) {
+    case RcodeAction::kWithoutEcs:
+      ++stats.ecs_retry_without;
+      r->ecs_now = false;
+      r->retried_without_ecs = true;
+      return SendQuery(r, true);
+    case RcodeAction::kNextServer:
+      return SendQuery(r, false);
+    case RcodeAction::kAccept:
+      break;
+  }
+  const EcsReplyCheck check = CheckEcsReply(r->ecs_now, r->ecs.subnet, m.edns());
+  if (check.verdict == EcsReply::kForged) {
+    ++stats.ecs_forged;
+    r->ecs_now = false;
+    r->retried_without_ecs = true;
+    return SendQuery(r, true);
+  }
+  if (check.verdict == EcsReply::kUnsolicited) ++stats.ecs_unsolicited;
+  StepResult step = ReadStep(m, r->cur, r->qtype, r->cut.span(), r->cnames_left);
+  stats.out_of_bailiwick += step.out_of_bailiwick;
+  if (step.weight_option && !step.weighted && step.weight_verdict != dns::WeightVerdict::kEmpty) {
+    ++stats.weights_invalid;
+  }
+  if (step.kind == StepResult::Kind::kBogus) return SendQuery(r, false);
+  CloseQuery(r);
+  if (check.verdict == EcsReply::kScoped) r->scope = std::max(r->scope, check.scope);
+  r->cnames_left -= static_cast<int>(step.chain.size());
+  for (CachedRecord& c : step.chain) r->chain.push_back(std::move(c));
+  switch (step.kind) {
+    case StepResult::Kind::kAnswer:
+      return Complete(r, 0, std::move(step.rrset), {}, step.weighted, std::move(step.weights));
+    case StepResult::Kind::kNegative:
+      return Complete(r, step.rcode, {}, std::move(step.authority), false, {});
+    case StepResult::Kind::kFollow:
+    case StepResult::Kind::kReferral:
+      if (step.kind == StepResult::Kind::kReferral) ++stats.referrals;
+      if (--r->steps_left <= 0) return Fail(r);
+      r->cur = step.next;
+      return StartStep(r, step.kind == StepResult::Kind::kReferral);
+    case StepResult::Kind::kBogus:
+      break;
+  }
+}
+
+void Server::Impl::Complete(Resolution* r, uint16_t rcode, std::vector<CachedRecord> rrset,
+                            std::vector<CachedRecord> authority, bool weighted,
+                            std::vector<uint8_t> weights) {
+  const uint32_t now = clock->NowSeconds();
+  Answer a;
+  a.rcode = rcode;
+  a.answer = std::move(r->chain);
+  for (CachedRecord& x : rrset) a.answer.push_back(std::move(x));
+  a.authority = std::move(authority);
+  for (auto* list : {&a.answer, &a.authority}) {
+    for (CachedRecord& x : *list) x.ttl = std::min(x.ttl, static_cast<uint32_t>(cfg.max_ttl));
+  }
+  a.weighted = weighted;
+  a.weights = std::move(weights);
+  a.scope = r->scope;
+  const bool negative = rcode != 0 || rrset.empty();
+  uint32_t ttl = MinTtl(a);
+  if (negative) {
+    ttl = std::min(ttl, std::min(NegativeTtl(a.authority, 60), static_cast<uint32_t>(cfg.negative_max_ttl)));
+  }
+  a.ttl = ClampTtl(ttl);
+  a.fresh_until = now + a.ttl;
+  const uint32_t keep_until = a.fresh_until + static_cast<uint32_t>(cfg.stale_window);
+  if (r->ecs.zero_source) {
+    zero_source[KeyOf(r->qname, r->qtype, 0)] = PlainEntry{a, keep_until};
+  } else if (scoped.name_count() < static_cast<size_t>(cfg.max_tagged_names) ||
+             scoped.SubnetCount(r->qname.span(), r->qtype) > 0) {
+    const dns::ClientSubnet none{};
+    scoped.Insert(r->qname.span(), r->qtype, r->ecs.send ? r->ecs.subnet : none, a.scope, now, keep_until, a);
+  }
+  for (const Waiter& w : r->waiters) ReplyAnswer(w, a, 0, -1);
+  Erase(r);
+}
+
+void Server::Impl::Fail(Resolution* r) {
+  CloseQuery(r);
+  for (const Waiter& w : r->waiters) {
+    if (r->has_stale) {
+      ++stats.stale_served;
+      ReplyAnswer(w, r->stale, 0, cfg.stale_answer_ttl);
+    } else {
+      ReplyError(w, dns::Rcode::kServFail);
+    }
+  }
+  Erase(r);
+}
+
+void Server::Impl::Erase(Resolution* r) {
+  CloseQuery(r);
+  resolution_by_key.erase(r->key);
+  resolutions.erase(r->id);  // frees r
+}
+
+// ---------------------------------------------------------------- control
+
+std::string Server::Impl::StatsJson() {
+  const Stats& s = stats;
+  return Cat("{\"queries\":", s.queries, ",\"udp\":", s.udp, ",\"tcp\":", s.tcp,
+             ",\"refused_acl\":", s.refused_acl, ",\"formerr\":", s.formerr, ",\"dropped\":", s.dropped,
+             ",\"notimp\":", s.notimp, ",\"ordinary_hits\":", s.ordinary_hits,
+             ",\"ordinary_misses\":", s.ordinary_misses, ",\"tagged_hits\":", s.tagged_hits,
+             ",\"tagged_misses\":", s.tagged_misses, ",\"coalesced\":", s.coalesced,
+             ",\"stale_served\":", s.stale_served, ",\"prefetches\":", s.prefetches,
+             ",\"servfail\":", s.servfail, ",\"learned_tagged\":", s.learned_tagged,
+             ",\"ub_queries\":", s.ub_queries, ",\"cut_lookups\":", s.cut_lookups,
+             ",\"cut_cache_hits\":", s.cut_cache_hits, ",\"upstream_queries\":", s.upstream_queries,
+             ",\"upstream_tcp\":", s.upstream_tcp, ",\"upstream_timeouts\":", s.upstream_timeouts,
+             ",\"ecs_sent\":", s.ecs_sent, ",\"ecs_retry_without\":", s.ecs_retry_without,
+             ",\"ecs_forged\":", s.ecs_forged, ",\"ecs_unsolicited\":", s.ecs_unsolicited,
+             ",\"spoofed_dropped\":", s.spoofed_dropped, ",\"malformed_replies\":", s.malformed_replies,
+             ",\"out_of_bailiwick\":", s.out_of_bailiwick, ",\"truncated\":", s.truncated,
+             ",\"weights_invalid\":", s.weights_invalid, ",\"referrals\":", s.referrals,
+             ",\"tagged_names\":", scoped.name_count(), ",\"plain_entries\":", plain.size(),
+             ",\"zone_cuts\":", cuts.size(), ",\"in_flight\":", resolutions.size() + ordinary.size(), "}");
+}
+
+void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
+  std::string reply;
+  if (line == "stats") {
+    reply = StatsJson();
+  } else if (line.rfind("advance-clock ", 0) == 0) {
+    if (test_clock == nullptr) {
+      reply = "error: not started with --test-clock";
+    } else {
+      test_clock->Advance(static_cast<uint32_t>(std::strtoul(line.c_str() + 14, nullptr, 10)));
+      reply = "ok";
+    }
+  } else if (line == "flush") {
+    plain.clear();
+    zero_source.clear();
+    cuts.clear();
+    scoped = partitions::EcsScopeCache<Answer>(static_cast<size_t>(cfg.max_subnets));
+    reply = "ok";
+  } else if (line == "reload-tags") {
+    std::unique_ptr<const partitions::TagTable> t;
+    absl::Status st = LoadTags(&t);
+    if (st.ok()) tags = std::move(t);
+    reply = st.ok() ? "ok" : Cat("error: ", common::ToStd(st.message()));
+  } else {
+    reply = "commands: stats | advance-clock N | flush | reload-tags";
+  }
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  Conn& c = it->second;
+  reply.push_back('\n');
+  c.out.insert(c.out.end(), reply.begin(), reply.end());
+  c.closing = true;
+  Watch(c.fd, EPOLLOUT, {FdKind::kConn, id});
+}
+
+// ---------------------------------------------------------------- Server
+
+Server::Server(RecursorConfig config, partitions::FakeClock* test_clock)
+    : impl_(std::make_unique<Impl>(std::move(config))) {
+  impl_->test_clock = test_clock;
+}
+
+Server::~Server() { Stop(); }
+
+absl::Status Server::Start() { return impl_->Start(); }
+
+std::string Server::DescribeListeners() const {
+  std::string s;
+  for (const std::string& l : impl_->describe) s += l + "\n";
+  return s + "ready\n";
+}
+
+absl::Status Server::ReloadTags() {
+  std::unique_ptr<const partitions::TagTable> t;
+  absl::Status st = impl_->LoadTags(&t);
+  if (!st.ok()) return st;
+  {
+    std::lock_guard<std::mutex> l(impl_->reload_mu);
+    impl_->pending_tags = std::move(t);
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  return absl::OkStatus();
+}
+
+void Server::Stop() {
+  if (!impl_->running.exchange(false)) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  impl_->thread.join();
+  for (auto& [id, r] : impl_->resolutions) {
+    if (r->fd >= 0) close(r->fd);
+  }
+  for (auto& [id, c] : impl_->conns) close(c.fd);
+  for (int fd : impl_->listen_fds) close(fd);
+  close(impl_->wakefd);
+  close(impl_->epfd);
+}
+
+}  // namespace weir::recursor

@@ -1,0 +1,82 @@
+#include "unbound_resolver.h"
+
+#include "weir/common/text.h"
+
+namespace weir::recursor {
+
+using common::Cat;
+
+UnboundResolver::~UnboundResolver() {
+  if (ctx_ != nullptr) ub_ctx_delete(ctx_);  // stops the thread; pending callbacks never run
+  for (Request* r : pending_) delete r;
+}
+
+absl::Status UnboundResolver::Init(const RecursorConfig& config) {
+  ctx_ = ub_ctx_create();
+  if (ctx_ == nullptr) return absl::InternalError("libunbound: cannot create a context");
+  auto set = [&](const char* opt, const std::string& val) -> absl::Status {
+    const int err = ub_ctx_set_option(ctx_, opt, val.c_str());
+    if (err != 0)
+      return absl::InvalidArgumentError(Cat("libunbound option ", opt, " ", val, ": ", ub_strerror(err)));
+    return absl::OkStatus();
+  };
+  absl::Status st;
+  // The test hierarchy and loopback forwarders live on 127.0.0.0/8.
+  if (!(st = set("do-not-query-localhost:", "no")).ok()) return st;
+  if (!(st = set("do-ip6:", config.do_ip6 ? "yes" : "no")).ok()) return st;
+  if (!(st = set("edns-buffer-size:", "1232")).ok()) return st;
+  if (!(st = set("verbosity:", std::to_string(config.verbosity))).ok()) return st;
+  if (!(st = set("use-syslog:", "no")).ok()) return st;
+  if (!config.root_hints.empty()) {
+    if (!(st = set("root-hints:", config.root_hints)).ok()) return st;
+  }
+  for (const common::SocketAddress& f : config.forwarders) {
+    std::string text = f.ToString();  // "1.2.3.4:53" or "[::1]:53" -> "1.2.3.4@53"
+    const size_t colon = text.rfind(':');
+    std::string host = text.substr(0, colon);
+    if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const std::string fwd = Cat(host, "@", f.port());
+    const int err = ub_ctx_set_fwd(ctx_, fwd.c_str());
+    if (err != 0)
+      return absl::InvalidArgumentError(Cat("libunbound forwarder ", fwd, ": ", ub_strerror(err)));
+  }
+  if (!config.trust_anchor.empty()) {
+    const int err = ub_ctx_add_ta_file(ctx_, config.trust_anchor.c_str());
+    if (err != 0) {
+      return absl::InvalidArgumentError(Cat("trust anchor ", config.trust_anchor, ": ", ub_strerror(err)));
+    }
+  } else {
+    // No anchor, no validation: skip the validator module altogether.
+    if (!(st = set("module-config:", "iterator")).ok()) return st;
+  }
+  const int err = ub_ctx_async(ctx_, 1);
+  if (err != 0) return absl::InternalError(Cat("libunbound async: ", ub_strerror(err)));
+  return absl::OkStatus();
+}
+
+int UnboundResolver::fd() const { return ub_fd(ctx_); }
+
+void UnboundResolver::Process() { ub_process(ctx_); }
+
+bool UnboundResolver::Resolve(const std::string& name, uint16_t type, uint16_t klass, Callback cb) {
+  auto* r = new Request{this, std::move(cb)};
+  int async_id = 0;
+  const int err = ub_resolve_async(ctx_, name.c_str(), type, klass, r, &UnboundResolver::Done, &async_id);
+  if (err != 0) {
+    delete r;
+    return false;
+  }
+  pending_.insert(r);
+  return true;
+}
+
+void UnboundResolver::Done(void* arg, int err, ub_result* result) {
+  auto* r = static_cast<Request*>(arg);
+  r->self->pending_.erase(r);
+  Callback cb = std::move(r->cb);
+  delete r;
+  cb(err, err == 0 ? result : nullptr);
+  if (result != nullptr) ub_resolve_free(result);
+}
+
+}  // namespace weir::recursor

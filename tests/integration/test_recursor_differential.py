@@ -1,0 +1,179 @@
+"""Differential test: weir-recursor against Debian's unbound daemon
+(subnetcache module, send-client-subnet) over the same fake hierarchy and
+the same client subnets. Addresses, TTL bounds and ECS scope must agree.
+
+Run: python3 tests/integration/test_recursor_differential.py --build-dir build
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+NET = "127.0.104"
+
+SHOP = """
+[[zone.record]]
+name = "www"
+type = "A"
+ttl = 300
+data = "192.0.2.1"
+
+[[zone.record]]
+name = "video"
+type = "CNAME"
+ttl = 600
+data = "x.cdn-gslb.example."
+"""
+
+CDN = """
+[[zone.name]]
+name = "x"
+ttl = 60
+weights = true
+  [[zone.name.view]]
+  cidr = "198.51.100.0/24"
+  scope = 24
+  addresses = ["192.0.2.10", "192.0.2.11", "2001:db8::10"]
+  weights = [2, 1, 1]
+  [[zone.name.view]]
+  cidr = "203.0.113.0/24"
+  scope = 20
+  ttl = 120
+  addresses = ["192.0.2.20", "192.0.2.21"]
+  weights = [1, 3]
+  [[zone.name.view]]
+  cidr = "2001:db8:100::/48"
+  scope = 48
+  addresses = ["192.0.2.30", "2001:db8::30"]
+  weights = [4, 4]
+  [[zone.name.view]]
+  cidr = "198.51.100.128/25"
+  scope = 28
+  addresses = ["192.0.2.40"]
+  weights = [1]
+  # Not scope 0: unbound keeps scope-0 answers in its global message cache
+  # and prefers them over longer scopes it also holds (weir takes the longest
+  # match, RFC 7871 7.3.1), which would make the two differ by design.
+  [zone.name.default]
+  scope = 24
+  addresses = ["192.0.2.99"]
+  weights = [1]
+"""
+
+UNBOUND_CONF = """server:
+  interface: 127.0.0.1@{port}
+  port: {port}
+  do-daemonize: no
+  use-syslog: no
+  logfile: ""
+  username: ""
+  chroot: ""
+  directory: "{dir}"
+  pidfile: ""
+  num-threads: 1
+  verbosity: 0
+  access-control: 127.0.0.0/8 allow
+  do-not-query-localhost: no
+  do-ip6: no
+  root-hints: "{hints}"
+  module-config: "subnetcache iterator"
+  send-client-subnet: {net}.0/24
+  max-client-subnet-ipv4: 24
+  max-client-subnet-ipv6: 56
+remote-control:
+  control-enable: no
+"""
+
+CASES = [
+    ("video.shop.example", "A", "198.51.100.7/24"),
+    ("video.shop.example", "A", "203.0.113.50/24"),
+    ("video.shop.example", "A", "192.0.2.1/24"),
+    ("video.shop.example", "A", "198.51.100.200/24"),
+    ("x.cdn-gslb.example", "A", "198.51.100.7/24"),
+    ("x.cdn-gslb.example", "AAAA", "2001:db8:100:5::/56"),
+    ("x.cdn-gslb.example", "A", "2001:db8:100:5::/56"),
+    ("x.cdn-gslb.example", "AAAA", "198.51.100.7/24"),
+    ("www.shop.example", "A", None),
+]
+
+
+class DifferentialTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig", "unbound")
+        cls.h = weirtest.FakeHierarchy(BUILD_DIR, net=NET, zones={"shop.example.": SHOP, "cdn-gslb.example.": CDN})
+        cls.tags = weirtest.write_temp("video.shop.example weight=on ecs=on\ncdn-gslb.example weight=on ecs=on\n",
+                                       suffix=".txt")
+        cls.weir = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(root_hints=cls.h.root_hints, tags=cls.tags,
+                                                                          resolver={"do_ip6": False}))
+        cls.dir = tempfile.mkdtemp(prefix="weir-unbound-")
+        cls.ub_port = weirtest.free_port()
+        conf = os.path.join(cls.dir, "unbound.conf")
+        with open(conf, "w") as f:
+            f.write(UNBOUND_CONF.format(port=cls.ub_port, dir=cls.dir, hints=cls.h.root_hints, net=NET))
+        cls.unbound = weirtest.Process(["unbound", "-d", "-c", conf], ready=None)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if weirtest.dig("127.0.0.1", cls.ub_port, ".", "NS", timeout=1).status is not None:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"unbound did not start: {cls.unbound.stderr_text()}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.unbound.stop()
+        cls.weir.stop()
+        cls.h.stop()
+        os.unlink(cls.tags)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def compare(self, qname, qtype, ecs):
+        w = weirtest.dig(self.weir.host, self.weir.port, qname, qtype, ecs=ecs, norec=False)
+        u = weirtest.dig("127.0.0.1", self.ub_port, qname, qtype, ecs=ecs, norec=False)
+        self.assertEqual(w.status, u.status, (w.text, u.text))
+        self.assertEqual([(x.name, x.type) for x in w.answer], [(x.name, x.type) for x in u.answer],
+                         (w.text, u.text))
+        # unbound rotates RRsets (rrset-roundrobin); weir keeps the GSLB's order.
+        key = lambda x: (x.name, x.type, x.data)  # noqa: E731
+        self.assertEqual(sorted(map(key, w.answer)), sorted(map(key, u.answer)), (w.text, u.text))
+        for rw, ru in zip(sorted(w.answer, key=key), sorted(u.answer, key=key)):
+            # Both start from the authoritative TTL; a second or two may separate the queries.
+            self.assertLessEqual(abs(rw.ttl - ru.ttl), 3, (rw, ru))
+        if ecs is None:
+            self.assertIsNone(w.ecs)
+        else:
+            self.assertIsNotNone(w.ecs, w.text)
+            self.assertIsNotNone(u.ecs, u.text)
+            self.assertEqual((w.ecs.address, w.ecs.source, w.ecs.scope), (u.ecs.address, u.ecs.source, u.ecs.scope))
+        return w, u
+
+    def test_same_answers_as_unbound_subnetcache(self):
+        for qname, qtype, ecs in CASES:
+            with self.subTest(qname=qname, qtype=qtype, ecs=ecs):
+                self.compare(qname, qtype, ecs)
+        # Again from both caches: still equal (cache hits keep the scope and age TTLs alike).
+        time.sleep(1.1)
+        for qname, qtype, ecs in CASES:
+            with self.subTest(cached=True, qname=qname, qtype=qtype, ecs=ecs):
+                self.compare(qname, qtype, ecs)
+
+    def test_scope_cache_hits_agree(self):
+        # 203.0.113.0/24 gets scope /20: a /24 elsewhere in that /20 is a cache hit for both.
+        self.compare("x.cdn-gslb.example", "A", "203.0.113.9/24")
+        gslb = self.h.sim("cdn-gslb.example.")
+        before = gslb.stats()["queries"]
+        w, u = self.compare("x.cdn-gslb.example", "A", "203.0.112.9/24")
+        self.assertEqual(w.addresses(), ["192.0.2.20", "192.0.2.21"])
+        self.assertEqual(gslb.stats()["queries"], before, "neither resolver asked again inside the scope")
+
+
+if __name__ == "__main__":
+    unittest.main()
