@@ -25,7 +25,7 @@ CITIES = {
     "shanghai": ("127.2.0.10", {"192.0.2.20": 2, "192.0.2.21": 1}),
     "guangzhou": ("127.3.0.10", {"192.0.2.30": 1, "192.0.2.31": 1, "192.0.2.32": 1, "192.0.2.33": 1}),
 }
-NAME = "video.cdn-gslb.net"
+NAME = "video.shop.example"
 
 
 def metrics(port):
@@ -41,20 +41,27 @@ def main():
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="weir-demo-")
+    demo = os.path.join(ROOT, "examples", "demo")
+    hierarchy = None
     try:
-        for f in ("zones.toml", "citymap.csv", "tags.txt"):
-            shutil.copy(os.path.join(ROOT, "examples", "demo", f), work)
-        with weirtest.GslbSim(args.build_dir, config_path=os.path.join(work, "zones.toml")) as gslb:
-            up = f"127.0.0.1:{gslb.port}"
-            conf = open(os.path.join(ROOT, "examples", "demo", "fastpath.toml")).read().replace("@UPSTREAM@", up)
+        for f in ("citymap.csv", "tags.txt"):
+            shutil.copy(os.path.join(demo, f), work)
+        zones = {origin: open(os.path.join(demo, origin.rstrip(".") + ".toml")).read()
+                 for origin in ("shop.example.", "cdn-gslb.example.")}
+        hierarchy = weirtest.FakeHierarchy(args.build_dir, net="127.0.99", tld="example.", zones=zones)
+        gslb = hierarchy.sim("cdn-gslb.example.")
+        rconf = weirtest.recursor_config(root_hints=hierarchy.root_hints, tags=os.path.join(work, "tags.txt"))
+        with weirtest.Recursor(args.build_dir, rconf) as rec:
+            up = f"{rec.host}:{rec.port}"
+            conf = open(os.path.join(demo, "fastpath.toml")).read().replace("@RECURSOR@", up)
             conf_path = os.path.join(work, "fastpath.toml")
             open(conf_path, "w").write(conf)
             fp_bin = weirtest.binary(args.build_dir, "fastpath/weir-fastpath")
             with weirtest.Process([fp_bin, "-c", conf_path], ready=r"^metrics http ") as fp:
                 port = int(re.search(r"udp 127\.0\.0\.1:(\d+)", "\n".join(fp.lines)).group(1))
                 mport = int(re.search(r"metrics http 127\.0\.0\.1:(\d+)", "\n".join(fp.lines)).group(1))
-                print(f"gslb-sim (the CDN's GSLB) on {up}; weir-fastpath on 127.0.0.1:{port}, "
-                      f"metrics on 127.0.0.1:{mport}\n")
+                print("fake hierarchy on 127.0.99.1-4 port 53 (root, example., shop.example., cdn-gslb.example.)")
+                print(f"weir-recursor on {up}; weir-fastpath on 127.0.0.1:{port}, metrics on 127.0.0.1:{mport}\n")
                 qfile = os.path.join(work, "queries.txt")
                 open(qfile, "w").write(f"{NAME} A\n")
                 for city, (src, _) in CITIES.items():
@@ -87,14 +94,21 @@ def main():
                         print(f"    ERROR: answers from another city: {sorted(foreign)}")
                     if total == 0:
                         ok = False
-                st = gslb.stats()
-                print(f"\nupstream queries seen by gslb-sim: {st.get('queries')} "
-                      f"(one per city: the rest came from weir's cache)")
+                log = [q for q in gslb.log(1000) if q["qname"].rstrip(".") == "x.cdn-gslb.example" and q["qtype"] == "A"]
+                ecs = sorted(f'{q["ecs"]["address"]}/{q["ecs"]["source"]}' for q in log if q["ecs"])
+                print(f"\nA queries the CDN's GSLB saw for x.cdn-gslb.example: {len(log)} "
+                      f"({len(log) - len(ecs)} without ECS, then one per city with its ECS: {', '.join(ecs)}); "
+                      f"every other answer came from weir's caches")
+                learned = re.search(r"^weir_learned_tags_total (\d+)", text, re.M)
+                print(f"weir learned the CDN tag for {learned.group(1) if learned else 0} customer name(s) "
+                      f"from their CNAME chains")
                 hits = re.search(r"^weir_cache_hits_total (\d+)", text, re.M)
                 misses = re.search(r"^weir_cache_misses_total (\d+)", text, re.M)
                 print(f"weir cache: {hits.group(1) if hits else 0} hits, {misses.group(1) if misses else 0} misses")
                 return 0 if ok else 1
     finally:
+        if hierarchy is not None:
+            hierarchy.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

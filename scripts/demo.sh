@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 BUILD=${WEIR_BUILD_DIR:-build-demo}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target weir-fastpath gslb-sim
+cmake --build "$BUILD" -j "$(nproc)" --target weir-fastpath weir-recursor gslb-sim
 exec python3 scripts/demo.py --build-dir "$BUILD" "$@"

@@ -23,6 +23,10 @@ EcsChoice ChooseEcs(bool name_wants_ecs, const dns::ClientSubnet* front_ecs, std
     c.send = dns::MakeClientSubnet(client, client.size() == 4 ? settings.source_v4 : settings.source_v6,
                                    &c.subnet);
   }
+  // Nothing to send for a name that wants ECS: the authority answers without
+  // knowing who asks, and that answer must not become the one every subnet
+  // gets: it serves queries without a subnet only, like /0 (RFC 7871 7.1.2).
+  if (!c.send) c.zero_source = true;
   return c;
 }
 

@@ -54,7 +54,12 @@ TEST(ChooseEcs, NoEcsForUntaggedOrZeroSource) {
   const EcsChoice c = ChooseEcs(true, &front, {}, s);
   EXPECT_FALSE(c.send);
   EXPECT_TRUE(c.zero_source);
-  EXPECT_FALSE(ChooseEcs(true, nullptr, std::vector<uint8_t>{127, 0, 0, 9}, s).send);
+  // No ECS from the front for a name that wants it: nothing sent, and the
+  // answer must only serve queries without a subnet.
+  const EcsChoice none = ChooseEcs(true, nullptr, std::vector<uint8_t>{127, 0, 0, 9}, s);
+  EXPECT_FALSE(none.send);
+  EXPECT_TRUE(none.zero_source);
+  EXPECT_FALSE(ChooseEcs(false, nullptr, {}, s).zero_source);
 }
 
 TEST(ChooseEcs, ClientAddressFallbackUsesDefaultSources) {

@@ -32,7 +32,8 @@ struct EcsChoice {
   bool send = false;         // an ECS option goes to the authoritative servers
   dns::ClientSubnet subnet;  // what is sent (scope 0); valid when `send`
   // The front sent SOURCE PREFIX-LENGTH 0 ("do not use my address", RFC
-  // 7871 7.1.2): nothing is sent and the answer serves /0 queries only.
+  // 7871 7.1.2), or no ECS at all for a name that wants it: nothing is sent
+  // and the answer serves such queries only, never the subnets that do ask.
   bool zero_source = false;
 };
 
