@@ -1,0 +1,109 @@
+// TagTable: domain suffix -> tag (DESIGN section 3); the most specific suffix
+// wins ("cdn.example." beats "example.").
+//
+// Lookup hashes every suffix of the query name in one right-to-left pass and
+// probes only the suffix lengths (in labels) that some tag has, most
+// specific first: the cost is bounded by the qname's label count, whatever
+// the table size.
+//
+// Text format (one tag per line, '#' comments, documented in
+// partitions/README.md):
+//   cdn.example.com weight=on ecs=on policy=forward:192.0.2.53@5300,[2001:db8::53]@53 answer=ordered
+//   level=city
+// Every key is optional: weight=off ecs=off policy=iterate answer=single,
+// level=global, or level=city when ecs=on.
+//
+// Threading: a TagTable is immutable once built; any number of threads look
+// up concurrently. Readers reach the current one through TagTableHolder (an
+// RcuSnapshot, see rcu.h), which mgmt pushes swap atomically.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weir/dns/message.h"
+#include "weir/partitions/partition.h"
+#include "weir/partitions/rcu.h"
+
+namespace weir::partitions {
+
+enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
+
+// How a cached address RRset is answered (DESIGN section 3, 5). kAll is the
+// untagged behaviour: the records as cached, no SWRR.
+enum class AnswerMode : uint8_t { kAll = 0, kSingle = 1, kOrdered = 2 };
+
+struct ForwardTarget {
+  IpAddress address;
+  uint16_t port = 53;
+  friend bool operator==(const ForwardTarget&, const ForwardTarget&) = default;
+};
+
+struct Tag {
+  dns::NameKey suffix;  // canonical wire form
+  bool weight = false;
+  bool ecs = false;
+  Policy policy = Policy::kIterate;
+  std::vector<ForwardTarget> targets;  // non-empty iff policy == kForward
+  AnswerMode answer = AnswerMode::kSingle;
+  CacheLevel level = CacheLevel::kGlobal;  // already resolved: ecs implies city unless set
+};
+
+// Parses one line of the text format (without comment). Errors say what is
+// wrong, without a line number.
+absl::StatusOr<Tag> ParseTagLine(std::string_view line);
+// The line that ParseTagLine reads back to an equal tag.
+std::string FormatTag(const Tag& tag);
+
+class TagTable {
+ public:
+  // Fails on duplicate suffixes.
+  static absl::StatusOr<std::unique_ptr<const TagTable>> Build(std::vector<Tag> tags);
+  // A bad line rejects the whole text with "line N: reason".
+  static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text);
+
+  // The tag of the most specific suffix of `qname` (a canonical key, as
+  // dns::Query::qname), or nullptr when the name is untagged.
+  const Tag* Lookup(std::span<const uint8_t> qname) const;
+
+  size_t size() const { return tags_.size(); }
+  const std::vector<Tag>& tags() const { return tags_; }
+  size_t memory_bytes() const;
+
+ private:
+  TagTable() = default;
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  struct Slot {
+    uint32_t check;  // upper half of the suffix hash
+    uint32_t index;  // into tags_; kEmpty = free
+  };
+  std::vector<Tag> tags_;
+  // Open-addressing index over the suffix hashes, plus the suffix keys
+  // packed in one arena so a probe touches two small arrays, not the Tags.
+  std::vector<Slot> slots_;
+  uint64_t mask_ = 0;
+  std::vector<uint8_t> keys_;
+  std::vector<uint32_t> key_off_;  // tags_.size() + 1 entries
+  // One bit per hash bucket (8-16 bits per tag, L2-resident): most suffixes of
+  // a query name are not tags and stop here without touching the index.
+  std::vector<uint64_t> filter_;
+  uint64_t filter_mask_ = 0;
+  // Bit n set when some suffix has n labels (0 = root .. 127).
+  uint64_t label_counts_[2] = {0, 0};
+};
+
+using TagTableHolder = RcuSnapshot<TagTable>;
+
+namespace internal {
+// Hashes of every suffix of a canonical key, most specific first:
+// hashes[i] is the hash of the suffix starting at offsets[i]; entry
+// `count - 1` is the root. Returns count (labels + 1), 0 for a malformed key.
+size_t SuffixHashes(std::span<const uint8_t> key, uint64_t* hashes, uint8_t* offsets);
+}  // namespace internal
+
+}  // namespace weir::partitions

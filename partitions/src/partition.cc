@@ -1,0 +1,66 @@
+#include "weir/partitions/partition.h"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <string>
+#include "text_util.h"
+
+namespace weir::partitions {
+
+bool ParseIp(std::string_view text, IpAddress* out) {
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return false;
+  char buf[INET6_ADDRSTRLEN];
+  std::memcpy(buf, text.data(), text.size());
+  buf[text.size()] = '\0';
+  IpAddress a;
+  if (text.find(':') == std::string_view::npos) {
+    if (inet_pton(AF_INET, buf, a.bytes.data()) != 1) return false;
+    a.family = 4;
+  } else {
+    if (inet_pton(AF_INET6, buf, a.bytes.data()) != 1) return false;
+    a.family = 6;
+  }
+  *out = a;
+  return true;
+}
+
+std::string IpToString(const IpAddress& a) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (a.family == 4) {
+    inet_ntop(AF_INET, a.bytes.data(), buf, sizeof buf);
+  } else if (a.family == 6) {
+    inet_ntop(AF_INET6, a.bytes.data(), buf, sizeof buf);
+  } else {
+    return "-";
+  }
+  return buf;
+}
+
+absl::Status ParseCidr(std::string_view text, Cidr* out) {
+  size_t slash = text.find('/');
+  if (slash == std::string_view::npos)
+    return absl::InvalidArgumentError(internal::Cat("'", text, "' is not a CIDR"));
+  IpAddress a;
+  if (!ParseIp(text.substr(0, slash), &a)) {
+    return absl::InvalidArgumentError(internal::Cat("bad address '", text.substr(0, slash), "'"));
+  }
+  std::string_view len_text = text.substr(slash + 1);
+  unsigned len = 0;
+  auto [ptr, ec] = std::from_chars(len_text.data(), len_text.data() + len_text.size(), len);
+  const unsigned max = a.family == 4 ? 32 : 128;
+  if (len_text.empty() || ec != std::errc() || ptr != len_text.data() + len_text.size() || len > max) {
+    return absl::InvalidArgumentError(internal::Cat("bad prefix length '", len_text, "'"));
+  }
+  const size_t nbytes = a.family == 4 ? 4 : 16;
+  for (size_t bit = len; bit < nbytes * 8; ++bit) {
+    if (a.bytes[bit / 8] & (0x80u >> (bit % 8))) {
+      return absl::InvalidArgumentError(internal::Cat("host bits set in '", text, "'"));
+    }
+  }
+  out->address = a;
+  out->prefix = static_cast<uint8_t>(len);
+  return absl::OkStatus();
+}
+
+}  // namespace weir::partitions

@@ -1,0 +1,276 @@
+#include "weir/partitions/cache.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "test_util.h"
+#include "weir/partitions/rcu.h"
+#include "weir/partitions/swrr.h"
+
+namespace weir::partitions {
+namespace {
+
+using testing::MakeAEntry;
+using testing::Name;
+using testing::V4;
+
+class CacheTest : public ::testing::Test {
+ protected:
+  RcuThread rcu_;  // the test thread reads the cache
+  FakeClock clock_{1000};
+};
+
+TEST_F(CacheTest, InsertFindRefreshErase) {
+  Cache cache({}, clock_);
+  const dns::NameKey q = Name("www.example.com");
+  const CacheKey key{5, q.span(), dns::type::kA};
+  Freshness f;
+  EXPECT_EQ(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(f, Freshness::kMiss);
+
+  EXPECT_EQ(cache.Insert(MakeAEntry(5, q, {1, 2}, {1, 2}, clock_.NowSeconds())),
+            Cache::InsertResult::kInserted);
+  const CacheEntry* e = cache.Find(key, clock_.NowSeconds(), &f);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(f, Freshness::kFresh);
+  EXPECT_EQ(e->address_count(), 2);
+  EXPECT_TRUE(e->has_weights());
+
+  // Other qtype, class, partition or name: miss.
+  EXPECT_EQ(cache.Find({5, q.span(), dns::type::kAaaa}, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(cache.Find({5, q.span(), dns::type::kA, 3}, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(cache.Find({6, q.span(), dns::type::kA}, clock_.NowSeconds(), &f), nullptr);
+  const dns::NameKey q2 = Name("www.example.org");
+  EXPECT_EQ(cache.Find({5, q2.span(), dns::type::kA}, clock_.NowSeconds(), &f), nullptr);
+
+  EXPECT_EQ(cache.Insert(MakeAEntry(5, q, {1, 2, 3}, {}, clock_.NowSeconds())),
+            Cache::InsertResult::kReplaced);
+  rcu_.Quiescent();
+  e = cache.Find(key, clock_.NowSeconds(), &f);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->address_count(), 3);
+  EXPECT_EQ(cache.stats().entries, 1u);
+
+  EXPECT_TRUE(cache.Erase(key));
+  EXPECT_FALSE(cache.Erase(key));
+  EXPECT_EQ(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(cache.stats().entries, 0u);
+}
+
+TEST_F(CacheTest, TtlStaleWindowAndServfail) {
+  Cache cache({.stale_window = 100}, clock_);
+  const dns::NameKey q = Name("a.example");
+  const CacheKey key{0, q.span(), dns::type::kA};
+  cache.Insert(MakeAEntry(0, q, {1}, {}, clock_.NowSeconds(), 60));
+  Freshness f;
+  clock_.Advance(59);
+  const CacheEntry* e = cache.Find(key, clock_.NowSeconds(), &f);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(f, Freshness::kFresh);
+  EXPECT_EQ(e->ServeAge(clock_.NowSeconds()), 59u);
+  clock_.Advance(1);
+  e = cache.Find(key, clock_.NowSeconds(), &f);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(f, Freshness::kStale);
+  EXPECT_EQ(e->ServeAge(clock_.NowSeconds()), 30u);  // 60 - 30: stale answers carry TTL 30
+  clock_.Advance(99);
+  EXPECT_NE(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(f, Freshness::kStale);
+  clock_.Advance(1);
+  EXPECT_EQ(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
+  EXPECT_EQ(f, Freshness::kMiss);
+  cache.Maintain();
+  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_EQ(cache.stats().expired_evictions, 1u);
+
+  // SERVFAIL: short, never stale.
+  CacheEntryBuilder b({0, q.span(), dns::type::kAaaa});
+  auto sf = b.Build(EntryKind::kServFail, clock_.NowSeconds(), {.servfail_ttl = 5});
+  ASSERT_TRUE(sf.ok());
+  EXPECT_EQ((*sf)->rcode(), dns::Rcode::kServFail);
+  cache.Insert(*std::move(sf));
+  const CacheKey k6{0, q.span(), dns::type::kAaaa};
+  ASSERT_NE(cache.Find(k6, clock_.NowSeconds() + 4, &f), nullptr);
+  EXPECT_EQ(cache.Find(k6, clock_.NowSeconds() + 5, &f), nullptr);
+}
+
+TEST_F(CacheTest, TtlClamps) {
+  const dns::NameKey q = Name("a.example");
+  CacheEntryBuilder b({0, q.span(), dns::type::kA});
+  b.AddAddress(q.span(), V4(1), 5).AddAddress(q.span(), V4(2), 999999);
+  auto e = b.Build(EntryKind::kPositive, 1, {.min_ttl = 30, .max_ttl = 3600});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)->ttl(), 30u);
+  // Written TTLs are clamped too.
+  SwrrTable t;
+  AnswerWrite w;
+  uint8_t buf[128];
+  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kAll, t, 0, buf, sizeof buf, &w));
+  EXPECT_EQ(dns::Load32(buf + 6), 30u);
+  EXPECT_EQ(dns::Load32(buf + 16 + 6), 3600u);
+}
+
+std::vector<uint8_t> SoaRdata(uint32_t minimum) {
+  dns::NameKey m = Name("ns.example"), r = Name("host.example");
+  std::vector<uint8_t> out(m.bytes.begin(), m.bytes.begin() + m.len);
+  out.insert(out.end(), r.bytes.begin(), r.bytes.begin() + r.len);
+  for (uint32_t v : {2024010101u, 3600u, 600u, 86400u, minimum}) {
+    uint8_t b[4];
+    dns::Store32(b, v);
+    out.insert(out.end(), b, b + 4);
+  }
+  return out;
+}
+
+TEST_F(CacheTest, NegativeEntriesFollowRfc2308) {
+  Cache cache({}, clock_);
+  const dns::NameKey q = Name("nope.www.example"), zone = Name("example");
+  const dns::NameKey target = Name("gone.example");
+  CacheEntryBuilder b({0, q.span(), dns::type::kA});
+  b.AddCname(q.span(), target.span(), 3000);
+  b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 900, SoaRdata(300));
+  auto e = b.Build(EntryKind::kNxDomain, clock_.NowSeconds());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->ttl(), 300u);  // min(SOA TTL 900, MINIMUM 300)
+  EXPECT_EQ((*e)->rcode(), dns::Rcode::kNxDomain);
+  EXPECT_EQ((*e)->answer_count(), 1);
+  EXPECT_EQ((*e)->authority_count(), 1);
+  cache.Insert(*std::move(e));
+  Freshness f;
+  const CacheEntry* got = cache.Find({0, q.span(), dns::type::kA}, clock_.NowSeconds() + 10, &f);
+  ASSERT_NE(got, nullptr);
+
+  // Write the whole response and parse it: SOA TTL is the remaining negative TTL.
+  std::vector<uint8_t> pkt(512);
+  dns::ResponseWriter rw(pkt.data(), pkt.size());
+  ASSERT_EQ(rw.Begin(1, dns::flag::kQr | 3, q.span(), dns::type::kA, dns::klass::kIn), dns::ParseError::kOk);
+  SwrrTable t;
+  AnswerWrite w;
+  const size_t off = dns::AnswerOffset(q.len);
+  ASSERT_TRUE(WriteAnswer(*got, AnswerMode::kSingle, t, got->ServeAge(clock_.NowSeconds() + 10),
+                          pkt.data() + off, pkt.size() - off, &w));
+  dns::Store16(pkt.data() + dns::kOffAncount, w.answer_count);
+  dns::Store16(pkt.data() + dns::kOffNscount, w.authority_count);
+  pkt.resize(off + w.bytes);
+  dns::Message m;
+  ASSERT_EQ(m.Parse(pkt, {}), dns::ParseError::kOk);
+  auto it = m.Records(dns::Section::kAuthority);
+  dns::RrView rr;
+  ASSERT_TRUE(it.Next(&rr));
+  EXPECT_EQ(rr.type, dns::type::kSoa);
+  EXPECT_EQ(rr.ttl, 290u);
+
+  // No SOA: not cacheable.
+  CacheEntryBuilder nosoa({0, q.span(), dns::type::kA});
+  EXPECT_FALSE(nosoa.Build(EntryKind::kNoData, clock_.NowSeconds()).ok());
+}
+
+TEST_F(CacheTest, BuilderRejectsBrokenChains) {
+  const dns::NameKey q = Name("a.example"), other = Name("b.example"), t = Name("t.example");
+  CacheEntryBuilder b({0, q.span(), dns::type::kA});
+  b.AddCname(other.span(), t.span(), 60);
+  EXPECT_FALSE(b.Build(EntryKind::kPositive, 1).ok());
+  CacheEntryBuilder b2({0, q.span(), dns::type::kA});
+  b2.AddCname(q.span(), t.span(), 60).AddAddress(q.span(), V4(1), 60);  // owner must be t
+  EXPECT_FALSE(b2.Build(EntryKind::kPositive, 1).ok());
+  CacheEntryBuilder b3({0, q.span(), dns::type::kA});
+  const uint8_t three[] = {1, 2, 3};
+  b3.AddAddress(q.span(), three, 60);
+  EXPECT_FALSE(b3.Build(EntryKind::kPositive, 1).ok());
+}
+
+TEST_F(CacheTest, InvalidWeightsMeanEqualWeights) {
+  const dns::NameKey q = Name("a.example");
+  auto e = MakeAEntry(0, q, {1, 2, 3}, {5, 0, 1}, 1);  // a zero weight
+  EXPECT_FALSE(e->has_weights());
+  EXPECT_EQ(std::vector<uint8_t>(e->weights().begin(), e->weights().end()), (std::vector<uint8_t>{1, 1, 1}));
+  e = MakeAEntry(0, q, {1, 2, 3}, {5, 1}, 1);  // count mismatch
+  EXPECT_FALSE(e->has_weights());
+  e = MakeAEntry(0, q, {3, 1, 2}, {30, 10, 20}, 1);  // sorted, weights follow
+  EXPECT_TRUE(e->has_weights());
+  EXPECT_EQ(std::vector<uint8_t>(e->weights().begin(), e->weights().end()),
+            (std::vector<uint8_t>{10, 20, 30}));
+}
+
+// A key of city A never returns city B's entry, whatever the names.
+TEST_F(CacheTest, PartitionsNeverMix) {
+  std::mt19937_64 rng(5);
+  Cache cache({}, clock_);
+  std::vector<dns::NameKey> names;
+  for (int i = 0; i < 200; ++i) names.push_back(Name("n" + std::to_string(i) + ".cdn.example"));
+  const IpAddress client = IpAddress::V4(0x0a010203);
+  std::vector<Partition> parts;
+  for (PartitionId c = 0; c < 20; ++c) parts.push_back(PartitionKey(CacheLevel::kCity, c, client));
+  parts.push_back(kCommonPartition);
+  parts.push_back(PartitionKey(CacheLevel::kSubnet, 0, client));
+  // Each entry's address encodes (partition index, name index).
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (size_t n = 0; n < names.size(); ++n) {
+      if (rng() % 3 == 0) continue;
+      cache.Insert(
+          MakeAEntry(parts[p], names[n], {static_cast<uint32_t>(p << 16 | n)}, {}, clock_.NowSeconds()));
+    }
+  }
+  size_t hits = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const size_t p = rng() % parts.size(), n = rng() % names.size();
+    Freshness f;
+    const CacheEntry* e = cache.Find({parts[p], names[n].span(), dns::type::kA}, clock_.NowSeconds(), &f);
+    if (e == nullptr) continue;
+    ++hits;
+    ASSERT_EQ(e->partition(), parts[p]);
+    const uint8_t* rdata = e->records().data() + e->chain_bytes() + 12;
+    ASSERT_EQ(dns::Load32(rdata), p << 16 | n);
+  }
+  EXPECT_GT(hits, 50000u);
+}
+
+TEST_F(CacheTest, ByteBudgetEvictsColdEntriesFirst) {
+  const size_t budget = 2 << 20;
+  Cache cache({.byte_budget = budget}, clock_);
+  const size_t hot = 1000;
+  std::vector<dns::NameKey> names;
+  for (size_t i = 0; i < 40000; ++i) names.push_back(Name("host" + std::to_string(i) + ".example.com"));
+  Freshness f;
+  for (size_t i = 0; i < names.size(); ++i) {
+    cache.Insert(MakeAEntry(0, names[i], {1, 2, 3, 4}, {1, 2, 3, 4}, clock_.NowSeconds()));
+    // Readers keep touching the first `hot` names.
+    if (i % 64 == 0) {
+      for (size_t h = 0; h < hot && h <= i; ++h)
+        cache.Find({0, names[h].span(), dns::type::kA}, clock_.NowSeconds(), &f);
+    }
+    ASSERT_LE(cache.stats().bytes, budget);
+    if (i % 1024 == 0) rcu_.Quiescent();
+  }
+  const CacheStats s = cache.stats();
+  EXPECT_GT(s.evictions, 20000u);
+  size_t hot_hits = 0, cold_hits = 0;
+  for (size_t i = 0; i < hot; ++i)
+    hot_hits += cache.Find({0, names[i].span(), dns::type::kA}, clock_.NowSeconds(), &f) != nullptr;
+  for (size_t i = hot; i < 2 * hot; ++i)
+    cold_hits += cache.Find({0, names[i].span(), dns::type::kA}, clock_.NowSeconds(), &f) != nullptr;
+  EXPECT_GT(hot_hits, hot * 9 / 10);
+  EXPECT_LT(cold_hits, hot / 10);
+  rcu_.Quiescent();
+}
+
+TEST_F(CacheTest, WeightedEntryWithFourARecordsFitsIn256Bytes) {
+  Cache cache({.byte_budget = size_t{1} << 30}, clock_);
+  const size_t n = 100000;
+  for (size_t i = 0; i < n; ++i) {
+    const dns::NameKey q = Name("www" + std::to_string(i) + ".example.com");
+    cache.Insert(MakeAEntry(PartitionKey(CacheLevel::kCity, static_cast<PartitionId>(i % 300), {}), q,
+                            {0x0a000001, 0x0a000002, 0x0a000003, 0x0a000004}, {10, 20, 30, 40},
+                            clock_.NowSeconds()));
+  }
+  const CacheStats s = cache.stats();
+  ASSERT_EQ(s.entries, n);
+  const double per_entry = double(s.bytes) / double(s.entries);
+  std::printf("bytes per weighted 4xA entry incl. index: %.1f (index slots %llu)\n", per_entry,
+              static_cast<unsigned long long>(s.index_slots));
+  EXPECT_LE(per_entry, 256.0);
+}
+
+}  // namespace
+}  // namespace weir::partitions

@@ -1,0 +1,79 @@
+#include "weir/partitions/ecs_scope_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "weir/partitions/partition.h"
+
+namespace weir::partitions {
+namespace {
+
+using testing::Name;
+
+dns::ClientSubnet Subnet(const char* addr, uint8_t source) {
+  IpAddress a;
+  EXPECT_TRUE(ParseIp(addr, &a));
+  dns::ClientSubnet s;
+  s.family = a.family == 4 ? dns::kEcsFamilyIpv4 : dns::kEcsFamilyIpv6;
+  s.source_prefix = source;
+  for (unsigned bit = 0; bit < source; ++bit) s.address[bit / 8] |= a.bytes[bit / 8] & (0x80u >> (bit % 8));
+  return s;
+}
+
+TEST(EcsScopeCache, LongestScopeWinsAndScopeZeroIsGlobal) {
+  EcsScopeCache<std::string> c;
+  const dns::NameKey q = Name("cdn.example");
+  c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 0, 0, 100, "global");
+  c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 16, 0, 100, "slash16");
+  c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 24, 0, 100, "slash24");
+  uint8_t scope = 99;
+  EXPECT_EQ(*c.Lookup(q.span(), 1, Subnet("192.0.2.0", 24), 1, &scope), "slash24");
+  EXPECT_EQ(scope, 24);
+  EXPECT_EQ(*c.Lookup(q.span(), 1, Subnet("192.0.9.0", 24), 1, &scope), "slash16");
+  EXPECT_EQ(*c.Lookup(q.span(), 1, Subnet("10.0.0.0", 24), 1, &scope), "global");
+  EXPECT_EQ(scope, 0);
+  EXPECT_EQ(*c.Lookup(q.span(), 1, Subnet("2001:db8::", 56), 1), "global");  // scope 0: any family
+  // A query with a shorter source cannot use a longer scope.
+  EXPECT_EQ(*c.Lookup(q.span(), 1, Subnet("192.0.2.0", 20), 1), "slash16");
+  EXPECT_EQ(c.Lookup(q.span(), 28, Subnet("192.0.2.0", 24), 1), nullptr);  // other qtype
+  // Expiry.
+  EXPECT_EQ(c.Lookup(q.span(), 1, Subnet("192.0.2.0", 24), 100), nullptr);
+}
+
+TEST(EcsScopeCache, ScopeLongerThanSourceIsStoredAtSource) {
+  EcsScopeCache<int> c;
+  const dns::NameKey q = Name("cdn.example");
+  c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 32, 0, 100, 7);
+  uint8_t scope = 0;
+  // Another address of the same /24 uses it: stored at /24, not /32.
+  ASSERT_NE(c.Lookup(q.span(), 1, Subnet("192.0.2.77", 32), 1, &scope), nullptr);
+  EXPECT_EQ(scope, 24);
+  EXPECT_EQ(c.Lookup(q.span(), 1, Subnet("192.0.3.0", 24), 1), nullptr);
+}
+
+TEST(EcsScopeCache, AtMostNSubnetsPerNameEvictingSoonestExpiry) {
+  EcsScopeCache<int> c(100);
+  const dns::NameKey q = Name("cdn.example");
+  for (int i = 0; i < 150; ++i) {
+    dns::ClientSubnet s = Subnet("10.0.0.0", 24);
+    s.address[1] = static_cast<uint8_t>(i);
+    c.Insert(q.span(), 1, s, 24, 0, 1000 + i, i);
+    ASSERT_LE(c.SubnetCount(q.span(), 1), 100u);
+  }
+  EXPECT_EQ(c.SubnetCount(q.span(), 1), 100u);
+  dns::ClientSubnet oldest = Subnet("10.0.0.0", 24), newest = Subnet("10.0.0.0", 24);
+  oldest.address[1] = 0;
+  newest.address[1] = 149;
+  EXPECT_EQ(c.Lookup(q.span(), 1, oldest, 1), nullptr);
+  ASSERT_NE(c.Lookup(q.span(), 1, newest, 1), nullptr);
+  // Re-inserting the same subnet replaces, it does not add.
+  c.Insert(q.span(), 1, newest, 24, 0, 5000, -1);
+  EXPECT_EQ(c.SubnetCount(q.span(), 1), 100u);
+  EXPECT_EQ(*c.Lookup(q.span(), 1, newest, 1), -1);
+  // Kept: expiries 1050..1148 and the replaced one (5000); 1050..1100 go.
+  c.Expire(1100);
+  EXPECT_EQ(c.SubnetCount(q.span(), 1), 49u);
+}
+
+}  // namespace
+}  // namespace weir::partitions

@@ -1,0 +1,265 @@
+#include "weir/partitions/swrr.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "test_util.h"
+
+namespace weir::partitions {
+namespace {
+
+using testing::MakeAEntry;
+using testing::Name;
+
+std::vector<uint8_t> RandomWeights(std::mt19937_64& rng) {
+  std::vector<uint8_t> w(1 + rng() % 16);
+  for (auto& x : w) x = static_cast<uint8_t>(1 + rng() % 255);
+  return w;
+}
+
+// Every window of sum(w) consecutive picks holds index i exactly w[i] times.
+void ExpectExactWindows(const std::vector<uint8_t>& seq, const std::vector<uint8_t>& w) {
+  const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
+  ASSERT_GE(seq.size(), total);
+  std::vector<size_t> count(w.size(), 0);
+  for (size_t i = 0; i < total; ++i) ++count[seq[i]];
+  for (size_t start = 0;; ++start) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(count[i], w[i]) << "window at " << start << " address " << i << " of " << w.size();
+    }
+    if (start + total >= seq.size()) break;
+    --count[seq[start]];
+    ++count[seq[start + total]];
+  }
+}
+
+TEST(Swrr, TwoToOneIsSmooth) {
+  SwrrTable t;
+  const std::vector<uint8_t> w = {2, 1};
+  std::string s;
+  for (int i = 0; i < 6; ++i) s += "AB"[t.Pick(42, 1, w)];
+  EXPECT_EQ(s, "ABAABA");  // A A B spread as A B A, never A A B B
+}
+
+TEST(Swrr, EqualWeightsAreRoundRobin) {
+  SwrrTable t;
+  const std::vector<uint8_t> w(5, 1);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(t.Pick(7, 9, w), i % 5);
+}
+
+TEST(SwrrProperty, EveryWindowIsExactPerWorker) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 300; ++round) {
+    const std::vector<uint8_t> w = RandomWeights(rng);
+    const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
+    SwrrTable t(64);
+    std::vector<uint8_t> seq;
+    for (size_t i = 0; i < total * 3 + rng() % total; ++i) seq.push_back(t.Pick(round, 5, w));
+    ExpectExactWindows(seq, w);
+    EXPECT_EQ(t.resets(), w.size() > 1 ? 1u : 0u);
+  }
+}
+
+TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
+  std::mt19937_64 rng(12);
+  for (int workers : {2, 4}) {
+    for (int round = 0; round < 100; ++round) {
+      const std::vector<uint8_t> w = RandomWeights(rng);
+      const double total = std::accumulate(w.begin(), w.end(), 0.0);
+      std::vector<SwrrTable> tables;
+      for (int i = 0; i < workers; ++i) tables.emplace_back(64);
+      std::vector<uint64_t> count(w.size(), 0);
+      const size_t picks = static_cast<size_t>(total) * 5;
+      for (size_t n = 1; n <= picks; ++n) {
+        // Queries land on workers at random (RSS).
+        ++count[tables[rng() % workers].Pick(99, 3, w)];
+        for (size_t i = 0; i < w.size(); ++i) {
+          const double want = n * w[i] / total;
+          ASSERT_LE(std::abs(count[i] - want), workers)
+              << "after " << n << " picks, address " << i << " workers " << workers;
+        }
+      }
+      // Share after every full cycle: within workers/total of the weight share.
+      for (size_t i = 0; i < w.size(); ++i) {
+        EXPECT_LE(std::abs(count[i] / double(picks) - w[i] / total), workers / total);
+      }
+    }
+  }
+}
+
+TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
+  std::mt19937_64 rng(13);
+  FakeClock clock;
+  const dns::NameKey q = Name("cdn.example.com");
+  for (int round = 0; round < 100; ++round) {
+    std::vector<uint8_t> w = RandomWeights(rng);
+    std::vector<uint32_t> addrs;
+    for (size_t i = 0; i < w.size(); ++i) addrs.push_back(0x0a000001 + static_cast<uint32_t>(i));
+    SwrrTable t(256);
+    auto e1 = MakeAEntry(7, q, addrs, w, clock.NowSeconds());
+    // The refresh brings the same set in another order (upstreams rotate).
+    std::vector<size_t> perm(w.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<uint32_t> addrs2;
+    std::vector<uint8_t> w2;
+    for (size_t i : perm) {
+      addrs2.push_back(addrs[i]);
+      w2.push_back(w[i]);
+    }
+    auto e2 = MakeAEntry(7, q, addrs2, w2, clock.NowSeconds() + 10);
+    ASSERT_EQ(e1->fingerprint(), e2->fingerprint());
+    std::vector<uint8_t> seq;
+    const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
+    const size_t switch_at = rng() % (2 * total);
+    for (size_t i = 0; i < 3 * total; ++i) {
+      const CacheEntry& e = i < switch_at ? *e1 : *e2;
+      seq.push_back(t.Pick(e.hash(), e.fingerprint(), e.weights()));
+    }
+    // e1 and e2 store the set in the same canonical order, so indices agree.
+    std::vector<uint8_t> canonical(e1->weights().begin(), e1->weights().end());
+    ExpectExactWindows(seq, canonical);
+    const uint64_t resets = t.resets();
+
+    // A changed weight resets the state and the new set is exact from there.
+    if (w.size() > 1) {
+      w[0] = static_cast<uint8_t>(w[0] == 255 ? 1 : w[0] + 1);
+      auto e3 = MakeAEntry(7, q, addrs, w, clock.NowSeconds() + 20);
+      EXPECT_NE(e3->fingerprint(), e1->fingerprint());
+      std::vector<uint8_t> seq3;
+      const size_t total3 = std::accumulate(w.begin(), w.end(), size_t{0});
+      for (size_t i = 0; i < 2 * total3; ++i)
+        seq3.push_back(t.Pick(e3->hash(), e3->fingerprint(), e3->weights()));
+      EXPECT_EQ(t.resets(), resets + 1);
+      ExpectExactWindows(seq3, std::vector<uint8_t>(e3->weights().begin(), e3->weights().end()));
+    }
+  }
+}
+
+TEST(Swrr, LargeSetsUseTheBigTable) {
+  SwrrTable t;
+  std::vector<uint8_t> w(40);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint8_t>(1 + i * 3);
+  std::vector<uint8_t> seq;
+  const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
+  for (size_t i = 0; i < 2 * total; ++i) seq.push_back(t.Pick(5, 5, w));
+  ExpectExactWindows(seq, w);
+}
+
+// ---------------------------------------------------------------- answers
+
+struct Parsed {
+  std::vector<uint8_t> pkt;
+  dns::Message msg;
+  std::vector<dns::RrView> answers;
+};
+
+// Builds a whole response around WriteAnswer's bytes and parses it back with
+// the dns codec: compression pointers must resolve, counts must add up.
+Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, uint32_t age, AnswerWrite* w,
+               uint8_t* weights = nullptr) {
+  Parsed p;
+  p.pkt.resize(1500);
+  dns::ResponseWriter rw(p.pkt.data(), p.pkt.size());
+  EXPECT_EQ(rw.Begin(0x1234, dns::flag::kQr | dns::flag::kRa, e.qname(), e.qtype(), e.qclass()),
+            dns::ParseError::kOk);
+  const size_t off = dns::AnswerOffset(e.qname().size());
+  EXPECT_EQ(rw.size(), off);
+  EXPECT_TRUE(WriteAnswer(e, mode, t, age, p.pkt.data() + off, p.pkt.size() - off, w, weights));
+  dns::Store16(p.pkt.data() + dns::kOffAncount, w->answer_count);
+  dns::Store16(p.pkt.data() + dns::kOffNscount, w->authority_count);
+  p.pkt.resize(off + w->bytes);
+  EXPECT_EQ(p.msg.Parse(p.pkt, {}), dns::ParseError::kOk);
+  auto it = p.msg.Records(dns::Section::kAnswer);
+  dns::RrView rr;
+  while (it.Next(&rr)) p.answers.push_back(rr);
+  return p;
+}
+
+TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
+  FakeClock clock;
+  const dns::NameKey q = Name("www.example.com");
+  auto e = MakeAEntry(3, q, {0x0a000001, 0x0a000002, 0x0a000003}, {3, 2, 1}, clock.NowSeconds(), 300,
+                      {"www.example.com.cdn.net", "edge.gslb.cdn.net"});
+  ASSERT_EQ(e->address_count(), 3);
+  ASSERT_EQ(e->chain_count(), 2);
+  SwrrTable t;
+  std::vector<int> count(3, 0);
+  for (int i = 0; i < 12; ++i) {
+    AnswerWrite w;
+    uint8_t weights[8];
+    Parsed p = Respond(*e, AnswerMode::kSingle, t, 100, &w, weights);
+    ASSERT_EQ(p.answers.size(), 3u);
+    EXPECT_EQ(p.answers[0].type, dns::type::kCname);
+    EXPECT_EQ(p.answers[0].ttl, 300u);  // 400 - 100
+    EXPECT_EQ(p.answers[2].type, dns::type::kA);
+    EXPECT_EQ(p.answers[2].ttl, 200u);
+    const uint8_t last = p.pkt[p.answers[2].rdata_offset + 3];
+    EXPECT_EQ(last, w.picked + 1);
+    EXPECT_EQ(weights[0], e->weights()[w.picked]);
+    ++count[w.picked];
+    // The owner of the A record is the chain's end.
+    dns::NameKey owner;
+    size_t end;
+    ASSERT_EQ(dns::ReadName(p.pkt, p.answers[2].name_offset, &end, &owner), dns::ParseError::kOk);
+    EXPECT_EQ(owner, Name("edge.gslb.cdn.net"));
+  }
+  EXPECT_EQ(count, (std::vector<int>{6, 4, 2}));
+
+  for (int i = 0; i < 6; ++i) {
+    AnswerWrite w;
+    uint8_t weights[8];
+    Parsed p = Respond(*e, AnswerMode::kOrdered, t, 0, &w, weights);
+    ASSERT_EQ(p.answers.size(), 5u);
+    EXPECT_EQ(p.pkt[p.answers[2].rdata_offset + 3], w.picked + 1);  // the pick first
+    std::vector<int> rest;
+    for (int j = 3; j < 5; ++j) {
+      rest.push_back(p.pkt[p.answers[j].rdata_offset + 3] - 1);
+      dns::NameKey owner;
+      size_t end;
+      ASSERT_EQ(dns::ReadName(p.pkt, p.answers[j].name_offset, &end, &owner), dns::ParseError::kOk);
+      EXPECT_EQ(owner, Name("edge.gslb.cdn.net"));
+    }
+    EXPECT_LT(rest[0], rest[1]);  // the others keep their order
+    EXPECT_EQ(weights[1], e->weights()[rest[0]]);
+    EXPECT_EQ(w.weight_count, 3);
+  }
+
+  AnswerWrite w;
+  Parsed p = Respond(*e, AnswerMode::kAll, t, 500, &w);
+  ASSERT_EQ(p.answers.size(), 5u);
+  EXPECT_EQ(p.answers[4].ttl, 0u);  // aged past zero -> 0
+}
+
+TEST(WriteAnswer, NoChainOwnerIsTheQname) {
+  const dns::NameKey q = Name("a.example");
+  auto e = MakeAEntry(0, q, {1, 2}, {}, 1);
+  EXPECT_FALSE(e->has_weights());
+  SwrrTable t;
+  AnswerWrite w;
+  Parsed p = Respond(*e, AnswerMode::kSingle, t, 0, &w);
+  ASSERT_EQ(p.answers.size(), 1u);
+  dns::NameKey owner;
+  size_t end;
+  ASSERT_EQ(dns::ReadName(p.pkt, p.answers[0].name_offset, &end, &owner), dns::ParseError::kOk);
+  EXPECT_EQ(owner, q);
+  // Missing weights -> round robin.
+  Parsed p2 = Respond(*e, AnswerMode::kSingle, t, 0, &w);
+  EXPECT_NE(p.pkt[p.answers[0].rdata_offset + 3], p2.pkt[p2.answers[0].rdata_offset + 3]);
+}
+
+TEST(WriteAnswer, TooSmallBufferFails) {
+  const dns::NameKey q = Name("a.example");
+  auto e = MakeAEntry(0, q, {1, 2}, {1, 1}, 1);
+  SwrrTable t;
+  AnswerWrite w;
+  uint8_t buf[64];
+  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kOrdered, t, 0, buf, 20, &w));
+  EXPECT_TRUE(WriteAnswer(*e, AnswerMode::kSingle, t, 0, buf, 20, &w));
+  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kAll, t, 0, buf, 31, &w));
+}
+
+}  // namespace
+}  // namespace weir::partitions
