@@ -261,13 +261,20 @@ size_t EncodeEcsOption(const ClientSubnet& s, uint8_t* out, size_t cap) {
 
 std::string_view WeightVerdictName(WeightVerdict v) {
   switch (v) {
-    case WeightVerdict::kValid: return "valid";
-    case WeightVerdict::kEmpty: return "empty";
-    case WeightVerdict::kOddLength: return "odd_length";
-    case WeightVerdict::kCountMismatch: return "count_mismatch";
-    case WeightVerdict::kZeroWeight: return "zero_weight";
-    case WeightVerdict::kHighByteSet: return "high_byte_set";
-    case WeightVerdict::kTooMany: return "too_many";
+    case WeightVerdict::kValid:
+      return "valid";
+    case WeightVerdict::kEmpty:
+      return "empty";
+    case WeightVerdict::kOddLength:
+      return "odd_length";
+    case WeightVerdict::kCountMismatch:
+      return "count_mismatch";
+    case WeightVerdict::kZeroWeight:
+      return "zero_weight";
+    case WeightVerdict::kHighByteSet:
+      return "high_byte_set";
+    case WeightVerdict::kTooMany:
+      return "too_many";
   }
   return "unknown";
 }

@@ -9,9 +9,12 @@ constexpr size_t kOptFixedSize = 11;  // root owner + type, class, ttl, rdlength
 
 size_t CountOffset(Section s) {
   switch (s) {
-    case Section::kAnswer: return kOffAncount;
-    case Section::kAuthority: return kOffNscount;
-    case Section::kAdditional: return kOffArcount;
+    case Section::kAnswer:
+      return kOffAncount;
+    case Section::kAuthority:
+      return kOffNscount;
+    case Section::kAdditional:
+      return kOffArcount;
   }
   return kOffArcount;
 }

@@ -309,6 +309,7 @@ inline bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
 }  // namespace
 
 const Tag* TagTable::Lookup(std::span<const uint8_t> qname) const {
+  if (tags_.empty()) return nullptr;  // no tags configured: nothing to hash
   uint64_t hashes[128];
   uint8_t offsets[128];
   const size_t n = internal::SuffixHashes(qname, hashes, offsets);

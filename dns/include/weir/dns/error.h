@@ -14,25 +14,25 @@ enum class ParseError : uint8_t {
   kNoQuestion,         // QDCOUNT = 0
   kMultipleQuestions,  // QDCOUNT > 1
   kTruncatedQuestion,
-  kNotAQuery,          // QR set where a query was expected
-  kNotAResponse,       // QR clear where a response was expected
+  kNotAQuery,     // QR set where a query was expected
+  kNotAResponse,  // QR clear where a response was expected
   // Names (RFC 1035 3.1, 4.1.4).
   kTruncatedName,
-  kLabelTooLong,       // a label longer than 63 octets
-  kNameTooLong,        // more than 255 octets in wire form
-  kBadLabelType,       // 0x40 / 0x80 label types (RFC 6891 obsoleted them)
-  kPointerLoop,        // a pointer back into the name being read
-  kForwardPointer,     // a pointer at or after itself
-  kCompressedQuestion, // a query's qname must be uncompressed
+  kLabelTooLong,        // a label longer than 63 octets
+  kNameTooLong,         // more than 255 octets in wire form
+  kBadLabelType,        // 0x40 / 0x80 label types (RFC 6891 obsoleted them)
+  kPointerLoop,         // a pointer back into the name being read
+  kForwardPointer,      // a pointer at or after itself
+  kCompressedQuestion,  // a query's qname must be uncompressed
   // Resource records.
   kTruncatedRr,
   kRdataOverrun,
-  kTooManyRecords,     // counts that cannot fit in the packet
+  kTooManyRecords,  // counts that cannot fit in the packet
   // EDNS (RFC 6891).
   kDuplicateOpt,
   kOptNotInAdditional,
   kOptOwnerNotRoot,
-  kBadEdnsVersion,     // version > 0: answer BADVERS
+  kBadEdnsVersion,  // version > 0: answer BADVERS
   kTruncatedOption,
   kDuplicateEcs,
   // ECS (RFC 7871 6).
@@ -40,9 +40,9 @@ enum class ParseError : uint8_t {
   kEcsBadFamily,
   kEcsSourceTooLong,
   kEcsScopeTooLong,
-  kEcsScopeInQuery,    // SCOPE PREFIX-LENGTH must be 0 in queries
-  kEcsAddressLength,   // address octets != ceil(source / 8)
-  kEcsTrailingBits,    // bits beyond the source prefix are not zero
+  kEcsScopeInQuery,   // SCOPE PREFIX-LENGTH must be 0 in queries
+  kEcsAddressLength,  // address octets != ceil(source / 8)
+  kEcsTrailingBits,   // bits beyond the source prefix are not zero
   // Writer.
   kBufferTooSmall,
   kCount,

@@ -234,7 +234,6 @@ ParseError CopyRdataUncompressed(std::span<const uint8_t> msg, const RrView& rr,
                                  size_t* len);
 
 // Reads one RR header at `offset`; shared by the query and response parsers.
-ParseError ReadRecord(std::span<const uint8_t> msg, size_t offset, Section section, RrView* rr,
-                      size_t* end);
+ParseError ReadRecord(std::span<const uint8_t> msg, size_t offset, Section section, RrView* rr, size_t* end);
 
 }  // namespace weir::dns

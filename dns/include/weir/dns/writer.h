@@ -74,14 +74,20 @@ class ResponseWriter {
   size_t room() const { return cap_ - len_; }
   void Commit(Section section, size_t bytes, uint16_t count) {
     len_ += bytes;
-    Bump(section == Section::kAnswer ? kOffAncount : section == Section::kAuthority ? kOffNscount : kOffArcount,
+    Bump(section == Section::kAnswer      ? kOffAncount
+         : section == Section::kAuthority ? kOffNscount
+                                          : kOffArcount,
          count);
     section_ = static_cast<int>(section);
   }
 
  private:
-  ParseError Reserve(size_t n) const { return len_ + n <= cap_ ? ParseError::kOk : ParseError::kBufferTooSmall; }
-  void Bump(size_t count_offset, uint16_t n) { Store16(buf_ + count_offset, Load16(buf_ + count_offset) + n); }
+  ParseError Reserve(size_t n) const {
+    return len_ + n <= cap_ ? ParseError::kOk : ParseError::kBufferTooSmall;
+  }
+  void Bump(size_t count_offset, uint16_t n) {
+    Store16(buf_ + count_offset, Load16(buf_ + count_offset) + n);
+  }
 
   uint8_t* buf_;
   size_t cap_;
