@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
     std::printf("%s: ok\n", config_path.c_str());
     return 0;
   }
+  // A peer that resets a connection must cost an EPIPE, never the process.
+  signal(SIGPIPE, SIG_IGN);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);

@@ -144,6 +144,13 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
   if (cfg.ordinary.empty()) return whole("[upstream] ordinary must list at least one recursor");
   if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
+  if (cfg.ordinary.size() > 64 || cfg.weighted.size() > 64)
+    return whole("[upstream] takes at most 64 recursors per group");
+  if (cfg.weight_option_code < 20) {
+    return whole(
+        "[server] weight_option_code collides with IANA-assigned EDNS option codes (use 65001 or another "
+        "local code)");
+  }
   return cfg;
 }
 

@@ -22,6 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kRingSize = 4096;
 constexpr size_t kReturnRingSize = 4096;
+// Names learned as tagged at once (DESIGN 3); each learn copies the set.
+constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -73,9 +75,11 @@ struct Forwarder::Impl {
   Group groups[2];  // 0 ordinary, 1 weighted
   absl::flat_hash_map<std::string, std::unique_ptr<Pending>> inflight;
   absl::flat_hash_map<int, Pending*> by_fd;
+  // Timers name their try by generation, never by pointer: a Pending may
+  // be freed long before its old deadlines come up.
+  absl::flat_hash_map<uint64_t, Pending*> by_generation;
   struct Timer {
     Clock::time_point at;
-    Pending* p;
     uint64_t generation;
     bool operator>(const Timer& o) const { return at > o.at; }
   };
@@ -204,8 +208,8 @@ void Forwarder::Impl::Run() {
       Timer t = timers.top();
       timers.pop();
       // Stale timer entries (the pending finished or was re-sent) are skipped.
-      auto it = by_fd.find(t.p->fd);
-      if (it != by_fd.end() && it->second == t.p && t.p->generation == t.generation) OnTimeout(t.p);
+      auto it = by_generation.find(t.generation);
+      if (it != by_generation.end()) OnTimeout(it->second);
     }
   }
 }
@@ -311,7 +315,8 @@ void Forwarder::Impl::Send(Pending* p) {
   ev.events = EPOLLIN;
   ev.data.fd = fd;
   epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-  timers.push({p->deadline, p, p->generation});
+  by_generation[p->generation] = p;
+  timers.push({p->deadline, p->generation});
 }
 
 void Forwarder::Impl::OnReadable(int fd) {
@@ -359,6 +364,7 @@ bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len,
 }
 
 void Forwarder::Impl::CloseSocket(Pending* p) {
+  by_generation.erase(p->generation);
   if (p->fd < 0) return;
   epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
   by_fd.erase(p->fd);
@@ -398,7 +404,8 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
   ev.events = EPOLLIN | EPOLLOUT;
   ev.data.fd = fd;
   epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-  timers.push({p->deadline, p, p->generation});
+  by_generation[p->generation] = p;
+  timers.push({p->deadline, p->generation});
 }
 
 void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
@@ -520,6 +527,7 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
     return false;  // REFUSED, NOTIMP, FORMERR...: relayed, never cached
   }
   if (up.flags() & dns::flag::kTc) return false;
+  if (p.miss.do_bit || p.miss.cd_bit) return false;  // DNSSEC-aware answers are relayed only
   partitions::CacheEntryBuilder b(key);
   b.SetFlags(up.flags());
   // Follow the CNAME chain from the qname through the answer section; records
@@ -565,11 +573,19 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
         const partitions::Tag* tag = tags != nullptr && !p.miss.tagged ? tags->Lookup(cur.span()) : nullptr;
         if (tag != nullptr && (tag->weight || tag->ecs || tag->level != partitions::CacheLevel::kGlobal)) {
           const uint32_t now = shared->clock->NowSeconds();
-          const LearnedTags* old = shared->learned.Get();
+          const uint32_t ttl = std::clamp<uint32_t>(chain_ttl, 1, shared->limits.max_ttl);
+          const LearnedTags* current = shared->learned.Get();
           const LearnedTags empty;
-          shared->learned.Publish(
-              (old != nullptr ? old : &empty)
-                  ->With(p.miss.qname.span(), *tag, now + std::max<uint32_t>(chain_ttl, 1), now));
+          auto next = (current != nullptr ? current : &empty)
+                          ->With(p.miss.qname.span(), *tag, now + ttl, now, kMaxLearnedNames);
+          if (next == nullptr) {
+            // Full: the name is not learned, and its answer is relayed but
+            // never cached in the common partition.
+            self->learned_overflow_.Add();
+            return false;
+          }
+          // Deferred: the forwarder never waits for a grace period.
+          shared->learned.PublishDeferred(std::move(next));
           self->learned_.Add();
           *learned = true;
           return false;
@@ -649,10 +665,12 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
     dns::Query q;
     if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
     dns::ResponseWriter w(out, sizeof(out));
-    const uint16_t flags =
-        static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
-                              (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-                              (up.flags() & (dns::flag::kAd | dns::flag::kRcodeMask)));
+    const uint16_t flags = static_cast<uint16_t>(
+        dns::flag::kQr | dns::flag::kRa |
+        (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+        (up.flags() & dns::flag::kRcodeMask) |
+        // AD only to clients that asked for it (RFC 6840 5.8).
+        ((q.edns.do_bit || (q.flags & dns::flag::kAd)) ? up.flags() & dns::flag::kAd : 0));
     w.Begin(q.id, flags, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype,
             q.qclass);
     std::memcpy(out + body, answer + body, records_end - body);
@@ -676,8 +694,9 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
         e.scope_prefix = up.edns().has_ecs ? std::min(up.edns().ecs.scope_prefix, e.source_prefix) : 0;
         opt_len += dns::EncodeEcsOption(e, opts + opt_len, sizeof(out) - total - 11 - opt_len);
       }
-      if (q.edns.has_weight && up.edns().has_weight) {
-        const size_t wl = up.edns().weight_len;
+      if (q.edns.has_weight) {
+        // The recursor's weights, or length 0 ("supported, not weighted").
+        const size_t wl = up.edns().has_weight ? up.edns().weight_len : 0;
         dns::Store16(opts + opt_len, config.weight_option_code);
         dns::Store16(opts + opt_len + 2, static_cast<uint16_t>(wl));
         std::memcpy(opts + opt_len + 4, answer + up.edns().weight_offset, wl);

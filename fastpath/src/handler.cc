@@ -116,7 +116,7 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partition
   const uint16_t flags =
       static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
                             (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-                            (e.flags() & dns::flag::kAd) | (rcode & 0xf));
+                            (q.flags & dns::flag::kAd ? e.flags() & dns::flag::kAd : 0) | (rcode & 0xf));
   if (w.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) !=
       dns::ParseError::kOk) {
     return 0;
@@ -145,7 +145,9 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partition
       // Echo the client's subnet; the scope says how far the answer applies
       // (0 when the subnet did not choose it: RFC 7871 7.2.1).
       dns::ClientSubnet ecs = q.edns.ecs;
-      ecs.scope_prefix = trusted_ecs && e.ecs_family() != 0 ? std::min(e.ecs_scope(), ecs.source_prefix) : 0;
+      // A trusted forwarder's subnet chose the partition: the answer holds for
+      // its whole source prefix (the city or subnet behind it), no wider.
+      ecs.scope_prefix = trusted_ecs ? ecs.source_prefix : 0;
       w.AddEcs(ecs);
     }
     if (q.edns.has_weight) {
@@ -191,7 +193,10 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   }
   const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query_);
   // Over TCP the whole answer goes (RFC 7766); over UDP the client's limit.
-  response_limit_ = client.tcp ? std::min<size_t>(out_cap, 65535) : query_.udp_limit();
+  // Over UDP at most our own EDNS size (1232): larger datagrams fragment.
+  response_limit_ = client.tcp
+                        ? std::min<size_t>(out_cap, 65535)
+                        : std::min<size_t>(query_.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
   if (!Allowed(client.addr)) {
     counters_->Drop(DropReason::kRefused);
     if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) return Verdict::kDrop;
@@ -231,7 +236,8 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     if (learned != nullptr) tag = learned->Lookup(query_.qname.span(), now);
   }
   partitions::IpAddress who = client.addr;
-  const bool trusted_ecs = query_.edns.has_ecs && Trusted(client.addr);
+  // A /0 source says "do not use my address" (RFC 7871 7.1.2): not a subnet.
+  const bool trusted_ecs = query_.edns.has_ecs && query_.edns.ecs.source_prefix > 0 && Trusted(client.addr);
   if (trusted_ecs) {
     who.family = query_.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
     who.bytes = query_.edns.ecs.address;
@@ -245,10 +251,15 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     partition = partitions::PartitionKey(tag->level, id, who);
   }
 
+  // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
+  // does not keep: they are coalesced and relayed, never answered from or
+  // written to the cache.
+  const bool dnssec = query_.edns.do_bit || query_.cd();
   const partitions::CacheKey key{partition, query_.qname.span(), query_.qtype, query_.qclass};
   const uint64_t hash = partitions::HashCacheKey(key);
   partitions::Freshness fresh;
-  const partitions::CacheEntry* e = shared_->cache->Find(key, hash, now, &fresh);
+  const partitions::CacheEntry* e = dnssec ? nullptr : shared_->cache->Find(key, hash, now, &fresh);
+  if (dnssec) fresh = partitions::Freshness::kMiss;
   if (mode == HandleMode::kNormal) {
     const size_t slot = partition == partitions::kCommonPartition ? 0
                         : (partition >> 62) == 1                  ? 1 + (partition & 0x7fff)

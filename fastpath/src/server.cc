@@ -76,9 +76,13 @@ struct Server::Impl {
   struct Conn {
     int fd;
     std::vector<uint8_t> in;
-    std::vector<uint8_t> out;
+    std::vector<uint8_t> out;  // answers the client has not read yet
     std::chrono::steady_clock::time_point last;
+    partitions::IpAddress client;
   };
+  // Past this many unread answer bytes a connection is not read from; past
+  // four times it, it is closed.
+  static constexpr size_t kTcpOutCap = 256 * 1024;
   std::unordered_map<uint64_t, Conn> conns;
   std::unordered_map<int, uint64_t> conn_by_fd;
   uint64_t next_conn = 1;
@@ -90,7 +94,9 @@ struct Server::Impl {
   void DrainReturns(int w, QueryHandler& handler, bool read_eventfd);
   void TcpLoop();
   void TcpRead(uint64_t id);
-  void TcpWrite(uint64_t id, const uint8_t* data, size_t len);
+  // False when the connection is gone (closed here or before).
+  bool TcpWrite(uint64_t id, const uint8_t* data, size_t len);
+  bool TcpFlush(uint64_t id);
   void TcpClose(uint64_t id);
   void MetricsLoop();
   std::string RenderMetrics() const;
@@ -375,10 +381,7 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
       // TCP: the connection's peer decides the partition as it did first.
       auto it = conns.find(c.route.tcp_conn);
       if (it == conns.end()) continue;
-      sockaddr_storage ss{};
-      socklen_t sl = sizeof(ss);
-      getpeername(it->second.fd, reinterpret_cast<sockaddr*>(&ss), &sl);
-      client.addr = ToIpAddress(SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl));
+      client.addr = it->second.client;
     }
     size_t out_len = 0;
     MissRequest unused;
@@ -427,7 +430,16 @@ void Server::Impl::TcpLoop() {
   add(forwarder->return_fd(tcp_index), uint64_t{1} << 62);
   epoll_event events[64];
   std::vector<uint8_t> out(65535 + 2);
+  std::vector<std::pair<uint64_t, std::chrono::steady_clock::time_point>> paused;  // listeners
   while (running.load(std::memory_order_relaxed)) {
+    for (auto p = paused.begin(); p != paused.end();) {
+      if (std::chrono::steady_clock::now() >= p->second) {
+        add(tcp_fds[p->first], p->first);
+        p = paused.erase(p);
+      } else {
+        ++p;
+      }
+    }
     int n;
     {
       partitions::RcuOfflineScope offline;
@@ -442,60 +454,80 @@ void Server::Impl::TcpLoop() {
         const uint64_t id = tag & ~(uint64_t{1} << 63);
         auto it = conns.find(id);
         if (it == conns.end()) continue;
-        Conn& c = it->second;
+        if ((events[i].events & EPOLLOUT) && !TcpFlush(id)) continue;
+        if (!(events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
+        it = conns.find(id);
+        if (it == conns.end() || it->second.out.size() > kTcpOutCap) continue;  // reading paused
         uint8_t buf[16384];
-        const ssize_t r = read(c.fd, buf, sizeof(buf));
+        const ssize_t r = read(it->second.fd, buf, sizeof(buf));
+        if (r < 0 && errno == EAGAIN) continue;
         if (r <= 0) {
           TcpClose(id);
           continue;
         }
-        c.last = now;
-        c.in.insert(c.in.end(), buf, buf + r);
-        // Every complete length-prefixed message in the buffer.
+        it->second.in.insert(it->second.in.end(), buf, buf + r);
+        const ClientInfo client{it->second.client, true};
+        // Every complete length-prefixed message in the buffer. `in` is
+        // moved out so that a write that closes the connection cannot free
+        // the bytes being parsed.
+        std::vector<uint8_t> in = std::move(it->second.in);
         size_t off = 0;
-        while (c.in.size() - off >= 2) {
-          const size_t len = dns::Load16(c.in.data() + off);
-          if (c.in.size() - off - 2 < len) break;
-          const uint8_t* msg = c.in.data() + off + 2;
-          const SocketAddress peer = [&] {
-            sockaddr_storage ss{};
-            socklen_t sl = sizeof(ss);
-            getpeername(c.fd, reinterpret_cast<sockaddr*>(&ss), &sl);
-            return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
-          }();
-          ClientInfo client{ToIpAddress(peer), true};
+        bool open = true;
+        while (open && in.size() - off >= 2) {
+          const size_t len = dns::Load16(in.data() + off);
+          if (in.size() - off - 2 < len) break;
+          const uint8_t* msg = in.data() + off + 2;
+          off += 2 + len;
+          conns[id].last = now;  // idle time counts from the last whole query
           size_t out_len = 0;
-          PendingClient pc;
+          MissRequest miss;
           const Verdict v =
-              handler.Handle(msg, len, client, NowSeconds(), out.data(), out.size(), &out_len, &pc.miss);
-          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) TcpWrite(id, out.data(), out_len);
-          if (v == Verdict::kReplyAndPrefetch) {
-            pc.worker = -1;
-            if (forwarder->Submit(tcp_index, std::move(pc))) forwarder->Notify();
-          } else if (v == Verdict::kMiss) {
-            pc.worker = tcp_index;
-            pc.route.tcp_conn = id;
-            pc.query.assign(msg, msg + len);
+              handler.Handle(msg, len, client, NowSeconds(), out.data(), out.size(), &out_len, &miss);
+          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch)
+            open = TcpWrite(id, out.data(), out_len);
+          if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
+            PendingClient pc;
+            pc.miss = miss;
+            if (v == Verdict::kMiss) {
+              pc.worker = tcp_index;
+              pc.route.tcp_conn = id;
+              pc.query.assign(msg, msg + len);
+            }
             if (forwarder->Submit(tcp_index, std::move(pc))) {
               forwarder->Notify();
-            } else {
+            } else if (v == Verdict::kMiss) {
               ctr->Drop(DropReason::kMissQueueFull);
             }
           }
-          off += 2 + len;
         }
-        if (conns.count(id)) conns[id].in.erase(conns[id].in.begin(), conns[id].in.begin() + off);
+        auto again = conns.find(id);
+        if (again != conns.end()) {
+          in.erase(in.begin(), in.begin() + off);
+          again->second.in = std::move(in);
+          if (again->second.in.size() > 2 + 65535) TcpClose(id);  // cannot be a query
+        }
       } else {
         const int lfd = tcp_fds[tag];
         for (;;) {
           const int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-          if (cfd < 0) break;
+          if (cfd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              // Out of descriptors: stop listening for a moment instead of
+              // spinning on a listener that stays readable.
+              epoll_ctl(tcp_epfd, EPOLL_CTL_DEL, lfd, nullptr);
+              paused.push_back({tag, now + std::chrono::milliseconds(100)});
+            }
+            break;
+          }
           if (static_cast<int>(conns.size()) >= config.tcp_max_connections) {
             close(cfd);
             continue;
           }
           const uint64_t id = next_conn++;
-          conns[id] = Conn{cfd, {}, {}, now};
+          sockaddr_storage ss{};
+          socklen_t sl = sizeof(ss);
+          getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
+          conns[id] = Conn{cfd, {}, {}, now, ClientAddress(ss)};
           add(cfd, (uint64_t{1} << 63) | id);
         }
       }
@@ -514,16 +546,61 @@ void Server::Impl::TcpLoop() {
   close(tcp_epfd);
 }
 
-void Server::Impl::TcpWrite(uint64_t id, const uint8_t* data, size_t len) {
+bool Server::Impl::TcpWrite(uint64_t id, const uint8_t* data, size_t len) {
   auto it = conns.find(id);
-  if (it == conns.end()) return;  // the client went away
+  if (it == conns.end()) return false;  // the client went away
+  Conn& c = it->second;
   uint8_t hdr[2];
   dns::Store16(hdr, static_cast<uint16_t>(len));
-  iovec iov[2] = {{hdr, 2}, {const_cast<uint8_t*>(data), len}};
-  // Answers are small; a short write on a full socket closes the connection
-  // rather than buffering without bound.
-  const ssize_t w = writev(it->second.fd, iov, 2);
-  if (w != static_cast<ssize_t>(len + 2)) TcpClose(id);
+  size_t done = 0;
+  if (c.out.empty()) {
+    iovec iov[2] = {{hdr, 2}, {const_cast<uint8_t*>(data), len}};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    const ssize_t w = sendmsg(c.fd, &mh, MSG_NOSIGNAL);
+    if (w < 0 && errno != EAGAIN) {
+      TcpClose(id);
+      return false;
+    }
+    done = w > 0 ? static_cast<size_t>(w) : 0;
+    if (done == len + 2) return true;
+  }
+  // The client reads slower than it asks (pipelining, RFC 7766 6.2.1.1):
+  // keep the rest, up to a bound, and write it when the socket drains.
+  const bool was_empty = c.out.empty();
+  for (size_t i = done; i < len + 2; ++i) c.out.push_back(i < 2 ? hdr[i] : data[i - 2]);
+  if (c.out.size() > 4 * kTcpOutCap) {
+    TcpClose(id);  // a client that never reads
+    return false;
+  }
+  if (was_empty) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.u64 = (uint64_t{1} << 63) | id;
+    epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+  return true;
+}
+
+bool Server::Impl::TcpFlush(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return false;
+  Conn& c = it->second;
+  while (!c.out.empty()) {
+    const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (w < 0 && errno == EAGAIN) return true;
+    if (w <= 0) {
+      TcpClose(id);
+      return false;
+    }
+    c.out.erase(c.out.begin(), c.out.begin() + w);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = (uint64_t{1} << 63) | id;
+  epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.fd, &ev);
+  return true;
 }
 
 void Server::Impl::TcpClose(uint64_t id) {
@@ -558,6 +635,8 @@ std::string Server::Impl::RenderMetrics() const {
   out += Cat("# TYPE weir_learned_tags gauge\nweir_learned_tags ", learned != nullptr ? learned->size() : 0,
              "\n");
   out += Cat("# TYPE weir_learned_tags_total counter\nweir_learned_tags_total ", forwarder->learned(), "\n");
+  out += Cat("# TYPE weir_learned_tags_overflow_total counter\nweir_learned_tags_overflow_total ",
+             forwarder->learned_overflow(), "\n");
   out += "# TYPE weir_coalesced_total counter\n";
   out += Cat("weir_coalesced_total ", forwarder->coalesced(), "\n");
   out += "# TYPE weir_upstream_queries_total counter\n";
@@ -647,10 +726,12 @@ void Server::Impl::MetricsLoop() {
       ready = poll(&p, 1, 100);
     }
     if (ready <= 0) continue;
-    const int c = accept4(metrics_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    const int c = accept4(metrics_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) continue;
+    fcntl(c, F_SETFL, 0);  // blocking, bounded by the timeouts below
     timeval tv{1, 0};
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     char req[2048];
     ssize_t r;
     {
@@ -672,7 +753,17 @@ void Server::Impl::MetricsLoop() {
     const std::string resp = Cat(
         "HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: ", body.size(),
         "\r\nConnection: close\r\n\r\n", body);
-    [[maybe_unused]] ssize_t w = write(c, resp.data(), resp.size());
+    {
+      // Offline while sending: a scraper that does not read must not stall
+      // grace periods. MSG_NOSIGNAL: a reset connection is not a SIGPIPE.
+      partitions::RcuOfflineScope offline;
+      size_t sent = 0;
+      while (sent < resp.size()) {
+        const ssize_t w = send(c, resp.data() + sent, resp.size() - sent, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        sent += static_cast<size_t>(w);
+      }
+    }
     close(c);
   }
 }

@@ -78,6 +78,7 @@ class Forwarder {
   uint64_t coalesced() const { return coalesced_.Read(); }
   uint64_t upstream_queries() const { return upstream_queries_.Read(); }
   uint64_t learned() const { return learned_.Read(); }
+  uint64_t learned_overflow() const { return learned_overflow_.Read(); }
   const std::vector<std::unique_ptr<UpstreamStats>>& upstream_stats(bool weighted) const {
     return weighted ? weighted_stats_ : ordinary_stats_;
   }
@@ -89,6 +90,7 @@ class Forwarder {
   OwnedCounter coalesced_;
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
+  OwnedCounter learned_overflow_;
   std::vector<std::unique_ptr<UpstreamStats>> ordinary_stats_;
   std::vector<std::unique_ptr<UpstreamStats>> weighted_stats_;
 };

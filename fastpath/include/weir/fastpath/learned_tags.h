@@ -33,13 +33,16 @@ class LearnedTags {
   }
   size_t size() const { return names_.size(); }
 
-  // A copy with `qname` learned and expired names dropped.
+  // A copy with `qname` learned and expired names dropped; nullptr when the
+  // copy would hold more than `max_names` (the caller then does not learn).
   std::unique_ptr<const LearnedTags> With(std::span<const uint8_t> qname, const partitions::Tag& tag,
-                                          uint32_t expires, uint32_t now) const {
+                                          uint32_t expires, uint32_t now, size_t max_names) const {
     auto next = std::make_unique<LearnedTags>();
+    next->names_.reserve(names_.size() + 1);
     for (const auto& [k, v] : names_) {
       if (v.expires > now) next->names_.emplace(k, v);
     }
+    if (next->names_.size() >= max_names) return nullptr;
     next->names_[std::string(reinterpret_cast<const char*>(qname.data()), qname.size())] = {tag, expires};
     return next;
   }

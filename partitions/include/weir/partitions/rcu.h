@@ -86,6 +86,16 @@ class RcuSnapshot {
 
   // Swaps in `next` atomically: readers see the old or the new snapshot,
   // never a mix. Returns after the old one has been freed.
+  // Like Publish() but never waits: the old snapshot is freed after a grace
+  // period through RcuRetire (for a registered, online writer thread that
+  // must not block, such as the fastpath's forwarder).
+  void PublishDeferred(std::unique_ptr<const T> next) {
+    const T* old = current_.exchange(next.release(), std::memory_order_acq_rel);
+    if (old != nullptr) {
+      RcuRetire(const_cast<T*>(old), [](void* p) { delete static_cast<T*>(p); });
+    }
+  }
+
   void Publish(std::unique_ptr<const T> next) {
     const T* old = current_.exchange(next.release(), std::memory_order_acq_rel);
     if (old != nullptr) {

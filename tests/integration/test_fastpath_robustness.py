@@ -1,0 +1,106 @@
+"""Black-box robustness tests of weir-fastpath's TCP and metrics listeners:
+clients that misbehave must cost them their connection, never the process.
+
+Run: python3 tests/integration/test_fastpath_robustness.py --build-dir build
+"""
+
+import os
+import socket
+import struct
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+HERE = os.path.dirname(os.path.abspath(__file__))
+# A query dig sent over TCP for www.example.com A (tests/dns/golden).
+QUERY = open(os.path.join(HERE, "..", "dns", "golden", "q_dig_tcp.bin"), "rb").read()
+
+ZONES = """\
+[[zone]]
+origin = "example.com."
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+minimum = 60
+ttl = 3600
+
+[[zone.record]]
+name = "www"
+type = "A"
+ttl = 300
+data = "192.0.2.1"
+"""
+
+
+def framed(qid):
+    q = struct.pack("!H", qid) + QUERY[2:]
+    return struct.pack("!H", len(q)) + q
+
+
+class FastpathRobustnessTest(unittest.TestCase):
+    def setUp(self):
+        self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
+        self.addCleanup(self.sim.stop)
+        up = f"{self.sim.host}:{self.sim.port}"
+        self.fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([up]))
+        self.addCleanup(self.fp.stop)
+        self.assertEqual(self.fp.dig("www.example.com").status, "NOERROR")  # warm the cache
+
+    def test_metrics_client_that_resets_does_not_kill_the_process(self):
+        for _ in range(5):
+            s = socket.create_connection((self.fp.metrics_host, self.fp.metrics_port))
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            # Close with RST before the answer is read: the server's write
+            # then hits a reset connection (EPIPE), which must not be fatal.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            time.sleep(0.05)
+        time.sleep(0.3)
+        self.assertTrue(self.fp.alive(), "weir-fastpath died after a metrics client reset")
+        self.assertEqual(self.fp.dig("www.example.com").status, "NOERROR")
+
+    def test_pipelined_tcp_client_that_reads_late_gets_every_answer(self):
+        n = 2000
+        s = socket.create_connection((self.fp.host, self.fp.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"".join(framed(i) for i in range(n)))
+        time.sleep(1.0)  # answers pile up while the client does not read
+        s.settimeout(5)
+        buf = b""
+        ids = set()
+        while len(ids) < n:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
+                ln = struct.unpack("!H", buf[:2])[0]
+                msg = buf[2:2 + ln]
+                buf = buf[2 + ln:]
+                ids.add(struct.unpack("!H", msg[:2])[0])
+                self.assertEqual(msg[3] & 0x0F, 0, "NOERROR expected")
+        s.close()
+        self.assertEqual(len(ids), n, f"{n - len(ids)} pipelined queries went unanswered")
+        self.assertTrue(self.fp.alive())
+
+    def test_tcp_client_that_never_reads_is_dropped_not_buffered_forever(self):
+        s = socket.create_connection((self.fp.host, self.fp.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(0.2)
+        payload = b"".join(framed(i & 0xFFFF) for i in range(4000))
+        try:
+            for _ in range(50):
+                s.sendall(payload)
+        except (socket.timeout, OSError):
+            pass  # the server stopped reading or closed: both are right
+        s.close()
+        self.assertTrue(self.fp.alive())
+        self.assertEqual(self.fp.dig("www.example.com", extra=("+tcp",)).status, "NOERROR")
+
+
+if __name__ == "__main__":
+    unittest.main()
