@@ -41,12 +41,13 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   TomlChecker c(name);
   RecursorConfig cfg;
   cfg.path = name;
+  for (const char* loopback : {"127.0.0.0/8", "::1/128"}) cfg.control_allow.push_back(*ParseCidrOr(loopback));
   c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs"});
 
   if (const toml::table* s = SubTable(c, root, "server")) {
-    c.OnlyKeys(
-        *s, "server",
-        {"listen", "tcp", "weight_option_code", "control", "tcp_idle_timeout_ms", "tcp_max_connections"});
+    c.OnlyKeys(*s, "server",
+               {"listen", "tcp", "weight_option_code", "control", "control_allow", "tcp_idle_timeout_ms",
+                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight"});
     c.List(*s, "listen", &cfg.listen, ParseAddress53);
     c.Bool(*s, "tcp", &cfg.tcp);
     c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
@@ -63,6 +64,12 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     }
     c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
     c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+    c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
+    c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
+    c.List(*s, "control_allow", &cfg.control_allow, ParseCidrOr);
+    if (c.ok() && cfg.control_allow.empty()) {
+      c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
+    }
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow"});
@@ -82,11 +89,14 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "cache")) {
     c.OnlyKeys(*s, "cache",
-               {"max_entries", "max_tagged_names", "max_subnets", "min_ttl", "max_ttl", "negative_max_ttl",
-                "stale_window", "stale_answer_ttl", "prefetch_percent", "zone_cut_max_ttl"});
+               {"max_entries", "max_tagged_names", "max_subnets", "max_zero_source_entries", "max_zone_cuts",
+                "min_ttl", "max_ttl", "negative_max_ttl", "stale_window", "stale_answer_ttl",
+                "prefetch_percent", "zone_cut_max_ttl"});
     c.Int(*s, "max_entries", &cfg.max_entries, 1, 100000000);
     c.Int(*s, "max_tagged_names", &cfg.max_tagged_names, 1, 100000000);
     c.Int(*s, "max_subnets", &cfg.max_subnets, 1, 10000);
+    c.Int(*s, "max_zero_source_entries", &cfg.max_zero_source_entries, 1, 100000000);
+    c.Int(*s, "max_zone_cuts", &cfg.max_zone_cuts, 1, 10000000);
     c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
     c.Int(*s, "negative_max_ttl", &cfg.negative_max_ttl, 0, 86400);

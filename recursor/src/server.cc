@@ -29,7 +29,9 @@
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/answer.h"
+#include "weir/recursor/bounded_cache.h"
 #include "weir/recursor/last_hop_policy.h"
+#include "weir/recursor/tcp_message.h"
 
 namespace weir::recursor {
 
@@ -44,6 +46,9 @@ constexpr int kMaxCutRounds = 40;     // NS lookups walking up from one name
 constexpr int kMaxNsNames = 6;        // NS names whose addresses are looked up
 constexpr int kMaxServers = 16;       // addresses kept per zone cut
 constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per resolution
+// Out of descriptors at accept: the listener is not polled for this long, so
+// a full process table does not turn the loop into a busy spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 enum class FdKind : uint8_t { kWake, kUnbound, kUdpListen, kTcpListen, kControlListen, kConn, kLastHop };
 
@@ -69,10 +74,16 @@ struct Waiter {
 struct Conn {
   int fd = -1;
   bool control = false;
-  bool closing = false;  // control: close once `out` is flushed
+  bool closing = false;       // control: close once `out` is flushed
+  bool peer_closed = false;   // the front half-closed: answer what it sent, then close
+  bool over_limit = false;    // `out` is over tcp_max_unsent_bytes: no more queries are taken
+  bool dispatching = false;   // DispatchFrames is running for it: not closed under its feet
+  uint32_t events = EPOLLIN;  // what epoll watches
+  int pending = 0;            // queries read and not yet answered
   std::vector<uint8_t> in;
   std::vector<uint8_t> out;
   Steady::time_point last;
+  Steady::time_point over_since;  // when `out` went over the limit
 };
 
 // A tagged name being resolved with weir's own last hop.
@@ -102,7 +113,7 @@ struct Resolution {
   int fd = -1;
   bool tcp = false;
   size_t tcp_sent = 0;
-  std::vector<uint8_t> tcp_in;
+  TcpMessageReader tcp_in;
   uint16_t qid = 0;
   std::vector<uint8_t> query;
   SocketAddress server;
@@ -155,6 +166,8 @@ struct Stats {
   uint64_t upstream_queries = 0, upstream_tcp = 0, upstream_timeouts = 0, ecs_sent = 0;
   uint64_t ecs_retry_without = 0, ecs_forged = 0, ecs_unsolicited = 0, spoofed_dropped = 0;
   uint64_t malformed_replies = 0, out_of_bailiwick = 0, truncated = 0, weights_invalid = 0, referrals = 0;
+  uint64_t inflight_limited = 0, control_refused = 0, accept_paused = 0, tcp_unsent_closed = 0;
+  uint64_t tcp_reads_paused = 0;
 };
 
 std::string KeyOf(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
@@ -206,18 +219,6 @@ SocketAddress FromRdata(uint16_t type, std::span<const uint8_t> rdata) {
   return FromIp(ip, 53);
 }
 
-// absl's flat_hash_map has no std::erase_if overload in Debian's version.
-template <typename Map, typename Pred>
-void EraseIf(Map& m, Pred pred) {
-  for (auto it = m.begin(); it != m.end();) {
-    if (pred(*it)) {
-      m.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-}
-
 uint32_t MinTtl(const Answer& a) {
   uint32_t t = UINT32_MAX;
   for (const CachedRecord& r : a.answer) t = std::min(t, r.ttl);
@@ -245,10 +246,15 @@ struct Server::Impl {
   absl::flat_hash_map<int, FdInfo> fds;
 
   UnboundResolver ub;
-  absl::flat_hash_map<std::string, PlainEntry> plain;
-  partitions::EcsScopeCache<Answer> scoped;
-  absl::flat_hash_map<std::string, PlainEntry> zero_source;  // answers for /0 queries only
-  absl::flat_hash_map<std::string, ZoneCut> cuts;            // by the name whose cut it is
+  // Every cache is bounded (config [cache]); a full one evicts by sampling.
+  // Entries expire at the end of their stale window.
+  BoundedCache<std::string, PlainEntry> plain;
+  // Per (qname, qtype): the scoped answers of that name (RFC 7871 7.3).
+  BoundedCache<std::string, partitions::EcsScopeCache<Answer>> scoped;
+  BoundedCache<std::string, PlainEntry> zero_source;  // answers for /0 queries only
+  // By zone (canonical key of the cut); a name finds its cut by walking up
+  // its labels to the deepest cached zone.
+  BoundedCache<std::string, ZoneCut> cuts;
 
   absl::flat_hash_map<std::string, std::unique_ptr<OrdinaryFetch>> ordinary;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Resolution>> resolutions;
@@ -258,6 +264,9 @@ struct Server::Impl {
   uint64_t next_id = 1;
   uint64_t next_generation = 1;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  // Listeners not polled after EMFILE/ENFILE at accept, until resume_accept_at.
+  std::vector<std::pair<int, FdKind>> paused_listeners;
+  Steady::time_point resume_accept_at;
   Steady::time_point next_sweep;
   Stats stats;
   std::mt19937_64 rng{std::random_device{}()};
@@ -267,7 +276,12 @@ struct Server::Impl {
   // (a miss), so a cache hit allocates nothing for it.
   std::span<const uint8_t> current_pkt;
 
-  explicit Impl(RecursorConfig c) : cfg(std::move(c)), scoped(static_cast<size_t>(cfg.max_subnets)) {}
+  explicit Impl(RecursorConfig c)
+      : cfg(std::move(c)),
+        plain(static_cast<size_t>(cfg.max_entries), std::random_device{}()),
+        scoped(static_cast<size_t>(cfg.max_tagged_names), std::random_device{}()),
+        zero_source(static_cast<size_t>(cfg.max_zero_source_entries), std::random_device{}()),
+        cuts(static_cast<size_t>(cfg.max_zone_cuts), std::random_device{}()) {}
 
   absl::Status Start();
   absl::Status LoadTags(std::unique_ptr<const partitions::TagTable>* out);
@@ -280,6 +294,9 @@ struct Server::Impl {
   void OnTcpListen(int fd, bool control);
   void OnConn(uint64_t id, uint32_t events);
   void CloseConn(uint64_t id);
+  void WatchConn(uint64_t id, Conn& c);
+  bool CloseIfDone(uint64_t id, Conn& c);
+  void DispatchFrames(uint64_t id);
   void HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to);
   void Send(const FrontRef& to, const uint8_t* data, size_t len);
   void ReplyAnswer(const Waiter& w, const Answer& a, uint32_t age, int64_t fixed_ttl);
@@ -302,6 +319,7 @@ struct Server::Impl {
   void StartTagged(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w,
                    const Answer* stale);
   void StartStep(Resolution* r, bool force_iterate);
+  const ZoneCut* CachedCut(const dns::NameKey& name);
   void StartCut(Resolution* r);
   void QueryCutNs(const std::string& key);
   void OnCutNs(const std::string& key, int err, const ub_result* result);
@@ -317,6 +335,19 @@ struct Server::Impl {
                 std::vector<CachedRecord> authority, bool weighted, std::vector<uint8_t> weights);
   void Fail(Resolution* r);
   void Erase(Resolution* r);
+
+  size_t InFlight() const { return resolutions.size() + ordinary.size(); }
+  bool AtInflightLimit() const { return InFlight() >= static_cast<size_t>(cfg.max_inflight); }
+  // A query that would start a resolution beyond max_inflight: the stale
+  // answer when there is one, SERVFAIL otherwise, at once.
+  void Overloaded(const Waiter& w, const Answer* stale) {
+    ++stats.inflight_limited;
+    if (stale != nullptr) {
+      ++stats.stale_served;
+      return ReplyAnswer(w, *stale, 0, cfg.stale_answer_ttl);
+    }
+    ReplyError(w, dns::Rcode::kServFail);
+  }
 
   uint32_t ClampTtl(uint32_t ttl) const {
     return std::clamp<uint32_t>(ttl, static_cast<uint32_t>(cfg.min_ttl), static_cast<uint32_t>(cfg.max_ttl));
@@ -442,11 +473,12 @@ void Server::Impl::Run() {
   next_sweep = Steady::now() + std::chrono::seconds(1);
   while (running.load(std::memory_order_relaxed)) {
     int timeout_ms = 200;
-    if (!timers.empty()) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(timers.top().at - Steady::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 200));
-    }
+    auto wake_by = [&](Steady::time_point at) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(at - Steady::now()).count();
+      timeout_ms = std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 200)));
+    };
+    if (!timers.empty()) wake_by(timers.top().at);
+    if (!paused_listeners.empty()) wake_by(resume_accept_at);
     const int n = epoll_wait(epfd, events, 64, timeout_ms);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -482,6 +514,10 @@ void Server::Impl::Run() {
       }
     }
     const auto now = Steady::now();
+    if (!paused_listeners.empty() && now >= resume_accept_at) {
+      for (const auto& [fd, kind] : paused_listeners) Watch(fd, EPOLLIN, {kind});
+      paused_listeners.clear();
+    }
     while (!timers.empty() && timers.top().at <= now) {
       const Timer t = timers.top();
       timers.pop();
@@ -495,15 +531,22 @@ void Server::Impl::Run() {
       const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
       std::vector<uint64_t> old;
       for (auto& [id, c] : conns) {
-        if (now - c.last > idle) old.push_back(id);
+        // A front that reads nothing while its answers pile up is closed
+        // after the idle timeout even if it still trickles.
+        const bool stuck = c.over_limit && now - c.over_since > idle;
+        if (stuck) ++stats.tcp_unsent_closed;
+        if (now - c.last > idle || stuck) old.push_back(id);
       }
       for (uint64_t id : old) CloseConn(id);
       const uint32_t secs = clock->NowSeconds();
       if (secs % 10 == 0) {
-        scoped.Expire(secs);
-        EraseIf(plain, [&](const auto& kv) { return kv.second.stale_until <= secs; });
-        EraseIf(zero_source, [&](const auto& kv) { return kv.second.stale_until <= secs; });
-        EraseIf(cuts, [&](const auto& kv) { return kv.second.expires <= secs; });
+        scoped.EraseIf([&](auto& e) {
+          e.value.Expire(secs);
+          return e.value.name_count() == 0;
+        });
+        plain.EraseExpired(secs);
+        zero_source.EraseExpired(secs);
+        cuts.EraseExpired(secs);
       }
     }
   }
@@ -527,9 +570,31 @@ void Server::Impl::OnUdpListen(int fd) {
 
 void Server::Impl::OnTcpListen(int fd, bool control) {
   for (;;) {
-    const int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c < 0) return;
-    if (!control && static_cast<int>(conns.size()) >= cfg.tcp_max_connections) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    const int c = accept4(fd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The connection stays in the backlog and the listener stays
+        // readable: polling it now would spin. Look again after a pause.
+        ++stats.accept_paused;
+        Unwatch(fd);
+        paused_listeners.emplace_back(fd, control ? FdKind::kControlListen : FdKind::kTcpListen);
+        resume_accept_at = Steady::now() + kAcceptBackoff;
+      }
+      return;
+    }
+    if (control) {
+      const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
+      bool allowed = false;
+      for (const partitions::Cidr& a : cfg.control_allow) allowed = allowed || CidrContains(a, peer);
+      if (!allowed) {
+        ++stats.control_refused;
+        close(c);
+        continue;
+      }
+    } else if (static_cast<int>(conns.size()) >= cfg.tcp_max_connections) {
       close(c);
       continue;
     }
@@ -550,42 +615,88 @@ void Server::Impl::CloseConn(uint64_t id) {
   conns.erase(it);
 }
 
+void Server::Impl::WatchConn(uint64_t id, Conn& c) {
+  uint32_t want = 0;
+  if (!c.peer_closed && !c.over_limit && !c.closing) want |= EPOLLIN;
+  if (!c.out.empty()) want |= EPOLLOUT;
+  if (want == c.events) return;
+  c.events = want;
+  Watch(c.fd, want, {FdKind::kConn, id});
+}
+
+bool Server::Impl::CloseIfDone(uint64_t id, Conn& c) {
+  if (c.dispatching || !c.out.empty()) return false;
+  if (!c.control && c.in.size() >= 2 && c.in.size() >= 2 + size_t{dns::Load16(c.in.data())}) return false;
+  if (!c.closing && !(c.peer_closed && c.pending == 0)) return false;
+  CloseConn(id);
+  return true;
+}
+
 void Server::Impl::OnConn(uint64_t id, uint32_t events) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
   Conn* c = &it->second;
   c->last = Steady::now();
+  if (events & EPOLLERR) return CloseConn(id);
   if (events & EPOLLOUT) {
     while (!c->out.empty()) {
       const ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return CloseConn(id);
       if (n <= 0) break;
       c->out.erase(c->out.begin(), c->out.begin() + n);
     }
-    if (c->out.empty()) {
-      if (c->closing) return CloseConn(id);
-      Watch(c->fd, EPOLLIN, {FdKind::kConn, id});
-    }
+    if (c->over_limit && c->out.size() < static_cast<size_t>(cfg.tcp_max_unsent_bytes)) c->over_limit = false;
+    if (CloseIfDone(id, *c)) return;
   }
-  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
-  for (;;) {
-    const ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return CloseConn(id);
-    if (n < 0) break;
-    c->in.insert(c->in.end(), buf, buf + n);
-    if (c->in.size() > 2 * kMaxMessage) return CloseConn(id);
+  // EPOLLHUP without a readable half: the front is gone (reset), nothing
+  // more can be delivered.
+  if ((events & EPOLLHUP) && (c->peer_closed || c->over_limit)) return CloseConn(id);
+  if ((events & (EPOLLIN | EPOLLHUP)) && !c->peer_closed && !c->over_limit && !c->closing) {
+    for (;;) {
+      const ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+      if (n == 0) {
+        // RFC 7766 6.2.4 allows the front to half-close after its queries:
+        // answer everything it sent, then close.
+        c->peer_closed = true;
+        break;
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        return CloseConn(id);
+      }
+      c->in.insert(c->in.end(), buf, buf + n);
+      if (c->in.size() > 2 * kMaxMessage) return CloseConn(id);
+    }
   }
   if (c->control) {
     const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
-    if (nl == c->in.end()) return;
-    std::string line(c->in.begin(), nl);
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    c->in.clear();
-    return HandleControl(id, line);
+    if (nl != c->in.end()) {
+      std::string line(c->in.begin(), nl);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      c->in.clear();
+      return HandleControl(id, line);
+    }
+    if (c->peer_closed) return CloseConn(id);
+    return WatchConn(id, *c);
   }
-  // RFC 7766: queries may be pipelined; each is answered when ready.
+  DispatchFrames(id);
+  it = conns.find(id);  // a handler may have closed it
+  if (it == conns.end()) return;
+  if (CloseIfDone(id, it->second)) return;
+  WatchConn(id, it->second);
+}
+
+// RFC 7766: queries may be pipelined; each is answered when ready. No more
+// are taken while the answers queued for the front are over the limit.
+void Server::Impl::DispatchFrames(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  Conn* c = &it->second;
+  c->dispatching = true;
   size_t off = 0;
   std::vector<uint8_t> frame;
-  while (c->in.size() - off >= 2) {
+  while (c->in.size() - off >= 2 && !c->over_limit) {
     const size_t len = dns::Load16(c->in.data() + off);
     if (c->in.size() - off < 2 + len) break;
     frame.assign(c->in.begin() + static_cast<ptrdiff_t>(off + 2),
@@ -595,33 +706,50 @@ void Server::Impl::OnConn(uint64_t id, uint32_t events) {
     to.tcp = true;
     to.conn = id;
     ++stats.tcp;
+    ++c->pending;
     HandleQuery(frame, to);
     it = conns.find(id);  // the handler may have closed it
     if (it == conns.end()) return;
     c = &it->second;
   }
   c->in.erase(c->in.begin(), c->in.begin() + static_cast<ptrdiff_t>(off));
+  c->dispatching = false;
 }
 
 void Server::Impl::Send(const FrontRef& to, const uint8_t* data, size_t len) {
-  if (len == 0) return;
   if (!to.tcp) {
-    sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
+    if (len != 0) sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
     return;
   }
   auto it = conns.find(to.conn);
   if (it == conns.end()) return;
   Conn& c = it->second;
-  uint8_t prefix[2];
-  dns::Store16(prefix, static_cast<uint16_t>(len));
-  const bool was_empty = c.out.empty();
-  c.out.insert(c.out.end(), prefix, prefix + 2);
-  c.out.insert(c.out.end(), data, data + len);
-  if (was_empty) {
-    const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-    if (n > 0) c.out.erase(c.out.begin(), c.out.begin() + n);
-    if (!c.out.empty()) Watch(c.fd, EPOLLIN | EPOLLOUT, {FdKind::kConn, to.conn});
+  if (c.pending > 0) --c.pending;  // every TCP query gets one Send, len 0 when it is dropped
+  const size_t limit = static_cast<size_t>(cfg.tcp_max_unsent_bytes);
+  if (len != 0) {
+    // Queries already taken can still add answers while reading is paused;
+    // a front that lets that much pile up is cut off.
+    if (c.out.size() + 2 + len > 4 * limit) {
+      ++stats.tcp_unsent_closed;
+      return CloseConn(to.conn);
+    }
+    uint8_t prefix[2];
+    dns::Store16(prefix, static_cast<uint16_t>(len));
+    const bool was_empty = c.out.empty();
+    c.out.insert(c.out.end(), prefix, prefix + 2);
+    c.out.insert(c.out.end(), data, data + len);
+    if (was_empty) {
+      const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (n > 0) c.out.erase(c.out.begin(), c.out.begin() + n);
+    }
+    if (c.out.size() >= limit && !c.over_limit) {
+      c.over_limit = true;
+      c.over_since = Steady::now();
+      ++stats.tcp_reads_paused;
+    }
   }
+  if (CloseIfDone(to.conn, c)) return;
+  WatchConn(to.conn, c);
 }
 
 void Server::Impl::ReplyAnswer(const Waiter& w, const Answer& a, uint32_t age, int64_t fixed_ttl) {
@@ -653,16 +781,23 @@ void Server::Impl::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to)
   for (const partitions::Cidr& c : cfg.allow) allowed = allowed || CidrContains(c, w.to.peer);
   if (err != dns::ParseError::kOk) {
     if (err == dns::ParseError::kBadEdnsVersion) {
-      w.pkt.assign(pkt.begin(), pkt.end());
+      // The ACL comes first: a source that is not a front learns nothing,
+      // not even which EDNS versions weir speaks.
       dns::ResponseWriter rw(out, kMaxMessage);
-      rw.BeginResponse(w.pkt, w.q, dns::Rcode::kNoError);
-      rw.BeginOpt(1232, false, 1);
-      Send(to, out, rw.Finish(65535));
+      rw.BeginResponse(pkt, w.q, allowed ? dns::Rcode::kNoError : dns::Rcode::kRefused);
+      if (allowed) {
+        rw.BeginOpt(1232, false, 1);  // BADVERS (RFC 6891 6.1.3)
+      } else {
+        ++stats.refused_acl;
+      }
+      Send(to, out, rw.Finish(to.tcp ? 65535 : 512));
       return;
     }
-    // A bare FORMERR header for anything that looks like a query; garbage is dropped.
+    // A bare FORMERR header for anything that looks like a query from a
+    // front; garbage, and anything from others, is dropped.
     if (pkt.size() < dns::kHeaderSize || (pkt[2] & 0x80) || !allowed) {
       ++stats.dropped;
+      Send(to, out, 0);  // a TCP front's query is done with
       return;
     }
     ++stats.formerr;
@@ -695,11 +830,11 @@ void Server::Impl::Ordinary(Waiter w) {
   const uint32_t now = clock->NowSeconds();
   const std::string key = KeyOf(w.q.qname, w.q.qtype, w.q.qclass);
   const PlainEntry* hit = nullptr;
-  if (auto it = plain.find(key); it != plain.end() && it->second.stale_until > now) hit = &it->second;
+  if (auto* e = plain.Find(key); e != nullptr && e->value.stale_until > now) hit = &e->value;
   if (hit != nullptr && hit->a.fresh_until > now) {
     ++stats.ordinary_hits;
     ReplyAnswer(w, hit->a, now - (hit->a.fresh_until - hit->a.ttl), -1);
-    if (!WantsPrefetch(hit->a, now) || ordinary.contains(key)) return;
+    if (!WantsPrefetch(hit->a, now) || ordinary.contains(key) || AtInflightLimit()) return;
     ++stats.prefetches;
     w.to = FrontRef{};
     w.to.udp_fd = -1;
@@ -716,6 +851,7 @@ void Server::Impl::Ordinary(Waiter w) {
       it->second->waiters.push_back(std::move(w));
       return;
     }
+    if (AtInflightLimit()) return Overloaded(w, hit != nullptr ? &hit->a : nullptr);
     auto f = std::make_unique<OrdinaryFetch>();
     f->qname = w.q.qname;
     f->qtype = w.q.qtype;
@@ -794,11 +930,8 @@ void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* 
     ttl = std::min<uint32_t>(ttl, static_cast<uint32_t>(cfg.negative_max_ttl));
   a.ttl = ClampTtl(ttl);
   a.fresh_until = now + a.ttl;
-  if (static_cast<int>(plain.size()) >= cfg.max_entries) {
-    EraseIf(plain, [&](const auto& kv) { return kv.second.a.fresh_until <= now; });
-    if (static_cast<int>(plain.size()) >= cfg.max_entries) plain.erase(plain.begin());
-  }
-  plain[key] = PlainEntry{a, a.fresh_until + static_cast<uint32_t>(cfg.stale_window)};
+  const uint32_t keep_until = a.fresh_until + static_cast<uint32_t>(cfg.stale_window);
+  plain.Put(key, PlainEntry{a, keep_until}, keep_until);
   for (Waiter& w : f->waiters) {
     if (w.to.udp_fd >= 0 || w.to.tcp) ReplyAnswer(w, a, 0, -1);
   }
@@ -813,14 +946,16 @@ void Server::Impl::Tagged(Waiter w, const partitions::Tag* tag) {
   const EcsChoice c = ChooseEcs(wants_ecs, w.q.edns.has_ecs ? &w.q.edns.ecs : nullptr, client, ecs_settings);
   const uint32_t now = clock->NowSeconds();
   const Answer* a = nullptr;
+  const std::string key = KeyOf(w.q.qname, w.q.qtype, 0);
   if (c.zero_source) {
-    auto it = zero_source.find(KeyOf(w.q.qname, w.q.qtype, 0));
-    if (it != zero_source.end() && it->second.stale_until > now) a = &it->second.a;
+    auto* e = zero_source.Find(key);
+    if (e != nullptr && e->value.stale_until > now) a = &e->value.a;
   }
   if (a == nullptr) {
     // A query without ECS upstream (and /0 queries) may only use global answers.
     const dns::ClientSubnet none{};
-    a = scoped.Lookup(w.q.qname.span(), w.q.qtype, c.send ? c.subnet : none, now);
+    if (auto* e = scoped.Find(key))
+      a = e->value.Lookup(w.q.qname.span(), w.q.qtype, c.send ? c.subnet : none, now);
   }
   if (a != nullptr && a->fresh_until > now) {
     ++stats.tagged_hits;
@@ -853,6 +988,10 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
     }
     return;
   }
+  if (AtInflightLimit()) {
+    if (w != nullptr) Overloaded(*w, stale);
+    return;
+  }
   if (w == nullptr) ++stats.prefetches;
   auto r = std::make_unique<Resolution>();
   r->id = next_id++;
@@ -873,6 +1012,23 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
   StartStep(raw, false);
 }
 
+const ZoneCut* Server::Impl::CachedCut(const dns::NameKey& name) {
+  // Canonical keys are uncompressed wire names, so each suffix that starts
+  // at a label boundary is the key of an enclosing zone; the first found is
+  // the deepest.
+  const uint32_t now = clock->NowSeconds();
+  std::string key(reinterpret_cast<const char*>(name.bytes.data()), name.len);
+  size_t off = 0;
+  while (off < key.size()) {
+    const std::string suffix = key.substr(off);
+    if (const auto* e = cuts.Find(suffix); e != nullptr && e->expires > now) return &e->value;
+    const uint8_t label = static_cast<uint8_t>(key[off]);
+    if (label == 0) break;
+    off += 1 + label;
+  }
+  return nullptr;
+}
+
 void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
   const partitions::Tag* t = force_iterate ? nullptr : tags->Lookup(r->cur.span());
   if (t != nullptr && t->policy == partitions::Policy::kForward && !t->targets.empty()) {
@@ -881,15 +1037,17 @@ void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
     for (const partitions::ForwardTarget& f : t->targets) r->servers.push_back(FromIp(f.address, f.port));
     return BeginQueries(r);
   }
-  const uint32_t now = clock->NowSeconds();
-  const std::string ck(reinterpret_cast<const char*>(r->cur.bytes.data()), r->cur.len);
-  if (auto it = cuts.find(ck); it != cuts.end() && it->second.expires > now && !force_iterate) {
-    ++stats.cut_cache_hits;
-    r->cut = it->second.cut;
-    r->servers = it->second.servers;
-    return BeginQueries(r);
+  // A referral (force_iterate) says the deepest cached zone above `cur` is
+  // not its zone: ask libunbound for the deeper cut, which is then cached
+  // under its own name.
+  if (!force_iterate) {
+    if (const ZoneCut* z = CachedCut(r->cur)) {
+      ++stats.cut_cache_hits;
+      r->cut = z->cut;
+      r->servers = z->servers;
+      return BeginQueries(r);
+    }
   }
-  if (force_iterate) cuts.erase(ck);
   StartCut(r);
 }
 
@@ -1021,7 +1179,9 @@ void Server::Impl::FinishCut(const std::string& key, bool ok) {
   cut_lookups.erase(it);
   if (ok) {
     const uint32_t ttl = std::clamp<uint32_t>(l->min_ttl, 1, static_cast<uint32_t>(cfg.zone_cut_max_ttl));
-    cuts[key] = ZoneCut{l->cut, l->servers, clock->NowSeconds() + ttl};
+    const uint32_t expires = clock->NowSeconds() + ttl;
+    cuts.Put(std::string(reinterpret_cast<const char*>(l->cut.bytes.data()), l->cut.len),
+             ZoneCut{l->cut, l->servers, expires}, expires);
   }
   for (uint64_t id : l->waiting) {
     auto rit = resolutions.find(id);
@@ -1051,7 +1211,7 @@ void Server::Impl::CloseQuery(Resolution* r) {
   close(r->fd);
   r->fd = -1;
   r->tcp = false;
-  r->tcp_in.clear();
+  r->tcp_in.Clear();
   r->tcp_sent = 0;
 }
 
@@ -1126,7 +1286,7 @@ void Server::Impl::OnLastHop(uint64_t id, uint32_t events) {
         connect(r->fd, r->server.sa(), r->server.len);
         r->tcp = true;
         r->tcp_sent = 0;
-        r->tcp_in.clear();
+        r->tcp_in.Clear();
         uint8_t prefix[2];
         dns::Store16(prefix, static_cast<uint16_t>(r->query.size()));
         r->query.insert(r->query.begin(), prefix, prefix + 2);
@@ -1157,27 +1317,21 @@ void Server::Impl::OnLastHop(uint64_t id, uint32_t events) {
     if (r->tcp_sent == r->query.size()) Watch(r->fd, EPOLLIN, {FdKind::kLastHop, r->id});
   }
   if (!(events & EPOLLIN)) return;
-  bool closed = false;
-  for (;;) {
-    const ssize_t n = recv(r->fd, buf, sizeof(buf), 0);
-    if (n == 0) {
-      closed = true;  // the server may close right after its answer: read what came first
-      break;
-    }
+  // Only the bytes of the one message expected are taken off the socket
+  // (never more than 2 + 65535): whatever the server sends after it is
+  // left unread and dropped with the socket.
+  while (!r->tcp_in.Complete()) {
+    const ssize_t n = recv(r->fd, buf, std::min(sizeof(buf), r->tcp_in.Want()), 0);
+    if (n == 0) return SendQuery(r, false);  // closed before the whole answer
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR) continue;
       return SendQuery(r, false);
     }
-    r->tcp_in.insert(r->tcp_in.end(), buf, buf + n);
+    if (!r->tcp_in.Append({buf, static_cast<size_t>(n)})) return SendQuery(r, false);
   }
-  const size_t len = r->tcp_in.size() >= 2 ? dns::Load16(r->tcp_in.data()) : 0;
-  if (r->tcp_in.size() < 2 || r->tcp_in.size() < 2 + len) {
-    if (closed) return SendQuery(r, false);
-    return;
-  }
-  std::vector<uint8_t> msg(r->tcp_in.begin() + 2, r->tcp_in.begin() + 2 + static_cast<ptrdiff_t>(len));
   dns::Message m;
-  if (m.Parse(msg, parse_options) != dns::ParseError::kOk) {
+  if (m.Parse(r->tcp_in.Message(), parse_options) != dns::ParseError::kOk) {
     ++stats.malformed_replies;
     return SendQuery(r, false);
   }
@@ -1259,12 +1413,16 @@ void Server::Impl::Complete(Resolution* r, uint16_t rcode, std::vector<CachedRec
   a.ttl = ClampTtl(ttl);
   a.fresh_until = now + a.ttl;
   const uint32_t keep_until = a.fresh_until + static_cast<uint32_t>(cfg.stale_window);
+  const std::string key = KeyOf(r->qname, r->qtype, 0);
   if (r->ecs.zero_source) {
-    zero_source[KeyOf(r->qname, r->qtype, 0)] = PlainEntry{a, keep_until};
-  } else if (scoped.name_count() < static_cast<size_t>(cfg.max_tagged_names) ||
-             scoped.SubnetCount(r->qname.span(), r->qtype) > 0) {
+    zero_source.Put(key, PlainEntry{a, keep_until}, keep_until);
+  } else {
     const dns::ClientSubnet none{};
-    scoped.Insert(r->qname.span(), r->qtype, r->ecs.send ? r->ecs.subnet : none, a.scope, now, keep_until, a);
+    auto& e = scoped.FindOrInsert(
+        key, partitions::EcsScopeCache<Answer>(static_cast<size_t>(cfg.max_subnets)), keep_until);
+    e.value.Insert(r->qname.span(), r->qtype, r->ecs.send ? r->ecs.subnet : none, a.scope, now, keep_until,
+                   a);
+    e.expires = std::max(e.expires, keep_until);  // the name lives as long as its longest-lived answer
   }
   for (const Waiter& w : r->waiters) ReplyAnswer(w, a, 0, -1);
   Erase(r);
@@ -1293,23 +1451,30 @@ void Server::Impl::Erase(Resolution* r) {
 
 std::string Server::Impl::StatsJson() {
   const Stats& s = stats;
-  return Cat("{\"queries\":", s.queries, ",\"udp\":", s.udp, ",\"tcp\":", s.tcp,
-             ",\"refused_acl\":", s.refused_acl, ",\"formerr\":", s.formerr, ",\"dropped\":", s.dropped,
-             ",\"notimp\":", s.notimp, ",\"ordinary_hits\":", s.ordinary_hits,
-             ",\"ordinary_misses\":", s.ordinary_misses, ",\"tagged_hits\":", s.tagged_hits,
-             ",\"tagged_misses\":", s.tagged_misses, ",\"coalesced\":", s.coalesced,
-             ",\"stale_served\":", s.stale_served, ",\"prefetches\":", s.prefetches,
-             ",\"servfail\":", s.servfail, ",\"learned_tagged\":", s.learned_tagged,
-             ",\"ub_queries\":", s.ub_queries, ",\"cut_lookups\":", s.cut_lookups,
-             ",\"cut_cache_hits\":", s.cut_cache_hits, ",\"upstream_queries\":", s.upstream_queries,
-             ",\"upstream_tcp\":", s.upstream_tcp, ",\"upstream_timeouts\":", s.upstream_timeouts,
-             ",\"ecs_sent\":", s.ecs_sent, ",\"ecs_retry_without\":", s.ecs_retry_without,
-             ",\"ecs_forged\":", s.ecs_forged, ",\"ecs_unsolicited\":", s.ecs_unsolicited,
-             ",\"spoofed_dropped\":", s.spoofed_dropped, ",\"malformed_replies\":", s.malformed_replies,
-             ",\"out_of_bailiwick\":", s.out_of_bailiwick, ",\"truncated\":", s.truncated,
-             ",\"weights_invalid\":", s.weights_invalid, ",\"referrals\":", s.referrals,
-             ",\"tagged_names\":", scoped.name_count(), ",\"plain_entries\":", plain.size(),
-             ",\"zone_cuts\":", cuts.size(), ",\"in_flight\":", resolutions.size() + ordinary.size(), "}");
+  size_t unsent = 0;
+  for (const auto& [id, c] : conns) unsent += c.out.size();
+  return Cat(
+      "{\"queries\":", s.queries, ",\"udp\":", s.udp, ",\"tcp\":", s.tcp, ",\"refused_acl\":", s.refused_acl,
+      ",\"formerr\":", s.formerr, ",\"dropped\":", s.dropped, ",\"notimp\":", s.notimp,
+      ",\"ordinary_hits\":", s.ordinary_hits, ",\"ordinary_misses\":", s.ordinary_misses,
+      ",\"tagged_hits\":", s.tagged_hits, ",\"tagged_misses\":", s.tagged_misses,
+      ",\"coalesced\":", s.coalesced, ",\"stale_served\":", s.stale_served, ",\"prefetches\":", s.prefetches,
+      ",\"servfail\":", s.servfail, ",\"learned_tagged\":", s.learned_tagged,
+      ",\"ub_queries\":", s.ub_queries, ",\"cut_lookups\":", s.cut_lookups,
+      ",\"cut_cache_hits\":", s.cut_cache_hits, ",\"upstream_queries\":", s.upstream_queries,
+      ",\"upstream_tcp\":", s.upstream_tcp, ",\"upstream_timeouts\":", s.upstream_timeouts,
+      ",\"ecs_sent\":", s.ecs_sent, ",\"ecs_retry_without\":", s.ecs_retry_without,
+      ",\"ecs_forged\":", s.ecs_forged, ",\"ecs_unsolicited\":", s.ecs_unsolicited,
+      ",\"spoofed_dropped\":", s.spoofed_dropped, ",\"malformed_replies\":", s.malformed_replies,
+      ",\"out_of_bailiwick\":", s.out_of_bailiwick, ",\"truncated\":", s.truncated,
+      ",\"weights_invalid\":", s.weights_invalid, ",\"referrals\":", s.referrals,
+      ",\"inflight_limited\":", s.inflight_limited, ",\"control_refused\":", s.control_refused,
+      ",\"accept_paused\":", s.accept_paused, ",\"tcp_reads_paused\":", s.tcp_reads_paused,
+      ",\"tcp_unsent_closed\":", s.tcp_unsent_closed, ",\"tcp_unsent_bytes\":", unsent,
+      ",\"tagged_names\":", scoped.size(), ",\"plain_entries\":", plain.size(),
+      ",\"zero_source_entries\":", zero_source.size(), ",\"zone_cuts\":", cuts.size(),
+      ",\"evictions\":", plain.evictions() + scoped.evictions() + zero_source.evictions() + cuts.evictions(),
+      ",\"in_flight\":", InFlight(), "}");
 }
 
 void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
@@ -1324,10 +1489,10 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
       reply = "ok";
     }
   } else if (line == "flush") {
-    plain.clear();
-    zero_source.clear();
-    cuts.clear();
-    scoped = partitions::EcsScopeCache<Answer>(static_cast<size_t>(cfg.max_subnets));
+    plain.Clear();
+    zero_source.Clear();
+    cuts.Clear();
+    scoped.Clear();
     reply = "ok";
   } else if (line == "reload-tags") {
     std::unique_ptr<const partitions::TagTable> t;
@@ -1343,7 +1508,7 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
   reply.push_back('\n');
   c.out.insert(c.out.end(), reply.begin(), reply.end());
   c.closing = true;
-  Watch(c.fd, EPOLLOUT, {FdKind::kConn, id});
+  WatchConn(id, c);
 }
 
 // ---------------------------------------------------------------- Server

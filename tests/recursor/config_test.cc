@@ -53,5 +53,60 @@ TEST(RecursorConfig, AclRequired) {
   EXPECT_NE(std::string(c.status().message()).find("[acl]"), std::string::npos);
 }
 
+TEST(RecursorConfig, LimitsHaveDefaultsAndAreValidated) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_inflight, 10000);
+  EXPECT_EQ(c->tcp_max_unsent_bytes, 1 << 20);
+  EXPECT_EQ(c->max_entries, 100000);
+  EXPECT_EQ(c->max_tagged_names, 100000);
+  EXPECT_EQ(c->max_zero_source_entries, 10000);
+  EXPECT_EQ(c->max_zone_cuts, 10000);
+  c = ParseConfig(std::string(kMinimal) + "[cache]\nmax_zone_cuts = 5\nmax_zero_source_entries = 7\n",
+                  "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_zone_cuts, 5);
+  EXPECT_EQ(c->max_zero_source_entries, 7);
+  for (const char* bad : {"[cache]\nmax_zone_cuts = 0\n", "[cache]\nmax_zero_source_entries = -1\n"}) {
+    EXPECT_FALSE(ParseConfig(std::string(kMinimal) + bad, "r.toml").ok()) << bad;
+  }
+  // [server] comes first in kMinimal: add keys through a config of its own.
+  auto with_server = [](const std::string& keys) {
+    return ParseConfig("[server]\nlisten = [\"127.0.0.1:0\"]\n" + keys +
+                           "[acl]\nallow = [\"127.0.0.0/8\"]\n[resolver]\nroot_hints = \"h\"\n",
+                       "r.toml");
+  };
+  c = with_server("max_inflight = 3\ntcp_max_unsent_bytes = 100000\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_inflight, 3);
+  EXPECT_EQ(c->tcp_max_unsent_bytes, 100000);
+  EXPECT_FALSE(with_server("max_inflight = 0\n").ok());
+  EXPECT_FALSE(with_server("tcp_max_unsent_bytes = 1000\n").ok());
+}
+
+TEST(RecursorConfig, ControlPortIsLoopbackOnlyByDefault) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->control_allow.size(), 2u);
+  EXPECT_EQ(c->control_allow[0].address.family, 4);
+  EXPECT_EQ(c->control_allow[0].prefix, 8);
+  EXPECT_EQ(c->control_allow[0].address.bytes[0], 127);
+  EXPECT_EQ(c->control_allow[1].address.family, 6);
+  EXPECT_EQ(c->control_allow[1].prefix, 128);
+  c = ParseConfig(
+      "[server]\nlisten = [\"127.0.0.1:0\"]\ncontrol = \"0.0.0.0:5354\"\ncontrol_allow = [\"10.1.0.0/16\"]\n"
+      "[acl]\nallow = [\"127.0.0.0/8\"]\n[resolver]\nroot_hints = \"h\"\n",
+      "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->control_allow.size(), 1u);
+  EXPECT_EQ(c->control_allow[0].prefix, 16);
+  for (const char* bad : {"[]", "[\"10.1.0.0/33\"]", "[\"nonsense\"]"}) {
+    auto b = ParseConfig(std::string("[server]\nlisten = [\"127.0.0.1:0\"]\ncontrol_allow = ") + bad +
+                             "\n[acl]\nallow = [\"127.0.0.0/8\"]\n[resolver]\nroot_hints = \"h\"\n",
+                         "r.toml");
+    EXPECT_FALSE(b.ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace weir::recursor

@@ -22,8 +22,18 @@ struct RecursorConfig {
   uint16_t weight_option_code = 65001;
   bool control_enabled = false;
   common::SocketAddress control;
+  // Sources allowed on the control port; loopback only unless configured.
+  std::vector<partitions::Cidr> control_allow;
   int tcp_idle_timeout_ms = 10000;
   int tcp_max_connections = 1024;
+  // Answers queued for a front TCP connection that does not read: above
+  // this, no more queries are read from it; still above it after
+  // tcp_idle_timeout_ms (or above four times it), the connection is closed.
+  int tcp_max_unsent_bytes = 1 << 20;
+  // Resolutions in flight (libunbound fetches and weir's own last hops
+  // together); a query that would start one more gets a stale answer if
+  // there is one, SERVFAIL otherwise.
+  int max_inflight = 10000;
 
   // [acl]
   std::vector<partitions::Cidr> allow;
@@ -39,9 +49,11 @@ struct RecursorConfig {
   std::string tags_path;  // partitions TagTable text format
 
   // [cache]
-  int max_entries = 100000;       // ordinary answers
-  int max_tagged_names = 100000;  // (qname, qtype) pairs of the ECS-scope cache
-  int max_subnets = 100;          // scoped answers per (qname, qtype), RFC 7871 7.3.1
+  int max_entries = 100000;             // ordinary answers
+  int max_tagged_names = 100000;        // (qname, qtype) pairs of the ECS-scope cache
+  int max_subnets = 100;                // scoped answers per (qname, qtype), RFC 7871 7.3.1
+  int max_zero_source_entries = 10000;  // answers for ECS source /0 queries
+  int max_zone_cuts = 10000;            // zones whose servers are known
   int min_ttl = 0;
   int max_ttl = 86400;
   int negative_max_ttl = 3600;
