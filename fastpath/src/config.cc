@@ -6,6 +6,7 @@
 
 #include "weir/common/text.h"
 
+#include "weir/common/config_file.h"
 #include "weir/common/toml_checker.h"
 
 namespace weir::fastpath {
@@ -54,15 +55,9 @@ absl::StatusOr<partitions::Cidr> ParseCidrOr(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
-  // Debian's toml++ is built with exceptions; the parse error is caught here,
-  // at the control-plane boundary, and turned into a Status.
-  toml::table root;
-  try {
-    root = toml::parse(text, name);
-  } catch (const toml::parse_error& err) {
-    return absl::InvalidArgumentError(
-        Cat(name, ":", err.source().begin.line, ":", err.source().begin.column, ": ", err.description()));
-  }
+  auto parsed = common::ParseToml(text, name);
+  if (!parsed.ok()) return parsed.status();
+  const toml::table& root = *parsed;
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
@@ -155,21 +150,11 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
 }
 
 absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat(path, ": cannot open config file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto cfg = ParseConfig(ss.str(), path);
+  auto text = common::ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  // Relative file names are relative to the config file, not to the
-  // directory the daemon happens to be started from.
-  const size_t slash = path.rfind('/');
-  if (slash != std::string::npos) {
-    const std::string dir = path.substr(0, slash + 1);
-    for (std::string* p : {&cfg->citymap_path, &cfg->tags_path}) {
-      if (!p->empty() && p->front() != '/') *p = dir + *p;
-    }
-  }
+  common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path});
   return cfg;
 }
 

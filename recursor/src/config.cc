@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "weir/common/config_file.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
 
@@ -30,14 +31,9 @@ absl::StatusOr<SocketAddress> ParseAddress53(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::string& name) {
-  // Debian's toml++ throws; the exception stops at this control-plane boundary.
-  toml::table root;
-  try {
-    root = toml::parse(text, name);
-  } catch (const toml::parse_error& err) {
-    return absl::InvalidArgumentError(
-        Cat(name, ":", err.source().begin.line, ":", err.source().begin.column, ": ", err.description()));
-  }
+  auto parsed = common::ParseToml(text, name);
+  if (!parsed.ok()) return parsed.status();
+  const toml::table& root = *parsed;
   TomlChecker c(name);
   RecursorConfig cfg;
   cfg.path = name;
@@ -137,19 +133,11 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
 }
 
 absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat(path, ": cannot open config file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto cfg = ParseConfig(ss.str(), path);
+  auto text = common::ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  const size_t slash = path.rfind('/');
-  if (slash != std::string::npos) {
-    const std::string dir = path.substr(0, slash + 1);
-    for (std::string* p : {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path}) {
-      if (!p->empty() && p->front() != '/') *p = dir + *p;
-    }
-  }
+  common::ResolveRelativeTo(path, {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path});
   return cfg;
 }
 
