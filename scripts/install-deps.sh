@@ -37,7 +37,12 @@ export DEBIAN_FRONTEND=noninteractive
 echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-# The unbound package enables a system service; tests start their own instances.
-if command -v systemctl >/dev/null 2>&1; then
-  $SUDO systemctl disable --now unbound dnsdist >/dev/null 2>&1 || true
-fi
+# The unbound and dnsdist packages enable system services; tests and benchmarks
+# start their own instances on ports they pick, so the services stay off.
+for svc in unbound dnsdist; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+    $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  elif command -v service >/dev/null 2>&1; then
+    $SUDO service "$svc" stop >/dev/null 2>&1 || true
+  fi
+done
