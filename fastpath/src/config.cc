@@ -104,7 +104,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "cache")) {
     c.OnlyKeys(*s, "cache",
                {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window",
-                "stale_answer_ttl", "prefetch_percent"});
+                "stale_answer_ttl", "stale_answer_after_ms", "prefetch_percent"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
     c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
@@ -112,6 +112,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "servfail_ttl", &cfg.servfail_ttl, 0, 300);
     c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
     c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
+    c.Int(*s, "stale_answer_after_ms", &cfg.stale_answer_after_ms, 0, 60000);
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
     if (c.ok() && cfg.min_ttl > cfg.max_ttl)
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");

@@ -78,9 +78,12 @@ struct Forwarder::Impl {
   // Timers name their try by generation, never by pointer: a Pending may
   // be freed long before its old deadlines come up.
   absl::flat_hash_map<uint64_t, Pending*> by_generation;
+  // RFC 8767 client response timers: generation -> the pending's key.
+  absl::flat_hash_map<uint64_t, std::string> client_timers;
   struct Timer {
     Clock::time_point at;
     uint64_t generation;
+    bool client = false;  // a client response timer, not a try's timeout
     bool operator>(const Timer& o) const { return at > o.at; }
   };
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
@@ -104,6 +107,8 @@ struct Forwarder::Impl {
   void Finish(Pending* p, const uint8_t* answer, size_t len);
   void Fail(Pending* p);
   void Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len);
+  void StaleOrServfail(PendingClient& c);
+  void OnClientTimer(uint64_t generation);
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
@@ -207,6 +212,10 @@ void Forwarder::Impl::Run() {
     while (!timers.empty() && timers.top().at <= now) {
       Timer t = timers.top();
       timers.pop();
+      if (t.client) {
+        OnClientTimer(t.generation);
+        continue;
+      }
       // Stale timer entries (the pending finished or was re-sent) are skipped.
       auto it = by_generation.find(t.generation);
       if (it != by_generation.end()) OnTimeout(it->second);
@@ -236,15 +245,18 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
     it->second->waiters.push_back(std::move(c));
     return;
   }
+  bool stale_exists = false;
   if (c.worker >= 0) {
     // The question may have been answered and cached between the worker's
     // miss and now (it waited in the queue): answer from the cache.
     const partitions::CacheKey ck{m.partition, m.qname.span(), m.qtype, m.qclass};
     partitions::Freshness f;
-    if (shared->cache->Find(ck, shared->clock->NowSeconds(), &f) != nullptr &&
-        f == partitions::Freshness::kFresh) {
-      self->coalesced_.Add();
-      return Reply(c, HandleMode::kAfterFill, nullptr, 0);
+    if (shared->cache->Find(ck, shared->clock->NowSeconds(), &f) != nullptr) {
+      if (f == partitions::Freshness::kFresh) {
+        self->coalesced_.Add();
+        return Reply(c, HandleMode::kAfterFill, nullptr, 0);
+      }
+      stale_exists = f == partitions::Freshness::kStale;
     }
   }
   auto p = std::make_unique<Pending>();
@@ -254,6 +266,11 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   p->waiters.push_back(std::move(c));
   Pending* raw = p.get();
   inflight.emplace(key, std::move(p));
+  if (stale_exists && config.stale_answer_after_ms > 0) {
+    const uint64_t gen = next_generation++;
+    client_timers[gen] = key;
+    timers.push({Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, true});
+  }
   Send(raw);
 }
 
@@ -719,19 +736,38 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
   Release(p);
 }
 
+void Forwarder::Impl::StaleOrServfail(PendingClient& c) {
+  dns::Query q;
+  if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) return;
+  dns::ResponseWriter w(out, sizeof(out));
+  w.BeginResponse(c.query, q, dns::Rcode::kServFail);
+  if (q.edns.present) w.BeginOpt(1232, q.edns.do_bit);
+  const size_t n = w.Finish(q.udp_limit());
+  // The worker serves a stale entry if it has one (RFC 8767), else this SERVFAIL.
+  Reply(c, HandleMode::kStaleOk, out, n);
+}
+
 void Forwarder::Impl::Fail(Pending* p) {
   for (PendingClient& c : p->waiters) {
-    if (c.worker < 0) continue;
-    dns::Query q;
-    if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
-    dns::ResponseWriter w(out, sizeof(out));
-    w.BeginResponse(c.query, q, dns::Rcode::kServFail);
-    if (q.edns.present) w.BeginOpt(1232, q.edns.do_bit);
-    const size_t n = w.Finish(q.udp_limit());
-    // The worker serves a stale entry if it has one (RFC 8767), else this SERVFAIL.
-    Reply(c, HandleMode::kStaleOk, out, n);
+    if (c.worker >= 0) StaleOrServfail(c);
   }
   Release(p);
+}
+
+void Forwarder::Impl::OnClientTimer(uint64_t generation) {
+  auto t = client_timers.find(generation);
+  if (t == client_timers.end()) return;
+  auto it = inflight.find(t->second);
+  client_timers.erase(t);
+  if (it == inflight.end()) return;  // answered in time
+  // RFC 8767 client response timer: the upstream is slow and a stale answer
+  // exists, so the waiting clients get it now; the resolution goes on and
+  // refreshes the cache when it completes.
+  Pending* p = it->second.get();
+  for (PendingClient& c : p->waiters) {
+    if (c.worker >= 0) StaleOrServfail(c);
+  }
+  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker >= 0; });
 }
 
 }  // namespace weir::fastpath

@@ -49,6 +49,9 @@ struct FastpathConfig {
   uint32_t servfail_ttl = 5;
   uint32_t stale_window = 86400;   // RFC 8767 recommends 1 to 3 days
   uint32_t stale_answer_ttl = 30;  // TTL written in stale answers (RFC 8767 4)
+  // RFC 8767 client response timer: a miss with a stale entry waits this long
+  // for the upstream, then gets the stale answer (0: only after every try failed).
+  uint32_t stale_answer_after_ms = 1800;
   uint32_t prefetch_percent = 10;
 
   // [upstream]
