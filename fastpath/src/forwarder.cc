@@ -108,6 +108,16 @@ struct Forwarder::Impl {
   void Fail(Pending* p);
   void Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len);
   void StaleOrServfail(PendingClient& c);
+  // Health probes of recursors marked down: ". NS" every health interval on
+  // a fresh socket; any genuine answer (any RCODE) brings the recursor back.
+  struct Probe {
+    int group;
+    int upstream;
+    uint16_t id;
+  };
+  absl::flat_hash_map<int, Probe> probes;  // by socket
+  void SendProbes();
+  void OnProbe(int fd);
   void OnClientTimer(uint64_t generation);
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
@@ -166,6 +176,7 @@ void Forwarder::Stop() {
   Notify();
   impl_->thread.join();
   for (auto& [fd, p] : impl_->by_fd) close(fd);
+  for (auto& [fd, probe] : impl_->probes) close(fd);
   close(impl_->evfd);
   close(impl_->epfd);
 }
@@ -198,6 +209,8 @@ void Forwarder::Impl::Run() {
         uint64_t v;
         [[maybe_unused]] ssize_t r = read(evfd, &v, sizeof(v));
         Drain();
+      } else if (probes.count(events[i].data.fd) != 0) {
+        OnProbe(events[i].data.fd);
       } else {
         auto it = by_fd.find(events[i].data.fd);
         if (it != by_fd.end() && it->second->over_tcp) {
@@ -208,6 +221,7 @@ void Forwarder::Impl::Run() {
       }
     }
     Drain();  // a Submit may have raced the eventfd read
+    SendProbes();
     const auto now = Clock::now();
     while (!timers.empty() && timers.top().at <= now) {
       Timer t = timers.top();
@@ -276,17 +290,6 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
 
 void Forwarder::Impl::Send(Pending* p) {
   Group& g = groups[p->weighted_group ? 1 : 0];
-  // Circuit breaker: a recursor that is down gets one trial query per
-  // health interval; a success brings it back (MarkResult), a failure keeps
-  // it down for another interval.
-  const auto now = Clock::now();
-  for (int i = 0; i < g.ring->size(); ++i) {
-    if (!g.ring->IsUp(i) && now >= g.next_probe[i]) {
-      g.next_probe[i] = now + std::chrono::milliseconds(config.health_interval_ms);
-      g.ring->SetUp(i, true);
-      g.consecutive_failures[i] = config.health_failures - 1;  // one more failure: down again
-    }
-  }
   uint8_t hashkey[8 + dns::kMaxNameWire];
   std::memcpy(hashkey, &p->miss.partition, 8);
   std::memcpy(hashkey + 8, p->miss.qname.bytes.data(), p->miss.qname.len);
@@ -487,7 +490,7 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
   }
   if (++g.consecutive_failures[u] >= config.health_failures && g.ring->IsUp(u)) {
     g.next_probe[u] = Clock::now() + std::chrono::milliseconds(config.health_interval_ms);
-    // Down until a later query succeeds; the ring moves its share to the
+    // Down until a health probe is answered; the ring moves its share to the
     // next live recursor only. If every recursor is down, all are retried.
     g.ring->SetUp(u, false);
     (*g.stats)[u]->up = false;
@@ -745,6 +748,63 @@ void Forwarder::Impl::StaleOrServfail(PendingClient& c) {
   const size_t n = w.Finish(q.udp_limit());
   // The worker serves a stale entry if it has one (RFC 8767), else this SERVFAIL.
   Reply(c, HandleMode::kStaleOk, out, n);
+}
+
+void Forwarder::Impl::SendProbes() {
+  const auto now = Clock::now();
+  for (int gi = 0; gi < 2; ++gi) {
+    Group& g = groups[gi];
+    for (int u = 0; u < g.ring->size(); ++u) {
+      if (g.ring->IsUp(u) || now < g.next_probe[u]) continue;
+      g.next_probe[u] = now + std::chrono::milliseconds(config.health_interval_ms);
+      // The previous probe went unanswered for a whole interval: drop it.
+      for (auto it = probes.begin(); it != probes.end();) {
+        if (it->second.group == gi && it->second.upstream == u) {
+          epoll_ctl(epfd, EPOLL_CTL_DEL, it->first, nullptr);
+          close(it->first);
+          probes.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+      const SocketAddress& dst = g.upstreams[u].address;
+      const int fd = socket(dst.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const uint16_t id = static_cast<uint16_t>(rng());
+      static constexpr uint8_t kRoot[1] = {0};
+      dns::ResponseWriter w(out, sizeof(out));
+      w.Begin(id, dns::flag::kRd, kRoot, dns::type::kNs, dns::klass::kIn);
+      const size_t len = w.Finish(sizeof(out));
+      if (sendto(fd, out, len, 0, dst.sa(), dst.len) < 0) {
+        close(fd);
+        continue;
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+      probes[fd] = {gi, u, id};
+    }
+  }
+}
+
+void Forwarder::Impl::OnProbe(int fd) {
+  const Probe probe = probes[fd];
+  Group& g = groups[probe.group];
+  const SocketAddress& dst = g.upstreams[probe.upstream].address;
+  sockaddr_storage from{};
+  socklen_t fl = sizeof(from);
+  const ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+  if (n < static_cast<ssize_t>(dns::kHeaderSize)) return;
+  const SocketAddress src = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
+  const bool genuine = src.family() == dst.family() && src.port() == dst.port() &&
+                       std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0 &&
+                       dns::Load16(buf) == probe.id && (buf[2] & 0x80) != 0;
+  if (!genuine) return;
+  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  probes.erase(fd);
+  MarkResult(g, probe.upstream, true);
 }
 
 void Forwarder::Impl::Fail(Pending* p) {
