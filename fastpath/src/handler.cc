@@ -273,10 +273,12 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     if (fresh == partitions::Freshness::kFresh) {
       serve = true;
       age = e->Age(now);
-    } else if (mode == HandleMode::kAfterFill) {
-      serve = true;  // the answer just received, with a TTL of (almost) 0
+    } else if (mode == HandleMode::kAfterFill && e->expires() >= now) {
+      serve = true;  // the answer just received, with a TTL of 0
       age = e->Age(now);
-    } else if (mode == HandleMode::kStaleOk) {
+    } else if (mode == HandleMode::kAfterFill || mode == HandleMode::kStaleOk) {
+      // An old entry: the upstream failed, or answered with something not
+      // cacheable (REFUSED, TC...): RFC 8767 prefers the stale answer.
       serve = true;
       age = e->ServeAge(now, options_.stale_answer_ttl);
       counters_->stale_served.Add();
