@@ -667,6 +667,10 @@ void Server::Impl::OnConn(uint64_t id, uint32_t events) {
       }
       c->in.insert(c->in.end(), buf, buf + n);
       if (c->in.size() > 2 * kMaxMessage) return CloseConn(id);
+      // Enough for at least one whole message: dispatch what is here before
+      // reading more (epoll is level-triggered and calls again). Reading to
+      // EAGAIN first would let a pipelining front overflow the bound above.
+      if (c->in.size() >= kMaxMessage + 2) break;
     }
   }
   if (c->control) {
