@@ -659,15 +659,14 @@ class Metrics:
         return sum(v for _, v in self.series(name, **labels))
 
 
-class Fastpath:
-    """weir-fastpath started on loopback from a config text (written to a
-    temp file). The config must listen on port 0 and set
-    server.metrics_listen = "127.0.0.1:0". `host`/`port` is the first listen
-    address (UDP and TCP), `metrics_port` the Prometheus port.
+class _Daemon:
+    """A weir daemon started from a config text (written to a temp file) and
+    stopped by PID; `host`/`port` is its first listen address (UDP and TCP).
+    Subclasses name the binary (RELPATH), the start-up line that means ready
+    (READY), and read their other start-up lines in _on_line()."""
 
-    With test_clock=True the TTL clock only moves through advance_clock()."""
-
-    RELPATH = "fastpath/weir-fastpath"
+    RELPATH = ""
+    READY = r"^ready$"
     _LISTEN = re.compile(r"^listening udp (\S+)(?: tcp (\S+))?$")
 
     def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 10.0):
@@ -676,7 +675,7 @@ class Fastpath:
         if test_clock:
             argv.append("--test-clock")
         try:
-            self.process = Process(argv, ready=r"^metrics http ", timeout=timeout)
+            self.process = Process(argv, ready=self.READY, timeout=timeout)
         except Exception:
             os.unlink(self.config_path)
             raise
@@ -685,9 +684,12 @@ class Fastpath:
             m = self._LISTEN.match(line)
             if m:
                 self.listeners.append(split_hostport(m.group(1)))
-            elif line.startswith("metrics http "):
-                self.metrics_host, self.metrics_port = split_hostport(line.split()[2])
+            else:
+                self._on_line(line)
         self.host, self.port = self.listeners[0]
+
+    def _on_line(self, line: str) -> None:
+        pass
 
     @property
     def pid(self) -> int:
@@ -695,13 +697,6 @@ class Fastpath:
 
     def alive(self) -> bool:
         return self.process.alive()
-
-    def metrics(self) -> Metrics:
-        return Metrics(http_get(self.metrics_host, self.metrics_port, "/metrics"))
-
-    def advance_clock(self, seconds: int) -> str:
-        """Moves the --test-clock TTL clock forward; returns the server's reply."""
-        return http_get(self.metrics_host, self.metrics_port, f"/test/advance-clock?seconds={int(seconds)}")
 
     def dig(self, qname: str, qtype: str = "A", *, source: Optional[str] = None, norec: bool = False,
             extra: Sequence[str] = (), **kw) -> Response:
@@ -717,11 +712,35 @@ class Fastpath:
             pass
         return rc
 
-    def __enter__(self) -> "Fastpath":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class Fastpath(_Daemon):
+    """weir-fastpath started on loopback from a config text (written to a
+    temp file). The config must listen on port 0 and set
+    server.metrics_listen = "127.0.0.1:0". `host`/`port` is the first listen
+    address (UDP and TCP), `metrics_port` the Prometheus port.
+
+    With test_clock=True the TTL clock only moves through advance_clock()."""
+
+    RELPATH = "fastpath/weir-fastpath"
+    READY = r"^metrics http "
+
+    def _on_line(self, line: str) -> None:
+        if line.startswith("metrics http "):
+            self.metrics_host, self.metrics_port = split_hostport(line.split()[2])
+
+    def metrics(self) -> Metrics:
+        return Metrics(http_get(self.metrics_host, self.metrics_port, "/metrics"))
+
+    def advance_clock(self, seconds: int) -> str:
+        """Moves the --test-clock TTL clock forward; returns the server's reply."""
+        return http_get(self.metrics_host, self.metrics_port, f"/test/advance-clock?seconds={int(seconds)}")
+
 
 
 _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
@@ -886,7 +905,7 @@ def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[st
     return "\n".join(out)
 
 
-class Recursor:
+class Recursor(_Daemon):
     """weir-recursor started from a config text (written to a temp file);
     `host`/`port` is the first listen address (UDP and TCP), `control()`
     talks to its control port (stats, advance-clock N, flush, reload-tags).
@@ -894,33 +913,15 @@ class Recursor:
     With test_clock=True the TTL clock only moves through advance_clock()."""
 
     RELPATH = "recursor/weir-recursor"
+    READY = r"^ready$"
+    control_address = None
 
     def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 15.0):
-        self.config_path = write_temp(config_text)
-        argv = [binary(build_dir, self.RELPATH), "-c", self.config_path]
-        if test_clock:
-            argv.append("--test-clock")
-        try:
-            self.process = Process(argv, ready=r"^ready$", timeout=timeout)
-        except Exception:
-            os.unlink(self.config_path)
-            raise
-        self.listeners = []
-        self.control_address = None
-        for line in self.process.lines:
-            m = _LISTEN.match(line)
-            if m:
-                self.listeners.append(split_hostport(m.group(1)))
-            elif line.startswith("control "):
-                self.control_address = split_hostport(line.split()[1])
-        self.host, self.port = self.listeners[0]
+        super().__init__(build_dir, config_text, test_clock, timeout)
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.alive()
+    def _on_line(self, line: str) -> None:
+        if line.startswith("control "):
+            self.control_address = split_hostport(line.split()[1])
 
     def control(self, line: str) -> str:
         return control_command(*self.control_address, line)
@@ -935,25 +936,6 @@ class Recursor:
 
     def flush(self) -> None:
         self.control("flush")
-
-    def dig(self, qname: str, qtype: str = "A", *, source: Optional[str] = None, norec: bool = False,
-            extra: Sequence[str] = (), **kw) -> Response:
-        extra = list(extra) + (["-b", source] if source else [])
-        return dig(self.host, self.port, qname, qtype, norec=norec, extra=extra, **kw)
-
-    def stop(self) -> int:
-        rc = self.process.stop()
-        try:
-            os.unlink(self.config_path)
-        except OSError:
-            pass
-        return rc
-
-    def __enter__(self) -> "Recursor":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def _zone_head(origin: str, ns_address: str, soa_minimum: int = 60) -> str:
