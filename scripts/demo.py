@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The offline demo: gslb-sim -> weir-fastpath, tags and city map loaded, a
+"""The offline demo: gslb-sim -> weir-recursor -> weir-fastpath, the city map
+and tags pushed with weirctl through weir-mgmt to both nodes, a
 short load from each city's subscriber range, and each city's answer shares
 printed against the CDN's weights.
 
@@ -50,10 +51,14 @@ def main():
                  for origin in ("shop.example.", "cdn-gslb.example.")}
         hierarchy = weirtest.FakeHierarchy(args.build_dir, net="127.0.99", tld="example.", zones=zones)
         gslb = hierarchy.sim("cdn-gslb.example.")
-        rconf = weirtest.recursor_config(root_hints=hierarchy.root_hints, tags=os.path.join(work, "tags.txt"))
-        with weirtest.Recursor(args.build_dir, rconf) as rec:
+        mgmt = weirtest.Mgmt(args.build_dir, work)
+        print(f"weir-mgmt on {mgmt.address} (SQLite database and token in {work})")
+        rconf = weirtest.recursor_config(root_hints=hierarchy.root_hints) + weirtest.mgmt_node_section(
+            mgmt.address, "recursor-1", mgmt.token_file, os.path.join(work, "recursor-state"))
+        with mgmt, weirtest.Recursor(args.build_dir, rconf) as rec:
             up = f"{rec.host}:{rec.port}"
             conf = open(os.path.join(demo, "fastpath.toml")).read().replace("@RECURSOR@", up)
+            conf = conf.replace("@MGMT@", mgmt.address)
             conf_path = os.path.join(work, "fastpath.toml")
             open(conf_path, "w").write(conf)
             fp_bin = weirtest.binary(args.build_dir, "fastpath/weir-fastpath")
@@ -62,6 +67,17 @@ def main():
                 mport = int(re.search(r"metrics http 127\.0\.0\.1:(\d+)", "\n".join(fp.lines)).group(1))
                 print("fake hierarchy on 127.0.99.1-4 port 53 (root, example., shop.example., cdn-gslb.example.)")
                 print(f"weir-recursor on {up}; weir-fastpath on 127.0.0.1:{port}, metrics on 127.0.0.1:{mport}\n")
+                for cmd in (["citymap", "import", os.path.join(work, "citymap.csv")],
+                            ["tag", "import", os.path.join(work, "tags.txt")]):
+                    r = mgmt.weirctl(*cmd)
+                    print(f"$ weirctl {' '.join(cmd[:2])} {os.path.basename(cmd[2])}\n  {r.stdout.strip() or r.stderr.strip()}")
+                    if r.returncode != 0:
+                        return 1
+                version = mgmt.weirctl_json("status")["version"]
+                for node in ("recursor-1", "fastpath-1"):
+                    mgmt.wait_in_sync(node, version)
+                print("$ weirctl nodes")
+                print("  " + mgmt.weirctl("nodes").stdout.strip().replace("\n", "\n  ") + "\n")
                 qfile = os.path.join(work, "queries.txt")
                 open(qfile, "w").write(f"{NAME} A\n")
                 for city, (src, _) in CITIES.items():

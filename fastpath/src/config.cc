@@ -61,7 +61,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
-  c.OnlyKeys(root, "top level", {"server", "acl", "rate_limit", "partitions", "cache", "upstream"});
+  c.OnlyKeys(root, "top level", {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt"});
+  mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
@@ -155,7 +156,8 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path});
+  common::ResolveRelativeTo(
+      path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file, &cfg->mgmt.state_dir});
   return cfg;
 }
 

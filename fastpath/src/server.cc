@@ -10,18 +10,22 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "weir/common/text.h"
 #include "weir/fastpath/forwarder.h"
 #include "weir/fastpath/handler.h"
+#include "weir/mgmt/node_client.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
@@ -69,6 +73,10 @@ struct Server::Impl {
   std::vector<std::unique_ptr<QueryHandler>> handlers;    // workers, then TCP
   SharedState shared;
   std::unique_ptr<Forwarder> forwarder;
+  std::unique_ptr<mgmt::NodeClient> mgmt_client;
+  // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names.
+  std::mutex apply_mu;
+  std::vector<std::string> city_names;  // id -> city for the life of the process
   std::vector<std::thread> threads;
   std::atomic<bool> running{false};
 
@@ -89,6 +97,9 @@ struct Server::Impl {
   int tcp_epfd = -1;
 
   absl::Status LoadPartitions();
+  // Validates both texts, then swaps both in; names are for messages.
+  absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
+                               std::string_view tags_name);
   void UdpWorker(int w);
   // Handles the queries the forwarder handed back; sends over UDP or TCP.
   void DrainReturns(int w, QueryHandler& handler, bool read_eventfd);
@@ -126,20 +137,32 @@ absl::Status Server::Start() {
     return st;
   };
   for (const SocketAddress& want : s.config.listen) {
-    SocketAddress addr = want;
-    for (int w = 0; w < workers; ++w) {
-      auto fd = BindSocket(addr, SOCK_DGRAM, true);
-      if (!fd.ok()) return fail(fd.status());
-      if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
-      s.worker_fds[w].push_back(*fd);
-    }
-    s.bound.push_back(addr);
-    if (s.config.tcp) {
-      auto fd = BindSocket(addr, SOCK_STREAM, false);
-      if (!fd.ok()) return fail(fd.status());
-      listen(*fd, 1024);
-      fcntl(*fd, F_SETFL, O_NONBLOCK);
-      s.tcp_fds.push_back(*fd);
+    // Port 0 takes the port the kernel gives the first UDP socket; when TCP
+    // cannot have the same one (a connection uses it), try another.
+    for (int attempt = 0;; ++attempt) {
+      SocketAddress addr = want;
+      for (int w = 0; w < workers; ++w) {
+        auto fd = BindSocket(addr, SOCK_DGRAM, true);
+        if (!fd.ok()) return fail(fd.status());
+        if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
+        s.worker_fds[w].push_back(*fd);
+      }
+      if (s.config.tcp) {
+        auto fd = BindSocket(addr, SOCK_STREAM, false);
+        if (!fd.ok() && want.port() == 0 && attempt < 16) {
+          for (auto& v : s.worker_fds) {
+            close(v.back());
+            v.pop_back();
+          }
+          continue;
+        }
+        if (!fd.ok()) return fail(fd.status());
+        listen(*fd, 1024);
+        fcntl(*fd, F_SETFL, O_NONBLOCK);
+        s.tcp_fds.push_back(*fd);
+      }
+      s.bound.push_back(addr);
+      break;
     }
   }
   if (s.config.metrics_enabled) {
@@ -149,7 +172,25 @@ absl::Status Server::Start() {
     s.metrics_fd = *fd;
     s.config.metrics_listen = LocalAddress(*fd);
   }
-  if (absl::Status st = s.LoadPartitions(); !st.ok()) return fail(st);
+  std::optional<mgmt::NodeStart> node;
+  if (s.config.mgmt.enabled) {
+    auto n = mgmt::PrepareNode(s.config.mgmt, "fastpath");
+    if (!n.ok()) return fail(n.status());
+    node = *std::move(n);
+  }
+  if (node && node->stored) {
+    // The last snapshot mgmt pushed wins over the files: it is newer.
+    const mgmt::Snapshot& snap = *node->stored;
+    if (absl::Status st =
+            s.ApplyPartitions(snap.citymap, "stored snapshot citymap", snap.tags, "stored snapshot tags");
+        !st.ok()) {
+      return fail(st);
+    }
+    std::fprintf(stderr, "weir-fastpath: starting from stored mgmt snapshot version %llu\n",
+                 static_cast<unsigned long long>(snap.version));
+  } else if (absl::Status st = s.LoadPartitions(); !st.ok()) {
+    return fail(st);
+  }
   for (int i = 0; i <= workers; ++i) {
     s.counters.push_back(std::make_unique<WorkerCounters>());
     s.handlers.push_back(
@@ -161,12 +202,21 @@ absl::Status Server::Start() {
   for (int w = 0; w < workers; ++w) s.threads.emplace_back([this, w] { impl_->UdpWorker(w); });
   if (s.config.tcp) s.threads.emplace_back([this] { impl_->TcpLoop(); });
   if (s.metrics_fd >= 0) s.threads.emplace_back([this] { impl_->MetricsLoop(); });
+  if (node) {
+    s.mgmt_client = std::make_unique<mgmt::NodeClient>(
+        mgmt::MakeNodeClientOptions(s.config.mgmt, "fastpath", node->token),
+        [this](const mgmt::Snapshot& snap) {
+          return impl_->ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags");
+        });
+    if (absl::Status st = s.mgmt_client->Start(node->stored ? node->stored->version : 0); !st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 
 void Server::Stop() {
   Impl& s = *impl_;
   if (!s.running.exchange(false)) return;
+  if (s.mgmt_client) s.mgmt_client->Stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
   s.forwarder->Stop();
@@ -177,7 +227,12 @@ void Server::Stop() {
   if (s.metrics_fd >= 0) close(s.metrics_fd);
 }
 
-absl::Status Server::Reload() { return impl_->LoadPartitions(); }
+absl::Status Server::Reload() {
+  if (impl_->mgmt_client) {
+    return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
+  }
+  return impl_->LoadPartitions();
+}
 
 std::string Server::DescribeListeners() const {
   std::string out;
@@ -333,22 +388,66 @@ absl::Status Server::Impl::LoadPartitions() {
     std::fclose(f);
     return absl::OkStatus();
   };
-  partitions::CityMapOptions cmo;
-  if (!config.default_city.empty()) cmo.default_city = config.default_city;
   std::string csv;
   if (!config.citymap_path.empty()) {
     if (absl::Status st = read(config.citymap_path, &csv); !st.ok()) return st;
   }
-  auto cm = partitions::CityMap::FromCsv(csv, cmo);
-  if (!cm.ok())
-    return absl::InvalidArgumentError(Cat(config.citymap_path, ": ", ToStd(cm.status().message())));
   std::string tags_text;
   if (!config.tags_path.empty()) {
     if (absl::Status st = read(config.tags_path, &tags_text); !st.ok()) return st;
   }
+  return ApplyPartitions(csv, config.citymap_path, tags_text, config.tags_path);
+}
+
+namespace {
+
+// Cached entries are keyed by city id (partitions::PartitionKey), so an id
+// must name the same city for the whole life of the process: a new map
+// keeps every known city's id, appends new cities, and keeps a removed
+// city's id reserved (no prefixes, so nothing maps to it) so that its
+// entries are never served to another city. `names` is the id -> name
+// table so far, updated on success.
+absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const partitions::CityMap& parsed,
+                                                                         std::vector<std::string>* names) {
+  std::vector<std::string> next = *names;
+  std::vector<partitions::PartitionId> remap(parsed.city_count());
+  for (size_t id = 0; id < parsed.city_count(); ++id) {
+    const std::string& name = parsed.city(static_cast<partitions::PartitionId>(id)).name;
+    auto it = std::find(next.begin(), next.end(), name);
+    if (it == next.end()) it = next.insert(next.end(), name);
+    remap[id] = static_cast<partitions::PartitionId>(it - next.begin());
+  }
+  if (next.size() > partitions::kMaxCities) {
+    return absl::InvalidArgumentError(
+        Cat("more than ", partitions::kMaxCities,
+            " cities since start (removed cities keep their id): restart to compact"));
+  }
+  std::vector<partitions::City> cities(next.size());
+  for (size_t id = 0; id < next.size(); ++id) cities[id].name = next[id];
+  for (size_t id = 0; id < parsed.city_count(); ++id) {
+    cities[remap[id]] = parsed.city(static_cast<partitions::PartitionId>(id));
+  }
+  std::vector<partitions::CityPrefix> prefixes = parsed.prefixes();
+  for (partitions::CityPrefix& p : prefixes) p.city = remap[p.city];
+  auto built =
+      partitions::CityMap::Build(std::move(cities), std::move(prefixes), remap[parsed.default_city()]);
+  if (built.ok()) *names = std::move(next);
+  return built;
+}
+
+}  // namespace
+
+absl::Status Server::Impl::ApplyPartitions(std::string_view csv, std::string_view csv_name,
+                                           std::string_view tags_text, std::string_view tags_name) {
+  partitions::CityMapOptions cmo;
+  if (!config.default_city.empty()) cmo.default_city = config.default_city;
+  auto parsed = partitions::CityMap::FromCsv(csv, cmo);
+  if (!parsed.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
   auto tags = partitions::TagTable::FromText(tags_text);
-  if (!tags.ok())
-    return absl::InvalidArgumentError(Cat(config.tags_path, ": ", ToStd(tags.status().message())));
+  if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+  std::lock_guard<std::mutex> l(apply_mu);
+  auto cm = StableCityIds(**parsed, &city_names);
+  if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
   shared.citymap.Publish(*std::move(cm));
   shared.tags.Publish(*std::move(tags));
   if (!shared.cache) {
@@ -631,6 +730,15 @@ std::string Server::Impl::RenderMetrics() const {
   out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
              "\n");
   const LearnedTags* learned = shared.learned.Get();
+  if (mgmt_client) {
+    out += "# HELP weir_mgmt_snapshot_version The mgmt snapshot version this node runs.\n";
+    out += Cat("# TYPE weir_mgmt_snapshot_version gauge\nweir_mgmt_snapshot_version ",
+               mgmt_client->applied_version(), "\n");
+    out +=
+        Cat("# TYPE weir_mgmt_connected gauge\nweir_mgmt_connected ", mgmt_client->connected() ? 1 : 0, "\n");
+    out += Cat("# TYPE weir_mgmt_rejected_total counter\nweir_mgmt_rejected_total ", mgmt_client->rejected(),
+               "\n");
+  }
   out += "# HELP weir_learned_tags Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).\n";
   out += Cat("# TYPE weir_learned_tags gauge\nweir_learned_tags ", learned != nullptr ? learned->size() : 0,
              "\n");

@@ -38,7 +38,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   RecursorConfig cfg;
   cfg.path = name;
   for (const char* loopback : {"127.0.0.0/8", "::1/128"}) cfg.control_allow.push_back(*ParseCidrOr(loopback));
-  c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs"});
+  c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt"});
+  mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
@@ -137,7 +138,8 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(path, {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path});
+  common::ResolveRelativeTo(path, {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path,
+                                   &cfg->mgmt.token_file, &cfg->mgmt.state_dir});
   return cfg;
 }
 

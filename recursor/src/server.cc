@@ -13,9 +13,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <random>
 #include <span>
@@ -26,6 +28,7 @@
 #include "unbound_resolver.h"
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
+#include "weir/mgmt/node_client.h"
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/answer.h"
@@ -236,6 +239,8 @@ struct Server::Impl {
   std::unique_ptr<const partitions::TagTable> tags;
   std::mutex reload_mu;
   std::unique_ptr<const partitions::TagTable> pending_tags;
+  std::optional<mgmt::NodeStart> mgmt_node;
+  std::unique_ptr<mgmt::NodeClient> mgmt_client;
 
   int epfd = -1;
   int wakefd = -1;
@@ -403,8 +408,23 @@ absl::Status Server::Impl::Start() {
   ecs_settings.source_v6 = cfg.source_v6;
   ecs_settings.from_client_address = cfg.from_client_address;
   parse_options.weight_option_code = cfg.weight_option_code;
-  absl::Status st = LoadTags(&tags);
-  if (!st.ok()) return st;
+  absl::Status st;
+  if (cfg.mgmt.enabled) {
+    auto n = mgmt::PrepareNode(cfg.mgmt, "recursor");
+    if (!n.ok()) return n.status();
+    mgmt_node = *std::move(n);
+  }
+  if (mgmt_node && mgmt_node->stored) {
+    // The last snapshot mgmt pushed wins over the file: it is newer.
+    auto t = partitions::TagTable::FromText(mgmt_node->stored->tags);
+    if (!t.ok()) return t.status();
+    tags = *std::move(t);
+    std::fprintf(stderr, "weir-recursor: starting from stored mgmt snapshot version %llu\n",
+                 static_cast<unsigned long long>(mgmt_node->stored->version));
+  } else {
+    st = LoadTags(&tags);
+    if (!st.ok()) return st;
+  }
   st = ub.Init(cfg);
   if (!st.ok()) return st;
 
@@ -1498,6 +1518,8 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
     cuts.Clear();
     scoped.Clear();
     reply = "ok";
+  } else if (line == "reload-tags" && mgmt_client) {
+    reply = "error: tags come from weir-mgmt ([mgmt] is configured)";
   } else if (line == "reload-tags") {
     std::unique_ptr<const partitions::TagTable> t;
     absl::Status st = LoadTags(&t);
@@ -1524,7 +1546,25 @@ Server::Server(RecursorConfig config, partitions::FakeClock* test_clock)
 
 Server::~Server() { Stop(); }
 
-absl::Status Server::Start() { return impl_->Start(); }
+absl::Status Server::Start() {
+  absl::Status st = impl_->Start();
+  if (!st.ok() || !impl_->mgmt_node) return st;
+  const mgmt::NodeStart& node = *impl_->mgmt_node;
+  impl_->mgmt_client = std::make_unique<mgmt::NodeClient>(
+      mgmt::MakeNodeClientOptions(impl_->cfg.mgmt, "recursor", node.token),
+      [this](const mgmt::Snapshot& snap) {
+        auto t = partitions::TagTable::FromText(snap.tags);
+        if (!t.ok()) return absl::InvalidArgumentError(Cat("tags: ", common::ToStd(t.status().message())));
+        {
+          std::lock_guard<std::mutex> l(impl_->reload_mu);
+          impl_->pending_tags = *std::move(t);
+        }
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+        return absl::OkStatus();
+      });
+  return impl_->mgmt_client->Start(node.stored ? node.stored->version : 0);
+}
 
 std::string Server::DescribeListeners() const {
   std::string s;
@@ -1533,6 +1573,9 @@ std::string Server::DescribeListeners() const {
 }
 
 absl::Status Server::ReloadTags() {
+  if (impl_->mgmt_client) {
+    return absl::FailedPreconditionError("tags come from weir-mgmt ([mgmt] is configured)");
+  }
   std::unique_ptr<const partitions::TagTable> t;
   absl::Status st = impl_->LoadTags(&t);
   if (!st.ok()) return st;
@@ -1546,6 +1589,7 @@ absl::Status Server::ReloadTags() {
 }
 
 void Server::Stop() {
+  if (impl_->mgmt_client) impl_->mgmt_client->Stop();
   if (!impl_->running.exchange(false)) return;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));

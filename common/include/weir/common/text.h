@@ -34,6 +34,11 @@ std::string Cat(const A&... a) {
   return s;
 }
 
+template <typename... A>
+void CatTo(std::string& s, const A&... a) {
+  (AppendText(s, a), ...);
+}
+
 inline std::string_view ToStd(absl::string_view v) { return {v.data(), v.size()}; }
 
 }  // namespace weir::common

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/fastpath/net.h"
+#include "weir/mgmt/node_config.h"
 
 namespace weir::fastpath {
 
@@ -63,6 +64,8 @@ struct FastpathConfig {
   int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 
+  // [mgmt]: tags and city map pushed by weir-mgmt instead of the files.
+  mgmt::NodeMgmtConfig mgmt;
   // Where the config came from, for reloads and messages.
   std::string path;
 };

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/node_config.h"
 #include "weir/partitions/partition.h"
 
 namespace weir::recursor {
@@ -47,6 +48,8 @@ struct RecursorConfig {
 
   // [tags]
   std::string tags_path;  // partitions TagTable text format
+  // [mgmt]: tags pushed by weir-mgmt instead of the file.
+  mgmt::NodeMgmtConfig mgmt;
 
   // [cache]
   int max_entries = 100000;             // ordinary answers

@@ -1,0 +1,92 @@
+// The node side of mgmt's push stream (DESIGN section 8), used by
+// weir-fastpath and weir-recursor: one thread keeps a TCP connection to
+// weir-mgmt, receives versioned snapshots, hands each to the node's apply
+// function (validate + RCU swap), stores the applied one on disk and ACKs
+// the version, or NACKs it with the reason and keeps the last good one.
+// Reconnects with backoff while mgmt is down; the node keeps answering.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "weir/common/socket_address.h"
+#include "weir/mgmt/snapshot.h"
+
+namespace weir::mgmt {
+
+struct NodeClientOptions {
+  common::SocketAddress mgmt;
+  std::string token;
+  std::string node_id;
+  std::string kind;       // "fastpath" | "recursor"
+  std::string state_dir;  // where the last good snapshot is kept; empty: not kept
+  int reconnect_min_ms = 200;
+  int reconnect_max_ms = 5000;
+};
+
+// Reads a token file: the first line, surrounding whitespace removed; at
+// least 16 characters.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+class NodeClient {
+ public:
+  // Validates and swaps in a snapshot; an error is sent back as the NACK reason.
+  using ApplyFn = std::function<absl::Status(const Snapshot&)>;
+
+  NodeClient(NodeClientOptions options, ApplyFn apply);
+  ~NodeClient();
+  NodeClient(const NodeClient&) = delete;
+  NodeClient& operator=(const NodeClient&) = delete;
+
+  // `have_version`: the version the node already runs (from its stored
+  // snapshot), 0 for none.
+  absl::Status Start(uint64_t have_version);
+  void Stop();
+
+  uint64_t applied_version() const { return applied_.load(std::memory_order_relaxed); }
+  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+  uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
+  std::string last_error() const;
+
+ private:
+  void Run();
+  // One connection's lifetime; returns why it ended.
+  absl::Status Session();
+  void SetError(std::string e);
+
+  NodeClientOptions options_;
+  ApplyFn apply_;
+  std::thread thread_;
+  int wake_fd_ = -1;
+  std::atomic<bool> running_{false};
+  std::atomic<uint64_t> applied_{0};
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> rejected_{0};
+  mutable std::mutex mu_;
+  std::string last_error_;
+};
+
+}  // namespace weir::mgmt
+
+namespace weir::mgmt {
+
+struct NodeMgmtConfig;
+
+// What a node needs before it answers: the token, and the snapshot it
+// stored last time (nullopt when none, or when the file is damaged: that
+// is logged and the node starts from its files, then mgmt's push).
+struct NodeStart {
+  std::string token;
+  std::optional<Snapshot> stored;
+};
+absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::string& kind);
+
+NodeClientOptions MakeNodeClientOptions(const NodeMgmtConfig& config, const std::string& kind,
+                                        const std::string& token);
+
+}  // namespace weir::mgmt

@@ -1,0 +1,37 @@
+// A versioned configuration snapshot: everything mgmt pushes to a node (the
+// tag table and the city map, in their operator text formats), and the file
+// a node keeps of the last one it applied, so it can start while mgmt is
+// down (DESIGN section 8). Control plane only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "weir/mgmt/protocol.h"
+
+namespace weir::mgmt {
+
+struct Snapshot {
+  uint64_t version = 0;
+  std::string tags;     // TagTable text format (partitions/README.md)
+  std::string citymap;  // CityMap CSV
+  friend bool operator==(const Snapshot&, const Snapshot&) = default;
+};
+
+Message SnapshotMessage(const Snapshot& s);
+absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m);
+
+// Checks that both parts build (the same parsers the nodes use); errors name
+// the part and the line: "tags: line 3: ...", "citymap: line 7: ...".
+absl::Status ValidateSnapshot(const Snapshot& s);
+
+// The node's copy: `dir`/snapshot, written to a temporary file, synced and
+// renamed over the old one, so a crash leaves the old or the new file, never
+// half of one. The file carries a checksum; a damaged file is an error.
+absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s);
+// NotFound when the node never stored one.
+absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir);
+
+}  // namespace weir::mgmt

@@ -1,0 +1,83 @@
+// weir-mgmt's database (DESIGN section 8): tags, city map, node registry and
+// audit log in SQLite. Every change is one transaction that validates the
+// whole resulting snapshot before it commits and bumps the global version;
+// a change that fails leaves the database exactly as it was.
+// Single-threaded (the mgmt event loop). Control plane only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weir/mgmt/snapshot.h"
+
+struct sqlite3;
+
+namespace weir::mgmt {
+
+struct NodeRecord {
+  std::string node_id;
+  std::string kind;  // "fastpath" | "recursor"
+  std::string peer;  // last address it connected from
+  uint64_t acked_version = 0;
+  uint64_t nack_version = 0;  // 0: never rejected one
+  std::string nack_reason;
+  int64_t last_seen = 0;  // unix seconds
+};
+
+struct AuditRecord {
+  int64_t id = 0;
+  int64_t time = 0;
+  std::string actor;
+  std::string action;
+  std::string detail;
+  uint64_t version = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path` (":memory:" for tests).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  uint64_t version() const { return version_; }
+  const Snapshot& snapshot() const { return snapshot_; }
+
+  // Each returns the new version. `line` is one line of the tag text format;
+  // without `replace`, a suffix that already has a tag is an error.
+  absl::StatusOr<uint64_t> AddTag(const std::string& line, bool replace, const std::string& actor);
+  absl::StatusOr<uint64_t> RemoveTag(const std::string& suffix, const std::string& actor);
+  // Replaces every tag; a bad line rejects the whole text ("line N: ...").
+  absl::StatusOr<uint64_t> ImportTags(const std::string& text, const std::string& actor);
+  // Replaces the city map; a bad line rejects the whole CSV ("line N: ...").
+  absl::StatusOr<uint64_t> ImportCitymap(const std::string& csv, const std::string& actor);
+
+  // A node connected, running `version` (what it says in its HELLO).
+  absl::Status NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
+                        uint64_t version);
+  absl::Status NodeAck(const std::string& node_id, uint64_t version);
+  absl::Status NodeNack(const std::string& node_id, uint64_t version, const std::string& reason);
+  absl::StatusOr<std::vector<NodeRecord>> Nodes() const;
+  absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) const;
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql);
+  absl::Status LoadSnapshot();
+  // Runs `change` on a copy of the tag lines / citymap inside one
+  // transaction, validates, writes, bumps the version, logs the audit entry.
+  absl::StatusOr<uint64_t> Commit(std::vector<std::string> tag_lines, std::string citymap,
+                                  const std::string& actor, const std::string& action,
+                                  const std::string& detail);
+
+  sqlite3* db_;
+  uint64_t version_ = 0;
+  std::vector<std::string> tag_lines_;  // canonical lines, sorted by suffix
+  Snapshot snapshot_;
+};
+
+}  // namespace weir::mgmt

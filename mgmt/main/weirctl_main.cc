@@ -1,0 +1,182 @@
+// weirctl: the operator's command line for weir-mgmt (DESIGN section 8).
+// Exit status: 0 done, 1 mgmt refused the request (the reason on stderr),
+// 2 usage, file or connection error.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "weir/common/socket_address.h"
+#include "weir/mgmt/node_client.h"
+#include "weir/mgmt/protocol.h"
+
+namespace {
+
+using weir::mgmt::Message;
+using weir::mgmt::MsgType;
+
+int Die(const std::string& msg) {
+  std::fprintf(stderr, "weirctl: %s\n", msg.c_str());
+  return 2;
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Sends one request, waits for the reply (timeout_ms overall).
+int Call(const weir::common::SocketAddress& server, const Message& req, bool json, int timeout_ms) {
+  int fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Die(std::string("socket: ") + std::strerror(errno));
+  if (connect(fd, server.sa(), server.len) != 0) {
+    int e = errno;
+    close(fd);
+    return Die("cannot reach weir-mgmt at " + server.ToString() + ": " + std::strerror(e));
+  }
+  std::string out = weir::mgmt::Encode(req);
+  size_t off = 0;
+  while (off < out.size()) {
+    ssize_t n = send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return Die(std::string("send: ") + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  weir::mgmt::FrameReader reader;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) {
+      close(fd);
+      return Die("no reply from weir-mgmt within " + std::to_string(timeout_ms) + " ms");
+    }
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return Die("weir-mgmt closed the connection without a reply");
+    }
+    reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    auto m = reader.Next();
+    if (!m.ok()) {
+      close(fd);
+      return Die("bad reply from weir-mgmt: " + std::string(m.status().message()));
+    }
+    if (!m->has_value()) continue;
+    close(fd);
+    const Message& r = **m;
+    if (r.type == MsgType::kError) return Die("weir-mgmt refused: " + (r.fields.empty() ? "" : r.fields[0]));
+    if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from weir-mgmt");
+    if (r.fields[0] != "ok") {
+      std::fprintf(stderr, "weirctl: %s\n", r.fields[1].c_str());
+      return 1;
+    }
+    std::fputs(json ? (r.fields[2] + "\n").c_str() : r.fields[1].c_str(), stdout);
+    return 0;
+  }
+}
+
+std::string DefaultActor() {
+  const char* user = std::getenv("USER");
+  char host[256] = "localhost";
+  gethostname(host, sizeof(host) - 1);
+  return std::string(user != nullptr ? user : "uid" + std::to_string(getuid())) + "@" + host;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"weirctl: manage weir's domain tags and city map through weir-mgmt"};
+  app.require_subcommand(1);
+  std::string server_text = std::getenv("WEIR_MGMT") != nullptr ? std::getenv("WEIR_MGMT") : "127.0.0.1:8054";
+  std::string token_file =
+      std::getenv("WEIR_MGMT_TOKEN_FILE") != nullptr ? std::getenv("WEIR_MGMT_TOKEN_FILE") : "";
+  std::string actor = DefaultActor();
+  bool json = false;
+  int timeout_ms = 10000;
+  app.add_option("-s,--server", server_text, "weir-mgmt address (env WEIR_MGMT)")->capture_default_str();
+  app.add_option("-t,--token-file", token_file, "file holding the mgmt token (env WEIR_MGMT_TOKEN_FILE)");
+  app.add_option("--actor", actor, "name recorded in the audit log")->capture_default_str();
+  app.add_flag("--json", json, "print the reply as JSON");
+  app.add_option("--timeout-ms", timeout_ms, "reply timeout")->check(CLI::Range(100, 600000));
+
+  std::vector<std::string> args;
+  std::string verb;
+  std::vector<std::string> words;
+  std::string file;
+  bool replace = false;
+  int limit = 50;
+
+  CLI::App* tag = app.add_subcommand("tag", "domain tags (DESIGN section 3)");
+  tag->require_subcommand(1);
+  CLI::App* tag_add = tag->add_subcommand("add", "add a tag: SUFFIX [weight=on] [ecs=on] [policy=...] ...");
+  tag_add->add_option("line", words, "the tag, in the tags file format")->required();
+  tag_add->add_flag("--replace", replace, "replace the suffix's existing tag");
+  CLI::App* tag_rm = tag->add_subcommand("rm", "remove the tag of a suffix");
+  tag_rm->add_option("suffix", file, "domain suffix")->required();
+  CLI::App* tag_ls = tag->add_subcommand("ls", "list the tags");
+  CLI::App* tag_import = tag->add_subcommand("import", "replace every tag with a tags file");
+  tag_import->add_option("file", file, "tags file")->required();
+  CLI::App* cm = app.add_subcommand("citymap", "the city map (CIDR -> city)");
+  cm->require_subcommand(1);
+  CLI::App* cm_import = cm->add_subcommand("import", "replace the city map with a CSV file");
+  cm_import->add_option("file", file, "CSV: cidr,city,ecs_address/prefix")->required();
+  CLI::App* cm_ls = cm->add_subcommand("ls", "print the city map");
+  CLI::App* nodes = app.add_subcommand("nodes", "which snapshot version each node runs");
+  CLI::App* status = app.add_subcommand("status", "current version and sizes");
+  CLI::App* audit = app.add_subcommand("audit", "recent changes");
+  audit->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
+
+  auto server = weir::common::SocketAddress::Parse(server_text, 8054);
+  if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
+  if (token_file.empty()) return Die("no token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
+  auto token = weir::mgmt::ReadTokenFile(token_file);
+  if (!token.ok()) return Die(std::string(token.status().message()));
+
+  if (*tag_add) {
+    verb = "tag-add";
+    std::string line;
+    for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
+    args = {line};
+    if (replace) args.push_back("replace");
+  } else if (*tag_rm) {
+    verb = "tag-rm";
+    args = {file};
+  } else if (*tag_ls) {
+    verb = "tag-ls";
+  } else if (*tag_import || *cm_import) {
+    verb = *tag_import ? "tag-import" : "citymap-import";
+    std::string body;
+    if (!ReadFile(file, &body)) return Die("cannot read " + file);
+    args = {body};
+  } else if (*cm_ls) {
+    verb = "citymap-ls";
+  } else if (*nodes) {
+    verb = "nodes";
+  } else if (*status) {
+    verb = "status";
+  } else if (*audit) {
+    verb = "audit";
+    args = {std::to_string(limit)};
+  }
+  Message req{MsgType::kRequest, {std::string(weir::mgmt::kProtocol), *token, actor, verb}};
+  for (std::string& a : args) req.fields.push_back(std::move(a));
+  return Call(*server, req, json, timeout_ms);
+}

@@ -1,0 +1,522 @@
+#include "weir/mgmt/server.h"
+
+#include <arpa/inet.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <thread>
+
+#include "weir/common/config_file.h"
+#include "weir/common/text.h"
+#include "weir/common/toml_checker.h"
+#include "weir/mgmt/node_client.h"
+#include "weir/mgmt/protocol.h"
+#include "weir/mgmt/store.h"
+
+namespace weir::mgmt {
+
+using common::Cat;
+using common::ToStd;
+
+namespace {
+std::string Text(absl::string_view v) { return std::string(v.data(), v.size()); }
+}  // namespace
+
+absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::string& name) {
+  auto parsed = common::ParseToml(text, name);
+  if (!parsed.ok()) return parsed.status();
+  const toml::table& root = *parsed;
+  common::TomlChecker c(name);
+  c.OnlyKeys(root, "", {"mgmt"});
+  MgmtConfig cfg;
+  cfg.path = name;
+  std::string listen = "127.0.0.1:8054";
+  if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
+    c.OnlyKeys(*m, "mgmt", {"listen", "database", "token_file", "max_connections"});
+    c.String(*m, "listen", &listen);
+    c.String(*m, "database", &cfg.database);
+    c.String(*m, "token_file", &cfg.token_file);
+    c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
+    if (c.ok()) {
+      auto a = common::SocketAddress::Parse(listen, 8054);
+      if (!a.ok()) {
+        c.Fail(m->get("listen") != nullptr ? m->get("listen")->source() : m->source(),
+               Text(a.status().message()));
+      } else {
+        cfg.listen = *a;
+      }
+    }
+    if (c.ok() && cfg.database.empty()) c.Fail(m->source(), "[mgmt] needs 'database' (the SQLite file)");
+    if (c.ok() && cfg.token_file.empty())
+      c.Fail(m->source(), "[mgmt] needs 'token_file' (peers must authenticate)");
+  } else if (c.ok()) {
+    return absl::InvalidArgumentError(Cat(name, ": missing [mgmt] table"));
+  }
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
+  common::ResolveRelativeTo(name, {&cfg.database, &cfg.token_file});
+  return cfg;
+}
+
+absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path) {
+  auto text = common::ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  return ParseMgmtConfig(*text, path);
+}
+
+namespace {
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof(b), "\\u%04x", c);
+          out += b;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+bool TokenEquals(std::string_view a, std::string_view b) {
+  // Constant time in the token's length: no early exit on the first difference.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+std::string TimeText(int64_t t) {
+  if (t == 0) return "-";
+  std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char b[32];
+  std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+enum class Role { kUnknown, kNode, kCtl };
+
+struct Conn {
+  int fd = -1;
+  std::string peer;
+  FrameReader reader;
+  std::string out;
+  Role role = Role::kUnknown;
+  std::string node_id;
+  uint64_t sent_version = UINT64_MAX;
+  bool close_after_write = false;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+}  // namespace
+
+struct MgmtServer::Impl {
+  MgmtConfig config;
+  std::string token;
+  std::unique_ptr<Store> store;
+  int listen_fd = -1;
+  int epfd = -1;
+  int wakefd = -1;
+  common::SocketAddress bound;
+  std::atomic<bool> running{false};
+  std::thread thread;
+  std::map<int, Conn> conns;
+
+  absl::Status Start();
+  void Loop();
+  void Accept();
+  void OnReadable(Conn& c);
+  void OnWritable(Conn& c);
+  void Handle(Conn& c, const Message& m);
+  void HandleRequest(Conn& c, const Message& m);
+  void Reply(Conn& c, bool ok, std::string text, std::string json);
+  void Fail(Conn& c, std::string reason);
+  void MaybePush(Conn& c);
+  void PushAll();
+  void Flush(Conn& c);
+  void CloseConn(int fd);
+  void Watch(Conn& c);
+};
+
+MgmtServer::MgmtServer(MgmtConfig config) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+}
+MgmtServer::~MgmtServer() { Stop(); }
+common::SocketAddress MgmtServer::bound() const { return impl_->bound; }
+
+absl::Status MgmtServer::Start() {
+  absl::Status st = impl_->Start();
+  if (!st.ok()) return st;
+  impl_->running.store(true);
+  impl_->thread = std::thread([this] { impl_->Loop(); });
+  return absl::OkStatus();
+}
+
+void MgmtServer::Stop() {
+  if (!impl_->running.exchange(false)) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  impl_->thread.join();
+  for (auto& [fd, c] : impl_->conns) close(fd);
+  impl_->conns.clear();
+  close(impl_->listen_fd);
+  close(impl_->epfd);
+  close(impl_->wakefd);
+}
+
+absl::Status MgmtServer::Impl::Start() {
+  auto tok = ReadTokenFile(config.token_file);
+  if (!tok.ok()) return tok.status();
+  token = *tok;
+  auto s = Store::Open(config.database);
+  if (!s.ok()) return s.status();
+  store = *std::move(s);
+  listen_fd = socket(config.listen.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
+  int one = 1;
+  setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(listen_fd, config.listen.sa(), config.listen.len) != 0) {
+    return absl::UnavailableError(Cat("cannot bind ", config.listen.ToString(), ": ", std::strerror(errno)));
+  }
+  if (listen(listen_fd, 128) != 0) return absl::InternalError(Cat("listen: ", std::strerror(errno)));
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  bound = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &ev);
+  ev.data.fd = wakefd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &ev);
+  return absl::OkStatus();
+}
+
+void MgmtServer::Impl::Loop() {
+  epoll_event evs[64];
+  while (running.load()) {
+    int n = epoll_wait(epfd, evs, 64, 1000);
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[i].data.fd;
+      if (fd == wakefd) continue;
+      if (fd == listen_fd) {
+        Accept();
+        continue;
+      }
+      auto it = conns.find(fd);
+      if (it == conns.end()) continue;
+      if (evs[i].events & EPOLLOUT) OnWritable(it->second);
+      it = conns.find(fd);
+      if (it != conns.end() && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) OnReadable(it->second);
+    }
+    // weirctl connections and peers that never said who they are get a deadline.
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<int> expired;
+    for (auto& [fd, c] : conns) {
+      if (c.role != Role::kNode && now > c.deadline) expired.push_back(fd);
+    }
+    for (int fd : expired) CloseConn(fd);
+  }
+}
+
+void MgmtServer::Impl::Accept() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (static_cast<int>(conns.size()) >= config.max_connections) {
+      close(fd);
+      std::fprintf(stderr, "weir-mgmt: connection limit %d reached\n", config.max_connections);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    Conn& c = conns[fd];
+    c.fd = fd;
+    c.peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
+    c.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void MgmtServer::Impl::CloseConn(int fd) {
+  auto it = conns.find(fd);
+  if (it == conns.end()) return;
+  if (it->second.role == Role::kNode) {
+    std::fprintf(stderr, "weir-mgmt: node %s (%s) disconnected\n", it->second.node_id.c_str(),
+                 it->second.peer.c_str());
+  }
+  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  conns.erase(it);
+}
+
+void MgmtServer::Impl::Watch(Conn& c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  ev.data.fd = c.fd;
+  epoll_ctl(epfd, EPOLL_CTL_MOD, c.fd, &ev);
+}
+
+void MgmtServer::Impl::Flush(Conn& c) {
+  while (!c.out.empty()) {
+    ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) return CloseConn(c.fd);
+    c.out.erase(0, static_cast<size_t>(n));
+  }
+  if (c.out.empty() && c.close_after_write) return CloseConn(c.fd);
+  if (c.out.empty() && c.role == Role::kNode && c.sent_version != store->version()) {
+    MaybePush(c);  // a change happened while the previous snapshot was in flight
+    return;
+  }
+  Watch(c);
+}
+
+void MgmtServer::Impl::OnWritable(Conn& c) { Flush(c); }
+
+void MgmtServer::Impl::OnReadable(Conn& c) {
+  char buf[65536];
+  const int fd = c.fd;
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) return CloseConn(fd);
+    c.reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    for (;;) {
+      auto m = c.reader.Next();
+      if (!m.ok()) {
+        std::fprintf(stderr, "weir-mgmt: %s: %s\n", c.peer.c_str(),
+                     std::string(m.status().message()).c_str());
+        return Fail(c, Text(m.status().message()));
+      }
+      if (!m->has_value()) break;
+      Handle(c, **m);
+      if (conns.find(fd) == conns.end() || c.close_after_write) return;
+    }
+  }
+}
+
+void MgmtServer::Impl::Fail(Conn& c, std::string reason) {
+  c.out += Encode(Message{MsgType::kError, {std::move(reason)}});
+  c.close_after_write = true;
+  Flush(c);
+}
+
+void MgmtServer::Impl::MaybePush(Conn& c) {
+  if (!c.out.empty() || c.sent_version == store->version()) return;
+  c.out = Encode(SnapshotMessage(store->snapshot()));
+  c.sent_version = store->version();
+  Flush(c);
+}
+
+void MgmtServer::Impl::PushAll() {
+  std::vector<int> nodes;
+  for (auto& [fd, c] : conns) {
+    if (c.role == Role::kNode) nodes.push_back(fd);
+  }
+  for (int fd : nodes) {
+    auto it = conns.find(fd);
+    if (it != conns.end()) MaybePush(it->second);
+  }
+}
+
+void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
+  if (c.role == Role::kUnknown) {
+    if (m.type != MsgType::kHello && m.type != MsgType::kRequest) return Fail(c, "expected HELLO or REQUEST");
+    if (m.fields.size() < 2 || m.fields[0] != kProtocol)
+      return Fail(c, Cat("unsupported protocol, expected ", kProtocol));
+    if (!TokenEquals(m.fields[1], token)) {
+      std::fprintf(stderr, "weir-mgmt: %s: bad token\n", c.peer.c_str());
+      return Fail(c, "bad token");
+    }
+    if (m.type == MsgType::kRequest) {
+      c.role = Role::kCtl;
+      return HandleRequest(c, m);
+    }
+    if (m.fields.size() != 5 || m.fields[2].empty() || m.fields[2].size() > 255) {
+      return Fail(c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version");
+    }
+    auto have = ParseU64(m.fields[4]);
+    if (!have.ok()) return Fail(c, "HELLO: bad version");
+    // A node that reconnects replaces its old connection.
+    for (auto& [fd, other] : conns) {
+      if (fd != c.fd && other.role == Role::kNode && other.node_id == m.fields[2]) {
+        CloseConn(fd);
+        break;
+      }
+    }
+    c.role = Role::kNode;
+    c.node_id = m.fields[2];
+    c.sent_version = *have;
+    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, *have); !st.ok()) {
+      std::fprintf(stderr, "weir-mgmt: %s\n", std::string(st.message()).c_str());
+    }
+    std::fprintf(stderr, "weir-mgmt: node %s (%s, %s) connected at version %llu, current %llu\n",
+                 c.node_id.c_str(), m.fields[3].c_str(), c.peer.c_str(),
+                 static_cast<unsigned long long>(*have), static_cast<unsigned long long>(store->version()));
+    return MaybePush(c);
+  }
+  if (c.role == Role::kNode) {
+    if (m.type == MsgType::kAck && m.fields.size() == 1) {
+      auto v = ParseU64(m.fields[0]);
+      if (v.ok()) (void)store->NodeAck(c.node_id, *v);
+    } else if (m.type == MsgType::kNack && m.fields.size() == 2) {
+      auto v = ParseU64(m.fields[0]);
+      if (v.ok()) {
+        (void)store->NodeNack(c.node_id, *v, m.fields[1]);
+        std::fprintf(stderr, "weir-mgmt: node %s rejected version %llu: %s\n", c.node_id.c_str(),
+                     static_cast<unsigned long long>(*v), m.fields[1].c_str());
+      }
+    }
+    return;
+  }
+  return Fail(c, "one request per connection");
+}
+
+void MgmtServer::Impl::Reply(Conn& c, bool ok, std::string text, std::string json) {
+  c.out += Encode(Message{MsgType::kReply, {ok ? "ok" : "error", std::move(text), std::move(json)}});
+  c.close_after_write = true;
+  Flush(c);
+}
+
+void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
+  if (m.fields.size() < 4) return Reply(c, false, "request needs protocol, token, actor, verb", "");
+  const std::string& actor = m.fields[2];
+  const std::string& verb = m.fields[3];
+  const std::vector<std::string> args(m.fields.begin() + 4, m.fields.end());
+  auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what) {
+    if (!v.ok()) return Reply(c, false, Text(v.status().message()), "");
+    std::fprintf(stderr, "weir-mgmt: %s by %s: version %llu\n", what.c_str(), actor.c_str(),
+                 static_cast<unsigned long long>(*v));
+    PushAll();
+    Reply(c, true, Cat(what, ": version ", *v, "\n"), Cat("{\"version\":", *v, "}"));
+  };
+  if (verb == "tag-add" && (args.size() == 1 || args.size() == 2)) {
+    return changed(store->AddTag(args[0], args.size() == 2 && args[1] == "replace", actor), "tag added");
+  }
+  if (verb == "tag-rm" && args.size() == 1) return changed(store->RemoveTag(args[0], actor), "tag removed");
+  if (verb == "tag-import" && args.size() == 1)
+    return changed(store->ImportTags(args[0], actor), "tags imported");
+  if (verb == "citymap-import" && args.size() == 1) {
+    return changed(store->ImportCitymap(args[0], actor), "city map imported");
+  }
+  if (verb == "tag-ls" && args.empty()) {
+    const std::string& text = store->snapshot().tags;
+    std::string json = "[";
+    size_t start = 0;
+    bool first = true;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      if (!first) json += ",";
+      json += JsonString(std::string_view(text).substr(start, end - start));
+      first = false;
+      start = end + 1;
+    }
+    return Reply(c, true, text, Cat("{\"version\":", store->version(), ",\"tags\":", json, "]}"));
+  }
+  if (verb == "citymap-ls" && args.empty()) {
+    return Reply(
+        c, true, store->snapshot().citymap,
+        Cat("{\"version\":", store->version(), ",\"citymap\":", JsonString(store->snapshot().citymap), "}"));
+  }
+  if (verb == "status" && args.empty()) {
+    size_t nodes = 0;
+    for (auto& [fd, x] : conns) nodes += x.role == Role::kNode;
+    const Snapshot& s = store->snapshot();
+    size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
+    return Reply(c, true,
+                 Cat("version ", s.version, "\ntags ", tags, "\ncitymap bytes ", s.citymap.size(),
+                     "\nnodes connected ", nodes, "\n"),
+                 Cat("{\"version\":", s.version, ",\"tags\":", tags, ",\"citymap_bytes\":", s.citymap.size(),
+                     ",\"nodes_connected\":", nodes, "}"));
+  }
+  if (verb == "nodes" && args.empty()) {
+    auto recs = store->Nodes();
+    if (!recs.ok()) return Reply(c, false, Text(recs.status().message()), "");
+    const uint64_t current = store->version();
+    std::string text = Cat("current version ", current, "\n");
+    std::string json = Cat("{\"version\":", current, ",\"nodes\":[");
+    bool first = true;
+    for (const NodeRecord& r : *recs) {
+      bool connected = false;
+      for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == r.node_id);
+      std::string state = r.acked_version == current ? "in-sync" : "behind";
+      if (r.nack_version > r.acked_version) state = Cat("rejected ", r.nack_version, ": ", r.nack_reason);
+      common::CatTo(text, r.node_id, " kind=", r.kind, " connected=", connected ? "yes" : "no",
+                    " version=", r.acked_version, " state=", state, " peer=", r.peer,
+                    " last_seen=", TimeText(r.last_seen), "\n");
+      common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(r.node_id),
+                    ",\"kind\":", JsonString(r.kind), ",\"connected\":", connected ? "true" : "false",
+                    ",\"version\":", r.acked_version,
+                    ",\"in_sync\":", r.acked_version == current ? "true" : "false",
+                    ",\"nack_version\":", r.nack_version, ",\"nack_reason\":", JsonString(r.nack_reason),
+                    ",\"peer\":", JsonString(r.peer), ",\"last_seen\":", r.last_seen, "}");
+      first = false;
+    }
+    return Reply(c, true, text, json + "]}");
+  }
+  if (verb == "audit" && args.size() <= 1) {
+    int limit = 50;
+    if (args.size() == 1) {
+      auto l = ParseU64(args[0]);
+      if (!l.ok() || *l == 0 || *l > 100000) return Reply(c, false, "audit limit must be 1..100000", "");
+      limit = static_cast<int>(*l);
+    }
+    auto recs = store->Audit(limit);
+    if (!recs.ok()) return Reply(c, false, Text(recs.status().message()), "");
+    std::string text, json = "[";
+    bool first = true;
+    for (const AuditRecord& r : *recs) {
+      common::CatTo(text, TimeText(r.time), " v", r.version, " ", r.actor, " ", r.action, ": ", r.detail,
+                    "\n");
+      common::CatTo(json, first ? "" : ",", "{\"time\":", r.time, ",\"version\":", r.version,
+                    ",\"actor\":", JsonString(r.actor), ",\"action\":", JsonString(r.action),
+                    ",\"detail\":", JsonString(r.detail), "}");
+      first = false;
+    }
+    return Reply(c, true, text, json + "]");
+  }
+  return Reply(c, false, Cat("unknown request '", verb, "' with ", args.size(), " arguments"), "");
+}
+
+}  // namespace weir::mgmt

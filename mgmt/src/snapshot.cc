@@ -1,0 +1,147 @@
+#include "weir/mgmt/snapshot.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "weir/common/text.h"
+#include "weir/partitions/citymap.h"
+#include "weir/partitions/tagtable.h"
+
+namespace weir::mgmt {
+
+using common::Cat;
+using common::ToStd;
+
+namespace {
+
+constexpr std::string_view kFileMagic = "weir-snapshot/1\n";
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string Hex(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 15];
+  return s;
+}
+
+absl::Status Errno(std::string_view what, const std::string& path) {
+  return absl::InternalError(Cat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("write", path);
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Message SnapshotMessage(const Snapshot& s) {
+  return Message{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap}};
+}
+
+absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
+  if (m.type != MsgType::kSnapshot || m.fields.size() != 3) {
+    return absl::InvalidArgumentError("a snapshot has 3 fields: version, tags, citymap");
+  }
+  auto v = ParseU64(m.fields[0]);
+  if (!v.ok()) return v.status();
+  return Snapshot{*v, m.fields[1], m.fields[2]};
+}
+
+absl::Status ValidateSnapshot(const Snapshot& s) {
+  auto tags = partitions::TagTable::FromText(s.tags);
+  if (!tags.ok()) return absl::InvalidArgumentError(Cat("tags: ", ToStd(tags.status().message())));
+  auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
+  if (!cm.ok()) return absl::InvalidArgumentError(Cat("citymap: ", ToStd(cm.status().message())));
+  return absl::OkStatus();
+}
+
+absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s) {
+  const std::string body = Encode(SnapshotMessage(s));
+  const std::string data = Cat(kFileMagic, Hex(Fnv1a(body)), "\n", body);
+  const std::string path = dir + "/snapshot";
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return Errno("cannot create", tmp);
+  absl::Status st = WriteAll(fd, data, tmp);
+  if (st.ok() && fsync(fd) != 0) st = Errno("fsync", tmp);
+  close(fd);
+  if (!st.ok()) {
+    unlink(tmp.c_str());
+    return st;
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    st = Errno("rename to", path);
+    unlink(tmp.c_str());
+    return st;
+  }
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir) {
+  const std::string path = dir + "/snapshot";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(Cat("no stored snapshot in ", dir));
+    return Errno("cannot open", path);
+  }
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status st = Errno("read", path);
+      close(fd);
+      return st;
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+    if (data.size() > kMaxFrameBytes + 64) {
+      close(fd);
+      return absl::DataLossError(Cat(path, ": larger than any snapshot"));
+    }
+  }
+  close(fd);
+  const size_t header = kFileMagic.size() + 17;
+  if (data.size() < header || std::string_view(data).substr(0, kFileMagic.size()) != kFileMagic ||
+      data[header - 1] != '\n') {
+    return absl::DataLossError(Cat(path, ": not a weir snapshot file"));
+  }
+  std::string_view body = std::string_view(data).substr(header);
+  if (std::string_view(data).substr(kFileMagic.size(), 16) != Hex(Fnv1a(body))) {
+    return absl::DataLossError(Cat(path, ": checksum mismatch (damaged file)"));
+  }
+  FrameReader r;
+  r.Feed(body);
+  auto m = r.Next();
+  if (!m.ok() || !m->has_value() || r.buffered() != 0) {
+    return absl::DataLossError(Cat(path, ": damaged snapshot frame"));
+  }
+  auto s = SnapshotFromMessage(**m);
+  if (!s.ok()) return absl::DataLossError(Cat(path, ": ", ToStd(s.status().message())));
+  return s;
+}
+
+}  // namespace weir::mgmt

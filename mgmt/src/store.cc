@@ -1,0 +1,294 @@
+#include "weir/mgmt/store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "weir/common/text.h"
+#include "weir/partitions/citymap.h"
+#include "weir/partitions/tagtable.h"
+
+namespace weir::mgmt {
+
+using common::Cat;
+using common::ToStd;
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tags(suffix TEXT PRIMARY KEY, line TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes(node_id TEXT PRIMARY KEY, kind TEXT NOT NULL, peer TEXT NOT NULL,
+  acked_version INTEGER NOT NULL DEFAULT 0, nack_version INTEGER NOT NULL DEFAULT 0,
+  nack_reason TEXT NOT NULL DEFAULT '', last_seen INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,
+  actor TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL, version INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta(key, value) VALUES ('version', '0');
+INSERT OR IGNORE INTO meta(key, value) VALUES ('citymap', '');
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(s_); }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(s_, col);
+    return t == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(t),
+                                      static_cast<size_t>(sqlite3_column_bytes(s_, col)));
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  absl::Status Error() const { return absl::InternalError(Cat("database: ", sqlite3_errmsg(db_))); }
+  // Runs a statement that returns no rows.
+  absl::Status Run() {
+    if (!ok()) return Error();
+    int rc = Step();
+    return rc == SQLITE_DONE ? absl::OkStatus() : Error();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// The canonical suffix text of a tag line ("cdn.example."), used as the key.
+std::string SuffixOf(const std::string& canonical_line) {
+  return canonical_line.substr(0, canonical_line.find(' '));
+}
+
+std::string JoinLines(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(Cat("cannot open database ", path, ": ", msg));
+  }
+  std::unique_ptr<Store> s(new Store(db));
+  sqlite3_busy_timeout(db, 5000);
+  if (absl::Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"); !st.ok()) return st;
+  if (absl::Status st = s->Exec(kSchema); !st.ok()) return st;
+  if (absl::Status st = s->LoadSnapshot(); !st.ok()) return st;
+  return s;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+absl::Status Store::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err != nullptr ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    return absl::InternalError(Cat("database: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::LoadSnapshot() {
+  Snapshot snap;
+  {
+    Stmt q(db_, "SELECT key, value FROM meta");
+    if (!q.ok()) return q.Error();
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      const std::string key = q.Text(0);
+      if (key == "version") {
+        auto v = ParseU64(q.Text(1));
+        if (!v.ok()) return absl::DataLossError("database: meta.version is not a number");
+        snap.version = *v;
+      } else if (key == "citymap") {
+        snap.citymap = q.Text(1);
+      }
+    }
+    if (rc != SQLITE_DONE) return q.Error();
+  }
+  std::vector<std::string> lines;
+  {
+    Stmt q(db_, "SELECT line FROM tags ORDER BY suffix");
+    if (!q.ok()) return q.Error();
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) lines.push_back(q.Text(0));
+    if (rc != SQLITE_DONE) return q.Error();
+  }
+  snap.tags = JoinLines(lines);
+  if (absl::Status st = ValidateSnapshot(snap); !st.ok()) {
+    return absl::DataLossError(Cat("database holds an invalid snapshot: ", ToStd(st.message())));
+  }
+  version_ = snap.version;
+  tag_lines_ = std::move(lines);
+  snapshot_ = std::move(snap);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::string citymap,
+                                       const std::string& actor, const std::string& action,
+                                       const std::string& detail) {
+  std::sort(tag_lines.begin(), tag_lines.end(),
+            [](const std::string& a, const std::string& b) { return SuffixOf(a) < SuffixOf(b); });
+  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap)};
+  if (absl::Status st = ValidateSnapshot(next); !st.ok()) return st;
+
+  if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
+  auto fail = [&](absl::Status st) {
+    (void)Exec("ROLLBACK");
+    return st;
+  };
+  if (absl::Status st = Exec("DELETE FROM tags"); !st.ok()) return fail(st);
+  for (const std::string& l : tag_lines) {
+    Stmt ins(db_, "INSERT INTO tags(suffix, line) VALUES (?1, ?2)");
+    if (absl::Status st = ins.Bind(1, SuffixOf(l)).Bind(2, l).Run(); !st.ok()) return fail(st);
+  }
+  {
+    Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'citymap'");
+    if (absl::Status st = up.Bind(1, next.citymap).Run(); !st.ok()) return fail(st);
+  }
+  {
+    Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'version'");
+    if (absl::Status st = up.Bind(1, std::to_string(next.version)).Run(); !st.ok()) return fail(st);
+  }
+  {
+    Stmt au(db_, "INSERT INTO audit(time, actor, action, detail, version) VALUES (?1, ?2, ?3, ?4, ?5)");
+    au.Bind(1, Now()).Bind(2, actor).Bind(3, action).Bind(4, detail).Bind(5,
+                                                                          static_cast<int64_t>(next.version));
+    if (absl::Status st = au.Run(); !st.ok()) return fail(st);
+  }
+  if (absl::Status st = Exec("COMMIT"); !st.ok()) return fail(st);
+  version_ = next.version;
+  tag_lines_ = std::move(tag_lines);
+  snapshot_ = std::move(next);
+  return version_;
+}
+
+absl::StatusOr<uint64_t> Store::AddTag(const std::string& line, bool replace, const std::string& actor) {
+  auto tag = partitions::ParseTagLine(line);
+  if (!tag.ok()) return tag.status();
+  const std::string canonical = partitions::FormatTag(*tag);
+  const std::string suffix = SuffixOf(canonical);
+  std::vector<std::string> lines = tag_lines_;
+  auto it =
+      std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return SuffixOf(l) == suffix; });
+  if (it != lines.end()) {
+    if (!replace) {
+      return absl::AlreadyExistsError(
+          Cat(suffix, " already has a tag: ", *it, " (use --replace to change it)"));
+    }
+    if (*it == canonical) return absl::AlreadyExistsError(Cat(suffix, " already has exactly this tag"));
+    *it = canonical;
+    return Commit(std::move(lines), snapshot_.citymap, actor, "tag replace", canonical);
+  }
+  lines.push_back(canonical);
+  return Commit(std::move(lines), snapshot_.citymap, actor, "tag add", canonical);
+}
+
+absl::StatusOr<uint64_t> Store::RemoveTag(const std::string& suffix, const std::string& actor) {
+  auto tag = partitions::ParseTagLine(suffix);
+  if (!tag.ok() || suffix.find_first_of(" \t") != std::string::npos) {
+    return absl::InvalidArgumentError(Cat("not a domain suffix: '", suffix, "'"));
+  }
+  const std::string key = SuffixOf(partitions::FormatTag(*tag));
+  std::vector<std::string> lines = tag_lines_;
+  auto it =
+      std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return SuffixOf(l) == key; });
+  if (it == lines.end()) return absl::NotFoundError(Cat("no tag for ", key));
+  std::string removed = *it;
+  lines.erase(it);
+  return Commit(std::move(lines), snapshot_.citymap, actor, "tag rm", removed);
+}
+
+absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::string& actor) {
+  auto table = partitions::TagTable::FromText(text);
+  if (!table.ok()) return table.status();
+  std::vector<std::string> lines;
+  for (const partitions::Tag& t : (*table)->tags()) lines.push_back(partitions::FormatTag(t));
+  const std::string detail = Cat(lines.size(), " tags");
+  return Commit(std::move(lines), snapshot_.citymap, actor, "tag import", detail);
+}
+
+absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std::string& actor) {
+  auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
+  if (!cm.ok()) return cm.status();
+  size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
+  return Commit(tag_lines_, csv, actor, "citymap import", Cat(lines, " lines, ", csv.size(), " bytes"));
+}
+
+absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
+                             uint64_t version) {
+  Stmt q(db_,
+         "INSERT INTO nodes(node_id, kind, peer, last_seen, acked_version) VALUES (?1, ?2, ?3, ?4, ?5) "
+         "ON CONFLICT(node_id) DO UPDATE SET kind = ?2, peer = ?3, last_seen = ?4, acked_version = ?5");
+  return q.Bind(1, node_id)
+      .Bind(2, kind)
+      .Bind(3, peer)
+      .Bind(4, Now())
+      .Bind(5, static_cast<int64_t>(version))
+      .Run();
+}
+
+absl::Status Store::NodeAck(const std::string& node_id, uint64_t version) {
+  Stmt q(db_, "UPDATE nodes SET acked_version = ?2, last_seen = ?3 WHERE node_id = ?1");
+  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, Now()).Run();
+}
+
+absl::Status Store::NodeNack(const std::string& node_id, uint64_t version, const std::string& reason) {
+  Stmt q(db_, "UPDATE nodes SET nack_version = ?2, nack_reason = ?3, last_seen = ?4 WHERE node_id = ?1");
+  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, reason).Bind(4, Now()).Run();
+}
+
+absl::StatusOr<std::vector<NodeRecord>> Store::Nodes() const {
+  Stmt q(db_,
+         "SELECT node_id, kind, peer, acked_version, nack_version, nack_reason, last_seen FROM nodes "
+         "ORDER BY node_id");
+  if (!q.ok()) return q.Error();
+  std::vector<NodeRecord> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out.push_back(NodeRecord{q.Text(0), q.Text(1), q.Text(2), static_cast<uint64_t>(q.Int(3)),
+                             static_cast<uint64_t>(q.Int(4)), q.Text(5), q.Int(6)});
+  }
+  if (rc != SQLITE_DONE) return q.Error();
+  return out;
+}
+
+absl::StatusOr<std::vector<AuditRecord>> Store::Audit(int limit) const {
+  Stmt q(db_, "SELECT id, time, actor, action, detail, version FROM audit ORDER BY id DESC LIMIT ?1");
+  if (!q.ok()) return q.Error();
+  q.Bind(1, static_cast<int64_t>(limit));
+  std::vector<AuditRecord> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out.push_back(
+        AuditRecord{q.Int(0), q.Int(1), q.Text(2), q.Text(3), q.Text(4), static_cast<uint64_t>(q.Int(5))});
+  }
+  if (rc != SQLITE_DONE) return q.Error();
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace weir::mgmt

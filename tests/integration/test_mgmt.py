@@ -1,0 +1,236 @@
+"""Black-box tests of the management plane (DESIGN section 8): weir-mgmt with
+its SQLite database, weirctl, and the push stream into weir-fastpath and
+weir-recursor. gslb-sim is the GSLB; cities are source ranges on loopback.
+
+Run: python3 tests/integration/test_mgmt.py --build-dir build
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+
+CITY_A = ["192.0.2.11", "192.0.2.12", "192.0.2.13"]
+CITY_B = ["192.0.2.21", "192.0.2.22"]
+
+ZONES = f"""\
+[defaults]
+empty_weight_option = false
+
+[[zone]]
+origin = "cdn.example.net."
+[zone.soa]
+mname = "ns1"
+rname = "admin"
+minimum = 30
+ttl = 60
+
+[[zone.name]]
+name = "x"
+ttl = 300
+  [[zone.name.view]]
+  cidr = "198.51.100.0/24"
+  scope = 24
+  addresses = {weirtest._toml_value(CITY_A)}
+  weights = [5, 3, 1]
+  [[zone.name.view]]
+  cidr = "203.0.113.0/24"
+  scope = 24
+  addresses = {weirtest._toml_value(CITY_B)}
+  weights = [1, 1]
+"""
+
+CITYMAP = """\
+# cidr,city,ecs_address/prefix
+127.1.0.0/16,city-a,198.51.100.0/24
+127.2.0.0/16,city-b,203.0.113.0/24
+"""
+TAG = ["cdn.example.net", "weight=on", "ecs=on", "answer=single", "level=city"]
+QNAME = "x.cdn.example.net"
+
+
+class MgmtTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="weir-mgmt-test-")
+        self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
+        self.addCleanup(self.sim.stop)
+        self.mgmt_port = weirtest.free_port(udp_and_tcp=False)
+        self.mgmt = weirtest.Mgmt(BUILD_DIR, self.dir, port=self.mgmt_port)
+        self.addCleanup(lambda: self.mgmt.stop())
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def start_fastpath(self, node_id="fp-1", state="fp-state"):
+        upstream = f"{self.sim.host}:{self.sim.port}"
+        config = weirtest.fastpath_config([upstream]) + weirtest.mgmt_node_section(
+            self.mgmt.address, node_id, self.mgmt.token_file, os.path.join(self.dir, state))
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+        return fp
+
+    def push_city_setup(self):
+        r = self.mgmt.weirctl("citymap", "import", self.write("cities.csv", CITYMAP))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.mgmt.weirctl("tag", "add", *TAG)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return self.mgmt.weirctl_json("status")["version"]
+
+    def assert_city_answers(self, fp):
+        a = fp.dig(QNAME, source="127.1.0.7")
+        b = fp.dig(QNAME, source="127.2.0.7")
+        self.assertEqual(a.status, "NOERROR")
+        self.assertEqual(len(a.addresses()), 1)
+        self.assertIn(a.addresses()[0], CITY_A)
+        self.assertEqual(len(b.addresses()), 1)
+        self.assertIn(b.addresses()[0], CITY_B)
+
+    def test_push_reaches_fastpath_and_takes_effect(self):
+        fp = self.start_fastpath()
+        self.mgmt.wait_in_sync("fp-1", 0)
+        # Untagged: forwarded without ECS, gslb-sim has no view for it -> no address.
+        self.assertEqual(fp.dig(QNAME, source="127.1.0.7").addresses(), [])
+        version = self.push_city_setup()
+        self.assertEqual(version, 2)
+        node = self.mgmt.wait_in_sync("fp-1", 2)
+        self.assertTrue(node["in_sync"])
+        self.assert_city_answers(fp)
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_mgmt_snapshot_version"), 2)
+        self.assertEqual(m.value("weir_mgmt_connected"), 1)
+        # Every change is audited with its actor and version.
+        audit = self.mgmt.weirctl_json("audit")
+        self.assertEqual([(e["version"], e["action"]) for e in audit], [(1, "citymap import"), (2, "tag add")])
+        self.assertTrue(all(e["actor"] == "test" for e in audit))
+        # Removing the tag is pushed too: the name is plain again.
+        self.assertEqual(self.mgmt.weirctl("tag", "rm", "cdn.example.net").returncode, 0)
+        self.mgmt.wait_in_sync("fp-1", 3)
+        self.assertEqual(self.mgmt.weirctl_json("tag", "ls")["tags"], [])
+
+    def test_city_map_change_never_serves_another_citys_entry(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        self.assert_city_answers(fp)  # both cities cached now
+        # Same cities in the other order, plus a new one first: a cache keyed
+        # by position would now give city B's subscribers city A's entry.
+        reordered = ("127.3.0.0/16,city-c,192.0.2.0/24\n127.2.0.0/16,city-b,203.0.113.0/24\n"
+                     "127.1.0.0/16,city-a,198.51.100.0/24\n")
+        r = self.mgmt.weirctl("citymap", "import", self.write("reordered.csv", reordered))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.mgmt.wait_in_sync("fp-1", 3)
+        for _ in range(20):
+            self.assert_city_answers(fp)
+        # City C was removed from nothing and has no view: it gets no address.
+        self.assertEqual(fp.dig(QNAME, source="127.3.0.7").addresses(), [])
+        # Dropping city A: its subscribers fall to the default city, not to B.
+        only_b = "127.2.0.0/16,city-b,203.0.113.0/24\n"
+        self.assertEqual(self.mgmt.weirctl("citymap", "import", self.write("only-b.csv", only_b)).returncode, 0)
+        self.mgmt.wait_in_sync("fp-1", 4)
+        self.assertEqual(fp.dig(QNAME, source="127.1.0.7").addresses(), [])
+        self.assertIn(fp.dig(QNAME, source="127.2.0.7").addresses()[0], CITY_B)
+
+    def test_bad_import_rejected_whole_with_line_number(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        before = self.mgmt.weirctl("citymap", "ls").stdout
+        bad = CITYMAP + "127.3.0.0/16,city-c,203.0.113.0/24\n127.4.0.0/33,city-d,\n"
+        r = self.mgmt.weirctl("citymap", "import", self.write("bad.csv", bad))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("line 5", r.stderr)
+        r = self.mgmt.weirctl("tag", "import", self.write("bad.tags", "a.example weight=on\nb.example color=red\n"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("line 2", r.stderr)
+        r = self.mgmt.weirctl("tag", "add", "cdn.example.net", "weight=on")
+        self.assertEqual(r.returncode, 1, "a suffix that has a tag needs --replace")
+        self.assertIn("--replace", r.stderr)
+        # Nothing changed: same version, same data, node still in sync and answering.
+        self.assertEqual(self.mgmt.weirctl_json("status")["version"], 2)
+        self.assertEqual(self.mgmt.weirctl("citymap", "ls").stdout, before)
+        self.assertEqual(len(self.mgmt.weirctl_json("tag", "ls")["tags"]), 1)
+        self.mgmt.wait_in_sync("fp-1", 2)
+        self.assert_city_answers(fp)
+
+    def test_node_survives_mgmt_down_and_restarts_from_stored_snapshot(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        self.mgmt.stop()
+        self.assert_city_answers(fp)  # mgmt down: the node keeps answering
+        fp.stop()
+        # A new process, mgmt still down: it starts from the stored snapshot.
+        fp2 = self.start_fastpath()
+        self.assert_city_answers(fp2)
+        m = fp2.metrics()
+        self.assertEqual(m.value("weir_mgmt_snapshot_version"), 2)
+        self.assertEqual(m.value("weir_mgmt_connected"), 0)
+        self.assertIn("starting from stored mgmt snapshot version 2", fp2.process.stderr_text())
+        # mgmt back on the same port with the same database: the node reconnects.
+        self.mgmt = weirtest.Mgmt(BUILD_DIR, self.dir, port=self.mgmt_port)
+        node = self.mgmt.wait_in_sync("fp-1", 2, timeout=15)
+        self.assertTrue(node["in_sync"])
+
+    def test_damaged_stored_snapshot_is_ignored(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        fp.stop()
+        path = os.path.join(self.dir, "fp-state", "snapshot")
+        with open(path, "r+b") as f:
+            f.seek(-3, os.SEEK_END)
+            f.write(b"XYZ")
+        fp2 = self.start_fastpath()
+        self.assertIn("checksum mismatch", fp2.process.stderr_text())
+        # It got the snapshot from mgmt instead.
+        self.mgmt.wait_in_sync("fp-1", 2)
+        self.assert_city_answers(fp2)
+
+    def test_bad_token_is_refused(self):
+        bad = self.write("bad.token", "not-the-right-token-at-all\n")
+        r = self.mgmt.weirctl("status", token_file=bad)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("bad token", r.stderr)
+        upstream = f"{self.sim.host}:{self.sim.port}"
+        config = weirtest.fastpath_config([upstream]) + weirtest.mgmt_node_section(
+            self.mgmt.address, "intruder", bad, os.path.join(self.dir, "x-state"))
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+        deadline = time.monotonic() + 3
+        while "bad token" not in fp.process.stderr_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn("bad token", fp.process.stderr_text())
+        self.assertEqual(self.mgmt.weirctl_json("nodes")["nodes"], [])
+
+    def test_recursor_and_fastpath_nodes(self):
+        self.start_fastpath()
+        config = weirtest.recursor_config(forwarders=[f"{self.sim.host}:{self.sim.port}"]) + \
+            weirtest.mgmt_node_section(self.mgmt.address, "rec-1", self.mgmt.token_file,
+                                       os.path.join(self.dir, "rec-state"))
+        rec = weirtest.Recursor(BUILD_DIR, config)
+        self.addCleanup(rec.stop)
+        version = self.push_city_setup()
+        for node in ("fp-1", "rec-1"):
+            self.mgmt.wait_in_sync(node, version)
+        nodes = {n["node"]: n for n in self.mgmt.weirctl_json("nodes")["nodes"]}
+        self.assertEqual(nodes["rec-1"]["kind"], "recursor")
+        self.assertEqual(nodes["fp-1"]["kind"], "fastpath")
+        text = self.mgmt.weirctl("nodes").stdout
+        self.assertIn("rec-1 kind=recursor connected=yes version=2 state=in-sync", text)
+        # The recursor's file reload is off while mgmt owns its tags.
+        self.assertIn("weir-mgmt", rec.control("reload-tags"))
+
+
+if __name__ == "__main__":
+    unittest.main()

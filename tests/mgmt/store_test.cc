@@ -1,0 +1,118 @@
+#include "weir/mgmt/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace weir::mgmt {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/weir-store-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/mgmt.db";
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::unique_ptr<Store> Open() {
+    auto s = Store::Open(path_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  std::string dir_, path_;
+};
+
+TEST_F(StoreTest, ChangesBumpTheVersionAndSurviveReopen) {
+  {
+    auto s = Open();
+    EXPECT_EQ(s->version(), 0u);
+    EXPECT_EQ(*s->AddTag("CDN.Example weight=on ecs=on", false, "alice"), 1u);
+    EXPECT_EQ(*s->AddTag("example.org", false, "alice"), 2u);
+    EXPECT_EQ(*s->ImportCitymap("# map\n10.0.0.0/8,bj,192.0.2.0/24\n", "bob"), 3u);
+    EXPECT_EQ(*s->AddTag("cdn.example weight=on", true, "alice"), 4u);
+    EXPECT_EQ(*s->RemoveTag("example.org.", "bob"), 5u);
+  }
+  auto s = Open();
+  EXPECT_EQ(s->version(), 5u);
+  EXPECT_EQ(s->snapshot().version, 5u);
+  EXPECT_EQ(s->snapshot().tags, "cdn.example. weight=on ecs=off policy=iterate answer=single level=global\n");
+  EXPECT_EQ(s->snapshot().citymap, "# map\n10.0.0.0/8,bj,192.0.2.0/24\n");
+  auto audit = s->Audit(10);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 5u);
+  EXPECT_EQ((*audit)[0].action, "tag add");
+  EXPECT_EQ((*audit)[0].actor, "alice");
+  EXPECT_EQ((*audit)[0].version, 1u);
+  EXPECT_EQ((*audit)[3].action, "tag replace");
+  EXPECT_EQ((*audit)[4].action, "tag rm");
+  EXPECT_EQ((*audit)[4].version, 5u);
+}
+
+TEST_F(StoreTest, RejectedChangesLeaveEverythingAsItWas) {
+  auto s = Open();
+  ASSERT_TRUE(s->AddTag("cdn.example weight=on", false, "a").ok());
+  ASSERT_TRUE(s->ImportCitymap("10.0.0.0/8,bj,192.0.2.0/24\n", "a").ok());
+  const Snapshot before = s->snapshot();
+
+  auto r =
+      s->ImportCitymap("10.0.0.0/8,bj,192.0.2.0/24\n11.0.0.0/8,sh,198.51.100.0/24\n12.0.0.0/40,gz,\n", "a");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("line 3"), std::string::npos) << r.status();
+  r = s->ImportTags("a.example weight=on\nb.example weight=maybe\n", "a");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("line 2"), std::string::npos) << r.status();
+  r = s->AddTag("cdn.example ecs=on", false, "a");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  r = s->AddTag("cdn.example weight=on", true, "a");  // the same tag again: no new version
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  r = s->RemoveTag("nothing.example", "a");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  r = s->RemoveTag("cdn.example weight=on", "a");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = s->AddTag("bad..name", false, "a");
+  EXPECT_FALSE(r.ok());
+
+  EXPECT_EQ(s->snapshot(), before);
+  s.reset();
+  auto again = Open();
+  EXPECT_EQ(again->snapshot(), before);
+  EXPECT_EQ(again->Audit(100)->size(), 2u);
+}
+
+TEST_F(StoreTest, TagImportReplacesEveryTag) {
+  auto s = Open();
+  ASSERT_TRUE(s->AddTag("old.example weight=on", false, "a").ok());
+  auto v = s->ImportTags("# tags\nb.example ecs=on\na.example weight=on answer=ordered\n", "a");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(s->snapshot().tags,
+            "a.example. weight=on ecs=off policy=iterate answer=ordered level=global\n"
+            "b.example. weight=off ecs=on policy=iterate answer=single level=city\n");
+}
+
+TEST_F(StoreTest, NodeRegistry) {
+  auto s = Open();
+  ASSERT_TRUE(s->NodeSeen("fp-1", "fastpath", "127.0.0.1:4000", 0).ok());
+  ASSERT_TRUE(s->NodeAck("fp-1", 3).ok());
+  ASSERT_TRUE(s->NodeNack("fp-1", 4, "tags: line 1: bad").ok());
+  ASSERT_TRUE(s->NodeSeen("rec-1", "recursor", "127.0.0.1:4001", 0).ok());
+  auto nodes = s->Nodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].node_id, "fp-1");
+  EXPECT_EQ((*nodes)[0].acked_version, 3u);
+  EXPECT_EQ((*nodes)[0].nack_version, 4u);
+  EXPECT_EQ((*nodes)[0].nack_reason, "tags: line 1: bad");
+  EXPECT_EQ((*nodes)[1].kind, "recursor");
+}
+
+TEST_F(StoreTest, UnopenableDatabaseIsAnError) {
+  auto s = Store::Open(dir_ + "/no/such/dir/mgmt.db");
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace weir::mgmt
