@@ -1,12 +1,14 @@
 #include "weir/partitions/cache.h"
 
 #include <malloc.h>
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
 
 #include <algorithm>
 #include <new>
+#include <vector>
 
 #include "text_util.h"
 #include "weir/dns/writer.h"
@@ -253,8 +255,9 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   if (entry_ttl == UINT32_MAX) entry_ttl = 0;
   if (ttl_offsets.size() > 255) return absl::InvalidArgumentError("more than 255 records");
 
-  // Layout: header | qname | pad to 2 | ttl offsets | weights | records.
-  const size_t ttl_off = (qname_.size() + 1) & ~size_t{1};
+  // Layout: header | qname | pad to 8 | Meta | TTL offsets | weights | records.
+  const size_t meta_off = CacheEntry::MetaOffset(qname_.size());
+  const size_t ttl_off = meta_off + sizeof(CacheEntry::Meta);
   const size_t weights_off = ttl_off + ttl_offsets.size() * 2;
   const size_t records_off = weights_off + weights.size();
   const size_t size = sizeof(CacheEntry) + records_off + len;
@@ -263,33 +266,34 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   CacheEntryPtr ptr(e);
   e->partition_ = key_.partition;
   e->hash_ = HashCacheKey(key_);
-  e->fingerprint_ = fingerprint;
   e->insert_time_ = now;
   e->ttl_ = entry_ttl;
-  e->alloc_bytes_ = static_cast<uint32_t>(malloc_usable_size(mem));
   e->qtype_ = key_.qtype;
   e->qclass_ = key_.qclass;
-  e->records_off_ = static_cast<uint16_t>(records_off);
-  e->records_len_ = static_cast<uint16_t>(len);
-  e->chain_bytes_ = chain_bytes;
-  e->answer_count_ = answer_count;
-  e->authority_count_ = authority_count;
-  e->flags_ = flags_;
-  e->ecs_family_ = ecs_family_;
-  e->ttl_off_ = static_cast<uint16_t>(ttl_off);
-  e->weights_off_ = static_cast<uint16_t>(weights_off);
   e->qname_len_ = static_cast<uint8_t>(qname_.size());
-  e->ttl_count_ = static_cast<uint8_t>(ttl_offsets.size());
-  e->chain_count_ = chain_count;
-  e->address_count_ = address_count;
-  e->address_size_ = address_size;
   e->kind_ = static_cast<uint8_t>(kind);
-  e->has_weights_ = has_weights;
-  e->ecs_source_ = ecs_source_;
-  e->ecs_scope_ = ecs_scope_;
   uint8_t* t = e->tail();
   std::memcpy(t, qname_.data(), qname_.size());
-  if (ttl_off > qname_.size()) t[qname_.size()] = 0;
+  std::memset(t + qname_.size(), 0, meta_off - qname_.size());
+  CacheEntry::Meta* m = new (t + meta_off) CacheEntry::Meta{};
+  m->fingerprint = fingerprint;
+  m->alloc_bytes = static_cast<uint32_t>(malloc_usable_size(mem));
+  m->records_off = static_cast<uint16_t>(records_off);
+  m->records_len = static_cast<uint16_t>(len);
+  m->chain_bytes = chain_bytes;
+  m->answer_count = answer_count;
+  m->authority_count = authority_count;
+  m->flags = flags_;
+  m->ecs_family = ecs_family_;
+  m->ttl_off = static_cast<uint16_t>(ttl_off);
+  m->weights_off = static_cast<uint16_t>(weights_off);
+  m->ttl_count = static_cast<uint8_t>(ttl_offsets.size());
+  m->chain_count = chain_count;
+  m->address_count = address_count;
+  m->address_size = address_size;
+  m->has_weights = has_weights;
+  m->ecs_source = ecs_source_;
+  m->ecs_scope = ecs_scope_;
   // (memcpy with a null source is undefined even for 0 bytes.)
   if (!ttl_offsets.empty()) std::memcpy(t + ttl_off, ttl_offsets.data(), ttl_offsets.size() * 2);
   if (!weights.empty()) std::memcpy(t + weights_off, weights.data(), weights.size());
@@ -297,68 +301,259 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   return ptr;
 }
 
+// ---------------------------------------------------------------- slab
+
+// Blocks of a multiple of 64 bytes, carved from chunks aligned to their size
+// (2 MB transparent huge pages for big caches, so 1M entries need ~100 TLB
+// entries, which the second-level TLB holds). Each chunk serves one block
+// size and starts with its header, found from a block's address by
+// masking. A chunk whose blocks are all free again is unmapped, unless it is
+// the last one with free blocks of its size. Blocks come back only after a
+// grace period (Cache::DrainFreedLocked). Writer side only, under the
+// cache's mutex. Entries above kMaxSlabBytes come from operator new.
+class EntrySlab {
+ public:
+  static constexpr size_t kBlock = 64;
+  static constexpr size_t kMaxSlabBytes = 4096;
+
+  explicit EntrySlab(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+  ~EntrySlab() {
+    for (Chunk* c : chunks_) Unmap(c);
+  }
+  EntrySlab(const EntrySlab&) = delete;
+  EntrySlab& operator=(const EntrySlab&) = delete;
+
+  static size_t BlockBytes(size_t bytes) { return (bytes + kBlock - 1) & ~(kBlock - 1); }
+
+  // A block of `block` bytes (a BlockBytes() value), 64-byte aligned.
+  void* Allocate(size_t block) {
+    if (block > kMaxSlabBytes) {
+      big_bytes_ += block;
+      return ::operator new (block, std::align_val_t{kBlock});
+    }
+    const size_t cls = block / kBlock;
+    Chunk* c = partial_[cls];
+    if (c == nullptr) {
+      c = NewChunk(block);
+      Link(c);
+    }
+    uint8_t* p;
+    if (c->free != nullptr) {
+      p = static_cast<uint8_t*>(c->free);
+      ASAN_UNPOISON_MEMORY_REGION(p, block);
+      std::memcpy(&c->free, p, sizeof(void*));
+    } else {
+      p = BlockAt(c, c->bump++);
+      ASAN_UNPOISON_MEMORY_REGION(p, block);
+    }
+    ++c->live;
+    if (Full(c)) Unlink(c);
+    return p;
+  }
+
+  void Free(void* p, size_t block) {
+    if (block > kMaxSlabBytes) {
+      big_bytes_ -= block;
+      ::operator delete (p, std::align_val_t{kBlock});
+      return;
+    }
+    Chunk* c = reinterpret_cast<Chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes_ - 1));
+    const bool was_full = Full(c);
+    std::memcpy(p, &c->free, sizeof(void*));
+    c->free = p;
+    ASAN_POISON_MEMORY_REGION(p, block);  // a reader past its grace period trips ASan
+    --c->live;
+    if (was_full) Link(c);
+    if (c->live == 0 && partial_count_[c->block / kBlock] > 1) {
+      Unlink(c);
+      chunks_[c->pos] = chunks_.back();
+      chunks_[c->pos]->pos = c->pos;
+      chunks_.pop_back();
+      Unmap(c);
+    }
+  }
+
+  size_t mapped_bytes() const { return chunks_.size() * chunk_bytes_ + big_bytes_; }
+
+ private:
+  struct Chunk {        // in the chunk's first 64 bytes
+    uint32_t block;     // block size
+    uint32_t live;      // blocks in use
+    uint32_t bump;      // blocks [bump, capacity) were never used
+    uint32_t capacity;  // blocks in the chunk
+    void* free;         // freed blocks, linked through their first 8 bytes
+    Chunk* prev;        // chunks of this block size with a free block
+    Chunk* next;
+    size_t pos;  // in chunks_
+  };
+  static_assert(sizeof(Chunk) <= kBlock);
+
+  static bool Full(const Chunk* c) { return c->free == nullptr && c->bump == c->capacity; }
+  static uint8_t* BlockAt(Chunk* c, size_t i) {
+    return reinterpret_cast<uint8_t*>(c) + kBlock + i * c->block;
+  }
+
+  Chunk* NewChunk(size_t block) {
+    // Over-map, then trim to the alignment.
+    void* raw = mmap(nullptr, 2 * chunk_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (start + chunk_bytes_ - 1) & ~(chunk_bytes_ - 1);
+    if (aligned > start) munmap(raw, aligned - start);
+    if (start + chunk_bytes_ > aligned) {
+      munmap(reinterpret_cast<void*>(aligned + chunk_bytes_), start + chunk_bytes_ - aligned);
+    }
+    void* mem = reinterpret_cast<void*>(aligned);
+    if (chunk_bytes_ >= (size_t{2} << 20)) madvise(mem, chunk_bytes_, MADV_HUGEPAGE);
+    Chunk* c = new (mem) Chunk{};
+    c->block = static_cast<uint32_t>(block);
+    c->capacity = static_cast<uint32_t>((chunk_bytes_ - kBlock) / block);
+    c->pos = chunks_.size();
+    chunks_.push_back(c);
+    ASAN_POISON_MEMORY_REGION(BlockAt(c, 0), chunk_bytes_ - kBlock);
+    return c;
+  }
+
+  void Unmap(Chunk* c) {
+    // ASan keeps poison across munmap: whatever is mapped here next is clean.
+    ASAN_UNPOISON_MEMORY_REGION(c, chunk_bytes_);
+    munmap(c, chunk_bytes_);
+  }
+
+  void Link(Chunk* c) {
+    const size_t cls = c->block / kBlock;
+    c->prev = nullptr;
+    c->next = partial_[cls];
+    if (c->next != nullptr) c->next->prev = c;
+    partial_[cls] = c;
+    ++partial_count_[cls];
+  }
+
+  void Unlink(Chunk* c) {
+    const size_t cls = c->block / kBlock;
+    (c->prev != nullptr ? c->prev->next : partial_[cls]) = c->next;
+    if (c->next != nullptr) c->next->prev = c->prev;
+    --partial_count_[cls];
+  }
+
+  const size_t chunk_bytes_;
+  std::vector<Chunk*> chunks_;
+  Chunk* partial_[kMaxSlabBytes / kBlock + 1] = {};
+  uint32_t partial_count_[kMaxSlabBytes / kBlock + 1] = {};
+  size_t big_bytes_ = 0;
+};
+
 // ---------------------------------------------------------------- cache
 
-Cache::Index* Cache::NewIndex(size_t capacity) {
+// Retired entries and index tables. After the grace period the RCU callback
+// frees the tables and hands the entries back to the writer (Cache::freed_).
+struct Cache::RetiredBatch {
+  Cache* cache = nullptr;
+  std::vector<CacheEntry*> entries;
+  std::vector<Index*> indexes;
+  RetiredBatch* next = nullptr;
+  size_t size() const { return entries.size() + indexes.size(); }
+};
+
+namespace {
+
+// Small caches get small chunks: a few partly used chunks per block size
+// must not dwarf the budget.
+size_t ChunkBytesFor(size_t budget) {
+  size_t c = size_t{64} << 10;
+  while (c < (size_t{2} << 20) && c * 64 <= budget) c <<= 1;
+  return c;
+}
+
+}  // namespace
+
+Cache::Index* Cache::NewIndex(size_t buckets) {
   Index* idx = new Index;
-  idx->mask = capacity - 1;
+  idx->mask = buckets - 1;
   // Big indexes get 2 MB pages: a hit costs one TLB entry less.
-  const size_t bytes = capacity * sizeof(uint64_t);
-  void* mem = bytes >= (size_t{2} << 20) ? std::aligned_alloc(size_t{2} << 20, bytes) : std::malloc(bytes);
+  const size_t bytes = buckets * sizeof(Bucket);
+  const bool huge = bytes >= (size_t{2} << 20);
+  void* mem = std::aligned_alloc(huge ? size_t{2} << 20 : alignof(Bucket), bytes);
   if (mem == nullptr) throw std::bad_alloc();
-  if (bytes >= (size_t{2} << 20)) madvise(mem, bytes, MADV_HUGEPAGE);
-  idx->slots = static_cast<std::atomic<uint64_t>*>(mem);
-  for (size_t i = 0; i < capacity; ++i) new (&idx->slots[i]) std::atomic<uint64_t>(kEmpty);
+  if (huge) madvise(mem, bytes, MADV_HUGEPAGE);
+  idx->buckets = static_cast<Bucket*>(mem);
+  for (size_t i = 0; i < buckets; ++i) new (&idx->buckets[i]) Bucket();
   return idx;
 }
 
-void Cache::FreeIndex(void* p) {
-  Index* idx = static_cast<Index*>(p);
-  std::free(idx->slots);
+void Cache::FreeIndex(Index* idx) {
+  std::free(idx->buckets);
   delete idx;
 }
 
-namespace {
-void FreeEntry(void* p) { CacheEntryDeleter()(static_cast<CacheEntry*>(p)); }
-}  // namespace
-
 Cache::Cache(const CacheOptions& options, const Clock& clock)
-    : options_(options), stale_window_(options.stale_window), clock_(clock) {
-  size_t cap = 16;
-  while (cap < options.initial_slots) cap <<= 1;
-  index_.store(NewIndex(cap), std::memory_order_release);
+    : options_(options),
+      stale_window_(options.stale_window),
+      clock_(clock),
+      slab_(std::make_unique<EntrySlab>(ChunkBytesFor(options.byte_budget))) {
+  size_t buckets = 2;
+  while (buckets * kPositionsPerBucket < options.initial_slots) buckets <<= 1;
+  index_.store(NewIndex(buckets), std::memory_order_release);
 }
 
 Cache::~Cache() {
   Barrier();
+  std::lock_guard<std::mutex> lock(mu_);
+  DrainFreedLocked();
   Index* idx = index_.load(std::memory_order_relaxed);
-  for (size_t i = 0; i < idx->capacity(); ++i) {
-    const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-    if (v != kEmpty && v != kTombstone) FreeEntry(reinterpret_cast<void*>(v & kPtrMask));
+  for (size_t b = 0; b < idx->bucket_count(); ++b) {
+    for (auto& slot : idx->buckets[b].slots) {
+      const uint64_t v = slot.load(std::memory_order_relaxed);
+      if (v == kEmpty) continue;
+      CacheEntry* e = const_cast<CacheEntry*>(EntryOf(v));
+      const size_t bytes = e->memory_bytes();
+      e->~CacheEntry();
+      slab_->Free(e, bytes);
+    }
   }
   FreeIndex(idx);
 }
 
-void Cache::Retire(void* p, void (*fn)(void*)) { retired_.emplace_back(p, fn); }
-
-std::vector<std::pair<void*, void (*)(void*)>> Cache::TakeRetiredLocked(bool force) {
-  std::vector<std::pair<void*, void (*)(void*)>> out;
-  if (force ? !retired_.empty() : retired_.size() >= kRetireBatch) out.swap(retired_);
-  return out;
+std::unique_ptr<Cache::RetiredBatch> Cache::TakeRetiredLocked(bool force) {
+  if (retired_ == nullptr || retired_->size() == 0) return nullptr;
+  if (!force && retired_->size() < kRetireBatch) return nullptr;
+  return std::move(retired_);
 }
 
-void Cache::FlushRetired(std::vector<std::pair<void*, void (*)(void*)>> batch) {
-  if (batch.empty()) return;
-  using Batch = std::vector<std::pair<void*, void (*)(void*)>>;
-  RcuRetire(new Batch(std::move(batch)), [](void* p) {
-    Batch* b = static_cast<Batch*>(p);
-    for (auto& [ptr, fn] : *b) fn(ptr);
-    delete b;
+void Cache::FlushRetired(std::unique_ptr<RetiredBatch> batch) {
+  if (batch == nullptr) return;
+  batch->cache = this;
+  RcuRetire(batch.release(), [](void* p) {
+    RetiredBatch* b = static_cast<RetiredBatch*>(p);
+    for (Index* idx : b->indexes) FreeIndex(idx);
+    b->indexes.clear();
+    if (b->entries.empty()) {
+      delete b;
+      return;
+    }
+    std::atomic<RetiredBatch*>& freed = b->cache->freed_;
+    b->next = freed.load(std::memory_order_relaxed);
+    while (!freed.compare_exchange_weak(b->next, b, std::memory_order_release, std::memory_order_relaxed)) {
+    }
   });
 }
 
+void Cache::DrainFreedLocked() {
+  RetiredBatch* b = freed_.exchange(nullptr, std::memory_order_acquire);
+  while (b != nullptr) {
+    for (CacheEntry* e : b->entries) {
+      const size_t bytes = e->memory_bytes();
+      e->~CacheEntry();
+      slab_->Free(e, bytes);
+    }
+    RetiredBatch* next = b->next;
+    delete b;
+    b = next;
+  }
+}
+
 Cache::InsertResult Cache::Insert(CacheEntryPtr entry) {
-  std::vector<std::pair<void*, void (*)(void*)>> batch;
+  std::unique_ptr<RetiredBatch> batch;
   InsertResult r;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -382,124 +577,159 @@ Cache::InsertResult Cache::TryInsert(CacheEntryPtr entry) {
   return r;
 }
 
+size_t Cache::FindPositionLocked(const Index* idx, const CacheKey& key, uint64_t hash) const {
+  const uint64_t pattern = Tag8(hash) * kLowBits, tag = SlotTag(hash);
+  size_t b = hash & idx->mask;
+  for (size_t visited = 0; visited <= idx->mask; ++visited, b = (b + 1) & idx->mask) {
+    const Bucket& bucket = idx->buckets[b];
+    const uint64_t ctrl = bucket.ctrl.load(std::memory_order_relaxed);
+    for (uint64_t m = MatchTag(ctrl, pattern); m != 0; m &= m - 1) {
+      const size_t s = __builtin_ctzll(m) / 8;
+      const uint64_t v = bucket.slots[s].load(std::memory_order_relaxed);
+      if ((v >> 48) == tag && v != kEmpty && EntryOf(v)->Matches(key, hash))
+        return b * kPositionsPerBucket + s;
+    }
+    if (Overflow(ctrl) == 0) break;
+  }
+  return SIZE_MAX;
+}
+
+void Cache::PlaceLocked(Index* idx, uint64_t hash, uint64_t v) {
+  // The load factor stays below 1, so a free slot comes. Only the writer
+  // changes the control words: no read-modify-write needed.
+  for (size_t b = hash & idx->mask;; b = (b + 1) & idx->mask) {
+    Bucket& bucket = idx->buckets[b];
+    const uint64_t ctrl = bucket.ctrl.load(std::memory_order_relaxed);
+    for (size_t s = 0; s < kBucketSlots; ++s) {
+      if (((ctrl >> (8 * s)) & 0xff) != 0) continue;
+      // The slot first: a reader that sees the tag sees the entry.
+      bucket.slots[s].store(v, std::memory_order_release);
+      bucket.ctrl.store(ctrl | Tag8(hash) << (8 * s), std::memory_order_release);
+      return;
+    }
+    if (Overflow(ctrl) < 255) bucket.ctrl.store(ctrl + (uint64_t{1} << 56), std::memory_order_relaxed);
+  }
+}
+
 Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
-  if (entry->memory_bytes() * 8 > options_.byte_budget) return InsertResult::kTooLarge;
-  Index* idx = index_.load(std::memory_order_relaxed);
+  const size_t block = EntrySlab::BlockBytes(entry->size());
+  if (block * 8 > options_.byte_budget) return InsertResult::kTooLarge;
+  DrainFreedLocked();
   const CacheKey key{entry->partition(), entry->qname(), entry->qtype(), entry->qclass()};
   const uint64_t h = entry->hash();
-  const uint16_t tag = static_cast<uint16_t>(h >> 48);
-  size_t free_slot = SIZE_MAX;
-  size_t i = h & idx->mask;
-  for (;; i = (i + 1) & idx->mask) {
-    const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-    if (v == kEmpty) break;
-    if (v == kTombstone) {
-      if (free_slot == SIZE_MAX) free_slot = i;
-      continue;
-    }
-    if ((v >> 48) != tag) continue;
-    CacheEntry* old = reinterpret_cast<CacheEntry*>(v & kPtrMask);
-    if (!old->Matches(key, h)) continue;
+
+  // The cache's own copy, in the slab.
+  CacheEntry* e = new (slab_->Allocate(block)) CacheEntry();
+  e->hash_ = entry->hash_;
+  e->partition_ = entry->partition_;
+  e->insert_time_ = entry->insert_time_;
+  e->ttl_ = entry->ttl_;
+  e->qtype_ = entry->qtype_;
+  e->qclass_ = entry->qclass_;
+  e->qname_len_ = entry->qname_len_;
+  e->kind_ = entry->kind_;
+  std::memcpy(e->tail(), entry->tail(), entry->size() - sizeof(CacheEntry));
+  e->meta().alloc_bytes = static_cast<uint32_t>(block);
+
+  Index* idx = index_.load(std::memory_order_relaxed);
+  if (const size_t pos = FindPositionLocked(idx, key, h); pos != SIZE_MAX) {
     // Refresh: readers see the old or the new entry, both whole.
-    entry_bytes_ += entry->memory_bytes();
+    std::atomic<uint64_t>& slot = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket];
+    CacheEntry* old = const_cast<CacheEntry*>(EntryOf(slot.load(std::memory_order_relaxed)));
+    entry_bytes_ += block;
     entry_bytes_ -= old->memory_bytes();
-    idx->slots[i].store(SlotValue(entry.release()), std::memory_order_release);
-    Retire(old, FreeEntry);
+    slot.store(SlotValue(e), std::memory_order_release);
+    if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
+    retired_->entries.push_back(old);
     ++stats_.replaces;
     EvictToBudgetLocked(clock_.NowSeconds());
     return InsertResult::kReplaced;
   }
-  if (free_slot != SIZE_MAX) {
-    i = free_slot;
-    --tombstones_;
-  }
-  entry_bytes_ += entry->memory_bytes();
-  idx->slots[i].store(SlotValue(entry.release()), std::memory_order_release);
+  MaybeRehashLocked();
+  PlaceLocked(index_.load(std::memory_order_relaxed), h, SlotValue(e));
+  entry_bytes_ += block;
   ++used_;
   ++stats_.inserts;
-  MaybeRehashLocked();
   EvictToBudgetLocked(clock_.NowSeconds());
   return InsertResult::kInserted;
 }
 
+// Called before placing one more entry: keeps the load at most 7/8.
 void Cache::MaybeRehashLocked() {
   Index* idx = index_.load(std::memory_order_relaxed);
-  if ((used_ + tombstones_) * 4 <= idx->capacity() * 3) return;
-  size_t cap = 16;
-  while (cap < used_ * 2 + 2) cap <<= 1;
-  Index* next = NewIndex(cap);
-  for (size_t i = 0; i < idx->capacity(); ++i) {
-    const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-    if (v == kEmpty || v == kTombstone) continue;
-    const CacheEntry* e = reinterpret_cast<const CacheEntry*>(v & kPtrMask);
-    size_t j = e->hash() & next->mask;
-    while (next->slots[j].load(std::memory_order_relaxed) != kEmpty) j = (j + 1) & next->mask;
-    next->slots[j].store(v, std::memory_order_relaxed);
+  if ((used_ + 1) * 8 <= idx->bucket_count() * kBucketSlots * 7) return;
+  Index* next = NewIndex(idx->bucket_count() * 2);
+  for (size_t b = 0; b < idx->bucket_count(); ++b) {
+    for (const auto& slot : idx->buckets[b].slots) {
+      const uint64_t v = slot.load(std::memory_order_relaxed);
+      if (v != kEmpty) PlaceLocked(next, EntryOf(v)->hash(), v);
+    }
   }
   index_.store(next, std::memory_order_release);
-  Retire(idx, FreeIndex);
-  tombstones_ = 0;
+  if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
+  retired_->indexes.push_back(idx);
   hand_ = sweep_ = 0;
   ++stats_.rehashes;
 }
 
-void Cache::EvictLocked(size_t slot, bool expired) {
+void Cache::EvictLocked(size_t position, bool expired) {
   Index* idx = index_.load(std::memory_order_relaxed);
-  const uint64_t v = idx->slots[slot].load(std::memory_order_relaxed);
-  CacheEntry* e = reinterpret_cast<CacheEntry*>(v & kPtrMask);
-  // An empty next slot ends every probe sequence through here, so this
-  // slot can become empty too instead of a tombstone.
-  if (idx->slots[(slot + 1) & idx->mask].load(std::memory_order_relaxed) == kEmpty) {
-    idx->slots[slot].store(kEmpty, std::memory_order_release);
-  } else {
-    idx->slots[slot].store(kTombstone, std::memory_order_release);
-    ++tombstones_;
+  const size_t at = position / kPositionsPerBucket;
+  const size_t s = position % kPositionsPerBucket;
+  Bucket& bucket = idx->buckets[at];
+  CacheEntry* e = const_cast<CacheEntry*>(EntryOf(bucket.slots[s].load(std::memory_order_relaxed)));
+  bucket.ctrl.store(bucket.ctrl.load(std::memory_order_relaxed) & ~(uint64_t{0xff} << (8 * s)),
+                    std::memory_order_release);
+  bucket.slots[s].store(kEmpty, std::memory_order_release);
+  // The buckets the entry had passed no longer overflow on its account
+  // (a saturated count stays until the next rehash).
+  for (size_t b = e->hash() & idx->mask; b != at; b = (b + 1) & idx->mask) {
+    std::atomic<uint64_t>& ctrl = idx->buckets[b].ctrl;
+    const uint64_t c = ctrl.load(std::memory_order_relaxed);
+    if (Overflow(c) < 255) ctrl.store(c - (uint64_t{1} << 56), std::memory_order_relaxed);
   }
   entry_bytes_ -= e->memory_bytes();
   --used_;
-  Retire(e, FreeEntry);
+  if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
+  retired_->entries.push_back(e);
   ++(expired ? stats_.expired_evictions : stats_.evictions);
 }
 
 void Cache::EvictToBudgetLocked(uint32_t now) {
   Index* idx = index_.load(std::memory_order_relaxed);
-  const size_t index_bytes = idx->capacity() * sizeof(uint64_t);
+  const size_t index_bytes = idx->bucket_count() * sizeof(Bucket);
+  const size_t positions = idx->bucket_count() * kPositionsPerBucket;
   // Two full turns of the hand clear every reference bit, so this ends.
   size_t steps = 0;
-  while (entry_bytes_ + index_bytes > options_.byte_budget && used_ > 0 && steps < 2 * idx->capacity() + 2) {
-    const size_t i = hand_;
-    hand_ = (hand_ + 1) & idx->mask;
+  while (entry_bytes_ + index_bytes > options_.byte_budget && used_ > 0 && steps < 2 * positions + 2) {
+    const size_t pos = hand_;
+    hand_ = (hand_ + 1) & (positions - 1);
     ++steps;
-    const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-    if (v == kEmpty || v == kTombstone) continue;
-    CacheEntry* e = reinterpret_cast<CacheEntry*>(v & kPtrMask);
+    if (pos % kPositionsPerBucket == kBucketSlots) continue;  // no slot
+    const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
+        std::memory_order_relaxed);
+    if (v == kEmpty) continue;
+    const CacheEntry* e = EntryOf(v);
     if (e->FreshnessAt(now, stale_window_) == Freshness::kMiss) {
-      EvictLocked(i, true);
+      EvictLocked(pos, true);
     } else if (e->referenced_.load(std::memory_order_relaxed)) {
       e->referenced_.store(0, std::memory_order_relaxed);
     } else {
-      EvictLocked(i, false);
+      EvictLocked(pos, false);
     }
   }
 }
 
 bool Cache::Erase(const CacheKey& key) {
-  std::vector<std::pair<void*, void (*)(void*)>> batch;
+  std::unique_ptr<RetiredBatch> batch;
   bool found = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Index* idx = index_.load(std::memory_order_relaxed);
-    const uint64_t h = HashCacheKey(key);
-    for (size_t i = h & idx->mask;; i = (i + 1) & idx->mask) {
-      const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-      if (v == kEmpty) break;
-      if (v == kTombstone || (v >> 48) != (h >> 48)) continue;
-      if (reinterpret_cast<const CacheEntry*>(v & kPtrMask)->Matches(key, h)) {
-        EvictLocked(i, false);
-        --stats_.evictions;  // an erase is not an eviction
-        found = true;
-        break;
-      }
+    const size_t pos = FindPositionLocked(index_.load(std::memory_order_relaxed), key, HashCacheKey(key));
+    if (pos != SIZE_MAX) {
+      EvictLocked(pos, false);
+      --stats_.evictions;  // an erase is not an eviction
+      found = true;
     }
     batch = TakeRetiredLocked(false);
   }
@@ -508,18 +738,21 @@ bool Cache::Erase(const CacheKey& key) {
 }
 
 void Cache::Maintain(size_t max_slots) {
-  std::vector<std::pair<void*, void (*)(void*)>> batch;
+  std::unique_ptr<RetiredBatch> batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    DrainFreedLocked();
     const uint32_t now = clock_.NowSeconds();
     Index* idx = index_.load(std::memory_order_relaxed);
-    for (size_t n = 0; n < std::min(max_slots, idx->capacity()); ++n) {
-      const size_t i = sweep_;
-      sweep_ = (sweep_ + 1) & idx->mask;
-      const uint64_t v = idx->slots[i].load(std::memory_order_relaxed);
-      if (v == kEmpty || v == kTombstone) continue;
-      const CacheEntry* e = reinterpret_cast<const CacheEntry*>(v & kPtrMask);
-      if (e->FreshnessAt(now, stale_window_) == Freshness::kMiss) EvictLocked(i, true);
+    const size_t positions = idx->bucket_count() * kPositionsPerBucket;
+    for (size_t n = 0; n < std::min(max_slots, positions); ++n) {
+      const size_t pos = sweep_;
+      sweep_ = (sweep_ + 1) & (positions - 1);
+      if (pos % kPositionsPerBucket == kBucketSlots) continue;
+      const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
+          std::memory_order_relaxed);
+      if (v == kEmpty) continue;
+      if (EntryOf(v)->FreshnessAt(now, stale_window_) == Freshness::kMiss) EvictLocked(pos, true);
     }
     batch = TakeRetiredLocked(true);
   }
@@ -527,7 +760,7 @@ void Cache::Maintain(size_t max_slots) {
 }
 
 void Cache::Barrier() {
-  std::vector<std::pair<void*, void (*)(void*)>> batch;
+  std::unique_ptr<RetiredBatch> batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch = TakeRetiredLocked(true);
@@ -541,8 +774,10 @@ CacheStats Cache::stats() const {
   CacheStats s = stats_;
   const Index* idx = index_.load(std::memory_order_relaxed);
   s.entries = used_;
-  s.index_slots = idx->capacity();
-  s.bytes = entry_bytes_ + idx->capacity() * sizeof(uint64_t);
+  s.index_slots = idx->bucket_count() * kBucketSlots;
+  s.index_bytes = idx->bucket_count() * sizeof(Bucket);
+  s.bytes = entry_bytes_ + s.index_bytes;
+  s.slab_bytes = slab_->mapped_bytes();
   s.busy = busy_.load(std::memory_order_relaxed);
   return s;
 }

@@ -6,6 +6,8 @@
 #include <bit>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "absl/container/flat_hash_map.h"
 #include "text_util.h"
@@ -15,7 +17,6 @@ namespace {
 
 using u128 = unsigned __int128;
 constexpr size_t kTbl24Entries = size_t{1} << 24;
-constexpr size_t kTbl24Bytes = kTbl24Entries * sizeof(uint16_t);
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMaxTbl8Groups = 0x8000;
 
@@ -33,16 +34,63 @@ inline unsigned Clz128(u128 v) {
   return 128;
 }
 
+// A bucket meeting more IPv6 ranges than this gets a child node. A node
+// has about one boundary per bucket, so most leaves hold one to three.
+constexpr size_t kLeafRanges = 8;
+
+// Bytes 8..11 of a v4-mapped IPv6 address (0, 0, 0xff, 0xff), loaded in
+// host order.
+constexpr uint32_t kV4MappedMid = std::endian::native == std::endian::little ? 0xffff0000u : 0x0000ffffu;
+
 inline u128 MaskTop(unsigned bits) { return bits == 0 ? u128{0} : ~u128{0} << (128 - bits); }
 
 }  // namespace
 
-CityMap::~CityMap() { std::free(tbl24_); }
+struct CityMap::Tables {
+  std::vector<V4Block> v4_blocks;
+  std::vector<uint16_t> dense, tbl8;
+  std::vector<u128> starts;  // the IPv6 ranges, see V6Bucket
+  std::vector<PartitionId> range_city;
+  std::vector<V6Node> v6_nodes;
+  std::vector<V6Bucket> v6_buckets;
+  std::vector<u128> v6_leaves{0};  // [0] unused: 0 marks "no shared leaf yet"
+  std::vector<uint32_t> city_leaf;
+};
 
-size_t CityMap::memory_bytes() const {
-  return kTbl24Bytes + tbl8_.size() * sizeof(uint16_t) + starts_.size() * sizeof(u128) +
-         range_city_.size() * sizeof(PartitionId) + v6_buckets_.size() * sizeof(V6Bucket);
+CityMap::~CityMap() { std::free(arena_); }
+
+// Copies the tables into one allocation on 2 MB pages: the lookups' loads
+// are spread over several MB, and in this VM every 4 KB TLB miss is a
+// nested page walk.
+bool CityMap::Freeze(const Tables& t) {
+  size_t bytes = 0;
+  auto place = [&](const auto& v) {
+    const size_t at = bytes;
+    bytes += (v.size() * sizeof(v[0]) + 63) & ~size_t{63};
+    return at;
+  };
+  const size_t blocks = place(t.v4_blocks), nodes = place(t.v6_nodes), buckets = place(t.v6_buckets),
+               leaves = place(t.v6_leaves), tbl8 = place(t.tbl8), dense = place(t.dense);
+  arena_bytes_ = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+  arena_ = std::aligned_alloc(kHugePage, arena_bytes_);
+  if (arena_ == nullptr) return false;
+  madvise(arena_, arena_bytes_, MADV_HUGEPAGE);
+  char* base = static_cast<char*>(arena_);
+  auto copy = [&](const auto& v, size_t at) {
+    using T = std::remove_cvref_t<decltype(v[0])>;
+    if (!v.empty()) std::memcpy(base + at, v.data(), v.size() * sizeof(T));
+    return reinterpret_cast<const T*>(base + at);
+  };
+  v4_blocks_ = copy(t.v4_blocks, blocks);
+  v6_nodes_ = copy(t.v6_nodes, nodes);
+  v6_buckets_ = copy(t.v6_buckets, buckets);
+  v6_leaves_ = copy(t.v6_leaves, leaves);
+  tbl8_ = copy(t.tbl8, tbl8);
+  dense_ = copy(t.dense, dense);
+  return true;
 }
+
+size_t CityMap::memory_bytes() const { return arena_bytes_; }
 
 std::optional<PartitionId> CityMap::FindCity(std::string_view name) const {
   for (size_t i = 0; i < cities_.size(); ++i) {
@@ -52,61 +100,185 @@ std::optional<PartitionId> CityMap::FindCity(std::string_view name) const {
 }
 
 void CityMap::LookupV4Burst(const uint32_t* addrs, PartitionId* out, size_t n) const {
-  for (size_t i = 0; i < n; ++i) __builtin_prefetch(&tbl24_[addrs[i] >> 8]);
+  for (size_t i = 0; i < n; ++i) __builtin_prefetch(&v4_blocks_[addrs[i] >> 16]);
   for (size_t i = 0; i < n; ++i) out[i] = LookupV4(addrs[i]);
+}
+
+// The city of the last of a leaf's `count` ranges that starts at or before
+// `a` (see V6Bucket for the layout). Fixed steps with conditional moves:
+// count varies from bucket to bucket, so a loop on it would mispredict.
+// Probes are clamped to the leaf so they touch no other cache line.
+inline PartitionId SearchLeaf(const u128* leaf, size_t count, u128 a) {
+  static_assert(kLeafRanges <= 8);
+  const size_t last = count - 1;
+  size_t lo = 0, probe;
+  probe = std::min<size_t>(4, last);
+  lo = leaf[probe] <= a ? probe : lo;
+  probe = std::min(lo + 2, last);
+  lo = leaf[probe] <= a ? probe : lo;
+  probe = std::min(lo + 1, last);
+  lo = leaf[probe] <= a ? probe : lo;
+  PartitionId city;
+  std::memcpy(&city, reinterpret_cast<const char*>(leaf + count) + lo * sizeof(PartitionId), sizeof(city));
+  return city;
+}
+
+// The bucket of `node` holding address hi:lo. A node's index bits never
+// straddle the two 64-bit halves (see BuildV6Node), which saves a 128-bit
+// shift per level.
+template <class Node>
+inline uint32_t BucketOf(const Node& node, uint64_t hi, uint64_t lo) {
+  return node.first + static_cast<uint32_t>(((node.low ? lo : hi) >> node.shift) & ((1u << node.bits) - 1));
 }
 
 PartitionId CityMap::LookupV6(const uint8_t* addr) const {
   const u128 a = Load128(addr);
-  size_t lo = 0, len = starts_.size();
-  if (has_index_ && ((a ^ common_base_) & common_mask_) == 0) {
-    const V6Node* node = &v6_nodes_[0];
-    for (;;) {
-      const size_t i = node->first + (static_cast<uint32_t>(a >> node->shift) & ((1u << node->bits) - 1));
-      const V6Bucket& b = v6_buckets_[i];
-      if (b.child != 0) {
-        node = &v6_nodes_[b.child - 1];
-        continue;
-      }
-      lo = b.lo;
-      len = v6_buckets_[i + 1].lo - lo + 1;
-      break;
+  const uint64_t hi = static_cast<uint64_t>(a >> 64), lo = static_cast<uint64_t>(a);
+  const V6Node* node = v6_nodes_;
+  for (;;) {
+    if (((a ^ node->base) & node->mask) != 0) [[unlikely]] {
+      return a < node->base ? node->below : node->above;
     }
+    const V6Bucket b = v6_buckets_[BucketOf(*node, hi, lo)];
+    if (b.count != 0) return SearchLeaf(v6_leaves_ + b.value, b.count, a);
+    node = &v6_nodes_[b.value];
   }
-  const u128* s = starts_.data();
-  while (len > 1) {
-    const size_t half = len / 2;
-    lo = s[lo + half] <= a ? lo + half : lo;
-    len -= half;
-  }
-  return range_city_[lo];
 }
 
-uint32_t CityMap::BuildV6Node(u128 base, unsigned shift, unsigned bits, size_t hint) {
-  constexpr size_t kLeafRanges = 16;
-  const uint32_t id = static_cast<uint32_t>(v6_nodes_.size());
-  const size_t first = v6_buckets_.size();
-  const size_t count = size_t{1} << bits;
-  v6_nodes_.push_back(
-      {static_cast<uint32_t>(first), static_cast<uint8_t>(shift), static_cast<uint8_t>(bits)});
-  v6_buckets_.resize(first + count + 1, V6Bucket{0, 0});
-  size_t r = hint;
-  for (size_t b = 0; b < count; ++b) {
-    const u128 start = base | (u128{b} << shift);
-    while (r + 1 < starts_.size() && starts_[r + 1] <= start) ++r;
-    v6_buckets_[first + b].lo = static_cast<uint32_t>(r);
+void CityMap::LookupBurst(const IpAddress* addrs, PartitionId* out, size_t n) const {
+  // Stages over a chunk, each issuing the next cache misses of all its
+  // lookups before any is waited for: IPv4 level 1; IPv6 one trie level per
+  // round, then the leaf.
+  constexpr size_t kChunk = 32;
+  const V6Bucket* buckets = v6_buckets_;
+  const u128* leaves = v6_leaves_;
+  uint32_t v4[kChunk];     // IPv4 addresses
+  u128 key[kChunk];        // IPv6 addresses
+  uint32_t at[kChunk];     // IPv6: next bucket, then the leaf
+  uint32_t count[kChunk];  // IPv6: the leaf's range count
+  uint8_t walk[kChunk], leaf[kChunk], four[kChunk];
+  for (size_t done = 0; done < n; done += kChunk) {
+    const size_t m = std::min(kChunk, n - done);
+    const IpAddress* in = addrs + done;
+    PartitionId* res = out + done;
+    size_t n_walk = 0, n_leaf = 0, n_four = 0;
+    // Queues lookup i for a bucket of `node`, or answers it when its address
+    // is outside the node's (path-compressed) region.
+    auto enter = [&](const V6Node& node, size_t i) {
+      const u128 a = key[i];
+      if (((a ^ node.base) & node.mask) != 0) [[unlikely]] {
+        res[i] = a < node.base ? node.below : node.above;
+        return;
+      }
+      at[i] = BucketOf(node, static_cast<uint64_t>(a >> 64), static_cast<uint64_t>(a));
+      __builtin_prefetch(&buckets[at[i]]);
+      walk[n_walk++] = static_cast<uint8_t>(i);
+    };
+    for (size_t i = 0; i < m; ++i) {
+      const IpAddress& a = in[i];
+      uint64_t top;  // IsV4Mapped without its memcmp call, which doubled the cost of this loop
+      uint32_t mid;
+      std::memcpy(&top, a.bytes.data(), 8);
+      std::memcpy(&mid, a.bytes.data() + 8, 4);
+      if (a.family == 6 && (top != 0 || mid != kV4MappedMid)) {
+        key[i] = Load128(a.bytes.data());
+        enter(v6_nodes_[0], i);
+      } else if (a.family == 4 || a.family == 6) {
+        v4[i] = a.family == 4 ? a.v4() : dns::Load32(a.bytes.data() + 12);
+        __builtin_prefetch(&v4_blocks_[v4[i] >> 16]);
+        four[n_four++] = static_cast<uint8_t>(i);
+      } else {
+        res[i] = default_city_;
+      }
+    }
+    for (size_t j = 0; j < n_four; ++j) res[four[j]] = LookupV4(v4[four[j]]);
+    while (n_walk > 0) {
+      const size_t n_round = n_walk;
+      n_walk = 0;
+      for (size_t j = 0; j < n_round; ++j) {
+        const size_t i = walk[j];
+        const V6Bucket b = buckets[at[i]];
+        if (b.count == 0) {
+          enter(v6_nodes_[b.value], i);  // writes walk[] at or behind j
+          continue;
+        }
+        at[i] = b.value;
+        count[i] = b.count;
+        __builtin_prefetch(&leaves[b.value]);
+        __builtin_prefetch(reinterpret_cast<const char*>(&leaves[b.value + b.count]) + 15);
+        leaf[n_leaf++] = static_cast<uint8_t>(i);
+      }
+    }
+    for (size_t j = 0; j < n_leaf; ++j) {
+      const size_t i = leaf[j];
+      res[i] = SearchLeaf(leaves + at[i], count[i], key[i]);
+    }
   }
-  // Sentinel: the last range starting within the node's region.
-  const unsigned width = shift + bits;
-  const u128 end = width >= 128 ? ~u128{0} : base | ((u128{1} << width) - 1);
-  while (r + 1 < starts_.size() && starts_[r + 1] <= end) ++r;
-  v6_buckets_[first + count].lo = static_cast<uint32_t>(r);
+}
+
+// Appends the leaf for ranges r0..r1 (a single range's leaf is shared by
+// every bucket of its city) and returns its index in v6_leaves (Build
+// rejects a table whose leaves outgrow 32-bit indexes).
+uint32_t CityMap::AddV6Leaf(Tables& t, size_t r0, size_t r1) {
+  const size_t count = r1 - r0 + 1;
+  if (count == 1) {
+    uint32_t& shared = t.city_leaf[t.range_city[r0]];
+    if (shared != 0) return shared;
+  }
+  const size_t units = count + (count * sizeof(PartitionId) + sizeof(u128) - 1) / sizeof(u128);
+  size_t at = t.v6_leaves.size();
+  // A leaf that fits a cache line does not straddle two.
+  if (units <= 4 && at % 4 + units > 4) at = (at + 3) & ~size_t{3};
+  t.v6_leaves.resize(at + units, 0);
+  u128* leaf = &t.v6_leaves[at];
+  for (size_t i = 1; i < count; ++i) leaf[i] = t.starts[r0 + i];  // leaf[0] = 0 <= any address
+  std::memcpy(leaf + count, &t.range_city[r0], count * sizeof(PartitionId));
+  if (count == 1) t.city_leaf[t.range_city[r0]] = static_cast<uint32_t>(at);
+  return static_cast<uint32_t>(at);
+}
+
+// Ranges r0..r1 meet the region being indexed, and r0 + 1..r1 start inside
+// it (after its first address). Each node's first index bit is the first
+// bit where its lowest and highest boundaries differ, so every child holds
+// fewer boundaries than its parent and the depth is at most 128.
+uint32_t CityMap::BuildV6Node(Tables& t, size_t r0, size_t r1) {
+  constexpr unsigned kMaxBits = 16;
+  const u128 lo = r1 > r0 ? t.starts[r0 + 1] : 0, hi = t.starts[r1];
+  const unsigned common = r1 > r0 ? Clz128(lo ^ hi) : 0;
+  const size_t boundaries = r1 - r0;
+  unsigned bits = std::min(
+      {kMaxBits, 128 - common, boundaries <= 1 ? 0u : static_cast<unsigned>(std::bit_width(boundaries - 1))});
+  if (common < 64 && common + bits > 64) bits = 64 - common;  // stay within one half (see BucketOf)
+  const uint32_t id = static_cast<uint32_t>(t.v6_nodes.size());
+  const size_t first = t.v6_buckets.size();
+  const size_t count = size_t{1} << bits;
+  const unsigned shift = bits == 0 ? 0 : 128 - common - bits;
+  V6Node node;
+  node.mask = MaskTop(common);
+  node.base = lo & node.mask;
+  node.first = static_cast<uint32_t>(first);
+  node.below = t.range_city[r0];
+  node.above = t.range_city[r1];
+  node.shift = static_cast<uint8_t>(shift % 64);
+  node.bits = static_cast<uint8_t>(bits);
+  node.low = shift < 64;
+  t.v6_nodes.push_back(node);
+  t.v6_buckets.resize(first + count);
+  size_t r = r0;
   for (size_t b = 0; b < count; ++b) {
-    const size_t lo = v6_buckets_[first + b].lo, hi = v6_buckets_[first + b + 1].lo;
-    if (hi - lo < kLeafRanges || shift == 0) continue;
-    const unsigned child_bits = std::min(8u, shift);
-    const uint32_t child = BuildV6Node(base | (u128{b} << shift), shift - child_bits, child_bits, lo);
-    v6_buckets_[first + b].child = child + 1;
+    const u128 start = node.base | (u128{b} << shift);
+    const u128 end = start | (shift == 0 ? u128{0} : ~u128{0} >> (128 - shift));
+    while (r < r1 && t.starts[r + 1] <= start) ++r;
+    size_t last = r;
+    while (last < r1 && t.starts[last + 1] <= end) ++last;
+    V6Bucket bucket;
+    if (last - r + 1 <= kLeafRanges) {
+      bucket = {AddV6Leaf(t, r, last), static_cast<uint32_t>(last - r + 1)};
+    } else {
+      bucket = {BuildV6Node(t, r, last), 0};
+    }
+    t.v6_buckets[first + b] = bucket;  // after the recursion: it may have reallocated
+    r = last;
   }
   return id;
 }
@@ -145,32 +317,54 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
     }
   }
 
-  // ---- IPv4: DIR-24-8.
-  m->tbl24_ = static_cast<uint16_t*>(std::aligned_alloc(kHugePage, kTbl24Bytes));
-  if (m->tbl24_ == nullptr) return absl::ResourceExhaustedError("cannot allocate the IPv4 table");
-  madvise(m->tbl24_, kTbl24Bytes, MADV_HUGEPAGE);
-  std::fill_n(m->tbl24_, kTbl24Entries, default_city);
+  Tables t;
+  // ---- IPv4: DIR-24-8 into a temporary flat level, then compressed.
+  std::vector<uint16_t> tbl24(kTbl24Entries, default_city);
   for (const CityPrefix& p : sorted) {
     if (p.cidr.address.family != 4) continue;
     const uint32_t addr = p.cidr.address.v4();
     const unsigned len = p.cidr.prefix;
     if (len <= 24) {
       const size_t first = addr >> 8, count = size_t{1} << (24 - len);
-      std::fill_n(m->tbl24_ + first, count, p.city);
+      std::fill_n(tbl24.begin() + first, count, p.city);
       continue;
     }
-    uint16_t& e = m->tbl24_[addr >> 8];
+    uint16_t& e = tbl24[addr >> 8];
     if (!(e & kIndirect)) {
-      const size_t group = m->tbl8_.size() / 256;
+      const size_t group = t.tbl8.size() / 256;
       if (group >= kMaxTbl8Groups) {
         return absl::InvalidArgumentError(
             internal::Cat("too many /24 blocks split by longer prefixes (max ", kMaxTbl8Groups, ")"));
       }
-      m->tbl8_.resize(m->tbl8_.size() + 256, e);
+      t.tbl8.resize(t.tbl8.size() + 256, e);
       e = static_cast<uint16_t>(kIndirect | group);
     }
     const size_t base = (size_t{e & 0x7fffu} << 8) | (addr & 0xff);
-    std::fill_n(m->tbl8_.begin() + base, size_t{1} << (32 - len), p.city);
+    std::fill_n(t.tbl8.begin() + base, size_t{1} << (32 - len), p.city);
+  }
+  constexpr size_t kBlocks = size_t{1} << 16;
+  t.v4_blocks.resize(kBlocks);
+  for (size_t blk = 0; blk < kBlocks; ++blk) {
+    const uint16_t* e = &tbl24[blk << 8];
+    V4Block b{};
+    unsigned runs = 0;
+    for (unsigned i = 0; i < 256; ++i) {
+      if (i != 0 && e[i] == e[i - 1]) continue;
+      if (runs == 8) {
+        b = V4Block{};
+        b.dense = static_cast<uint32_t>(t.dense.size() / 256 + 1);
+        t.dense.insert(t.dense.end(), e, e + 256);
+        break;
+      }
+      b.starts[runs] = static_cast<uint8_t>(i);
+      b.values[runs] = e[i];
+      ++runs;
+    }
+    for (unsigned i = std::max(runs, 1u); i < 8 && b.dense == 0; ++i) {
+      b.starts[i] = b.starts[i - 1];
+      b.values[i] = b.values[i - 1];
+    }
+    t.v4_blocks[blk] = b;
   }
 
   // ---- IPv6: disjoint ranges by a sweep over prefixes sorted by start,
@@ -195,13 +389,13 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
     return a.start != b.start ? a.start < b.start : a.len < b.len;
   });
   auto emit = [&](u128 s, PartitionId c) {
-    if (!m->starts_.empty() && m->starts_.back() == s) {
-      m->starts_.pop_back();
-      m->range_city_.pop_back();
+    if (!t.starts.empty() && t.starts.back() == s) {
+      t.starts.pop_back();
+      t.range_city.pop_back();
     }
-    if (!m->range_city_.empty() && m->range_city_.back() == c) return;
-    m->starts_.push_back(s);
-    m->range_city_.push_back(c);
+    if (!t.range_city.empty() && t.range_city.back() == c) return;
+    t.starts.push_back(s);
+    t.range_city.push_back(c);
   };
   std::vector<Open> stack = {{~u128{0}, default_city}};
   emit(0, default_city);
@@ -217,15 +411,12 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
   }
   while (stack.size() > 1) pop();
 
-  if (!v6.empty()) {
-    u128 lo = v6.front().start, hi = 0;
-    for (const Range6& r : v6) hi = std::max(hi, r.end);
-    m->common_bits_ = std::min(Clz128(lo ^ hi), 112u);
-    m->common_mask_ = MaskTop(m->common_bits_);
-    m->common_base_ = lo & m->common_mask_;
-    m->BuildV6Node(m->common_base_, 128 - m->common_bits_ - 16, 16, 0);
-    m->has_index_ = true;
+  t.city_leaf.assign(m->cities_.size(), 0);
+  BuildV6Node(t, 0, t.starts.size() - 1);
+  if (t.v6_leaves.size() > UINT32_MAX || t.v6_buckets.size() > UINT32_MAX) {
+    return absl::InvalidArgumentError("too many IPv6 prefixes");
   }
+  if (!m->Freeze(t)) return absl::ResourceExhaustedError("cannot allocate the city map's tables");
   m->prefixes_ = std::move(prefixes);
   return std::unique_ptr<const CityMap>(std::move(m));
 }

@@ -2,7 +2,10 @@
 
 #include <bit>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include "text_util.h"
 
@@ -10,53 +13,74 @@ namespace weir::partitions {
 namespace internal {
 
 namespace {
-inline uint64_t Mix(uint64_t h) {
-  h ^= h >> 32;
-  h *= 0xd6e8feb86659fd93ULL;
-  h ^= h >> 32;
-  return h;
-}
-}  // namespace
 
-size_t SuffixHashes(std::span<const uint8_t> key, uint64_t* hashes, uint8_t* offsets) {
-  // Label starts, left to right.
+// Suffix hash: a fold from the root leftwards, one multiply per 8 bytes of
+// each label. A label's words are read from its first byte (the length) on and
+// may run into the labels to its right, which belong to the suffix too: the
+// hash is a function of the suffix's bytes alone, so a tag's key and the same
+// suffix inside a longer name hash alike, without masking each label.
+constexpr uint64_t kRootHash = 0x243f6a8885a308d3ULL;
+constexpr uint64_t kFoldSeed = 0xa0761d6478bd642fULL;
+
+// 64 x 64 -> 128 bit multiply, halves folded (as wyhash): every output bit
+// depends on every input bit.
+inline uint64_t Mum(uint64_t a, uint64_t b) {
+  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+
+// key[pos, pos + 8) little-endian, zero-padded past the end of the key and
+// never reading outside key[0, size). pos < size.
+[[gnu::always_inline]] inline uint64_t LoadWord(const uint8_t* key, size_t size, size_t pos) {
+  uint64_t w;
+  if (pos + 8 <= size) {
+    std::memcpy(&w, key + pos, 8);
+  } else if (size >= 8) {
+    // The last 8 bytes of the key, shifted so that key[pos] is the low byte.
+    std::memcpy(&w, key + size - 8, 8);
+    w >>= 8 * (pos + 8 - size);
+  } else {
+    w = 0;
+    for (size_t i = 0; pos + i < size; ++i) w |= uint64_t{key[pos + i]} << (8 * i);
+  }
+  return w;
+}
+
+// The hash of the suffix key[pos, size), given `h`, the hash of the suffix
+// after the label at key[pos].
+[[gnu::always_inline]] inline uint64_t FoldLabel(uint64_t h, const uint8_t* key, size_t size, size_t pos) {
+  const size_t len = size_t{key[pos]} + 1;
+  for (size_t j = (len - 1) & ~size_t{7}; j > 0; j -= 8) h = Mum(h ^ LoadWord(key, size, pos + j), kFoldSeed);
+  return Mum(h ^ LoadWord(key, size, pos), kFoldSeed);
+}
+
+// Label starts of a canonical key, left to right, root included. Returns
+// the count (labels + 1), or 0 unless the key is well-formed: at most 127
+// labels, the root byte last.
+[[gnu::always_inline]] inline size_t LabelOffsets(const uint8_t* key, size_t size, uint8_t* offsets) {
+  if (size == 0 || size > dns::kMaxNameWire) return 0;
   size_t n = 0, pos = 0;
   while (true) {
-    if (pos >= key.size() || n >= 128) return 0;
     offsets[n++] = static_cast<uint8_t>(pos);
     const uint8_t len = key[pos];
     if (len == 0) break;
-    pos += 1 + len;
+    pos += 1 + size_t{len};
+    if (pos >= size) return 0;  // (so at most 127 labels: each takes 2 bytes or more)
   }
-  // Fold labels right to left: each suffix hash covers its own labels only.
-  uint64_t h = 0x9e3779b97f4a7c15ULL;
-  hashes[n - 1] = Mix(h);
+  return pos + 1 == size ? n : 0;
+}
+
+}  // namespace
+
+size_t SuffixHashes(std::span<const uint8_t> key, uint64_t* hashes, uint8_t* offsets) {
+  const size_t n = LabelOffsets(key.data(), key.size(), offsets);
+  if (n == 0) return 0;
+  uint64_t h = kRootHash;
+  hashes[n - 1] = h;
   for (size_t i = n - 1; i-- > 0;) {
-    const uint8_t* p = key.data() + offsets[i];
-    const size_t len = size_t{p[0]} + 1;
-    size_t j = 0;
-    for (; j + 8 <= len; j += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + j, 8);
-      h = (h ^ w) * 0x9fb21c651e98df25ULL;
-      h ^= h >> 29;
-    }
-    uint64_t tail = 0;
-    const size_t rest = len - j;
-    if (rest > 0) {
-      if (offsets[i] + j + 8 <= key.size()) {
-        // One unaligned load, masked: the key has 8 bytes left here.
-        std::memcpy(&tail, p + j, 8);
-        tail &= ~uint64_t{0} >> (64 - 8 * rest);
-      } else {
-        for (size_t k = 0; k < rest; ++k) tail |= uint64_t{p[j + k]} << (8 * k);
-      }
-    }
-    h = (h ^ tail ^ (uint64_t{len} << 56)) * 0x9fb21c651e98df25ULL;
-    h ^= h >> 29;
-    hashes[i] = Mix(h) | 1;  // never 0 (empty slot)
+    h = FoldLabel(h, key.data(), key.size(), offsets[i]);
+    hashes[i] = h;
   }
-  hashes[n - 1] |= 1;
   return n;
 }
 
@@ -218,16 +242,64 @@ std::string FormatTag(const Tag& tag) {
   return out;
 }
 
+// A record holds the key itself when it fits, right-aligned after zero
+// bytes, so that a hit is verified from the bucket's cache line (the key is
+// compared 8 bytes at a time from the end of the query name, where every
+// suffix ends). Longer keys are compared with the Tag's.
+struct internal::TagBucket {
+  struct Record {
+    uint32_t check;  // 24 bits of the suffix hash, then the key length; 0 = free
+    uint32_t index;  // into tags_
+    uint8_t key[24];
+  };
+  alignas(64) Record records[2];
+};
+
+void TagTable::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+namespace {
+
+using Bucket = internal::TagBucket;
+constexpr size_t kInlineKey = sizeof(Bucket::Record::key);
+constexpr uint64_t kFilterMul = 0x9e3779b97f4a7c15ULL;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+inline uint32_t Check(uint64_t h, size_t len) {
+  return (static_cast<uint32_t>(h >> 32) & 0xffffff00u) | static_cast<uint32_t>(len);
+}
+inline size_t BucketOf(uint64_t h, uint32_t count) {
+  return static_cast<size_t>((uint64_t{static_cast<uint32_t>(h)} * count) >> 32);
+}
+// Three bits of one filter word.
+inline uint64_t FilterBits(uint64_t g) {
+  return (uint64_t{1} << (g & 63)) | (uint64_t{1} << ((g >> 6) & 63)) | (uint64_t{1} << ((g >> 12) & 63));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag> tags) {
+  if (tags.size() >= UINT32_MAX / 2) return absl::InvalidArgumentError("too many tags");
   std::unique_ptr<TagTable> t(new TagTable());
-  size_t cap = 16;
-  while (cap < tags.size() * 2 + 2) cap <<= 1;
-  t->slots_.assign(cap, Slot{0, kEmpty});
-  t->mask_ = cap - 1;
-  size_t fbits = 1024;
-  while (fbits < tags.size() * 8) fbits <<= 1;
-  t->filter_.assign(fbits / 64, 0);
-  t->filter_mask_ = fbits - 1;
+  size_t words = 16;
+  while (words * 64 < tags.size() * 8) words <<= 1;
+  t->filter_shift_ = 64 - static_cast<unsigned>(std::countr_zero(words));
+  t->bucket_count_ = static_cast<uint32_t>(tags.size() * 2 / 3 + 1);  // <= 3/4 full
+  const size_t filter_bytes = words * sizeof(uint64_t);
+  size_t bytes = filter_bytes + size_t{t->bucket_count_} * sizeof(Bucket);
+  // Big tables get 2 MB pages: a probe costs no TLB miss.
+  const size_t align = bytes >= kHugePage / 2 ? kHugePage : alignof(Bucket);
+  bytes = (bytes + align - 1) / align * align;
+  void* mem = std::aligned_alloc(align, bytes);
+  if (mem == nullptr) return absl::ResourceExhaustedError("cannot allocate the tag index");
+  if (align == kHugePage) madvise(mem, bytes, MADV_HUGEPAGE);
+  std::memset(mem, 0, bytes);
+  t->mem_.reset(static_cast<uint64_t*>(mem));
+  t->mem_bytes_ = bytes;
+  uint64_t* filter = static_cast<uint64_t*>(mem);
+  Bucket* buckets = reinterpret_cast<Bucket*>(static_cast<uint8_t*>(mem) + filter_bytes);
+  t->filter_ = filter;
+  t->buckets_ = buckets;
+
   uint64_t hashes[128];
   uint8_t offsets[128];
   for (size_t i = 0; i < tags.size(); ++i) {
@@ -237,21 +309,28 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
     const uint64_t h = hashes[0];
     const size_t labels = n - 1;
     t->label_counts_[labels / 64] |= uint64_t{1} << (labels % 64);
-    t->filter_[(h & t->filter_mask_) / 64] |= uint64_t{1} << (h % 64);
-    t->key_off_.push_back(static_cast<uint32_t>(t->keys_.size()));
-    t->keys_.insert(t->keys_.end(), key.begin(), key.end());
-    for (size_t s = (h >> 20) & t->mask_;; s = (s + 1) & t->mask_) {
-      Slot& slot = t->slots_[s];
-      if (slot.index == kEmpty) {
-        slot = Slot{static_cast<uint32_t>(h >> 32), static_cast<uint32_t>(i)};
-        break;
-      }
-      if (slot.check == static_cast<uint32_t>(h >> 32) && tags[slot.index].suffix == tags[i].suffix) {
-        return absl::InvalidArgumentError(internal::Cat("duplicate tag for ", dns::NameKeyToText(key)));
+    if (labels > t->max_labels_) t->max_labels_ = static_cast<uint32_t>(labels);
+    const uint64_t g = h * kFilterMul;
+    filter[g >> t->filter_shift_] |= FilterBits(g);
+    const uint32_t check = Check(h, key.size());
+    Bucket::Record* free_record = nullptr;
+    for (size_t b = BucketOf(h, t->bucket_count_); free_record == nullptr;
+         b = b + 1 == t->bucket_count_ ? 0 : b + 1) {
+      for (Bucket::Record& r : buckets[b].records) {
+        if (r.check == 0) {
+          free_record = &r;
+          break;
+        }
+        if (r.check == check && tags[r.index].suffix == tags[i].suffix) {
+          return absl::InvalidArgumentError(internal::Cat("duplicate tag for ", dns::NameKeyToText(key)));
+        }
       }
     }
+    free_record->check = check;
+    free_record->index = static_cast<uint32_t>(i);
+    if (key.size() <= kInlineKey)
+      std::memcpy(free_record->key + kInlineKey - key.size(), key.data(), key.size());
   }
-  t->key_off_.push_back(static_cast<uint32_t>(t->keys_.size()));
   t->tags_ = std::move(tags);
   return std::unique_ptr<const TagTable>(std::move(t));
 }
@@ -293,6 +372,7 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_v
 }
 
 namespace {
+
 // Short keys: 8 bytes at a time, no call into libc.
 inline bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
   for (; n >= 8; n -= 8, a += 8, b += 8) {
@@ -306,37 +386,70 @@ inline bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
   }
   return true;
 }
+
+// Whether the record's key is qname[size - len, size).
+inline bool SameKey(const Bucket::Record& r, const uint8_t* qname, size_t size, size_t len,
+                    const std::vector<Tag>& tags) {
+  if (len > kInlineKey) return SameBytes(tags[r.index].suffix.bytes.data(), qname + size - len, len);
+  for (size_t k = 0; 8 * k < len; ++k) {
+    const size_t end = size - 8 * k;
+    const size_t rest = len - 8 * k;
+    // qname[end - 8, end), or just its last `rest` bytes, in the high bytes.
+    uint64_t w = 0;
+    if (end >= 8) {
+      std::memcpy(&w, qname + end - 8, 8);
+      if (rest < 8) w &= ~uint64_t{0} << (64 - 8 * rest);
+    } else {
+      for (size_t j = 0; j < rest; ++j) w |= uint64_t{qname[end - rest + j]} << (8 * (8 - rest + j));
+    }
+    uint64_t x;
+    std::memcpy(&x, r.key + kInlineKey - 8 * (k + 1), 8);
+    if (w != x) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 const Tag* TagTable::Lookup(std::span<const uint8_t> qname) const {
   if (tags_.empty()) return nullptr;  // no tags configured: nothing to hash
-  uint64_t hashes[128];
+  const uint8_t* q = qname.data();
+  const size_t size = qname.size();
   uint8_t offsets[128];
-  const size_t n = internal::SuffixHashes(qname, hashes, offsets);
-  for (size_t i = 0; i < n; ++i) {
+  const size_t n = internal::LabelOffsets(q, size, offsets);
+  if (n == 0) return nullptr;
+  // Suffix i starts at offsets[i] and has n - 1 - i labels; the ones left of
+  // `first` are longer than any tag.
+  const size_t first = n - 1 > max_labels_ ? n - 1 - max_labels_ : 0;
+  uint64_t hashes[128];
+  uint64_t h = internal::kRootHash;
+  hashes[n - 1] = h;
+  for (size_t i = n - 1; i-- > first;) {
+    h = internal::FoldLabel(h, q, size, offsets[i]);
+    hashes[i] = h;
+  }
+  for (size_t i = first; i < n; ++i) {
     const size_t labels = n - 1 - i;
     if (!((label_counts_[labels / 64] >> (labels % 64)) & 1)) continue;
-    const uint64_t h = hashes[i];
-    if (!((filter_[(h & filter_mask_) / 64] >> (h % 64)) & 1)) continue;
-    const uint32_t check = static_cast<uint32_t>(h >> 32);
-    const size_t len = qname.size() - offsets[i];
-    for (size_t s = (h >> 20) & mask_;; s = (s + 1) & mask_) {
-      const Slot slot = slots_[s];
-      if (slot.index == kEmpty) break;
-      if (slot.check != check) continue;
-      const uint32_t off = key_off_[slot.index];
-      if (key_off_[slot.index + 1] - off == len &&
-          SameBytes(keys_.data() + off, qname.data() + offsets[i], len)) {
-        return &tags_[slot.index];
-      }
+    h = hashes[i];
+    const uint64_t g = h * kFilterMul;
+    const uint64_t bits = FilterBits(g);
+    if ((filter_[g >> filter_shift_] & bits) != bits) continue;
+    const size_t len = size - offsets[i];
+    const uint32_t check = Check(h, len);
+    for (size_t b = BucketOf(h, bucket_count_);; b = b + 1 == bucket_count_ ? 0 : b + 1) {
+      const Bucket::Record* r = buckets_[b].records;
+      if (r[0].check == check && SameKey(r[0], q, size, len, tags_)) return &tags_[r[0].index];
+      if (r[0].check == 0) break;
+      if (r[1].check == check && SameKey(r[1], q, size, len, tags_)) return &tags_[r[1].index];
+      if (r[1].check == 0) break;
     }
   }
   return nullptr;
 }
 
 size_t TagTable::memory_bytes() const {
-  size_t b = slots_.size() * sizeof(Slot) + tags_.size() * sizeof(Tag) + keys_.size() +
-             key_off_.size() * sizeof(uint32_t) + filter_.size() * sizeof(uint64_t);
+  size_t b = mem_bytes_ + tags_.size() * sizeof(Tag);
   for (const Tag& t : tags_) b += t.targets.capacity() * sizeof(ForwardTarget);
   return b;
 }

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <string>
 
 #include "test_util.h"
 #include "weir/partitions/rcu.h"
@@ -255,6 +257,134 @@ TEST_F(CacheTest, ByteBudgetEvictsColdEntriesFirst) {
   rcu_.Quiescent();
 }
 
+// Names of 3..~120 wire bytes: short ones take the memcmp path of the key
+// compare, long ones spill out of the entry's first cache line.
+dns::NameKey VariedName(size_t i) {
+  std::string s = std::to_string(i);
+  if (i % 3 == 1) s += ".example";
+  if (i % 3 == 2)
+    s += "." + std::string(20 + i % 40, 'x') + "." + std::string(1 + i % 50, 'y') + ".example.com";
+  return Name(s);
+}
+
+// Insert, refresh and erase at random against a model, through the index's
+// growth (a 2-bucket index at first) and its displaced entries; Find and
+// FindBurst (bursts of more than 32) must agree with the model.
+TEST_F(CacheTest, FindAndFindBurstMatchAModel) {
+  Cache cache({.byte_budget = size_t{1} << 30, .initial_slots = 16}, clock_);
+  std::mt19937_64 rng(11);
+  constexpr size_t kKeys = 3000;
+  std::vector<dns::NameKey> names;
+  for (size_t i = 0; i < kKeys; ++i) names.push_back(VariedName(i));
+  std::map<size_t, uint32_t> model;  // key -> address (version)
+  uint32_t version = 0;
+  auto key_of = [&](size_t k) {
+    return CacheKey{static_cast<Partition>(k % 7), names[k].span(), dns::type::kA};
+  };
+  auto check = [&] {
+    std::vector<CacheKey> keys;
+    std::vector<uint64_t> hashes;
+    std::vector<size_t> ids;
+    for (int i = 0; i < 45; ++i) {
+      ids.push_back(rng() % kKeys);
+      keys.push_back(key_of(ids.back()));
+      hashes.push_back(HashCacheKey(keys.back()));
+    }
+    std::vector<const CacheEntry*> out(keys.size());
+    std::vector<Freshness> fresh(keys.size());
+    cache.FindBurst(keys.data(), hashes.data(), keys.size(), clock_.NowSeconds(), out.data(), fresh.data());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Freshness f;
+      const CacheEntry* e = cache.Find(keys[i], clock_.NowSeconds(), &f);
+      ASSERT_EQ(e, out[i]) << "key " << ids[i];
+      ASSERT_EQ(f, fresh[i]);
+      auto it = model.find(ids[i]);
+      if (it == model.end()) {
+        ASSERT_EQ(e, nullptr) << "key " << ids[i];
+        continue;
+      }
+      ASSERT_NE(e, nullptr) << "key " << ids[i];
+      ASSERT_EQ(dns::Load32(e->records().data() + 12), it->second);
+      ASSERT_TRUE(
+          std::equal(e->qname().begin(), e->qname().end(), keys[i].qname.begin(), keys[i].qname.end()));
+    }
+  };
+  for (int op = 0; op < 30000; ++op) {
+    const size_t k = rng() % kKeys;
+    if (rng() % 4 == 0) {
+      EXPECT_EQ(cache.Erase(key_of(k)), model.erase(k) == 1);
+    } else {
+      ++version;
+      const auto r = cache.Insert(MakeAEntry(static_cast<Partition>(k % 7), names[k], {version}, {}, 1000));
+      EXPECT_EQ(r, model.contains(k) ? Cache::InsertResult::kReplaced : Cache::InsertResult::kInserted);
+      model[k] = version;
+    }
+    if (op % 97 == 0) {
+      check();
+      ASSERT_EQ(cache.stats().entries, model.size());
+      rcu_.Quiescent();
+    }
+  }
+  EXPECT_GT(cache.stats().rehashes, 5u);
+}
+
+// The cached copy (in the slab, or outside it for big entries) answers
+// exactly like the entry that was built.
+TEST_F(CacheTest, CachedCopyEqualsBuiltEntry) {
+  Cache cache({}, clock_);
+  const dns::NameKey q = VariedName(200), t = Name("target.example.net");
+  for (int records : {2, 40}) {  // 40 TXT records of 200 bytes: beyond the slab's block sizes
+    CacheEntryBuilder b({3, q.span(), dns::type::kTxt});
+    b.AddCname(q.span(), t.span(), 500);
+    for (int i = 0; i < records; ++i) {
+      b.AddAnswer(t.span(), dns::type::kTxt, dns::klass::kIn, 100 + i, std::vector<uint8_t>(200, uint8_t(i)));
+    }
+    b.SetEcs(1, 24, 20).SetFlags(dns::flag::kAd);
+    auto built = b.Build(EntryKind::kPositive, clock_.NowSeconds());
+    ASSERT_TRUE(built.ok()) << built.status();
+    auto again = b.Build(EntryKind::kPositive, clock_.NowSeconds());
+    const CacheEntry& want = **again;
+    cache.Insert(*std::move(built));
+    Freshness f;
+    const CacheEntry* got = cache.Find({3, q.span(), dns::type::kTxt}, clock_.NowSeconds(), &f);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(got) % 64, 0u);
+    auto same = [](auto a, auto b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); };
+    EXPECT_TRUE(same(got->qname(), want.qname()));
+    EXPECT_TRUE(same(got->records(), want.records()));
+    EXPECT_TRUE(same(got->ttl_offsets(), want.ttl_offsets()));
+    EXPECT_TRUE(same(got->weights(), want.weights()));
+    EXPECT_EQ(got->hash(), want.hash());
+    EXPECT_EQ(got->ttl(), want.ttl());
+    EXPECT_EQ(got->answer_count(), records + 1);
+    EXPECT_EQ(got->chain_bytes(), want.chain_bytes());
+    EXPECT_EQ(got->flags(), dns::flag::kAd);
+    EXPECT_EQ(got->ecs_family(), 1);
+    EXPECT_EQ(got->ecs_source(), 24);
+    EXPECT_EQ(got->ecs_scope(), 20);
+    EXPECT_EQ(got->memory_bytes() % 64, 0u);
+    EXPECT_GE(got->memory_bytes(), want.records().size());
+    rcu_.Quiescent();
+  }
+}
+
+// Evicted entries' blocks are reused: churning through 20x the budget
+// leaves the slab near the budget.
+TEST_F(CacheTest, SlabMemoryIsReusedAfterEviction) {
+  const size_t budget = 1 << 20;
+  Cache cache({.byte_budget = budget}, clock_);
+  for (size_t i = 0; i < 100000; ++i) {
+    cache.Insert(MakeAEntry(0, VariedName(i), {1, 2, 3, 4}, {1, 2, 3, 4}, clock_.NowSeconds()));
+    if (i % 256 == 0) rcu_.Quiescent();
+    if (i % 8192 == 0) cache.Barrier();
+  }
+  const CacheStats s = cache.stats();
+  EXPECT_GT(s.evictions, 80000u);
+  EXPECT_LE(s.bytes, budget);
+  std::printf("budget %zu, slab %llu\n", budget, static_cast<unsigned long long>(s.slab_bytes));
+  EXPECT_LE(s.slab_bytes, budget * 3 / 2);
+}
+
 TEST_F(CacheTest, WeightedEntryWithFourARecordsFitsIn256Bytes) {
   Cache cache({.byte_budget = size_t{1} << 30}, clock_);
   const size_t n = 100000;
@@ -267,9 +397,12 @@ TEST_F(CacheTest, WeightedEntryWithFourARecordsFitsIn256Bytes) {
   const CacheStats s = cache.stats();
   ASSERT_EQ(s.entries, n);
   const double per_entry = double(s.bytes) / double(s.entries);
-  std::printf("bytes per weighted 4xA entry incl. index: %.1f (index slots %llu)\n", per_entry,
-              static_cast<unsigned long long>(s.index_slots));
+  // With the slab's own overhead (partly used chunks) instead of the blocks.
+  const double mapped_per_entry = double(s.slab_bytes + s.index_bytes) / double(s.entries);
+  std::printf("bytes per weighted 4xA entry incl. index: %.1f, incl. slab overhead %.1f (index slots %llu)\n",
+              per_entry, mapped_per_entry, static_cast<unsigned long long>(s.index_slots));
   EXPECT_LE(per_entry, 256.0);
+  EXPECT_LE(mapped_per_entry, 256.0);
 }
 
 }  // namespace

@@ -235,13 +235,42 @@ void CheckAgainstBruteForce(int family, uint64_t seed) {
   }
   EXPECT_EQ(mismatches, 0u);
 
-  // The burst API agrees with the scalar one.
-  if (family == 4) {
-    uint32_t addrs[32];
-    PartitionId out[32];
-    for (auto& x : addrs) x = static_cast<uint32_t>(rng());
-    map.LookupV4Burst(addrs, out, 32);
-    for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], map.LookupV4(addrs[i]));
+  // The burst APIs agree with the scalar ones, on addresses inside prefixes
+  // and random ones, for burst sizes around and beyond the internal chunk.
+  std::vector<uint32_t> v4;
+  std::vector<IpAddress> any;
+  for (size_t i = 0; i < 2000; ++i) {
+    u128 a = (u128{rng()} << 64) | rng();
+    if (rng() % 4 != 0) {
+      const P& p = ps[rng() % ps.size()];
+      a = p.net | (a & ~p.mask);
+    }
+    if (family == 4) {
+      v4.push_back(static_cast<uint32_t>(a >> 96));
+      // Plain IPv4, v4-mapped IPv6 and (rarely) an unset family.
+      const int kind = static_cast<int>(rng() % 8);
+      IpAddress ip = kind == 0 ? Store128((u128{0xffff} << 32) | v4.back()) : IpAddress::V4(v4.back());
+      if (kind == 1) ip = IpAddress{};
+      any.push_back(ip);
+    } else {
+      any.push_back(Store128(a));
+    }
+  }
+  size_t checked = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{7}, size_t{31}, size_t{32}, size_t{33}, size_t{65},
+                   size_t{1000}}) {
+    std::vector<PartitionId> out(n + 1, 0x7777);  // one past the end must stay untouched
+    map.LookupBurst(any.data() + checked % 500, out.data(), n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[i], map.Lookup(any[checked % 500 + i])) << "n " << n << " i " << i;
+    EXPECT_EQ(out[n], 0x7777);
+    if (family == 4) {
+      std::fill(out.begin(), out.end(), 0x7777);
+      map.LookupV4Burst(v4.data() + checked % 500, out.data(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], map.LookupV4(v4[checked % 500 + i])) << "n " << n;
+      EXPECT_EQ(out[n], 0x7777);
+    }
+    checked += n;
   }
 }
 
@@ -271,6 +300,37 @@ TEST(CityMapProperty, Ipv6ConcentratedInOneBlock) {
   EXPECT_EQ((*m)->Lookup(Ip("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff")), 0);
   EXPECT_EQ((*m)->Lookup(Ip("2001:db9::")), 2);
   EXPECT_EQ((*m)->Lookup(Ip("ffff::")), 2);
+}
+
+TEST(CityMapProperty, Ipv4BlockWithManyRuns) {
+  // 10.1.0.0/16 alternates between two cities every /24, more runs than a
+  // compact block holds, plus a /26 inside one of them.
+  std::string csv = "10.0.0.0/8,a,\n10.1.7.64/26,c,\n";
+  for (int i = 0; i < 256; i += 2) csv += "10.1." + std::to_string(i) + ".0/24,b,\n";
+  auto m = CityMap::FromCsv(csv);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CityMap& map = **m;
+  for (int i = 0; i < 256; ++i) {
+    const std::string ip = "10.1." + std::to_string(i) + ".1";
+    EXPECT_EQ(map.city(map.Lookup(Ip(ip.c_str()))).name, i % 2 == 0 ? "b" : "a") << ip;
+  }
+  EXPECT_EQ(map.city(map.Lookup(Ip("10.1.7.100"))).name, "c");
+  EXPECT_EQ(map.city(map.Lookup(Ip("10.1.7.128"))).name, "a");
+  EXPECT_EQ(map.city(map.Lookup(Ip("10.2.0.1"))).name, "a");
+  EXPECT_EQ(map.city(map.Lookup(Ip("11.1.0.1"))).name, "default");
+}
+
+TEST(CityMapCsv, BurstMixesFamilies) {
+  auto m = CityMap::FromCsv(kCsv, {.default_city = "other"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CityMap& map = **m;
+  const std::vector<IpAddress> addrs = {
+      Ip("10.1.2.130"), Ip("2001:db8:ff12::1"), Ip("::ffff:10.1.2.200"), Ip("2001:db9::1"),
+      IpAddress{},      Ip("10.1.9.9"),         Ip("2001:db8::1")};
+  PartitionId out[7];
+  map.LookupBurst(addrs.data(), out, addrs.size());
+  const char* want[] = {"shenzhen", "shanghai", "beijing", "other", "other", "shanghai", "beijing"};
+  for (size_t i = 0; i < addrs.size(); ++i) EXPECT_EQ(map.city(out[i]).name, want[i]) << i;
 }
 
 TEST(CityMapHolder, SwapIsSeenByReadersNextLookup) {

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace weir::partitions {
 namespace {
@@ -171,6 +174,217 @@ TEST(TagTableProperty, AgreesWithLinearScan) {
       EXPECT_EQ(got->suffix, *best) << dns::NameKeyToText(q.span());
     }
   }
+}
+
+// The most specific tag suffix of q, by scanning every tag: k must be a
+// label-aligned suffix of q.
+const dns::NameKey* BruteForceMostSpecific(const std::vector<dns::NameKey>& keys, const dns::NameKey& q) {
+  const dns::NameKey* best = nullptr;
+  for (const auto& k : keys) {
+    if (k.len > q.len) continue;
+    const size_t off = q.len - k.len;
+    if (!std::equal(k.bytes.begin(), k.bytes.begin() + k.len, q.bytes.begin() + off)) continue;
+    size_t p = 0;
+    while (p < off) p += 1 + q.bytes[p];
+    if (p != off) continue;
+    if (best == nullptr || k.len > best->len) best = &k;
+  }
+  return best;
+}
+
+// Random tag sets of every shape (root tag, 1-char to 63-char labels, keys
+// longer than what an index record holds inline, up to 127 labels) against
+// names built to hit the corner cases: a tag itself, its parent, a tag under
+// extra labels, a tag's labels over another suffix, string-but-not-label
+// suffixes, names shorter than 8 bytes, 255-byte names with 127 labels.
+TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
+  std::mt19937_64 rng(20240611);
+  const std::string vocab[] = {"a",
+                               "b",
+                               "cdn",
+                               "www",
+                               "example",
+                               "com",
+                               "cn",
+                               "x1",
+                               "gslb",
+                               "edge",
+                               "verylonglabelname-abcdefgh",
+                               "img0123456789"};
+  auto random_label = [&]() -> std::string {
+    switch (rng() % 4) {
+      case 0:
+      case 1:
+        return vocab[rng() % std::size(vocab)];
+      case 2: {  // short random label, often 1 char
+        std::string l(1 + rng() % 3, 'a');
+        for (char& c : l) c = static_cast<char>('a' + rng() % 3);
+        return l;
+      }
+      default: {  // any length up to 63, crossing 8-byte words
+        std::string l(1 + rng() % 63, 'a');
+        for (char& c : l) c = "abcdefghij0123456789-"[rng() % 21];
+        if (l.front() == '-') l.front() = 'z';
+        return l;
+      }
+    }
+  };
+  // Wire size of a name given as labels ("." joined), root byte included.
+  auto wire_size = [](const std::vector<std::string>& labels) {
+    size_t n = 1;
+    for (const auto& l : labels) n += 1 + l.size();
+    return n;
+  };
+  auto to_text = [](const std::vector<std::string>& labels) {
+    if (labels.empty()) return std::string(".");
+    std::string s;
+    for (const auto& l : labels) s += l + ".";
+    return s;
+  };
+  auto random_labels = [&](size_t max_labels) {
+    std::vector<std::string> labels;
+    const size_t n = rng() % (max_labels + 1);
+    for (size_t i = 0; i < n; ++i) {
+      std::string l = random_label();
+      labels.push_back(l);
+      if (wire_size(labels) > dns::kMaxNameWire) {
+        labels.pop_back();
+        break;
+      }
+    }
+    return labels;
+  };
+  // prefix + suffix (may be longer than a name can be: callers check).
+  auto join = [&](std::vector<std::string> prefix, const std::vector<std::string>& suffix) {
+    prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+    return prefix;
+  };
+
+  size_t tagged = 0, untagged = 0;
+  for (int round = 0; round < 40; ++round) {
+    std::set<std::vector<std::string>> tag_labels;
+    const size_t want = 1 + rng() % (round % 4 == 0 ? 5 : 1500);
+    const size_t max_tag_labels = 1 + rng() % (round % 5 == 0 ? 30 : 6);
+    if (rng() % 8 == 0) tag_labels.insert({});  // the root
+    while (tag_labels.size() < want) {
+      std::vector<std::string> l = random_labels(max_tag_labels);
+      if (rng() % 3 == 0 && !tag_labels.empty()) {
+        // Under or over an existing tag, so that tags nest.
+        auto it = tag_labels.begin();
+        std::advance(it, rng() % tag_labels.size());
+        l = join(random_labels(2), *it);
+        if (wire_size(l) > dns::kMaxNameWire) continue;
+      }
+      tag_labels.insert(l);
+    }
+    std::vector<Tag> tags;
+    std::vector<dns::NameKey> keys;
+    std::vector<std::vector<std::string>> tag_list(tag_labels.begin(), tag_labels.end());
+    for (const auto& l : tag_list) {
+      Tag t;
+      t.suffix = Name(to_text(l));
+      keys.push_back(t.suffix);
+      tags.push_back(std::move(t));
+    }
+    auto table = TagTable::Build(std::move(tags));
+    ASSERT_TRUE(table.ok()) << table.status();
+    const TagTable& tt = **table;
+
+    for (int i = 0; i < 4000; ++i) {
+      const auto& some_tag = tag_list[rng() % tag_list.size()];
+      std::vector<std::string> q;
+      switch (rng() % 8) {
+        case 0:  // a tag itself
+          q = some_tag;
+          break;
+        case 1:  // its parent (one label less), or the root
+          q = some_tag.empty() ? some_tag : std::vector<std::string>(some_tag.begin() + 1, some_tag.end());
+          break;
+        case 2:  // under a tag
+          q = join(random_labels(4), some_tag);
+          break;
+        case 3: {  // a tag's labels over another suffix: shares a prefix, not a suffix
+          q = join(some_tag, random_labels(2));
+          break;
+        }
+        case 4: {  // the first label extended: a string suffix, not a label suffix
+          q = some_tag;
+          if (!q.empty()) {
+            std::string l = random_label() + q.front();
+            q.front() = l.substr(l.size() > 63 ? l.size() - 63 : 0);
+          }
+          break;
+        }
+        case 5: {  // 1-char labels up to 127 labels / 255 bytes over a tag
+          q = some_tag;
+          while (wire_size(q) + 2 <= dns::kMaxNameWire)
+            q.insert(q.begin(), std::string(1, static_cast<char>('a' + rng() % 3)));
+          break;
+        }
+        case 6:
+          q = random_labels(rng() % 2 ? 3 : 127);
+          break;
+        default:
+          q = {};  // the root
+          break;
+      }
+      if (wire_size(q) > dns::kMaxNameWire) continue;
+      const dns::NameKey key = Name(to_text(q));
+      const dns::NameKey* best = BruteForceMostSpecific(keys, key);
+      const Tag* got = tt.Lookup(key.span());
+      if (best == nullptr) {
+        ++untagged;
+        EXPECT_EQ(got, nullptr) << dns::NameKeyToText(key.span()) << " -> "
+                                << dns::NameKeyToText(got->suffix.span());
+      } else {
+        ++tagged;
+        ASSERT_NE(got, nullptr) << dns::NameKeyToText(key.span());
+        EXPECT_EQ(got->suffix, *best) << dns::NameKeyToText(key.span());
+      }
+    }
+    // Every tag finds itself, whatever its length.
+    for (const auto& k : keys) {
+      const Tag* got = tt.Lookup(k.span());
+      ASSERT_NE(got, nullptr) << dns::NameKeyToText(k.span());
+      EXPECT_EQ(got->suffix, k);
+    }
+  }
+  // Both outcomes were exercised, many times.
+  EXPECT_GT(tagged, 20000u);
+  EXPECT_GT(untagged, 5000u);
+}
+
+// A name is looked up in place, wherever it sits in memory: the index never
+// reads outside the span (ASan checks this), including at the very end of an
+// allocation and for names shorter than one 8-byte word.
+TEST(TagTable, LooksUpNamesAtTheEndOfTheirBuffer) {
+  auto t = TagTable::FromText("a. weight=on\nb.c ecs=on\ncdn0123456789.example.com level=subnet\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const char* text : {".", "a.", "x.a.", "b.c.", "c.", "cdn0123456789.example.com",
+                           "y.cdn0123456789.example.com", "dn0123456789.example.com"}) {
+    const dns::NameKey k = Name(text);
+    std::vector<uint8_t> exact(k.bytes.begin(), k.bytes.begin() + k.len);  // heap block of exactly len bytes
+    const Tag* got = (*t)->Lookup(exact);
+    const Tag* want = (*t)->Lookup(k.span());
+    EXPECT_EQ(got, want) << text;
+  }
+  const dns::NameKey a = Name("x.a"), bc = Name("z.b.c"), cdn = Name("cdn0123456789.example.com");
+  std::vector<uint8_t> buf(a.bytes.begin(), a.bytes.begin() + a.len);
+  ASSERT_NE((*t)->Lookup(buf), nullptr);
+  EXPECT_TRUE((*t)->Lookup(buf)->weight);
+  buf.assign(bc.bytes.begin(), bc.bytes.begin() + bc.len);
+  ASSERT_NE((*t)->Lookup(buf), nullptr);
+  EXPECT_TRUE((*t)->Lookup(buf)->ecs);
+  buf.assign(cdn.bytes.begin(), cdn.bytes.begin() + cdn.len);
+  ASSERT_NE((*t)->Lookup(buf), nullptr);
+  EXPECT_EQ((*t)->Lookup(buf)->level, CacheLevel::kSubnet);
+  // Trailing bytes after the root, or a key too long: not a name.
+  buf.push_back(0);
+  EXPECT_EQ((*t)->Lookup(buf), nullptr);
+  std::vector<uint8_t> huge(300, 0);
+  huge[0] = 1;
+  huge[1] = 'a';
+  EXPECT_EQ((*t)->Lookup(huge), nullptr);
 }
 
 }  // namespace

@@ -2,22 +2,36 @@
 // qtype, qclass), value = an immutable CacheEntry holding the answer as
 // pre-encoded records, ready to be copied after the question with TTLs aged.
 //
-// Index: open addressing (linear probing) over 64-bit slots, each holding a
-// 16-bit hash tag and the entry pointer, published under RCU (QSBR). Entries
-// never change once published; a refresh publishes a new entry in the same
-// slot and retires the old one. Retired entries and replaced index tables are
-// freed after a grace period (urcu call_rcu, or synchronize_rcu when the
-// writer is not a registered thread).
+// Index: an array of 64-byte buckets, each one cache line: a control word
+// (an 8-bit hash tag per slot, matched for all 7 slots at once, and an
+// overflow count) and 7 slots (a 16-bit hash tag and the entry pointer). A
+// key lives in its home bucket or, when that was full, in the next buckets
+// (linear probing by bucket); the overflow count of a bucket says how many
+// entries passed it, so a lookup reads one line in the common case and
+// stops at the first bucket nobody passed. There are no tombstones.
+// Entries never change once published; a refresh publishes a new entry in
+// the same slot and retires the old one. Everything is read under RCU
+// (QSBR): retired entries and replaced index tables are reclaimed after a
+// grace period (urcu call_rcu, or synchronize_rcu when the writer is not a
+// registered thread).
 //
-// Eviction: CLOCK over the slot array, driven by the writer whenever the
-// byte budget is exceeded. Readers mark an entry referenced with a relaxed
-// load + store (no read-modify-write, and no store at all once set). Entries
-// expired for longer than the serve-stale window are evicted first.
+// Entries: Insert() copies the built entry into a slab of 64-byte-aligned
+// blocks carved from big chunks (2 MB transparent huge pages for big
+// caches), so a hit costs no TLB miss on the entry, and the fields a lookup
+// reads (hash, partition, qtype, qclass, freshness) and a qname of up to 32
+// bytes share the entry's first cache line.
+//
+// Eviction: CLOCK over the slots, driven by the writer whenever the byte
+// budget (entry blocks + index) is exceeded. Readers mark an entry
+// referenced with a relaxed load + store (no read-modify-write, and no
+// store at all once set). Entries expired for longer than the serve-stale
+// window are evicted first.
 //
 // Threading contract:
-// * Find()/Prefetch(): any number of reader threads, each holding an
-//   RcuThread (rcu.h) and online. The returned pointer is valid until the
-//   reader's next quiescent state. Lock-free, no atomic RMW, no allocation.
+// * Find()/FindBurst()/Prefetch(): any number of reader threads, each
+//   holding an RcuThread (rcu.h) and online. The returned pointer is valid
+//   until the reader's next quiescent state. Wait-free: no lock, no atomic
+//   RMW, no allocation.
 // * Insert()/Erase()/Maintain(): serialised by an internal mutex that
 //   readers never touch. TryInsert() never blocks (returns kBusy instead), so
 //   a data-path worker can insert without waiting. A writer that is itself a
@@ -29,6 +43,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <span>
 #include <utility>
 #include <vector>
@@ -61,7 +76,14 @@ inline uint64_t HashCacheKey(const CacheKey& k) {
     h ^= h >> 32;
   }
   uint64_t tail = 0;
-  if (n > 0) std::memcpy(&tail, p, n);
+  if (n > 0 && k.qname.size() >= 8) {
+    // The last 8 bytes, shifted: the same value as copying the n left
+    // over, without a library call.
+    std::memcpy(&tail, p + n - 8, 8);
+    tail >>= 8 * (8 - n);
+  } else if (n > 0) {
+    std::memcpy(&tail, p, n);
+  }
   h = (h ^ tail) * kMul;
   h ^= h >> 29;
   h *= 0xbf58476d1ce4e5b9ULL;
@@ -109,7 +131,7 @@ class CacheEntry {
   EntryKind kind() const { return static_cast<EntryKind>(kind_); }
   dns::Rcode rcode() const;
   // Header flags worth keeping from the upstream answer (AD).
-  uint16_t flags() const { return flags_; }
+  uint16_t flags() const { return meta().flags; }
 
   uint32_t insert_time() const { return insert_time_; }
   // The entry's lifetime: the smallest record TTL after clamping (for
@@ -132,42 +154,45 @@ class CacheEntry {
   }
 
   // All records (answer, then authority), with TTLs as originally cached.
-  std::span<const uint8_t> records() const { return {tail() + records_off_, records_len_}; }
-  uint16_t answer_count() const { return answer_count_; }
-  uint16_t authority_count() const { return authority_count_; }
+  std::span<const uint8_t> records() const { return {tail() + meta().records_off, meta().records_len}; }
+  uint16_t answer_count() const { return meta().answer_count; }
+  uint16_t authority_count() const { return meta().authority_count; }
   // Offset of each record's TTL within records(), in record order.
   std::span<const uint16_t> ttl_offsets() const {
-    return {reinterpret_cast<const uint16_t*>(tail() + ttl_off_), ttl_count_};
+    return {reinterpret_cast<const uint16_t*>(tail() + meta().ttl_off), meta().ttl_count};
   }
 
   // ---- The weighted address RRset (address_count() == 0: none).
-  uint8_t address_count() const { return address_count_; }
-  uint8_t address_record_size() const { return address_size_; }  // 16 (A) or 28 (AAAA)
+  uint8_t address_count() const { return meta().address_count; }
+  uint8_t address_record_size() const { return meta().address_size; }  // 16 (A) or 28 (AAAA)
   // Bytes and records of the CNAME chain before the address records.
-  uint16_t chain_bytes() const { return chain_bytes_; }
-  uint8_t chain_count() const { return chain_count_; }
+  uint16_t chain_bytes() const { return meta().chain_bytes; }
+  uint8_t chain_count() const { return meta().chain_count; }
   // One weight (1..255) per address record in cached order; all 1 when the
   // upstream sent none or invalid ones.
-  std::span<const uint8_t> weights() const { return {tail() + weights_off_, address_count_}; }
+  std::span<const uint8_t> weights() const { return {tail() + meta().weights_off, meta().address_count}; }
   // True when the upstream sent valid weights (the weight option is then
   // echoed with them; otherwise with length 0).
-  bool has_weights() const { return has_weights_ != 0; }
+  bool has_weights() const { return meta().has_weights != 0; }
   // Identity of the (address, weight) set: equal across refreshes that bring
   // the same set, different when it changes.
-  uint64_t fingerprint() const { return fingerprint_; }
+  uint64_t fingerprint() const { return meta().fingerprint; }
 
   // ---- ECS metadata of the upstream answer (family 0: none).
-  uint16_t ecs_family() const { return ecs_family_; }
-  uint8_t ecs_source() const { return ecs_source_; }
-  uint8_t ecs_scope() const { return ecs_scope_; }
+  uint16_t ecs_family() const { return meta().ecs_family; }
+  uint8_t ecs_source() const { return meta().ecs_source; }
+  uint8_t ecs_scope() const { return meta().ecs_scope; }
 
-  // Bytes this entry costs the cache's budget (allocation, malloc rounding
-  // included; index slot excluded).
-  size_t memory_bytes() const { return alloc_bytes_; }
+  // Bytes this entry costs the cache's budget: its slab block once in a
+  // Cache (the allocation, malloc rounding included, before that); index
+  // slot excluded.
+  size_t memory_bytes() const { return meta().alloc_bytes; }
 
+  // Reads the header and the qname only: the entry's first cache line when
+  // the qname has at most 32 bytes.
   bool Matches(const CacheKey& k, uint64_t h) const {
     return hash_ == h && partition_ == k.partition && qtype_ == k.qtype && qclass_ == k.qclass &&
-           qname_len_ == k.qname.size() && std::memcmp(tail(), k.qname.data(), qname_len_) == 0;
+           qname_len_ == k.qname.size() && SameBytes(tail(), k.qname.data(), qname_len_);
   }
 
   // CLOCK reference bit: readers set it without RMW, only when clear.
@@ -179,32 +204,60 @@ class CacheEntry {
   friend class CacheEntryBuilder;
   friend class Cache;
   friend struct CacheEntryDeleter;
+
+  // Everything a lookup does not read, stored in the tail after the qname
+  // so that the qname follows the header in the first cache line.
+  struct Meta {
+    uint64_t fingerprint;
+    uint32_t alloc_bytes;
+    uint16_t records_off, records_len;  // tail offsets
+    uint16_t chain_bytes;
+    uint16_t answer_count, authority_count;
+    uint16_t flags;
+    uint16_t ecs_family;
+    uint16_t ttl_off;  // tail offset of the TTL offsets (2-aligned)
+    uint16_t weights_off;
+    uint8_t ttl_count;
+    uint8_t chain_count;
+    uint8_t address_count;
+    uint8_t address_size;
+    uint8_t has_weights;
+    uint8_t ecs_source, ecs_scope;
+  };
+  // Tail layout: qname | pad to 8 | Meta | TTL offsets | weights | records.
+  static constexpr size_t MetaOffset(size_t qname_len) { return (qname_len + 7) & ~size_t{7}; }
+  // memcmp(a, b, n) == 0 for short strings without a library call: 8-byte
+  // words, the last one overlapping the one before.
+  static bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
+    if (n < 8) return std::memcmp(a, b, n) == 0;
+    uint64_t diff = 0;
+    for (size_t i = 0; i + 8 < n; i += 8) diff |= Load64(a + i) ^ Load64(b + i);
+    return (diff | (Load64(a + n - 8) ^ Load64(b + n - 8))) == 0;
+  }
+  static uint64_t Load64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+
   CacheEntry() = default;
   const uint8_t* tail() const { return reinterpret_cast<const uint8_t*>(this + 1); }
   uint8_t* tail() { return reinterpret_cast<uint8_t*>(this + 1); }
+  const Meta& meta() const {
+    return *std::launder(reinterpret_cast<const Meta*>(tail() + MetaOffset(qname_len_)));
+  }
+  Meta& meta() { return *std::launder(reinterpret_cast<Meta*>(tail() + MetaOffset(qname_len_))); }
+  // Header + tail: the bytes a copy of this entry needs.
+  size_t size() const { return sizeof(CacheEntry) + meta().records_off + meta().records_len; }
 
-  Partition partition_ = 0;
+  // 32 bytes, read by every lookup; the qname follows.
   uint64_t hash_ = 0;
-  uint64_t fingerprint_ = 0;
+  Partition partition_ = 0;
   uint32_t insert_time_ = 0;
   uint32_t ttl_ = 0;
-  uint32_t alloc_bytes_ = 0;
   uint16_t qtype_ = 0, qclass_ = 0;
-  uint16_t records_off_ = 0, records_len_ = 0;
-  uint16_t chain_bytes_ = 0;
-  uint16_t answer_count_ = 0, authority_count_ = 0;
-  uint16_t flags_ = 0;
-  uint16_t ecs_family_ = 0;
-  uint16_t ttl_off_ = 0;  // tail offset of the TTL offsets (after the qname, 2-aligned)
-  uint16_t weights_off_ = 0;
   uint8_t qname_len_ = 0;
-  uint8_t ttl_count_ = 0;
-  uint8_t chain_count_ = 0;
-  uint8_t address_count_ = 0;
-  uint8_t address_size_ = 0;
   uint8_t kind_ = 0;
-  uint8_t has_weights_ = 0;
-  uint8_t ecs_source_ = 0, ecs_scope_ = 0;
   mutable std::atomic<uint8_t> referenced_{0};
 };
 
@@ -255,15 +308,19 @@ class CacheEntryBuilder {
 };
 
 struct CacheOptions {
-  size_t byte_budget = size_t{256} << 20;  // entries + index
+  size_t byte_budget = size_t{256} << 20;  // entry blocks + index
   uint32_t stale_window = 86400;           // RFC 8767: serve stale up to a day
-  size_t initial_slots = 1024;
+  size_t initial_slots = 1024;             // rounded to initial_slots / 8 buckets (a power of two)
 };
 
 struct CacheStats {
   uint64_t entries = 0;
-  uint64_t bytes = 0;  // entries + index
+  uint64_t bytes = 0;  // entry blocks + index: what the budget bounds
+  // Memory held for entries: slab chunks (free and partly used blocks
+  // included) and big entries. Not bounded by the budget.
+  uint64_t slab_bytes = 0;
   uint64_t index_slots = 0;
+  uint64_t index_bytes = 0;
   uint64_t inserts = 0;
   uint64_t replaces = 0;
   uint64_t evictions = 0;          // CLOCK, over budget
@@ -271,6 +328,8 @@ struct CacheStats {
   uint64_t busy = 0;               // TryInsert found the writer lock taken
   uint64_t rehashes = 0;
 };
+
+class EntrySlab;
 
 class Cache {
  public:
@@ -289,24 +348,22 @@ class Cache {
   const CacheEntry* Find(const CacheKey& key, uint32_t now, Freshness* freshness) const {
     return Find(key, HashCacheKey(key), now, freshness);
   }
-  // Looks up a burst (the fast path's 32 queries): first prefetches every
-  // home slot, then every candidate entry, then compares, so the cache
-  // misses of the whole burst overlap instead of queueing one after another.
+  // Looks up a burst (the fast path's 32 queries) in three passes so the
+  // cache misses of the whole burst overlap instead of queueing one after
+  // another: prefetch every home bucket; find each tag's candidate entry and
+  // prefetch the lines its key compare reads; compare. Same results as Find().
   void FindBurst(const CacheKey* keys, const uint64_t* hashes, size_t n, uint32_t now, const CacheEntry** out,
                  Freshness* freshness) const {
     const Index* idx = index_.load(std::memory_order_acquire);
-    for (size_t i = 0; i < n; ++i) __builtin_prefetch(&idx->slots[hashes[i] & idx->mask]);
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t v = idx->slots[hashes[i] & idx->mask].load(std::memory_order_acquire);
-      if ((v >> 48) == (hashes[i] >> 48) && v > kTombstone)
-        __builtin_prefetch(reinterpret_cast<const void*>(v & kPtrMask));
+    for (size_t base = 0; base < n; base += kMaxBurst) {
+      const size_t m = n - base < kMaxBurst ? n - base : kMaxBurst;
+      FindBurstIn(idx, keys + base, hashes + base, m, now, out + base, freshness + base);
     }
-    for (size_t i = 0; i < n; ++i) out[i] = FindIn(idx, keys[i], hashes[i], now, &freshness[i]);
   }
-  // Prefetches the index slot of `hash`.
+  // Prefetches the index bucket of `hash`.
   void Prefetch(uint64_t hash) const {
     const Index* idx = index_.load(std::memory_order_acquire);
-    __builtin_prefetch(&idx->slots[hash & idx->mask]);
+    __builtin_prefetch(&idx->buckets[hash & idx->mask]);
   }
 
   // ---- Writer side.
@@ -324,45 +381,144 @@ class Cache {
   const CacheOptions& options() const { return options_; }
 
  private:
+  static constexpr size_t kMaxBurst = 32;
   static constexpr uint64_t kEmpty = 0;
-  static constexpr uint64_t kTombstone = 1;
   static constexpr uint64_t kPtrMask = (uint64_t{1} << 48) - 1;
-  struct Index {
-    size_t mask;
-    std::atomic<uint64_t>* slots;
-    size_t capacity() const { return mask + 1; }
+  static constexpr size_t kBucketSlots = 7;
+  // One cache line.
+  struct alignas(64) Bucket {
+    // Byte s < 7: Tag8() of slot s's entry, 0 when the slot is free.
+    // Byte 7: how many entries stored past this bucket have it (or an
+    // earlier bucket of their probe sequence) as home, saturating at 255;
+    // a lookup reads on only while it is not zero.
+    std::atomic<uint64_t> ctrl;
+    // kEmpty or SlotTag() << 48 | entry pointer.
+    std::atomic<uint64_t> slots[kBucketSlots];
   };
-  static Index* NewIndex(size_t capacity);
+  static_assert(sizeof(Bucket) == 64);
+  struct Index {
+    size_t mask;  // bucket count - 1
+    Bucket* buckets;
+    size_t bucket_count() const { return mask + 1; }
+  };
+  // Slots are numbered bucket * 8 + slot; number 7 of each bucket is no
+  // slot.
+  static constexpr size_t kPositionsPerBucket = 8;
+  struct RetiredBatch;
+
+  static Index* NewIndex(size_t buckets);
+  static void FreeIndex(Index* idx);
+  static const CacheEntry* EntryOf(uint64_t v) { return reinterpret_cast<const CacheEntry*>(v & kPtrMask); }
+  // Three independent parts of the hash: the home bucket (low bits), the
+  // control byte (top 8 bits, never 0), the slot tag (bits 32..47).
+  static uint64_t Tag8(uint64_t hash) {
+    const uint64_t t = hash >> 56;
+    return t + (t == 0);
+  }
+  static uint64_t SlotTag(uint64_t hash) { return (hash >> 32) & 0xffff; }
+  static uint64_t SlotValue(const CacheEntry* e) {
+    return SlotTag(e->hash()) << 48 | reinterpret_cast<uintptr_t>(e);
+  }
+  static constexpr uint64_t kLowBits = 0x0101010101010101ULL;
+  static constexpr uint64_t kHighBits = 0x0080808080808080ULL;  // slots' bytes only
+  // Bit 8s+7 set for each slot s whose control byte is Tag8 (`pattern` =
+  // Tag8 * kLowBits): exact zero-byte test of ctrl ^ pattern, no carries.
+  static uint64_t MatchTag(uint64_t ctrl, uint64_t pattern) {
+    const uint64_t x = ctrl ^ pattern;
+    constexpr uint64_t kLow7 = 0x007f7f7f7f7f7f7fULL;
+    return ~(((x & kLow7) + kLow7) | x) & kHighBits;
+  }
+  static size_t Overflow(uint64_t ctrl) { return ctrl >> 56; }
+
+  const CacheEntry* Accept(const CacheEntry* e, uint32_t now, Freshness* freshness) const {
+    const Freshness f = e->FreshnessAt(now, stale_window_);
+    *freshness = f;
+    if (f == Freshness::kMiss) return nullptr;
+    e->Touch();
+    return e;
+  }
   const CacheEntry* FindIn(const Index* idx, const CacheKey& key, uint64_t hash, uint32_t now,
                            Freshness* freshness) const {
-    const uint16_t tag = static_cast<uint16_t>(hash >> 48);
-    for (size_t i = hash & idx->mask;; i = (i + 1) & idx->mask) {
-      const uint64_t v = idx->slots[i].load(std::memory_order_acquire);
-      if (v == kEmpty) break;
-      if ((v >> 48) != tag || v == kTombstone) continue;
-      const CacheEntry* e = reinterpret_cast<const CacheEntry*>(v & kPtrMask);
-      if (!e->Matches(key, hash)) continue;
-      const Freshness f = e->FreshnessAt(now, stale_window_);
-      *freshness = f;
-      if (f == Freshness::kMiss) return nullptr;
-      e->Touch();
-      return e;
+    const uint64_t pattern = Tag8(hash) * kLowBits, tag = SlotTag(hash);
+    size_t b = hash & idx->mask;
+    for (size_t visited = 0; visited <= idx->mask; ++visited, b = (b + 1) & idx->mask) {
+      const Bucket& bucket = idx->buckets[b];
+      const uint64_t ctrl = bucket.ctrl.load(std::memory_order_acquire);
+      for (uint64_t m = MatchTag(ctrl, pattern); m != 0; m &= m - 1) {
+        const uint64_t v = bucket.slots[__builtin_ctzll(m) / 8].load(std::memory_order_acquire);
+        if ((v >> 48) != tag || v == kEmpty) continue;
+        const CacheEntry* e = EntryOf(v);
+        if (e->Matches(key, hash)) return Accept(e, now, freshness);
+      }
+      if (Overflow(ctrl) == 0) break;
     }
     *freshness = Freshness::kMiss;
     return nullptr;
   }
-  static void FreeIndex(void* p);
-  static uint64_t SlotValue(const CacheEntry* e) {
-    return (e->hash() >> 48 << 48) | reinterpret_cast<uintptr_t>(e);
+  // The first entry of `bucket` whose tags (24 bits) match `hash`, almost
+  // always the key's entry, with the lines its key compare reads
+  // prefetched; null when none. `*ctrl` = the bucket's control word.
+  static const CacheEntry* Candidate(const Bucket& bucket, uint64_t hash, size_t qname_len, uint64_t* ctrl) {
+    *ctrl = bucket.ctrl.load(std::memory_order_acquire);
+    const uint64_t tag = SlotTag(hash);
+    for (uint64_t m = MatchTag(*ctrl, Tag8(hash) * kLowBits); m != 0; m &= m - 1) {
+      const uint64_t v = bucket.slots[__builtin_ctzll(m) / 8].load(std::memory_order_acquire);
+      if ((v >> 48) != tag || v == kEmpty) continue;
+      const CacheEntry* e = EntryOf(v);
+      const uintptr_t first = reinterpret_cast<uintptr_t>(e);
+      const uintptr_t last = first + sizeof(CacheEntry) + qname_len - 1;
+      __builtin_prefetch(e);
+      if ((first ^ last) >= 64) __builtin_prefetch(reinterpret_cast<const void*>(last));
+      return e;
+    }
+    return nullptr;
+  }
+  void FindBurstIn(const Index* idx, const CacheKey* keys, const uint64_t* hashes, size_t n, uint32_t now,
+                   const CacheEntry** out, Freshness* freshness) const {
+    const size_t mask = idx->mask;
+    const Bucket* const buckets = idx->buckets;
+    for (size_t i = 0; i < n; ++i) __builtin_prefetch(&buckets[hashes[i] & mask]);
+    const CacheEntry* candidate[kMaxBurst];
+    uint8_t displaced[kMaxBurst];  // keys that may live in the next bucket
+    size_t n_displaced = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b = hashes[i] & mask;
+      uint64_t ctrl;
+      candidate[i] = Candidate(buckets[b], hashes[i], keys[i].qname.size(), &ctrl);
+      if (candidate[i] == nullptr && Overflow(ctrl) != 0) {
+        __builtin_prefetch(&buckets[(b + 1) & mask]);
+        displaced[n_displaced++] = static_cast<uint8_t>(i);
+      }
+    }
+    for (size_t j = 0; j < n_displaced; ++j) {
+      const size_t i = displaced[j];
+      uint64_t ctrl;
+      candidate[i] = Candidate(buckets[(hashes[i] + 1) & mask], hashes[i], keys[i].qname.size(), &ctrl);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const CacheEntry* e = candidate[i];
+      if (e != nullptr && e->Matches(keys[i], hashes[i])) {
+        out[i] = Accept(e, now, &freshness[i]);
+      } else {
+        // Another entry with the same tags, or the key lives further on, or
+        // it is not cached: the full probe decides.
+        out[i] = FindIn(idx, keys[i], hashes[i], now, &freshness[i]);
+      }
+    }
   }
 
   InsertResult InsertLocked(CacheEntryPtr entry);
-  void EvictLocked(size_t slot, bool expired);
+  // Position of the entry matching `key`, or SIZE_MAX.
+  size_t FindPositionLocked(const Index* idx, const CacheKey& key, uint64_t hash) const;
+  // Stores `v` (an entry with hash `hash`) in the first free slot of its
+  // probe sequence, counting the buckets it passes as overflowed.
+  static void PlaceLocked(Index* idx, uint64_t hash, uint64_t v);
+  void EvictLocked(size_t position, bool expired);
   void EvictToBudgetLocked(uint32_t now);
   void MaybeRehashLocked();
-  void Retire(void* p, void (*fn)(void*));
-  std::vector<std::pair<void*, void (*)(void*)>> TakeRetiredLocked(bool force);
-  static void FlushRetired(std::vector<std::pair<void*, void (*)(void*)>> batch);
+  void DrainFreedLocked();
+  std::unique_ptr<RetiredBatch> TakeRetiredLocked(bool force);
+  void FlushRetired(std::unique_ptr<RetiredBatch> batch);
 
   const CacheOptions options_;
   const uint32_t stale_window_;
@@ -371,12 +527,17 @@ class Cache {
 
   // Writer state, under mu_.
   mutable std::mutex mu_;
-  size_t used_ = 0, tombstones_ = 0;
+  std::unique_ptr<EntrySlab> slab_;
+  size_t used_ = 0;
   size_t entry_bytes_ = 0;
-  size_t hand_ = 0, sweep_ = 0;
-  std::vector<std::pair<void*, void (*)(void*)>> retired_;
+  size_t hand_ = 0, sweep_ = 0;  // positions
+  std::unique_ptr<RetiredBatch> retired_;
   CacheStats stats_;
   std::atomic<uint64_t> busy_{0};
+  // Batches whose grace period has passed, pushed by the RCU callback and
+  // returned to the slab by the writer (a lock-free stack: the callback
+  // never waits for the writer lock).
+  std::atomic<RetiredBatch*> freed_{nullptr};
 };
 
 }  // namespace weir::partitions

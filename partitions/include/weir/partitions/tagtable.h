@@ -1,10 +1,14 @@
 // TagTable: domain suffix -> tag (DESIGN section 3); the most specific suffix
 // wins ("cdn.example." beats "example.").
 //
-// Lookup hashes every suffix of the query name in one right-to-left pass and
-// probes only the suffix lengths (in labels) that some tag has, most
-// specific first: the cost is bounded by the qname's label count, whatever
-// the table size.
+// Lookup finds the label boundaries in one left-to-right pass, hashes only
+// the rightmost labels (as many as the longest tag has), then probes the
+// suffix lengths (in labels) that some tag has, most specific first, and
+// stops at the first hit: the cost is bounded by the qname's label count,
+// whatever the table size. A suffix that is not a tag is almost always ruled
+// out by an L2-sized filter; a tag costs one cache line of the index, which
+// holds the key itself (up to 24 bytes), so the hit is verified without
+// another memory access.
 //
 // Text format (one tag per line, '#' comments, documented in
 // partitions/README.md):
@@ -31,6 +35,10 @@
 #include "weir/partitions/rcu.h"
 
 namespace weir::partitions {
+
+namespace internal {
+struct TagBucket;  // tagtable.cc
+}  // namespace internal
 
 enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
 
@@ -76,23 +84,26 @@ class TagTable {
   size_t memory_bytes() const;
 
  private:
-  TagTable() = default;
-  static constexpr uint32_t kEmpty = UINT32_MAX;
-  struct Slot {
-    uint32_t check;  // upper half of the suffix hash
-    uint32_t index;  // into tags_; kEmpty = free
+  struct FreeDeleter {
+    void operator()(void* p) const;
   };
+  TagTable() = default;
   std::vector<Tag> tags_;
-  // Open-addressing index over the suffix hashes, plus the suffix keys
-  // packed in one arena so a probe touches two small arrays, not the Tags.
-  std::vector<Slot> slots_;
-  uint64_t mask_ = 0;
-  std::vector<uint8_t> keys_;
-  std::vector<uint32_t> key_off_;  // tags_.size() + 1 entries
-  // One bit per hash bucket (8-16 bits per tag, L2-resident): most suffixes of
-  // a query name are not tags and stop here without touching the index.
-  std::vector<uint64_t> filter_;
-  uint64_t filter_mask_ = 0;
+  // One allocation, 2 MB aligned (huge pages when the kernel gives them):
+  // the filter words, then the buckets.
+  std::unique_ptr<uint64_t, FreeDeleter> mem_;
+  size_t mem_bytes_ = 0;
+  // Three bits in one 64-bit word per tag (8-16 bits per tag, L2-resident):
+  // most suffixes of a query name are not tags and stop here, ~2 % pass.
+  const uint64_t* filter_ = nullptr;
+  unsigned filter_shift_ = 63;  // 64 - log2(filter words)
+  // Open addressing over cache-line buckets of two records each, linear
+  // probing, at most 3/4 full.
+  const internal::TagBucket* buckets_ = nullptr;
+  uint32_t bucket_count_ = 0;
+  // Labels of the longest tag suffix: the labels left of those are never
+  // hashed.
+  uint32_t max_labels_ = 0;
   // Bit n set when some suffix has n labels (0 = root .. 127).
   uint64_t label_counts_[2] = {0, 0};
 };
