@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "config.h"
+#include "weir/common/text.h"
 
 namespace weir::gslb_sim {
 namespace {
@@ -54,21 +55,8 @@ void AppendNested(std::string* out, const M& m) {
 }  // namespace
 
 std::string JsonString(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      // Names are bytes, not UTF-8: escape everything outside printable ASCII.
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      o += b;
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o + "\"";
+  // Names are bytes, not UTF-8: escape everything outside printable ASCII.
+  return common::JsonString(s, /*escape_non_ascii=*/true);
 }
 
 std::string RcodeName(uint16_t rcode) {

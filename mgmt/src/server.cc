@@ -25,6 +25,7 @@
 namespace weir::mgmt {
 
 using common::Cat;
+using common::JsonString;
 using common::ToStd;
 
 namespace {
@@ -73,38 +74,6 @@ absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path) {
 }
 
 namespace {
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 bool TokenEquals(std::string_view a, std::string_view b) {
   // Constant time in the token's length: no early exit on the first difference.

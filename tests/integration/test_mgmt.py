@@ -197,6 +197,16 @@ class MgmtTest(unittest.TestCase):
         self.mgmt.wait_in_sync("fp-1", 2)
         self.assert_city_answers(fp2)
 
+    def test_json_output_round_trips_utf8_and_escapes(self):
+        # City names are ASCII (they become metric labels); comments are free text.
+        csv = "# 北京 \"Beijing\" \\ 上海\t\n127.1.0.0/16,beijing,198.51.100.0/24\n127.2.0.0/16,shanghai,203.0.113.0/24\n"
+        path = os.path.join(self.dir, "utf8.csv")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(csv)
+        self.assertEqual(self.mgmt.weirctl("citymap", "import", path).returncode, 0)
+        self.assertEqual(self.mgmt.weirctl_json("citymap", "ls")["citymap"], csv)
+        self.assertEqual(self.mgmt.weirctl("citymap", "ls").stdout, csv)
+
     def test_bad_token_is_refused(self):
         bad = self.write("bad.token", "not-the-right-token-at-all\n")
         r = self.mgmt.weirctl("status", token_file=bad)

@@ -39,6 +39,27 @@ void CatTo(std::string& s, const A&... a) {
   (AppendText(s, a), ...);
 }
 
+// A JSON string literal of `s`: quotes, backslashes and control characters
+// escaped. Bytes from 0x7f up pass through (UTF-8 text stays readable) unless
+// `escape_non_ascii`, for byte strings that are not UTF-8 (DNS names).
+inline std::string JsonString(std::string_view s, bool escape_non_ascii = false) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || (escape_non_ascii && c >= 0x7f)) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 inline std::string_view ToStd(absl::string_view v) { return {v.data(), v.size()}; }
 
 }  // namespace weir::common
