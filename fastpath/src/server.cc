@@ -198,17 +198,23 @@ absl::Status Server::Start() {
   }
   s.forwarder = std::make_unique<Forwarder>(s.config, workers + 1, &s.shared);
   s.forwarder->Start();
-  s.running = true;
-  for (int w = 0; w < workers; ++w) s.threads.emplace_back([this, w] { impl_->UdpWorker(w); });
-  if (s.config.tcp) s.threads.emplace_back([this] { impl_->TcpLoop(); });
-  if (s.metrics_fd >= 0) s.threads.emplace_back([this] { impl_->MetricsLoop(); });
   if (node) {
+    // Set before the threads start: the metrics thread reads it. A push may
+    // be applied from here on; everything it touches exists by now.
     s.mgmt_client = std::make_unique<mgmt::NodeClient>(
         mgmt::MakeNodeClientOptions(s.config.mgmt, "fastpath", node->token),
         [this](const mgmt::Snapshot& snap) {
           return impl_->ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags");
         });
-    if (absl::Status st = s.mgmt_client->Start(node->stored ? node->stored->version : 0); !st.ok()) return st;
+  }
+  s.running = true;
+  for (int w = 0; w < workers; ++w) s.threads.emplace_back([this, w] { impl_->UdpWorker(w); });
+  if (s.config.tcp) s.threads.emplace_back([this] { impl_->TcpLoop(); });
+  if (s.metrics_fd >= 0) s.threads.emplace_back([this] { impl_->MetricsLoop(); });
+  if (node) {
+    absl::Status st = node->stored ? s.mgmt_client->Start(node->stored->version, node->stored->origin)
+                                   : s.mgmt_client->Start(0, "");
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }

@@ -40,7 +40,8 @@ NodeClient::NodeClient(NodeClientOptions options, ApplyFn apply)
 
 NodeClient::~NodeClient() { Stop(); }
 
-absl::Status NodeClient::Start(uint64_t have_version) {
+absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
+  applied_origin_ = std::move(have_origin);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) return absl::InternalError(Cat("eventfd: ", std::strerror(errno)));
   applied_.store(have_version);
@@ -100,12 +101,12 @@ absl::Status NodeClient::Session() {
   socklen_t len = sizeof(err);
   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) return absl::UnavailableError(Cat("connect: ", std::strerror(err)));
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  EnableKeepalive(fd);
+  connected_.store(true);
 
   std::string out = Encode(Message{MsgType::kHello,
                                    {std::string(kProtocol), options_.token, options_.node_id, options_.kind,
-                                    std::to_string(applied_.load())}});
+                                    std::to_string(applied_.load()), applied_origin_}});
   FrameReader reader;
   char buf[65536];
   while (running_.load()) {
@@ -136,7 +137,6 @@ absl::Status NodeClient::Session() {
         return absl::PermissionDeniedError(Cat("mgmt refused: ", msg.fields.empty() ? "" : msg.fields[0]));
       }
       if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
-      connected_.store(true);
       auto snap = SnapshotFromMessage(msg);
       if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));
       absl::Status st = apply_(*snap);
@@ -149,6 +149,7 @@ absl::Status NodeClient::Session() {
       }
       if (st.ok()) {
         applied_.store(snap->version);
+        applied_origin_ = snap->origin;
         out += Encode(Message{MsgType::kAck, {std::to_string(snap->version)}});
         std::fprintf(stderr, "weir-%s: applied mgmt snapshot version %llu\n", options_.kind.c_str(),
                      static_cast<unsigned long long>(snap->version));

@@ -1,5 +1,9 @@
 #include "weir/mgmt/protocol.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <charconv>
 
 #include "weir/common/text.h"
@@ -83,6 +87,16 @@ absl::StatusOr<uint64_t> ParseU64(std::string_view s) {
     return absl::InvalidArgumentError(Cat("not a number: '", s.substr(0, 32), "'"));
   }
   return v;
+}
+
+void EnableKeepalive(int fd) {
+  // An idle stream (a node in sync) must still notice a dead peer: a mgmt
+  // host that rebooted, a firewall that dropped the flow. About 25 s.
+  int on = 1, idle = 10, intvl = 5, cnt = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
 }  // namespace weir::mgmt

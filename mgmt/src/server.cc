@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <netinet/tcp.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "weir/common/config_file.h"
@@ -103,6 +105,7 @@ struct Conn {
   Role role = Role::kUnknown;
   std::string node_id;
   uint64_t sent_version = UINT64_MAX;
+  std::string sent_origin;  // the database the node's version counts in
   bool close_after_write = false;
   std::chrono::steady_clock::time_point deadline;
 };
@@ -120,6 +123,8 @@ struct MgmtServer::Impl {
   std::atomic<bool> running{false};
   std::thread thread;
   std::map<int, Conn> conns;
+  // accept() failed for lack of descriptors: the listen socket rests until then.
+  std::optional<std::chrono::steady_clock::time_point> accept_paused_until;
 
   absl::Status Start();
   void Loop();
@@ -212,6 +217,13 @@ void MgmtServer::Impl::Loop() {
     }
     // weirctl connections and peers that never said who they are get a deadline.
     const auto now = std::chrono::steady_clock::now();
+    if (accept_paused_until && now > *accept_paused_until) {
+      accept_paused_until.reset();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd;
+      epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &ev);
+    }
     std::vector<int> expired;
     for (auto& [fd, c] : conns) {
       if (c.role != Role::kNode && now > c.deadline) expired.push_back(fd);
@@ -225,14 +237,21 @@ void MgmtServer::Impl::Accept() {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
     int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays readable: without a pause the loop would spin.
+        std::fprintf(stderr, "weir-mgmt: accept: %s (pausing accepts for 1 s)\n", std::strerror(errno));
+        epoll_ctl(epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        accept_paused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
+      return;
+    }
     if (static_cast<int>(conns.size()) >= config.max_connections) {
       close(fd);
       std::fprintf(stderr, "weir-mgmt: connection limit %d reached\n", config.max_connections);
       continue;
     }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    EnableKeepalive(fd);
     Conn& c = conns[fd];
     c.fd = fd;
     c.peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
@@ -311,9 +330,14 @@ void MgmtServer::Impl::Fail(Conn& c, std::string reason) {
 }
 
 void MgmtServer::Impl::MaybePush(Conn& c) {
-  if (!c.out.empty() || c.sent_version == store->version()) return;
+  if (!c.out.empty()) return;
+  // Version 0 is an empty database (new, or the wrong file): it never
+  // overwrites what a node runs.
+  if (store->version() == 0) return;
+  if (c.sent_version == store->version() && c.sent_origin == store->snapshot().origin) return;
   c.out = Encode(SnapshotMessage(store->snapshot()));
   c.sent_version = store->version();
+  c.sent_origin = store->snapshot().origin;
   Flush(c);
 }
 
@@ -341,22 +365,29 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       c.role = Role::kCtl;
       return HandleRequest(c, m);
     }
-    if (m.fields.size() != 5 || m.fields[2].empty() || m.fields[2].size() > 255) {
-      return Fail(c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version");
+    if (m.fields.size() != 6 || m.fields[2].empty() || m.fields[2].size() > 255) {
+      return Fail(c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version, origin");
     }
     auto have = ParseU64(m.fields[4]);
     if (!have.ok()) return Fail(c, "HELLO: bad version");
     // A node that reconnects replaces its old connection.
     for (auto& [fd, other] : conns) {
       if (fd != c.fd && other.role == Role::kNode && other.node_id == m.fields[2]) {
-        CloseConn(fd);
+        std::fprintf(stderr, "weir-mgmt: node %s connected again from %s; closing its connection from %s\n",
+                     m.fields[2].c_str(), c.peer.c_str(), other.peer.c_str());
+        other.out.clear();  // a partly sent snapshot is useless to it now
+        Fail(other, Cat("replaced by a newer connection with node_id ", m.fields[2],
+                        " (two nodes with one node_id?)"));
         break;
       }
     }
     c.role = Role::kNode;
     c.node_id = m.fields[2];
     c.sent_version = *have;
-    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, *have); !st.ok()) {
+    c.sent_origin = m.fields[5];
+    // A version of another database says nothing about what the node runs.
+    const uint64_t runs = m.fields[5] == store->snapshot().origin ? *have : 0;
+    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs); !st.ok()) {
       std::fprintf(stderr, "weir-mgmt: %s\n", std::string(st.message()).c_str());
     }
     std::fprintf(stderr, "weir-mgmt: node %s (%s, %s) connected at version %llu, current %llu\n",

@@ -52,16 +52,16 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
 }  // namespace
 
 Message SnapshotMessage(const Snapshot& s) {
-  return Message{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap}};
+  return Message{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap, s.origin}};
 }
 
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
-  if (m.type != MsgType::kSnapshot || m.fields.size() != 3) {
-    return absl::InvalidArgumentError("a snapshot has 3 fields: version, tags, citymap");
+  if (m.type != MsgType::kSnapshot || m.fields.size() != 4) {
+    return absl::InvalidArgumentError("a snapshot has 4 fields: version, tags, citymap, origin");
   }
   auto v = ParseU64(m.fields[0]);
   if (!v.ok()) return v.status();
-  return Snapshot{*v, m.fields[1], m.fields[2]};
+  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3]};
 }
 
 absl::Status ValidateSnapshot(const Snapshot& s) {

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTE
   actor TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta(key, value) VALUES ('version', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('citymap', '');
+INSERT OR IGNORE INTO meta(key, value) VALUES ('origin', lower(hex(randomblob(16))));
 )sql";
 
 // A prepared statement, finalized on scope exit.
@@ -125,6 +126,8 @@ absl::Status Store::LoadSnapshot() {
         snap.version = *v;
       } else if (key == "citymap") {
         snap.citymap = q.Text(1);
+      } else if (key == "origin") {
+        snap.origin = q.Text(1);
       }
     }
     if (rc != SQLITE_DONE) return q.Error();
@@ -152,8 +155,13 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
                                        const std::string& detail) {
   std::sort(tag_lines.begin(), tag_lines.end(),
             [](const std::string& a, const std::string& b) { return SuffixOf(a) < SuffixOf(b); });
-  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap)};
+  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap), snapshot_.origin};
   if (absl::Status st = ValidateSnapshot(next); !st.ok()) return st;
+  // Nodes refuse frames above kMaxFrameBytes: never commit what none could load.
+  if (const size_t bytes = Encode(SnapshotMessage(next)).size(); bytes > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(Cat("the snapshot would be ", bytes, " bytes, over the ",
+                                          kMaxFrameBytes, "-byte limit of the push stream"));
+  }
 
   if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
   auto fail = [&](absl::Status st) {

@@ -1518,7 +1518,7 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
     cuts.Clear();
     scoped.Clear();
     reply = "ok";
-  } else if (line == "reload-tags" && mgmt_client) {
+  } else if (line == "reload-tags" && mgmt_node) {
     reply = "error: tags come from weir-mgmt ([mgmt] is configured)";
   } else if (line == "reload-tags") {
     std::unique_ptr<const partitions::TagTable> t;
@@ -1563,7 +1563,8 @@ absl::Status Server::Start() {
         [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
         return absl::OkStatus();
       });
-  return impl_->mgmt_client->Start(node.stored ? node.stored->version : 0);
+  return node.stored ? impl_->mgmt_client->Start(node.stored->version, node.stored->origin)
+                     : impl_->mgmt_client->Start(0, "");
 }
 
 std::string Server::DescribeListeners() const {
@@ -1573,7 +1574,7 @@ std::string Server::DescribeListeners() const {
 }
 
 absl::Status Server::ReloadTags() {
-  if (impl_->mgmt_client) {
+  if (impl_->mgmt_node) {
     return absl::FailedPreconditionError("tags come from weir-mgmt ([mgmt] is configured)");
   }
   std::unique_ptr<const partitions::TagTable> t;

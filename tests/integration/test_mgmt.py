@@ -181,6 +181,11 @@ class MgmtTest(unittest.TestCase):
         self.mgmt = weirtest.Mgmt(BUILD_DIR, self.dir, port=self.mgmt_port)
         node = self.mgmt.wait_in_sync("fp-1", 2, timeout=15)
         self.assertTrue(node["in_sync"])
+        # In sync, so nothing was pushed; the node still reports the stream as up.
+        deadline = time.monotonic() + 5
+        while fp2.metrics().value("weir_mgmt_connected") != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(fp2.metrics().value("weir_mgmt_connected"), 1)
 
     def test_damaged_stored_snapshot_is_ignored(self):
         fp = self.start_fastpath()

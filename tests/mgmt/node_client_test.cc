@@ -110,7 +110,7 @@ TEST_F(NodeClientTest, AppliesAcksAndStores) {
     applied.push_back(s.version);
     return absl::OkStatus();
   });
-  ASSERT_TRUE(client.Start(0).ok());
+  ASSERT_TRUE(client.Start(0, "").ok());
   // Version 0 is what it has: nothing to push yet.
   ASSERT_TRUE(WaitFor([&] { return Node("fp-1").node_id == "fp-1"; }));
   EXPECT_EQ(Request({"tag-add", "cdn.example weight=on"}).first, "ok");
@@ -136,7 +136,7 @@ TEST_F(NodeClientTest, RejectionIsNackedAndTheLastGoodKept) {
   NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot&) {
     return accept.load() ? absl::OkStatus() : absl::InvalidArgumentError("tags: too many for this node");
   });
-  ASSERT_TRUE(client.Start(0).ok());
+  ASSERT_TRUE(client.Start(0, "").ok());
   EXPECT_EQ(Request({"tag-add", "a.example weight=on"}).first, "ok");
   ASSERT_TRUE(WaitFor([&] { return Node("fp-1").acked_version == 1; }));
   accept = false;
@@ -156,7 +156,7 @@ TEST_F(NodeClientTest, RejectionIsNackedAndTheLastGoodKept) {
 
 TEST_F(NodeClientTest, ReconnectsWhenMgmtComesBack) {
   NodeClient client(Options("fp-1", ""), [](const Snapshot&) { return absl::OkStatus(); });
-  ASSERT_TRUE(client.Start(0).ok());
+  ASSERT_TRUE(client.Start(0, "").ok());
   EXPECT_EQ(Request({"tag-add", "a.example weight=on"}).first, "ok");
   ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 1; }));
   const uint16_t port = server_->bound().port();
@@ -172,11 +172,42 @@ TEST_F(NodeClientTest, ReconnectsWhenMgmtComesBack) {
   EXPECT_TRUE(client.connected());
 }
 
+TEST_F(NodeClientTest, AnEmptyDatabaseNeverOverwritesANodeAndOriginsAreCompared) {
+  // The node runs version 5 of another database; this one is new (version 0).
+  std::atomic<int> applies{0};
+  NodeClient client(Options("fp-1", ""), [&](const Snapshot&) {
+    applies.fetch_add(1);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(5, "0123abcd-old-database").ok());
+  ASSERT_TRUE(WaitFor([&] { return Node("fp-1").node_id == "fp-1"; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(applies.load(), 0);
+  EXPECT_EQ(client.applied_version(), 5u);
+  EXPECT_TRUE(client.connected());
+  EXPECT_EQ(Node("fp-1").acked_version, 0u) << "a version of another database is not this one's";
+  // Version 1 here is lower than 5 but of this database: it is pushed.
+  EXPECT_EQ(Request({"tag-add", "a.example weight=on"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 1; }));
+  EXPECT_EQ(applies.load(), 1);
+}
+
+TEST_F(NodeClientTest, TwoNodesWithOneIdAreTold) {
+  NodeClient a(Options("twin", ""), [](const Snapshot&) { return absl::OkStatus(); });
+  ASSERT_TRUE(a.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] { return Node("twin").node_id == "twin"; }));
+  NodeClient b(Options("twin", ""), [](const Snapshot&) { return absl::OkStatus(); });
+  ASSERT_TRUE(b.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return a.last_error().find("replaced by a newer connection with node_id twin") != std::string::npos;
+  }));
+}
+
 TEST_F(NodeClientTest, BadTokenIsRefused) {
   NodeClientOptions o = Options("fp-x", "");
   o.token = "wrong-token-wrong-token";
   NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
-  ASSERT_TRUE(client.Start(0).ok());
+  ASSERT_TRUE(client.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return client.last_error().find("bad token") != std::string::npos; }));
   EXPECT_EQ(Node("fp-x").node_id, "");
 }
@@ -186,7 +217,7 @@ TEST(PersistedSnapshot, DamageIsDetected) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   EXPECT_EQ(LoadPersistedSnapshot(dir).status().code(), absl::StatusCode::kNotFound);
-  Snapshot s{9, "a.example weight=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n"};
+  Snapshot s{9, "a.example weight=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n", "origin-1"};
   ASSERT_TRUE(PersistSnapshot(dir, s).ok());
   EXPECT_EQ(*LoadPersistedSnapshot(dir), s);
   std::string data;

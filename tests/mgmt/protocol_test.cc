@@ -87,7 +87,7 @@ TEST(Protocol, ParseU64) {
 }
 
 TEST(Snapshot, MessageRoundTripAndValidation) {
-  Snapshot s{42, "cdn.example weight=on ecs=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n"};
+  Snapshot s{42, "cdn.example weight=on ecs=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n", "db-1"};
   auto back = SnapshotFromMessage(SnapshotMessage(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, s);

@@ -109,6 +109,35 @@ TEST_F(StoreTest, NodeRegistry) {
   EXPECT_EQ((*nodes)[1].kind, "recursor");
 }
 
+TEST_F(StoreTest, EachDatabaseHasItsOwnOrigin) {
+  std::string origin;
+  {
+    auto s = Open();
+    origin = s->snapshot().origin;
+    EXPECT_EQ(origin.size(), 32u);
+    ASSERT_TRUE(s->AddTag("a.example", false, "a").ok());
+    EXPECT_EQ(s->snapshot().origin, origin);
+  }
+  EXPECT_EQ(Open()->snapshot().origin, origin);
+  auto other = Store::Open(dir_ + "/other.db");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->snapshot().origin, origin);
+}
+
+TEST_F(StoreTest, SnapshotsBeyondTheFrameLimitAreRefused) {
+  auto s = Open();
+  std::string csv;
+  csv.reserve(kMaxFrameBytes + 1000);
+  csv = "10.0.0.0/8,bj,192.0.2.0/24\n";
+  while (csv.size() <= kMaxFrameBytes)
+    csv += "# padding padding padding padding padding padding padding padding\n";
+  auto r = s->ImportCitymap(csv, "a");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("limit of the push stream"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(s->version(), 0u);
+}
+
 TEST_F(StoreTest, UnopenableDatabaseIsAnError) {
   auto s = Store::Open(dir_ + "/no/such/dir/mgmt.db");
   EXPECT_FALSE(s.ok());

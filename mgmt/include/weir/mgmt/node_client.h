@@ -43,9 +43,9 @@ class NodeClient {
   NodeClient(const NodeClient&) = delete;
   NodeClient& operator=(const NodeClient&) = delete;
 
-  // `have_version`: the version the node already runs (from its stored
-  // snapshot), 0 for none.
-  absl::Status Start(uint64_t have_version);
+  // `have_version` / `have_origin`: what the node already runs (its stored
+  // snapshot), 0 / "" for none.
+  absl::Status Start(uint64_t have_version, std::string have_origin);
   void Stop();
 
   uint64_t applied_version() const { return applied_.load(std::memory_order_relaxed); }
@@ -65,6 +65,7 @@ class NodeClient {
   int wake_fd_ = -1;
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> applied_{0};
+  std::string applied_origin_;  // the client thread's, after Start
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> rejected_{0};
   mutable std::mutex mu_;

@@ -24,8 +24,8 @@ inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
 inline constexpr size_t kMaxFields = 4096;
 
 enum class MsgType : uint8_t {
-  kHello = 1,     // node -> mgmt: protocol, token, node_id, kind, have_version
-  kSnapshot = 2,  // mgmt -> node: version, tags text, city map CSV
+  kHello = 1,     // node -> mgmt: protocol, token, node_id, kind, have_version, have_origin
+  kSnapshot = 2,  // mgmt -> node: version, tags text, city map CSV, origin
   kAck = 3,       // node -> mgmt: version
   kNack = 4,      // node -> mgmt: version, reason
   kRequest = 5,   // weirctl -> mgmt: protocol, token, verb, args...
@@ -57,6 +57,9 @@ class FrameReader {
 
 // Decodes exactly one frame body (type byte + fields), as FrameReader does.
 absl::StatusOr<Message> DecodeBody(std::string_view body);
+
+// TCP keepalive tuned to notice a dead peer on an idle stream in ~25 s.
+void EnableKeepalive(int fd);
 
 // Parses a decimal version / counter field.
 absl::StatusOr<uint64_t> ParseU64(std::string_view s);

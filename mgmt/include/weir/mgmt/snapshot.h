@@ -17,6 +17,9 @@ struct Snapshot {
   uint64_t version = 0;
   std::string tags;     // TagTable text format (partitions/README.md)
   std::string citymap;  // CityMap CSV
+  // The id of the mgmt database that made it: versions are only comparable
+  // within one database (a restored or new database starts its own count).
+  std::string origin;
   friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
