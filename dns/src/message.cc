@@ -75,11 +75,15 @@ inline void LowerCopy(uint8_t* dst, const uint8_t* src, size_t n) {
 // The query fast path for an uncompressed name, which is what clients send
 // in a question. Returns false for anything else (a pointer, a bad label,
 // truncation, too long); the general ReadName then decides.
-inline bool ReadPlainName(const uint8_t* p, size_t n, size_t offset, NameKey* key, size_t* end) {
+inline bool ReadPlainName(const uint8_t* p, size_t n, size_t offset, NameKey* key, NameLabels* labels,
+                          size_t* end) {
   size_t pos = offset;
+  size_t count = 0;
   for (;;) {
     if (pos >= n) return false;
     const size_t len = p[pos];
+    // (At most 128 starts: the length check below stops a 129th.)
+    labels->offsets[count++] = static_cast<uint8_t>(pos - offset);
     if (len == 0) break;
     if (len > kMaxLabel) return false;
     pos += 1 + len;
@@ -88,6 +92,7 @@ inline bool ReadPlainName(const uint8_t* p, size_t n, size_t offset, NameKey* ke
   const size_t total = pos + 1 - offset;
   LowerCopy(key->bytes.data(), p + offset, total);
   key->len = static_cast<uint8_t>(total);
+  labels->count = static_cast<uint8_t>(count);
   *end = pos + 1;
   return true;
 }
@@ -429,12 +434,12 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   if (qd > 1) return ParseError::kMultipleQuestions;
   size_t pos;
   ParseError e;
-  if (!ReadPlainName(p, pkt.size(), kHeaderSize, &out->qname, &pos)) {
-    // The general reader names the exact error (or finds a valid but
-    // compressed name, which a question must not be).
+  if (!ReadPlainName(p, pkt.size(), kHeaderSize, &out->qname, &out->qname_labels, &pos)) {
+    // The general reader names the exact error, or finds a valid but
+    // compressed name, which a question must not be (ReadPlainName reads
+    // every valid uncompressed one).
     e = ReadName(pkt, kHeaderSize, &pos, &out->qname);
-    if (e != ParseError::kOk) return e;
-    if (pos - kHeaderSize != out->qname.len) return ParseError::kCompressedQuestion;
+    return e != ParseError::kOk ? e : ParseError::kCompressedQuestion;
   }
   if (pkt.size() - pos < 4) return ParseError::kTruncatedQuestion;
   out->qtype = Load16(p + pos);

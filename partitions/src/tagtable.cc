@@ -1,5 +1,6 @@
 #include "weir/partitions/tagtable.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
@@ -14,13 +15,18 @@ namespace internal {
 
 namespace {
 
-// Suffix hash: a fold from the root leftwards, one multiply per 8 bytes of
-// each label. A label's words are read from its first byte (the length) on and
-// may run into the labels to its right, which belong to the suffix too: the
-// hash is a function of the suffix's bytes alone, so a tag's key and the same
-// suffix inside a longer name hash alike, without masking each label.
-constexpr uint64_t kRootHash = 0x243f6a8885a308d3ULL;
+// Suffix hash, anchored at the end of the name. Word k of a name of `size`
+// bytes is name[size - 8k - 8, size - 8k), little-endian (word 0 ends with the
+// root byte). A suffix of L bytes is words 0 .. m-1 whole (m = L / 8) and the
+// high L % 8 bytes of word m, so every suffix of a name shares one chain of
+// multiplies over its words: the chain runs once per lookup over the last
+// bytes (as many as the longest tag has), and each candidate suffix costs one
+// masked word and one multiply. A tag's key and the same suffix inside a
+// longer name hash alike by construction: the function sees only the
+// suffix's bytes.
+constexpr uint64_t kChainSeed = 0x243f6a8885a308d3ULL;
 constexpr uint64_t kFoldSeed = 0xa0761d6478bd642fULL;
+constexpr uint64_t kFinalSeed = 0xe7037ed1a0b428dbULL;
 
 // 64 x 64 -> 128 bit multiply, halves folded (as wyhash): every output bit
 // depends on every input bit.
@@ -29,30 +35,32 @@ inline uint64_t Mum(uint64_t a, uint64_t b) {
   return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
 }
 
-// key[pos, pos + 8) little-endian, zero-padded past the end of the key and
-// never reading outside key[0, size). pos < size.
-[[gnu::always_inline]] inline uint64_t LoadWord(const uint8_t* key, size_t size, size_t pos) {
+// Word k of name[0, size) as above, zero-filled left of the name's first
+// byte, never reading outside name[0, size). 8k < size.
+[[gnu::always_inline]] inline uint64_t TailWord(const uint8_t* name, size_t size, size_t k) {
+  const size_t end = size - 8 * k;
   uint64_t w;
-  if (pos + 8 <= size) {
-    std::memcpy(&w, key + pos, 8);
+  if (end >= 8) {
+    std::memcpy(&w, name + end - 8, 8);
   } else if (size >= 8) {
-    // The last 8 bytes of the key, shifted so that key[pos] is the low byte.
-    std::memcpy(&w, key + size - 8, 8);
-    w >>= 8 * (pos + 8 - size);
+    std::memcpy(&w, name, 8);
+    w <<= 8 * (8 - end);  // name[0, end) in the high bytes
   } else {
     w = 0;
-    for (size_t i = 0; pos + i < size; ++i) w |= uint64_t{key[pos + i]} << (8 * i);
+    for (size_t i = 0; i < end; ++i) w |= uint64_t{name[i]} << (8 * (8 - end + i));
   }
   return w;
 }
 
-// The hash of the suffix key[pos, size), given `h`, the hash of the suffix
-// after the label at key[pos].
-[[gnu::always_inline]] inline uint64_t FoldLabel(uint64_t h, const uint8_t* key, size_t size, size_t pos) {
-  const size_t len = size_t{key[pos]} + 1;
-  for (size_t j = (len - 1) & ~size_t{7}; j > 0; j -= 8) h = Mum(h ^ LoadWord(key, size, pos + j), kFoldSeed);
-  return Mum(h ^ LoadWord(key, size, pos), kFoldSeed);
-}
+// Masks of the high r bytes of a word (r < 8).
+constexpr uint64_t kHighBytes[8] = {0,
+                                    0xff00000000000000ULL,
+                                    0xffff000000000000ULL,
+                                    0xffffff0000000000ULL,
+                                    0xffffffff00000000ULL,
+                                    0xffffffffff000000ULL,
+                                    0xffffffffffff0000ULL,
+                                    0xffffffffffffff00ULL};
 
 // Label starts of a canonical key, left to right, root included. Returns
 // the count (labels + 1), or 0 unless the key is well-formed: at most 127
@@ -72,17 +80,47 @@ inline uint64_t Mum(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-size_t SuffixHashes(std::span<const uint8_t> key, uint64_t* hashes, uint8_t* offsets) {
-  const size_t n = LabelOffsets(key.data(), key.size(), offsets);
-  if (n == 0) return 0;
-  uint64_t h = kRootHash;
-  hashes[n - 1] = h;
-  for (size_t i = n - 1; i-- > 0;) {
-    h = FoldLabel(h, key.data(), key.size(), offsets[i]);
-    hashes[i] = h;
+// The multiply chain over a name's words, computed as far as the longest
+// suffix hashed so far needs: h[k] covers words 0 .. k-1.
+struct Chain {
+  uint64_t h[dns::kMaxNameWire / 8 + 2];
+  size_t done = 0;
+  Chain() { h[0] = kChainSeed; }
+};
+
+namespace {
+
+// The hash of the suffix name[size - len, size); *partial receives its
+// masked word len / 8 (the high len % 8 bytes). Call with decreasing len.
+[[gnu::always_inline]] inline uint64_t SuffixHash(const uint8_t* name, size_t size, size_t len, Chain* chain,
+                                                  uint64_t* partial) {
+  const size_t m = len / 8;
+  for (; chain->done < m; ++chain->done) {
+    uint64_t w;
+    std::memcpy(&w, name + size - 8 * chain->done - 8, 8);
+    chain->h[chain->done + 1] = Mum(chain->h[chain->done] ^ w, kFoldSeed);
   }
-  return n;
+  const size_t r = len % 8;
+  const uint64_t p = r == 0 ? 0 : TailWord(name, size, m) & kHighBytes[r];
+  *partial = p;
+  // p's low byte is zero (r < 8), so (p, len) is injective.
+  return Mum(chain->h[m] ^ p ^ len, kFinalSeed);
 }
+
+// What an index record holds for a key of `len` bytes (<= 24): its words
+// 0 .. 2, zero left of the key. Words below len / 8 are read from the name,
+// word len / 8 is `partial`.
+[[gnu::always_inline]] inline void TailWords(const uint8_t* name, size_t size, size_t len, uint64_t partial,
+                                             uint64_t* tail) {
+  const size_t m = len / 8;
+  for (size_t j = 0; j < kTailWords; ++j) {
+    uint64_t w = 0;
+    if (j < m) std::memcpy(&w, name + size - 8 * j - 8, 8);
+    tail[j] = j < m ? w : j == m ? partial : 0;
+  }
+}
+
+}  // namespace
 
 }  // namespace internal
 
@@ -242,15 +280,15 @@ std::string FormatTag(const Tag& tag) {
   return out;
 }
 
-// A record holds the key itself when it fits, right-aligned after zero
-// bytes, so that a hit is verified from the bucket's cache line (the key is
-// compared 8 bytes at a time from the end of the query name, where every
-// suffix ends). Longer keys are compared with the Tag's.
+// A record holds the key itself when it fits (24 bytes), as the three words
+// TailWords gives: the last 8 bytes first, zero left of the key. A hit is
+// verified from the bucket's cache line against the same words of the query
+// name. Longer keys are compared with the Tag's.
 struct internal::TagBucket {
   struct Record {
     uint32_t check;  // 24 bits of the suffix hash, then the key length; 0 = free
     uint32_t index;  // into tags_
-    uint8_t key[24];
+    uint64_t tail[internal::kTailWords];
   };
   alignas(64) Record records[2];
 };
@@ -260,8 +298,7 @@ void TagTable::FreeDeleter::operator()(void* p) const { std::free(p); }
 namespace {
 
 using Bucket = internal::TagBucket;
-constexpr size_t kInlineKey = sizeof(Bucket::Record::key);
-constexpr uint64_t kFilterMul = 0x9e3779b97f4a7c15ULL;
+constexpr size_t kInlineKey = sizeof(Bucket::Record::tail);
 constexpr size_t kHugePage = size_t{2} << 20;
 
 inline uint32_t Check(uint64_t h, size_t len) {
@@ -275,15 +312,21 @@ inline uint64_t FilterBits(uint64_t g) {
   return (uint64_t{1} << (g & 63)) | (uint64_t{1} << ((g >> 6) & 63)) | (uint64_t{1} << ((g >> 12) & 63));
 }
 
+// Filter words for `keys` keys: 8 bits or more per key, a power of two.
+size_t FilterWords(size_t keys) {
+  size_t words = 16;
+  while (words * 64 < keys * 8) words <<= 1;
+  return words;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag> tags) {
   if (tags.size() >= UINT32_MAX / 2) return absl::InvalidArgumentError("too many tags");
   std::unique_ptr<TagTable> t(new TagTable());
-  size_t words = 16;
-  while (words * 64 < tags.size() * 8) words <<= 1;
+  const size_t words = FilterWords(tags.size());
   t->filter_shift_ = 64 - static_cast<unsigned>(std::countr_zero(words));
-  t->bucket_count_ = static_cast<uint32_t>(tags.size() * 2 / 3 + 1);  // <= 3/4 full
+  t->bucket_count_ = static_cast<uint32_t>(tags.size() + 1);  // <= 1/2 full
   const size_t filter_bytes = words * sizeof(uint64_t);
   size_t bytes = filter_bytes + size_t{t->bucket_count_} * sizeof(Bucket);
   // Big tables get 2 MB pages: a probe costs no TLB miss.
@@ -300,18 +343,21 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
   t->filter_ = filter;
   t->buckets_ = buckets;
 
-  uint64_t hashes[128];
-  uint8_t offsets[128];
   for (size_t i = 0; i < tags.size(); ++i) {
     std::span<const uint8_t> key = tags[i].suffix.span();
-    size_t n = internal::SuffixHashes(key, hashes, offsets);
+    uint8_t starts[128];
+    const size_t n = internal::LabelOffsets(key.data(), key.size(), starts);
     if (n == 0) return absl::InvalidArgumentError("malformed suffix key");
-    const uint64_t h = hashes[0];
     const size_t labels = n - 1;
     t->label_counts_[labels / 64] |= uint64_t{1} << (labels % 64);
     if (labels > t->max_labels_) t->max_labels_ = static_cast<uint32_t>(labels);
-    const uint64_t g = h * kFilterMul;
-    filter[g >> t->filter_shift_] |= FilterBits(g);
+    if (i == 0 || labels < t->min_labels_) t->min_labels_ = static_cast<uint32_t>(labels);
+    if (key.size() > t->max_len_) t->max_len_ = key.size();
+
+    internal::Chain chain;
+    uint64_t partial = 0;
+    const uint64_t h = internal::SuffixHash(key.data(), key.size(), key.size(), &chain, &partial);
+    filter[h >> t->filter_shift_] |= FilterBits(h);
     const uint32_t check = Check(h, key.size());
     Bucket::Record* free_record = nullptr;
     for (size_t b = BucketOf(h, t->bucket_count_); free_record == nullptr;
@@ -329,7 +375,7 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
     free_record->check = check;
     free_record->index = static_cast<uint32_t>(i);
     if (key.size() <= kInlineKey)
-      std::memcpy(free_record->key + kInlineKey - key.size(), key.data(), key.size());
+      internal::TailWords(key.data(), key.size(), key.size(), partial, free_record->tail);
   }
   t->tags_ = std::move(tags);
   return std::unique_ptr<const TagTable>(std::move(t));
@@ -387,65 +433,191 @@ inline bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
   return true;
 }
 
-// Whether the record's key is qname[size - len, size).
-inline bool SameKey(const Bucket::Record& r, const uint8_t* qname, size_t size, size_t len,
-                    const std::vector<Tag>& tags) {
-  if (len > kInlineKey) return SameBytes(tags[r.index].suffix.bytes.data(), qname + size - len, len);
-  for (size_t k = 0; 8 * k < len; ++k) {
-    const size_t end = size - 8 * k;
-    const size_t rest = len - 8 * k;
-    // qname[end - 8, end), or just its last `rest` bytes, in the high bytes.
-    uint64_t w = 0;
-    if (end >= 8) {
-      std::memcpy(&w, qname + end - 8, 8);
-      if (rest < 8) w &= ~uint64_t{0} << (64 - 8 * rest);
-    } else {
-      for (size_t j = 0; j < rest; ++j) w |= uint64_t{qname[end - rest + j]} << (8 * (8 - rest + j));
-    }
-    uint64_t x;
-    std::memcpy(&x, r.key + kInlineKey - 8 * (k + 1), 8);
-    if (w != x) return false;
+}  // namespace
+
+namespace {
+
+// Calls visit(c) for the suffixes of q from its label `from` on whose label
+// count some tag has (from min_labels to max_labels), most specific first,
+// with c.index, c.len, c.hash and c.partial set, until visit returns true.
+// Returns the label index after the last one visited (past `last` when all
+// were).
+template <typename Visit>
+[[gnu::always_inline]] inline size_t ForEachSuffix(const uint8_t* q, size_t size, const uint8_t* starts,
+                                                   size_t n, size_t from, size_t min_labels,
+                                                   size_t max_labels, size_t max_len,
+                                                   const uint64_t* label_counts, Visit&& visit) {
+  if (n - 1 < min_labels) return n;
+  const size_t last = n - 1 - min_labels;
+  size_t i = std::max<size_t>(from, n - 1 > max_labels ? n - 1 - max_labels : 0);
+  // The words and the multiply chain (as SuffixHash computes them) over the
+  // name's last min(size, max_len) bytes, once; each suffix then costs a
+  // masked word and one multiply.
+  const size_t span = std::min(size, max_len);
+  const size_t words = span / 8 + 1;
+  uint64_t w[dns::kMaxNameWire / 8 + 1], chain[dns::kMaxNameWire / 8 + 1];
+  chain[0] = internal::kChainSeed;
+  for (size_t k = 0; k < words; ++k) {
+    w[k] = 8 * k < size ? internal::TailWord(q, size, k) : 0;
+    if (k + 1 < words) chain[k + 1] = internal::Mum(chain[k] ^ w[k], internal::kFoldSeed);
   }
-  return true;
+  for (; i <= last; ++i) {
+    const size_t labels = n - 1 - i;
+    const size_t len = size - starts[i];
+    if (len > span || !((label_counts[labels >> 6] >> (labels & 63)) & 1)) continue;
+    const size_t m = len / 8;
+    TagTable::Candidate c;
+    c.index = i;
+    c.len = len;
+    c.partial = w[m] & internal::kHighBytes[len % 8];
+    // (partial's low byte is zero, so (partial, len) is injective.)
+    c.hash = internal::Mum(chain[m] ^ c.partial ^ len, internal::kFinalSeed);
+    if (visit(c)) return i + 1;
+  }
+  return i;
 }
 
 }  // namespace
 
-const Tag* TagTable::Lookup(std::span<const uint8_t> qname) const {
-  if (tags_.empty()) return nullptr;  // no tags configured: nothing to hash
-  const uint8_t* q = qname.data();
-  const size_t size = qname.size();
-  uint8_t offsets[128];
-  const size_t n = internal::LabelOffsets(q, size, offsets);
-  if (n == 0) return nullptr;
-  // Suffix i starts at offsets[i] and has n - 1 - i labels; the ones left of
-  // `first` are longer than any tag.
-  const size_t first = n - 1 > max_labels_ ? n - 1 - max_labels_ : 0;
-  uint64_t hashes[128];
-  uint64_t h = internal::kRootHash;
-  hashes[n - 1] = h;
-  for (size_t i = n - 1; i-- > first;) {
-    h = internal::FoldLabel(h, q, size, offsets[i]);
-    hashes[i] = h;
-  }
-  for (size_t i = first; i < n; ++i) {
-    const size_t labels = n - 1 - i;
-    if (!((label_counts_[labels / 64] >> (labels % 64)) & 1)) continue;
-    h = hashes[i];
-    const uint64_t g = h * kFilterMul;
-    const uint64_t bits = FilterBits(g);
-    if ((filter_[g >> filter_shift_] & bits) != bits) continue;
-    const size_t len = size - offsets[i];
-    const uint32_t check = Check(h, len);
-    for (size_t b = BucketOf(h, bucket_count_);; b = b + 1 == bucket_count_ ? 0 : b + 1) {
-      const Bucket::Record* r = buckets_[b].records;
-      if (r[0].check == check && SameKey(r[0], q, size, len, tags_)) return &tags_[r[0].index];
-      if (r[0].check == 0) break;
-      if (r[1].check == check && SameKey(r[1], q, size, len, tags_)) return &tags_[r[1].index];
-      if (r[1].check == 0) break;
+[[gnu::always_inline]] inline bool TagTable::MayBeTag(uint64_t h) const {
+  // h is a full multiply-fold: its top bits pick the word, its low bits
+  // the three bits (the bucket uses bits 0-31 scaled, the check bits 40-63).
+  const uint64_t bits = FilterBits(h);
+  return (filter_[h >> filter_shift_] & bits) == bits;
+}
+
+[[gnu::always_inline]] inline TagTable::Candidate TagTable::NextCandidate(const uint8_t* q, size_t size,
+                                                                          const uint8_t* starts, size_t n,
+                                                                          size_t from) const {
+  // Pipelined by one: a suffix's filter word is prefetched when it is
+  // hashed and tested after the next one is hashed, so two reads (L2 for big
+  // tables) are in flight instead of each waiting for the branch before it.
+  Candidate found, pending;
+  found.len = 0;
+  pending.len = 0;
+  ForEachSuffix(q, size, starts, n, from, min_labels_, max_labels_, max_len_, label_counts_,
+                [&](const Candidate& c) {
+                  __builtin_prefetch(&filter_[c.hash >> filter_shift_]);
+                  if (pending.len != 0 && MayBeTag(pending.hash)) {
+                    found = pending;
+                    return true;
+                  }
+                  pending = c;
+                  return false;
+                });
+  if (found.len == 0 && pending.len != 0 && MayBeTag(pending.hash)) found = pending;
+  return found;
+}
+
+[[gnu::always_inline]] inline const Tag* TagTable::Probe(const uint8_t* q, size_t size,
+                                                         const Candidate& c) const {
+  // Records with this check have a key of c.len bytes, so words above
+  // c.len / 8 are zero in both: compare words 0 .. m-1 and the partial one.
+  const uint32_t check = Check(c.hash, c.len);
+  const size_t m = c.len / 8;
+  for (size_t b = BucketOf(c.hash, bucket_count_);; b = b + 1 == bucket_count_ ? 0 : b + 1) {
+    const Bucket::Record* r = buckets_[b].records;
+    for (size_t k = 0; k < 2; ++k) {
+      if (r[k].check == check) {
+        bool same;
+        if (c.len > kInlineKey) {
+          same = SameBytes(tags_[r[k].index].suffix.bytes.data(), q + size - c.len, c.len);
+        } else {
+          same = m == internal::kTailWords || r[k].tail[m] == c.partial;
+          for (size_t j = 0; j < m && same; ++j) {
+            uint64_t w;
+            std::memcpy(&w, q + size - 8 * j - 8, 8);
+            same = r[k].tail[j] == w;
+          }
+        }
+        if (same) return &tags_[r[k].index];
+      }
+      if (r[k].check == 0) return nullptr;
     }
   }
-  return nullptr;
+}
+
+[[gnu::always_inline]] inline const Tag* TagTable::LookupFrom(const uint8_t* q, size_t size,
+                                                              const uint8_t* starts, size_t n,
+                                                              size_t from) const {
+  while (true) {
+    const Candidate c = NextCandidate(q, size, starts, n, from);
+    if (c.len == 0) return nullptr;
+    if (const Tag* t = Probe(q, size, c)) return t;
+    from = c.index + 1;  // the filter passed a suffix that is not a tag: go on with shorter ones
+  }
+}
+
+namespace {
+
+// The label starts to use for q: the given ones when they fit the name
+// (the last is the root byte), else the walk's; 0 for a malformed name.
+inline size_t StartsFor(std::span<const uint8_t> q, std::span<const uint8_t> given, uint8_t* walked,
+                        const uint8_t** starts) {
+  if (!given.empty() && q.size() <= dns::kMaxNameWire && given.back() + size_t{1} == q.size() &&
+      q[given.back()] == 0) {
+    *starts = given.data();
+    return given.size();
+  }
+  *starts = walked;
+  return internal::LabelOffsets(q.data(), q.size(), walked);
+}
+
+}  // namespace
+
+const Tag* TagTable::Lookup(std::span<const uint8_t> qname) const { return Lookup(qname, {}); }
+
+const Tag* TagTable::Lookup(std::span<const uint8_t> qname, std::span<const uint8_t> label_starts) const {
+  if (tags_.empty()) return nullptr;  // no tags configured: nothing to hash
+  uint8_t walked[128];
+  const uint8_t* starts;
+  const size_t n = StartsFor(qname, label_starts, walked, &starts);
+  if (n == 0) return nullptr;
+  return LookupFrom(qname.data(), qname.size(), starts, n, 0);
+}
+
+void TagTable::LookupBurst(const std::span<const uint8_t>* qnames,
+                           const std::span<const uint8_t>* label_starts, const Tag** out, size_t n) const {
+  if (tags_.empty()) {
+    for (size_t i = 0; i < n; ++i) out[i] = nullptr;
+    return;
+  }
+  // Stage 1 finds every name's most specific suffix that passes the filter
+  // and prefetches its bucket; stage 2 probes them.
+  constexpr size_t kStage = 32;
+  Candidate c[kStage];
+  const uint8_t* starts[kStage];
+  size_t counts[kStage];
+  uint8_t walked[kStage][128];
+  for (size_t base = 0; base < n; base += kStage) {
+    const size_t m = n - base < kStage ? n - base : kStage;
+    for (size_t i = 0; i < m; ++i) {
+      const std::span<const uint8_t> q = qnames[base + i];
+      counts[i] = StartsFor(q, label_starts != nullptr ? label_starts[base + i] : std::span<const uint8_t>(),
+                            walked[i], &starts[i]);
+      if (counts[i] == 0) {
+        c[i].len = 0;
+        continue;
+      }
+      c[i] = NextCandidate(q.data(), q.size(), starts[i], counts[i], 0);
+      if (c[i].len != 0) {
+        const size_t b = BucketOf(c[i].hash, bucket_count_);
+        __builtin_prefetch(&buckets_[b]);
+        __builtin_prefetch(&buckets_[b + 1 == bucket_count_ ? 0 : b + 1]);
+      }
+    }
+    for (size_t i = 0; i < m; ++i) {
+      const Tag* t = nullptr;
+      if (c[i].len != 0) {
+        const std::span<const uint8_t> q = qnames[base + i];
+        t = Probe(q.data(), q.size(), c[i]);
+        // Rare: the filter passed a suffix that is not a tag; the shorter
+        // ones are looked up one by one.
+        if (t == nullptr) t = LookupFrom(q.data(), q.size(), starts[i], counts[i], c[i].index + 1);
+      }
+      out[base + i] = t;
+    }
+  }
 }
 
 size_t TagTable::memory_bytes() const {

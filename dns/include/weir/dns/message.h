@@ -150,6 +150,15 @@ class OptionIterator {
 // A received query: one question and its EDNS. Fields are valid after
 // ParseQuery returned kOk; after kBadEdnsVersion the header, question and
 // edns.udp_size are valid so the caller can answer BADVERS.
+// Where each label of a NameKey starts, left to right, the root byte's
+// included (count = labels + 1): what a left-to-right walk of the key gives,
+// kept by the parser so that suffix lookups need not walk it again.
+struct NameLabels {
+  uint8_t count = 0;
+  std::array<uint8_t, kMaxNameWire / 2 + 1> offsets;
+  std::span<const uint8_t> span() const { return {offsets.data(), count}; }
+};
+
 struct Query {
   uint16_t id = 0;
   uint16_t flags = 0;
@@ -157,6 +166,7 @@ struct Query {
   uint16_t qclass = 0;
   uint16_t question_end = 0;  // offset just past QTYPE/QCLASS
   NameKey qname;              // canonical key, computed while parsing
+  NameLabels qname_labels;    // its label starts, found while parsing
   Edns edns;
 
   uint16_t opcode() const { return (flags & flag::kOpcodeMask) >> 11; }

@@ -1,14 +1,15 @@
 // TagTable: domain suffix -> tag (DESIGN section 3); the most specific suffix
 // wins ("cdn.example." beats "example.").
 //
-// Lookup finds the label boundaries in one left-to-right pass, hashes only
-// the rightmost labels (as many as the longest tag has), then probes the
-// suffix lengths (in labels) that some tag has, most specific first, and
-// stops at the first hit: the cost is bounded by the qname's label count,
-// whatever the table size. A suffix that is not a tag is almost always ruled
-// out by an L2-sized filter; a tag costs one cache line of the index, which
-// holds the key itself (up to 24 bytes), so the hit is verified without
-// another memory access.
+// Lookup finds the label boundaries in one left-to-right pass, hashes the
+// name's last bytes (as many as the longest tag has) in 8-byte words from
+// the end, then tries the suffixes whose label count some tag has, most
+// specific first, one multiply each, and stops at the first hit: the cost is
+// bounded by the qname's length, whatever the table size. A suffix that is
+// not a tag is almost always ruled out by an L2-sized filter; a tag costs one
+// cache line of the index, which holds the key itself (up to 24 bytes), so
+// the hit is verified without another memory access. LookupBurst overlaps
+// those cache-line reads across a burst of names.
 //
 // Text format (one tag per line, '#' comments, documented in
 // partitions/README.md):
@@ -38,6 +39,9 @@ namespace weir::partitions {
 
 namespace internal {
 struct TagBucket;  // tagtable.cc
+
+// Words of a suffix an index record holds: its last 24 bytes.
+inline constexpr size_t kTailWords = 3;
 }  // namespace internal
 
 enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
@@ -70,6 +74,14 @@ std::string FormatTag(const Tag& tag);
 
 class TagTable {
  public:
+  // A suffix of a query name that some tag could be (tagtable.cc).
+  struct Candidate {
+    size_t index;  // of its first label in the label starts
+    size_t len;    // bytes; 0 = none
+    uint64_t hash;
+    uint64_t partial;  // its word len / 8, masked
+  };
+
   // Fails on duplicate suffixes.
   static absl::StatusOr<std::unique_ptr<const TagTable>> Build(std::vector<Tag> tags);
   // A bad line rejects the whole text with "line N: reason".
@@ -78,6 +90,16 @@ class TagTable {
   // The tag of the most specific suffix of `qname` (a canonical key, as
   // dns::Query::qname), or nullptr when the name is untagged.
   const Tag* Lookup(std::span<const uint8_t> qname) const;
+  // The same, given the name's label starts as the parser found them
+  // (dns::Query::qname_labels), which saves walking the name again. Wrong
+  // starts give wrong answers; an empty span walks the name.
+  const Tag* Lookup(std::span<const uint8_t> qname, std::span<const uint8_t> label_starts) const;
+  // Lookup for a burst of names (the questions of one recvmmsg batch): hashes
+  // every name and prefetches its index bucket before probing any, so the
+  // memory reads overlap. `label_starts` is null, or has each name's label
+  // starts as for Lookup. Same answers as Lookup; out[i] is for qnames[i].
+  void LookupBurst(const std::span<const uint8_t>* qnames, const std::span<const uint8_t>* label_starts,
+                   const Tag** out, size_t n) const;
 
   size_t size() const { return tags_.size(); }
   const std::vector<Tag>& tags() const { return tags_; }
@@ -88,6 +110,15 @@ class TagTable {
     void operator()(void* p) const;
   };
   TagTable() = default;
+  bool MayBeTag(uint64_t hash) const;  // the filter
+  // The most specific suffix of q, from its label `from` on, that some tag
+  // could be (its label count occurs, the filter passes). `starts` holds the
+  // n label starts of q (root included).
+  Candidate NextCandidate(const uint8_t* q, size_t size, const uint8_t* starts, size_t n, size_t from) const;
+  // The tag whose key is the candidate suffix, if any.
+  const Tag* Probe(const uint8_t* q, size_t size, const Candidate& c) const;
+  const Tag* LookupFrom(const uint8_t* q, size_t size, const uint8_t* starts, size_t n, size_t from) const;
+
   std::vector<Tag> tags_;
   // One allocation, 2 MB aligned (huge pages when the kernel gives them):
   // the filter words, then the buckets.
@@ -104,17 +135,14 @@ class TagTable {
   // Labels of the longest tag suffix: the labels left of those are never
   // hashed.
   uint32_t max_labels_ = 0;
-  // Bit n set when some suffix has n labels (0 = root .. 127).
+  // Labels of the shortest tag suffix: shorter suffixes are never hashed.
+  uint32_t min_labels_ = 0;
+  // Bytes of the longest tag key: longer suffixes are never hashed.
+  size_t max_len_ = 0;
+  // Bit n set when some tag has n labels (0 = root .. 127).
   uint64_t label_counts_[2] = {0, 0};
 };
 
 using TagTableHolder = RcuSnapshot<TagTable>;
-
-namespace internal {
-// Hashes of every suffix of a canonical key, most specific first:
-// hashes[i] is the hash of the suffix starting at offsets[i]; entry
-// `count - 1` is the root. Returns count (labels + 1), 0 for a malformed key.
-size_t SuffixHashes(std::span<const uint8_t> key, uint64_t* hashes, uint8_t* offsets);
-}  // namespace internal
 
 }  // namespace weir::partitions
