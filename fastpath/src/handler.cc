@@ -230,7 +230,8 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   // Tag, then partition: the packet source picks the city, or the ECS
   // address when a trusted forwarder sent one.
   const partitions::TagTable* tags = shared_->tags.Get();
-  const partitions::Tag* tag = tags != nullptr ? tags->Lookup(query_.qname.span()) : nullptr;
+  const partitions::Tag* tag =
+      tags != nullptr ? tags->Lookup(query_.qname.span(), query_.qname_labels.span()) : nullptr;
   if (tag == nullptr) {
     const LearnedTags* learned = shared_->learned.Get();
     if (learned != nullptr) tag = learned->Lookup(query_.qname.span(), now);
