@@ -228,6 +228,14 @@ TEST(ReadName, FoldsOnlyAsciiUpperCase) {
     Query q;
     ASSERT_EQ(ParseQuery(msg, ParseOptions{}, &q), ParseError::kOk);
     ASSERT_EQ(q.qname, k);
+    // ... and records where each label starts, the root's included.
+    Bytes starts;
+    for (size_t pos = 0;; pos += 1 + k.bytes[pos]) {
+      starts.push_back(static_cast<uint8_t>(pos));
+      if (k.bytes[pos] == 0) break;
+    }
+    const auto got = q.qname_labels.span();
+    ASSERT_EQ(Bytes(got.begin(), got.end()), starts);
   }
 }
 

@@ -261,6 +261,9 @@ TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
   };
 
   size_t tagged = 0, untagged = 0;
+  std::vector<dns::NameKey> burst_keys;
+  std::vector<std::vector<uint8_t>> burst_starts;
+  std::vector<const Tag*> burst_want;
   for (int round = 0; round < 40; ++round) {
     std::set<std::vector<std::string>> tag_labels;
     const size_t want = 1 + rng() % (round % 4 == 0 ? 5 : 1500);
@@ -332,6 +335,17 @@ TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
       const dns::NameKey key = Name(to_text(q));
       const dns::NameKey* best = BruteForceMostSpecific(keys, key);
       const Tag* got = tt.Lookup(key.span());
+      // The same with the label starts given (as the fastpath passes the
+      // parser's), and in a burst of names (checked below).
+      std::vector<uint8_t> starts;
+      for (size_t pos = 0;; pos += 1 + key.bytes[pos]) {
+        starts.push_back(static_cast<uint8_t>(pos));
+        if (key.bytes[pos] == 0) break;
+      }
+      EXPECT_EQ(tt.Lookup(key.span(), starts), got) << dns::NameKeyToText(key.span());
+      burst_keys.push_back(key);
+      burst_starts.push_back(std::move(starts));
+      burst_want.push_back(got);
       if (best == nullptr) {
         ++untagged;
         EXPECT_EQ(got, nullptr) << dns::NameKeyToText(key.span()) << " -> "
@@ -342,6 +356,26 @@ TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
         EXPECT_EQ(got->suffix, *best) << dns::NameKeyToText(key.span());
       }
     }
+    // LookupBurst agrees with Lookup, with and without the starts, over
+    // bursts of every length up to 70 (more than one internal stage).
+    for (size_t at = 0; at < burst_keys.size();) {
+      const size_t n = std::min<size_t>(burst_keys.size() - at, 1 + rng() % 70);
+      std::vector<std::span<const uint8_t>> names, starts;
+      for (size_t i = at; i < at + n; ++i) {
+        names.push_back(burst_keys[i].span());
+        starts.push_back(burst_starts[i]);
+      }
+      std::vector<const Tag*> out(n, &tt.tags().front());
+      tt.LookupBurst(names.data(), starts.data(), out.data(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], burst_want[at + i]) << i;
+      std::fill(out.begin(), out.end(), &tt.tags().front());
+      tt.LookupBurst(names.data(), nullptr, out.data(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], burst_want[at + i]) << i;
+      at += n;
+    }
+    burst_keys.clear();
+    burst_starts.clear();
+    burst_want.clear();
     // Every tag finds itself, whatever its length.
     for (const auto& k : keys) {
       const Tag* got = tt.Lookup(k.span());
