@@ -489,23 +489,14 @@ template <typename Visit>
 [[gnu::always_inline]] inline TagTable::Candidate TagTable::NextCandidate(const uint8_t* q, size_t size,
                                                                           const uint8_t* starts, size_t n,
                                                                           size_t from) const {
-  // Pipelined by one: a suffix's filter word is prefetched when it is
-  // hashed and tested after the next one is hashed, so two reads (L2 for big
-  // tables) are in flight instead of each waiting for the branch before it.
-  Candidate found, pending;
+  Candidate found;
   found.len = 0;
-  pending.len = 0;
   ForEachSuffix(q, size, starts, n, from, min_labels_, max_labels_, max_len_, label_counts_,
                 [&](const Candidate& c) {
-                  __builtin_prefetch(&filter_[c.hash >> filter_shift_]);
-                  if (pending.len != 0 && MayBeTag(pending.hash)) {
-                    found = pending;
-                    return true;
-                  }
-                  pending = c;
-                  return false;
+                  if (!MayBeTag(c.hash)) return false;
+                  found = c;
+                  return true;
                 });
-  if (found.len == 0 && pending.len != 0 && MayBeTag(pending.hash)) found = pending;
   return found;
 }
 
