@@ -107,10 +107,10 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
   return dns::kHeaderSize;
 }
 
-size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e,
-                                 const partitions::Tag* tag, partitions::Partition partition,
-                                 bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap) {
-  const dns::Query& q = query_;
+size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q,
+                                 const partitions::CacheEntry& e, const partitions::Tag* tag,
+                                 partitions::Partition partition, bool trusted_ecs, uint32_t age,
+                                 uint8_t* out, size_t out_cap) {
   dns::ResponseWriter w(out, out_cap);
   const uint16_t rcode = static_cast<uint16_t>(e.rcode());
   const uint16_t flags =
@@ -177,90 +177,99 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
   return true;
 }
 
-Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
-                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss,
-                             HandleMode mode) {
+bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
+                         size_t out_cap, size_t* out_len, HandleMode mode, Work* w, Verdict* verdict) {
   if (mode == HandleMode::kNormal) (client.tcp ? counters_->queries_tcp : counters_->queries_udp).Add();
+  *verdict = Verdict::kDrop;
   // Garbage: too short for a header, or a response (answering responses
   // invites reflection loops).
   if (len < dns::kHeaderSize || (pkt[2] & 0x80) != 0) {
     counters_->Drop(DropReason::kGarbage);
-    return Verdict::kDrop;
+    return false;
   }
   if (mode == HandleMode::kNormal && !limiter_.Allow(client.addr, now)) {
     counters_->Drop(DropReason::kRateLimited);
-    return Verdict::kDrop;
+    return false;
   }
-  const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query_);
+  dns::Query& query = w->query;
+  const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query);
   // Over TCP the whole answer goes (RFC 7766); over UDP the client's limit.
   // Over UDP at most our own EDNS size (1232): larger datagrams fragment.
   response_limit_ = client.tcp
                         ? std::min<size_t>(out_cap, 65535)
-                        : std::min<size_t>(query_.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
+                        : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
+  w->response_limit = response_limit_;
+  auto reply = [&](size_t n) {
+    *out_len = n;
+    *verdict = n ? Verdict::kReply : Verdict::kDrop;
+    return false;
+  };
   if (!Allowed(client.addr)) {
     counters_->Drop(DropReason::kRefused);
-    if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) return Verdict::kDrop;
-    *out_len = WriteError(pkt, len, &query_, dns::Rcode::kRefused, out, out_cap);
+    if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) return false;
     counters_->rcodes[static_cast<size_t>(dns::Rcode::kRefused)].Add();
-    return *out_len ? Verdict::kReply : Verdict::kDrop;
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap));
   }
   if (err == dns::ParseError::kBadEdnsVersion) {
-    *out_len = WriteError(pkt, len, &query_, dns::Rcode::kBadVers, out, out_cap);
     counters_->rcodes[16].Add();
-    return *out_len ? Verdict::kReply : Verdict::kDrop;
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kBadVers, out, out_cap));
   }
   if (err != dns::ParseError::kOk) {
     counters_->Drop(DropReason::kFormErr);
     counters_->rcodes[static_cast<size_t>(dns::Rcode::kFormErr)].Add();
-    *out_len = WriteError(pkt, len, nullptr, dns::Rcode::kFormErr, out, out_cap);
-    return *out_len ? Verdict::kReply : Verdict::kDrop;
+    return reply(WriteError(pkt, len, nullptr, dns::Rcode::kFormErr, out, out_cap));
   }
-  if (query_.opcode() != 0) {
+  if (query.opcode() != 0) {
     counters_->Drop(DropReason::kNotImpl);
     counters_->rcodes[static_cast<size_t>(dns::Rcode::kNotImp)].Add();
-    *out_len = WriteError(pkt, len, &query_, dns::Rcode::kNotImp, out, out_cap);
-    return *out_len ? Verdict::kReply : Verdict::kDrop;
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kNotImp, out, out_cap));
   }
-  if (query_.qclass != dns::klass::kIn) {
+  if (query.qclass != dns::klass::kIn) {
     counters_->rcodes[static_cast<size_t>(dns::Rcode::kRefused)].Add();
-    *out_len = WriteError(pkt, len, &query_, dns::Rcode::kRefused, out, out_cap);
-    return *out_len ? Verdict::kReply : Verdict::kDrop;
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap));
   }
+  return true;
+}
 
-  // Tag, then partition: the packet source picks the city, or the ECS
-  // address when a trusted forwarder sent one.
-  const partitions::TagTable* tags = shared_->tags.Get();
-  const partitions::Tag* tag =
-      tags != nullptr ? tags->Lookup(query_.qname.span(), query_.qname_labels.span()) : nullptr;
-  if (tag == nullptr) {
+void QueryHandler::Classify(const ClientInfo& client, uint32_t now, Work* w) {
+  const dns::Query& query = w->query;
+  // The tag (w->tag, from the tag table), then the partition: the packet
+  // source picks the city, or the ECS address when a trusted forwarder sent
+  // one.
+  if (w->tag == nullptr) {
     const LearnedTags* learned = shared_->learned.Get();
-    if (learned != nullptr) tag = learned->Lookup(query_.qname.span(), now);
+    if (learned != nullptr) w->tag = learned->Lookup(query.qname.span(), now);
   }
-  partitions::IpAddress who = client.addr;
+  w->who = client.addr;
   // A /0 source says "do not use my address" (RFC 7871 7.1.2): not a subnet.
-  const bool trusted_ecs = query_.edns.has_ecs && query_.edns.ecs.source_prefix > 0 && Trusted(client.addr);
-  if (trusted_ecs) {
-    who.family = query_.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
-    who.bytes = query_.edns.ecs.address;
+  w->trusted_ecs = query.edns.has_ecs && query.edns.ecs.source_prefix > 0 && Trusted(client.addr);
+  if (w->trusted_ecs) {
+    w->who.family = query.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
+    w->who.bytes = query.edns.ecs.address;
   }
-  partitions::Partition partition = partitions::kCommonPartition;
-  const partitions::City* city = nullptr;
-  if (tag != nullptr && tag->level != partitions::CacheLevel::kGlobal) {
+  w->partition = partitions::kCommonPartition;
+  w->city = nullptr;
+  if (w->tag != nullptr && w->tag->level != partitions::CacheLevel::kGlobal) {
     const partitions::CityMap* cm = shared_->citymap.Get();
-    const partitions::PartitionId id = cm != nullptr ? cm->Lookup(who) : 0;
-    if (cm != nullptr) city = &cm->city(id);
-    partition = partitions::PartitionKey(tag->level, id, who);
+    const partitions::PartitionId id = cm != nullptr ? cm->Lookup(w->who) : 0;
+    if (cm != nullptr) w->city = &cm->city(id);
+    w->partition = partitions::PartitionKey(w->tag->level, id, w->who);
   }
-
   // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
   // does not keep: they are coalesced and relayed, never answered from or
   // written to the cache.
-  const bool dnssec = query_.edns.do_bit || query_.cd();
-  const partitions::CacheKey key{partition, query_.qname.span(), query_.qtype, query_.qclass};
-  const uint64_t hash = partitions::HashCacheKey(key);
-  partitions::Freshness fresh;
-  const partitions::CacheEntry* e = dnssec ? nullptr : shared_->cache->Find(key, hash, now, &fresh);
-  if (dnssec) fresh = partitions::Freshness::kMiss;
+  w->dnssec = query.edns.do_bit || query.cd();
+  w->hash = partitions::HashCacheKey(w->key());
+}
+
+Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8_t* out, size_t out_cap,
+                             size_t* out_len, MissRequest* miss, HandleMode mode, Work* w) {
+  const dns::Query& query = w->query;
+  response_limit_ = w->response_limit;
+  const partitions::Tag* tag = w->tag;
+  const partitions::Partition partition = w->partition;
+  const partitions::CacheEntry* e = w->entry;
+  const partitions::Freshness fresh = w->fresh;
   if (mode == HandleMode::kNormal) {
     const size_t slot = partition == partitions::kCommonPartition ? 0
                         : (partition >> 62) == 1                  ? 1 + (partition & 0x7fff)
@@ -286,7 +295,7 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
-      *out_len = WriteCached(pkt, len, *e, tag, partition, trusted_ecs, age, out, out_cap);
+      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->trusted_ecs, age, out, out_cap);
       if (*out_len == 0) return Verdict::kDrop;
       if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
         // Fill `miss` below and let the caller refresh the entry.
@@ -301,25 +310,100 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   const bool prefetch = e != nullptr && fresh == partitions::Freshness::kFresh;
   if (!prefetch) counters_->misses.Add();
   miss->partition = partition;
-  miss->qtype = query_.qtype;
-  miss->qclass = query_.qclass;
-  miss->qname = query_.qname;
+  miss->qtype = query.qtype;
+  miss->qclass = query.qclass;
+  miss->qname = query.qname;
   miss->tagged = tag != nullptr;
   miss->weighted = tag != nullptr && tag->weight;
   miss->send_ecs = false;
   if (tag != nullptr && tag->ecs) {
     if (tag->level == partitions::CacheLevel::kSubnet) {
-      miss->ecs = partitions::SubnetEcs(who);
+      miss->ecs = partitions::SubnetEcs(w->who);
       miss->send_ecs = true;
-    } else if (tag->level == partitions::CacheLevel::kCity && city != nullptr) {
+    } else if (tag->level == partitions::CacheLevel::kCity && w->city != nullptr) {
       // The city's own ECS source: subscriber addresses never leave weir.
-      miss->ecs = city->EcsFor(who.family);
+      miss->ecs = w->city->EcsFor(w->who.family);
       miss->send_ecs = miss->ecs.family != 0;
     }
   }
-  miss->do_bit = query_.edns.do_bit;
-  miss->cd_bit = query_.cd();
+  miss->do_bit = query.edns.do_bit;
+  miss->cd_bit = query.cd();
   return prefetch ? Verdict::kReplyAndPrefetch : Verdict::kMiss;
+}
+
+Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
+                             uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss,
+                             HandleMode mode) {
+  Work* w = &single_;
+  Verdict v;
+  if (!Begin(pkt, len, client, now, out, out_cap, out_len, mode, w, &v)) return v;
+  const partitions::TagTable* tags = shared_->tags.Get();
+  w->tag = tags != nullptr ? tags->Lookup(w->query.qname.span(), w->query.qname_labels.span()) : nullptr;
+  Classify(client, now, w);
+  w->entry = nullptr;
+  w->fresh = partitions::Freshness::kMiss;
+  if (!w->dnssec) w->entry = shared_->cache->Find(w->key(), w->hash, now, &w->fresh);
+  return Finish(pkt, len, now, out, out_cap, out_len, miss, mode, w);
+}
+
+void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {
+  // The same steps as Handle, each over the whole burst, so that the tag
+  // index and cache reads of all its queries overlap (TagTable::LookupBurst,
+  // Cache::FindBurst) instead of each waiting for the one before.
+  for (size_t base = 0; base < n; base += kMaxBurst) {
+    const size_t m = std::min(n - base, kMaxBurst);
+    BurstPacket* b = p + base;
+    size_t live[kMaxBurst];
+    size_t k = 0;
+    for (size_t i = 0; i < m; ++i) {
+      b[i].out_len = 0;
+      if (Begin(b[i].pkt, b[i].len, b[i].client, now, b[i].out, b[i].out_cap, &b[i].out_len,
+                HandleMode::kNormal, &burst_[i], &b[i].verdict)) {
+        live[k++] = i;
+      }
+    }
+    if (k == 0) continue;
+    std::span<const uint8_t> names[kMaxBurst], starts[kMaxBurst];
+    const partitions::Tag* tag[kMaxBurst];
+    for (size_t j = 0; j < k; ++j) {
+      names[j] = burst_[live[j]].query.qname.span();
+      starts[j] = burst_[live[j]].query.qname_labels.span();
+    }
+    const partitions::TagTable* tags = shared_->tags.Get();
+    if (tags != nullptr) {
+      tags->LookupBurst(names, starts, tag, k);
+    } else {
+      std::fill(tag, tag + k, nullptr);
+    }
+    partitions::CacheKey keys[kMaxBurst];
+    uint64_t hashes[kMaxBurst];
+    const partitions::CacheEntry* entries[kMaxBurst];
+    partitions::Freshness fresh[kMaxBurst];
+    size_t cached[kMaxBurst];
+    size_t c = 0;
+    for (size_t j = 0; j < k; ++j) {
+      Work* w = &burst_[live[j]];
+      w->tag = tag[j];
+      Classify(b[live[j]].client, now, w);
+      w->entry = nullptr;
+      w->fresh = partitions::Freshness::kMiss;
+      if (!w->dnssec) {
+        keys[c] = w->key();
+        hashes[c] = w->hash;
+        cached[c++] = live[j];
+      }
+    }
+    shared_->cache->FindBurst(keys, hashes, c, now, entries, fresh);
+    for (size_t j = 0; j < c; ++j) {
+      burst_[cached[j]].entry = entries[j];
+      burst_[cached[j]].fresh = fresh[j];
+    }
+    for (size_t j = 0; j < k; ++j) {
+      const size_t i = live[j];
+      b[i].verdict = Finish(b[i].pkt, b[i].len, now, b[i].out, b[i].out_cap, &b[i].out_len, b[i].miss,
+                            HandleMode::kNormal, &burst_[i]);
+    }
+  }
 }
 
 }  // namespace weir::fastpath

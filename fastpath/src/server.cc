@@ -313,7 +313,8 @@ void Server::Impl::UdpWorker(int w) {
     smsg[i].msg_hdr.msg_iov = &siov[i];
     smsg[i].msg_hdr.msg_iovlen = 1;
   }
-  MissRequest miss;
+  static thread_local MissRequest misses[kBurst];
+  QueryHandler::BurstPacket packets[kBurst];
 
   // Handles one burst from socket `f`; returns the number received.
   auto burst = [&](size_t f, int flags) -> int {
@@ -326,22 +327,31 @@ void Server::Impl::UdpWorker(int w) {
     }
     if (n <= 0) return 0;
     const uint32_t now = NowSeconds();
+    // The burst is handled in stages (QueryHandler::HandleBurst); response i
+    // is written to tx[i] and sent in order.
+    for (int i = 0; i < n; ++i) {
+      QueryHandler::BurstPacket& b = packets[i];
+      b.pkt = rx[i];
+      b.len = rmsg[i].msg_len;
+      b.client = ClientInfo{ClientAddress(peers[i]), false};
+      b.out = tx[i];
+      b.out_cap = kUdpMax;
+      b.miss = &misses[i];
+    }
+    handler.HandleBurst(packets, static_cast<size_t>(n), now);
     int nsend = 0;
     bool submitted = false;
     for (int i = 0; i < n; ++i) {
-      const ClientInfo client{ClientAddress(peers[i]), false};
-      size_t out_len = 0;
-      const Verdict v =
-          handler.Handle(rx[i], rmsg[i].msg_len, client, now, tx[nsend], kUdpMax, &out_len, &miss);
+      const Verdict v = packets[i].verdict;
       if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
-        siov[nsend] = {tx[nsend], out_len};
+        siov[nsend] = {tx[i], packets[i].out_len};
         smsg[nsend].msg_hdr.msg_name = &peers[i];
         smsg[nsend].msg_hdr.msg_namelen = rmsg[i].msg_hdr.msg_namelen;
         ++nsend;
       }
       if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
         PendingClient pc;
-        pc.miss = miss;
+        pc.miss = misses[i];
         if (v == Verdict::kMiss) {
           pc.worker = w;
           pc.route.udp_fd = fds[f];

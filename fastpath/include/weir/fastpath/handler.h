@@ -139,6 +139,25 @@ class QueryHandler {
   Verdict Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
                  size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode = HandleMode::kNormal);
 
+  // A received datagram of a burst, and what Handle would say of it.
+  struct BurstPacket {
+    const uint8_t* pkt = nullptr;
+    size_t len = 0;
+    ClientInfo client;
+    uint8_t* out = nullptr;  // the response buffer
+    size_t out_cap = 0;
+    MissRequest* miss = nullptr;  // filled on kMiss / kReplyAndPrefetch
+    // Results.
+    Verdict verdict = Verdict::kDrop;
+    size_t out_len = 0;
+  };
+  // Handle (HandleMode::kNormal) for a burst of datagrams, in stages over
+  // the whole burst (checks and parsing, tag lookups, partitions, cache
+  // lookups, answers), so that the memory reads of its queries overlap.
+  // Verdicts, responses and counters are those of Handle on each in order.
+  void HandleBurst(BurstPacket* packets, size_t n, uint32_t now);
+  static constexpr size_t kMaxBurst = 32;  // a stage's width (any n works)
+
   // Writes the error response for `rcode` to a query that parsed (question
   // echoed) or, with q == nullptr, a header-only one from the raw ID/opcode.
   size_t WriteError(const uint8_t* pkt, size_t len, const dns::Query* q, dns::Rcode rcode, uint8_t* out,
@@ -155,7 +174,31 @@ class QueryHandler {
  private:
   bool Allowed(const partitions::IpAddress& a) const;
   bool Trusted(const partitions::IpAddress& a) const;
-  size_t WriteCached(const uint8_t* pkt, size_t len, const partitions::CacheEntry& e,
+  // One query between the stages of Handle / HandleBurst.
+  struct Work {
+    dns::Query query;
+    size_t response_limit = 0;
+    const partitions::Tag* tag = nullptr;
+    partitions::IpAddress who;  // the address that picks the partition
+    bool trusted_ecs = false;
+    partitions::Partition partition = partitions::kCommonPartition;
+    const partitions::City* city = nullptr;
+    bool dnssec = false;
+    uint64_t hash = 0;  // of key()
+    const partitions::CacheEntry* entry = nullptr;
+    partitions::Freshness fresh = partitions::Freshness::kMiss;
+    partitions::CacheKey key() const { return {partition, query.qname.span(), query.qtype, query.qclass}; }
+  };
+  // Counts, checks and parses; false when the packet is done (*verdict
+  // says how: a drop, or an error response in out).
+  bool Begin(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
+             size_t out_cap, size_t* out_len, HandleMode mode, Work* w, Verdict* verdict);
+  // Given w->tag from the tag table: learned tags, partition, cache key hash.
+  void Classify(const ClientInfo& client, uint32_t now, Work* w);
+  // Given w->entry / w->fresh from the cache: the answer or the miss.
+  Verdict Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
+                 MissRequest* miss, HandleMode mode, Work* w);
+  size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
                      uint32_t age, uint8_t* out, size_t out_cap);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
@@ -172,8 +215,11 @@ class QueryHandler {
   // Prefetches asked for recently, by entry hash: at most one per entry per
   // second from this worker (the forwarder coalesces across workers).
   std::vector<std::pair<uint64_t, uint32_t>> prefetched_;
-  dns::Query query_;                                 // reused per packet: no allocation
-  size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being handled
+  // Reused per packet: no allocation. single_ for Handle, burst_ for the
+  // slots of HandleBurst.
+  Work single_;
+  std::unique_ptr<Work[]> burst_{new Work[kMaxBurst]};
+  size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being answered
 };
 
 }  // namespace weir::fastpath
