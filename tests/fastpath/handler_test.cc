@@ -170,9 +170,8 @@ class HandlerBurstTest : public ::testing::Test {
           out.push_back({Query(id, "www.cdn.example", dns::type::kA, 0x1000), src});  // opcode 2
           break;
         case 9: {
-          Bytes b = Query(id, "plain.example", dns::type::kA);
-          b.resize(b.size() - 3);  // the question cut short: FORMERR
-          out.push_back({b, src});
+          const Bytes full = Query(id, "plain.example", dns::type::kA);
+          out.push_back({Bytes(full.begin(), full.end() - 3), src});  // the question cut short: FORMERR
           break;
         }
         case 10:
