@@ -129,7 +129,7 @@ class TagTable {
   const uint64_t* filter_ = nullptr;
   unsigned filter_shift_ = 63;  // 64 - log2(filter words)
   // Open addressing over cache-line buckets of two records each, linear
-  // probing, at most 3/4 full.
+  // probing, at most 1/2 full.
   const internal::TagBucket* buckets_ = nullptr;
   uint32_t bucket_count_ = 0;
   // Labels of the longest tag suffix: the labels left of those are never
