@@ -30,6 +30,9 @@ size_t CountAddresses(std::span<const CachedRecord> records) {
 
 namespace {
 
+constexpr uint16_t kNsec = 47;
+constexpr uint16_t kNsec3 = 50;
+
 void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
   const dns::Query& q = *ctx.query;
   if (!q.edns.present) return;
@@ -39,7 +42,8 @@ void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
     echo.scope_prefix = a != nullptr ? std::min(a->scope, echo.source_prefix) : 0;
     w.AddEcs(echo);
   }
-  if (q.edns.has_weight && a != nullptr && a->rcode == 0) {
+  // Answers, negative ones included, echo the option (DESIGN 2); errors do not.
+  if (q.edns.has_weight && a != nullptr) {
     if (a->weighted) {
       w.AddWeights(ctx.weight_option_code, a->weights);
     } else {
@@ -57,18 +61,28 @@ size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64
       dns::ParseError::kOk) {
     return 0;
   }
-  if (a.ad) out[3] |= static_cast<uint8_t>(dns::flag::kAd);
+  const dns::Query& q = *ctx.query;
+  // RFC 6840 5.7/5.8: AD only to a client that set DO or AD in its query.
+  if (a.ad && (q.edns.do_bit || (q.flags & dns::flag::kAd))) out[3] |= static_cast<uint8_t>(dns::flag::kAd);
+  // RFC 4035 3.2.1: DNSSEC records only to a client that set DO (or asked
+  // for that type by name).
+  auto shown = [&](const CachedRecord& r) {
+    const bool dnssec = r.type == dns::type::kRrsig || r.type == kNsec || r.type == kNsec3;
+    return !dnssec || q.edns.do_bit || r.type == q.qtype;
+  };
   auto ttl_of = [&](uint32_t ttl) -> uint32_t {
     if (fixed_ttl >= 0) return static_cast<uint32_t>(fixed_ttl);
     return ttl > age ? ttl - age : 0;
   };
   for (const CachedRecord& r : a.answer) {
+    if (!shown(r)) continue;
     if (w.AppendRecord(dns::Section::kAnswer, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
         dns::ParseError::kOk) {
       return 0;
     }
   }
   for (const CachedRecord& r : a.authority) {
+    if (!shown(r)) continue;
     if (w.AppendRecord(dns::Section::kAuthority, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
         dns::ParseError::kOk) {
       return 0;

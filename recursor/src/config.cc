@@ -28,6 +28,39 @@ absl::StatusOr<SocketAddress> ParseAddress53(const std::string& text) {
   return SocketAddress::Parse(text, 53);
 }
 
+// "NAME TYPE" as unbound's local-zone; the name is made absolute and lower
+// case so libunbound and the messages see one spelling.
+absl::StatusOr<std::string> ParseLocalZone(const std::string& text) {
+  const size_t sp = text.find_first_of(" \t");
+  const size_t type_at = sp == std::string::npos ? std::string::npos : text.find_first_not_of(" \t", sp);
+  if (type_at == std::string::npos) {
+    return absl::InvalidArgumentError(Cat("local zone '", text, "' must be \"NAME TYPE\""));
+  }
+  std::string zone = text.substr(0, sp);
+  const std::string type = text.substr(type_at);
+  static constexpr std::string_view kTypes[] = {"nodefault",   "static",          "refuse",       "deny",
+                                                "transparent", "always_nxdomain", "always_refuse"};
+  bool known = false;
+  for (std::string_view t : kTypes) known = known || type == t;
+  if (!known) {
+    return absl::InvalidArgumentError(Cat("local zone '", text, "': type '", type,
+                                          "' is not one of nodefault, static, refuse, deny, transparent, "
+                                          "always_nxdomain, always_refuse"));
+  }
+  for (char& ch : zone) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                    ch == '-' || ch == '_' || ch == '.';
+    if (!ok)
+      return absl::InvalidArgumentError(Cat("local zone '", text, "': '", zone, "' is not a domain name"));
+    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+  }
+  if (zone.find("..") != std::string::npos || (zone.size() > 1 && zone.front() == '.') || zone.size() > 253) {
+    return absl::InvalidArgumentError(Cat("local zone '", text, "': '", zone, "' is not a domain name"));
+  }
+  if (zone.back() != '.') zone.push_back('.');
+  return Cat(zone, " ", type);
+}
+
 }  // namespace
 
 absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::string& name) {
@@ -44,7 +77,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
                {"listen", "tcp", "weight_option_code", "control", "control_allow", "tcp_idle_timeout_ms",
-                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight"});
+                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight", "answer_deadline_ms"});
     c.List(*s, "listen", &cfg.listen, ParseAddress53);
     c.Bool(*s, "tcp", &cfg.tcp);
     c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
@@ -63,6 +96,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
+    c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
     c.List(*s, "control_allow", &cfg.control_allow, ParseCidrOr);
     if (c.ok() && cfg.control_allow.empty()) {
       c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
@@ -73,12 +107,39 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.List(*s, "allow", &cfg.allow, ParseCidrOr);
   }
   if (const toml::table* s = SubTable(c, root, "resolver")) {
-    c.OnlyKeys(*s, "resolver", {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity"});
+    c.OnlyKeys(*s, "resolver",
+               {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity", "harden_glue",
+                "qname_minimisation", "trust_anchor_signaling", "aggressive_nsec", "val_override_date",
+                "local_zones"});
     c.String(*s, "root_hints", &cfg.root_hints);
     c.String(*s, "trust_anchor", &cfg.trust_anchor);
     c.List(*s, "forwarders", &cfg.forwarders, ParseAddress53);
     c.Bool(*s, "do_ip6", &cfg.do_ip6);
     c.Int(*s, "verbosity", &cfg.verbosity, 0, 5);
+    c.Bool(*s, "harden_glue", &cfg.harden_glue);
+    c.Bool(*s, "trust_anchor_signaling", &cfg.trust_anchor_signaling);
+    c.Bool(*s, "aggressive_nsec", &cfg.aggressive_nsec);
+    std::string qmin;
+    c.String(*s, "qname_minimisation", &qmin);
+    if (qmin == "off") {
+      cfg.qname_minimisation = RecursorConfig::QnameMinimisation::kOff;
+    } else if (qmin == "strict") {
+      cfg.qname_minimisation = RecursorConfig::QnameMinimisation::kStrict;
+    } else if (!qmin.empty() && qmin != "on") {
+      c.Fail(s->get("qname_minimisation")->source(),
+             "'qname_minimisation' must be \"on\", \"off\" or \"strict\"");
+    }
+    c.String(*s, "val_override_date", &cfg.val_override_date);
+    if (!cfg.val_override_date.empty()) {
+      const std::string& d = cfg.val_override_date;
+      const bool digits = d.find_first_not_of("0123456789") == std::string::npos;
+      // unbound takes YYYYMMDDHHMMSS, or seconds since the epoch.
+      if (!digits || (d.size() != 14 && d.size() > 11)) {
+        c.Fail(s->get("val_override_date")->source(),
+               "'val_override_date' must be YYYYMMDDHHMMSS or seconds since 1970");
+      }
+    }
+    c.List(*s, "local_zones", &cfg.local_zones, ParseLocalZone);
   }
   if (const toml::table* s = SubTable(c, root, "tags")) {
     c.OnlyKeys(*s, "tags", {"file"});

@@ -118,9 +118,18 @@ StepResult ReadStep(const dns::Message& reply, const dns::NameKey& qname, uint16
         }
       }
       if (cname != nullptr) {
-        if (cname_budget-- <= 0) return out;  // chain too long (or a loop): bogus
         dns::NameKey target;
         if (!KeyOf(cname->rec.rdata, &target)) return out;
+        bool seen = target == qname;
+        for (const CachedRecord& c : out.chain) seen = seen || owner_is(c, target);
+        if (seen) {
+          out.kind = StepResult::Kind::kLoop;
+          return out;
+        }
+        if (cname_budget-- <= 0) {
+          out.kind = StepResult::Kind::kTooLong;
+          return out;
+        }
         cname->taken = true;
         out.chain.push_back(cname->rec);
         cur = target;
@@ -141,25 +150,31 @@ StepResult ReadStep(const dns::Message& reply, const dns::NameKey& qname, uint16
     out.kind = StepResult::Kind::kFollow;
     out.next = cur;
   } else {
-    // No data for `cur` inside the cut: a referral to a deeper cut, or a
-    // negative answer with the zone's SOA.
+    // No data for `cur` inside the cut: a referral to a deeper cut, a
+    // negative answer with the zone's SOA, or a CNAME target this server
+    // did not answer, to be resolved from its own cut.
     const bool aa = reply.flags() & dns::flag::kAa;
+    const bool followed = !out.chain.empty();
     auto auth = reply.Records(dns::Section::kAuthority);
     bool referral = false;
     while (auth.Next(&rr)) {
       CachedRecord r;
-      if (!ReadCachedRecord(reply, rr, &r) || !IsAtOrBelow(r.owner, cut)) continue;
+      if (!ReadCachedRecord(reply, rr, &r) || rr.klass != dns::klass::kIn) continue;
       if (rr.type == dns::type::kSoa && IsAtOrBelow(cur.span(), r.owner) && out.authority.empty()) {
         out.authority.push_back(std::move(r));
-      } else if (rr.type == dns::type::kNs && !aa && r.owner.size() > cut.size() &&
-                 IsAtOrBelow(cur.span(), r.owner)) {
+      } else if (rr.type == dns::type::kNs && (!aa || followed) && IsAtOrBelow(r.owner, cut) &&
+                 r.owner.size() > cut.size() && IsAtOrBelow(cur.span(), r.owner)) {
         referral = true;
       }
     }
+    const bool nxdomain = out.rcode == static_cast<uint16_t>(dns::Rcode::kNxDomain);
     if (referral && out.rcode == 0 && out.authority.empty()) {
       out.kind = StepResult::Kind::kReferral;
       out.next = cur;
-    } else if (aa || !out.authority.empty() || out.rcode == static_cast<uint16_t>(dns::Rcode::kNxDomain)) {
+    } else if (followed && out.rcode == 0 && out.authority.empty()) {
+      out.kind = StepResult::Kind::kFollow;
+      out.next = cur;
+    } else if (aa || !out.authority.empty() || nxdomain) {
       out.kind = StepResult::Kind::kNegative;
     }
   }

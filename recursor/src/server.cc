@@ -72,6 +72,18 @@ struct Waiter {
   FrontRef to;
   std::vector<uint8_t> pkt;
   dns::Query q;
+  Steady::time_point deadline;  // answered by then, whatever the resolution does
+  bool HasFront() const { return to.tcp || to.udp_fd >= 0; }
+};
+
+// A waiter's deadline, on the queue that answers it with SERVFAIL (or stale)
+// when its resolution has not finished by then: an ordinary fetch (by key)
+// or a tagged resolution (by id).
+struct Deadline {
+  Steady::time_point at;
+  uint64_t resolution = 0;  // 0: the ordinary fetch `key`
+  std::string key;
+  bool operator>(const Deadline& o) const { return at > o.at; }
 };
 
 struct Conn {
@@ -104,6 +116,10 @@ struct Resolution {
   std::vector<CachedRecord> chain;
   int cnames_left = 8;
   int steps_left = kMaxStepsPerName;
+  // Started from the CNAME chain of an ordinary answer that entered a tagged
+  // suffix: the query name itself is not tagged, so ECS goes only to the
+  // steps whose names an ecs tag covers.
+  bool learned = false;
   uint8_t scope = 0;
   // The current step: the zone cut of `cur` and its servers.
   dns::NameKey cut;
@@ -171,6 +187,8 @@ struct Stats {
   uint64_t malformed_replies = 0, out_of_bailiwick = 0, truncated = 0, weights_invalid = 0, referrals = 0;
   uint64_t inflight_limited = 0, control_refused = 0, accept_paused = 0, tcp_unsent_closed = 0;
   uint64_t tcp_reads_paused = 0;
+  uint64_t cname_loops = 0, cname_chain_too_long = 0, deadline_servfail = 0, deadline_stale = 0;
+  uint64_t negative_uncached = 0, cut_failures = 0, log_suppressed = 0;
 };
 
 std::string KeyOf(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
@@ -228,6 +246,15 @@ uint32_t MinTtl(const Answer& a) {
   return t;
 }
 
+bool TargetOf(const CachedRecord& cname, dns::NameKey* target) {
+  size_t end = 0;
+  return dns::ReadName(cname.rdata, 0, &end, target) == dns::ParseError::kOk;
+}
+
+bool OwnerIs(const CachedRecord& r, const dns::NameKey& k) {
+  return r.owner.size() == k.len && std::equal(r.owner.begin(), r.owner.end(), k.bytes.begin());
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -269,6 +296,10 @@ struct Server::Impl {
   uint64_t next_id = 1;
   uint64_t next_generation = 1;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines;
+  // Log lines per second are bounded: a broken zone must not flood the log.
+  Steady::time_point log_window;
+  int log_lines = 0;
   // Listeners not polled after EMFILE/ENFILE at accept, until resume_accept_at.
   std::vector<std::pair<int, FdKind>> paused_listeners;
   Steady::time_point resume_accept_at;
@@ -319,10 +350,27 @@ struct Server::Impl {
   void Ordinary(Waiter w);
   void OnOrdinary(const std::string& key, int err, const ub_result* result);
 
+  // Deadlines: every waiter is answered by its deadline (SERVFAIL or stale).
+  void WatchDeadline(const Waiter& w, uint64_t resolution, const std::string& key) {
+    if (w.HasFront()) deadlines.push({w.deadline, resolution, resolution == 0 ? key : std::string()});
+  }
+  void OnDeadlines(Steady::time_point now);
+  // Answers and removes the waiters whose deadline has passed.
+  void ExpireWaiters(std::vector<Waiter>& waiters, const Answer* stale, Steady::time_point now);
+  // The negative TTL of a negative answer (RFC 2308 5): min(SOA TTL, SOA
+  // MINIMUM, negative_max_ttl), also written into the SOA record; 0 when the
+  // answer has no SOA (then it is not cached).
+  uint32_t NegativeTtlOf(Answer& a) const;
+  void Log(const std::string& line);
+
   // Tagged names.
-  void Tagged(Waiter w, const partitions::Tag* tag);
+  void Tagged(Waiter w, const partitions::Tag* tag, std::vector<CachedRecord> prefix = {});
   void StartTagged(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w,
-                   const Answer* stale);
+                   const Answer* stale, std::vector<CachedRecord> prefix = {});
+  bool EcsTagCovers(const dns::NameKey& name) const {
+    const partitions::Tag* t = tags->Lookup(name.span());
+    return t != nullptr && t->ecs;
+  }
   void StartStep(Resolution* r, bool force_iterate);
   const ZoneCut* CachedCut(const dns::NameKey& name);
   void StartCut(Resolution* r);
@@ -457,24 +505,37 @@ absl::Status Server::Impl::Start() {
     return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
   };
   for (const SocketAddress& want : cfg.listen) {
-    auto u = bind_socket(want, SOCK_DGRAM);
-    if (!u.ok()) return u.status();
-    const SocketAddress bound = local(*u);
-    int rcvbuf = 4 << 20;
-    setsockopt(*u, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    listen_fds.push_back(*u);
-    Watch(*u, EPOLLIN, {FdKind::kUdpListen});
-    std::string line = Cat("listening udp ", bound.ToString());
-    if (cfg.tcp) {
-      SocketAddress same = want;
-      same.set_port(bound.port());  // port 0: TCP takes the port UDP got
-      auto t = bind_socket(same, SOCK_STREAM);
-      if (!t.ok()) return t.status();
-      listen_fds.push_back(*t);
-      Watch(*t, EPOLLIN, {FdKind::kTcpListen});
-      line += Cat(" tcp ", local(*t).ToString());
+    // Port 0: TCP takes the port UDP got; when that TCP port is taken, both
+    // try another one.
+    for (int attempt = 0;; ++attempt) {
+      auto u = bind_socket(want, SOCK_DGRAM);
+      if (!u.ok()) return u.status();
+      const SocketAddress bound = local(*u);
+      std::optional<int> tcp_fd;
+      if (cfg.tcp) {
+        SocketAddress same = want;
+        same.set_port(bound.port());
+        auto t = bind_socket(same, SOCK_STREAM);
+        if (!t.ok()) {
+          close(*u);
+          if (want.port() == 0 && attempt < 16) continue;
+          return t.status();
+        }
+        tcp_fd = *t;
+      }
+      int rcvbuf = 4 << 20;
+      setsockopt(*u, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+      listen_fds.push_back(*u);
+      Watch(*u, EPOLLIN, {FdKind::kUdpListen});
+      std::string line = Cat("listening udp ", bound.ToString());
+      if (tcp_fd) {
+        listen_fds.push_back(*tcp_fd);
+        Watch(*tcp_fd, EPOLLIN, {FdKind::kTcpListen});
+        line += Cat(" tcp ", local(*tcp_fd).ToString());
+      }
+      describe.push_back(line);
+      break;
     }
-    describe.push_back(line);
   }
   if (cfg.control_enabled) {
     auto c = bind_socket(cfg.control, SOCK_STREAM);
@@ -498,6 +559,7 @@ void Server::Impl::Run() {
       timeout_ms = std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 200)));
     };
     if (!timers.empty()) wake_by(timers.top().at);
+    if (!deadlines.empty()) wake_by(deadlines.top().at);
     if (!paused_listeners.empty()) wake_by(resume_accept_at);
     const int n = epoll_wait(epfd, events, 64, timeout_ms);
     for (int i = 0; i < n; ++i) {
@@ -546,6 +608,7 @@ void Server::Impl::Run() {
         OnLastHopTimeout(it->second.get());
       }
     }
+    OnDeadlines(Steady::now());
     if (now >= next_sweep) {
       next_sweep = now + std::chrono::seconds(1);
       const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
@@ -792,6 +855,7 @@ void Server::Impl::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to)
   current_pkt = pkt;
   Waiter w;
   w.to = to;
+  w.deadline = Steady::now() + std::chrono::milliseconds(cfg.answer_deadline_ms);
   const dns::ParseError err = dns::ParseQuery(pkt, parse_options, &w.q);
   bool allowed = false;
   if (to.tcp) {
@@ -841,9 +905,14 @@ void Server::Impl::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to)
     return ReplyError(w, dns::Rcode::kNotImp);
   }
   if (w.q.qclass != dns::klass::kIn) return ReplyError(w, dns::Rcode::kRefused);
+  // Only a tag decides: a name no tag covers is resolved by libunbound and
+  // never sends ECS anywhere, whatever the query carried (a subscriber's
+  // subnet goes only where the operator sent it). A forward tag sends its
+  // names to its targets even without weight or ecs.
   const partitions::Tag* tag = tags->Lookup(w.q.qname.span());
   const bool tagged =
-      (tag != nullptr && (tag->weight || tag->ecs)) || w.q.edns.has_ecs || w.q.edns.has_weight;
+      tag != nullptr &&
+      (tag->weight || tag->ecs || (tag->policy == partitions::Policy::kForward && !tag->targets.empty()));
   if (tagged) return Tagged(std::move(w), tag);
   Ordinary(std::move(w));
 }
@@ -872,6 +941,7 @@ void Server::Impl::Ordinary(Waiter w) {
     Own(w);
     if (auto it = ordinary.find(key); it != ordinary.end()) {
       ++stats.coalesced;
+      WatchDeadline(w, 0, key);
       it->second->waiters.push_back(std::move(w));
       return;
     }
@@ -884,6 +954,7 @@ void Server::Impl::Ordinary(Waiter w) {
       f->has_stale = true;
       f->stale = hit->a;
     }
+    WatchDeadline(w, 0, key);
     f->waiters.push_back(std::move(w));
     ordinary.emplace(key, std::move(f));
   }
@@ -906,7 +977,15 @@ void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* 
       err == 0 && result != nullptr && result->answer_packet != nullptr && !result->bogus &&
       m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
               parse_options) == dns::ParseError::kOk &&
-      (m.rcode() == 0 || m.rcode() == 3);
+      (m.rcode() == 0 || m.rcode() == 3 || m.rcode() == 5);
+  if (ok && m.rcode() == 5) {
+    // REFUSED from libunbound is a local zone's answer (type refuse): the
+    // operator's policy, relayed as it is and never cached.
+    for (Waiter& w : f->waiters) {
+      if (w.HasFront()) ReplyError(w, dns::Rcode::kRefused);
+    }
+    return;
+  }
   if (!ok) {
     for (Waiter& w : f->waiters) {
       if (f->has_stale) {
@@ -922,48 +1001,122 @@ void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* 
   a.rcode = m.rcode();
   a.ad = result->secure != 0;
   dns::RrView rr;
-  const partitions::Tag* learned = nullptr;
   for (auto sec : {dns::Section::kAnswer, dns::Section::kAuthority}) {
     auto rit = m.Records(sec);
     while (rit.Next(&rr)) {
       CachedRecord r;
       if (rr.type == dns::type::kOpt || !ReadCachedRecord(m, rr, &r)) continue;
       r.ttl = std::min(r.ttl, static_cast<uint32_t>(cfg.max_ttl));
-      if (sec == dns::Section::kAnswer && rr.type == dns::type::kCname) {
-        // DESIGN 3: a chain entering a tagged suffix makes the name tagged.
-        dns::NameKey target;
-        size_t end = 0;
-        if (dns::ReadName(r.rdata, 0, &end, &target) == dns::ParseError::kOk) {
-          const partitions::Tag* t = tags->Lookup(target.span());
-          if (t != nullptr && (t->weight || t->ecs) && learned == nullptr) learned = t;
-        }
-      }
       (sec == dns::Section::kAnswer ? a.answer : a.authority).push_back(std::move(r));
     }
   }
+  // DESIGN 3: a chain entering a tagged suffix makes the name tagged. The
+  // chain up to the tagged name is the customer's (resolved here, without
+  // ECS); the tagged rest is resolved by weir's last hop from that name,
+  // which needs no zone cut of the customer's zone (a flat forwarder may
+  // not give one).
+  const partitions::Tag* learned = nullptr;
+  std::vector<CachedRecord> prefix;
+  dns::NameKey cur = f->qname;
+  for (int hops = 0; hops < cfg.max_cname_chain && learned == nullptr; ++hops) {
+    const CachedRecord* link = nullptr;
+    for (const CachedRecord& r : a.answer) {
+      if (r.type == dns::type::kCname && OwnerIs(r, cur)) link = &r;
+    }
+    dns::NameKey target;
+    if (link == nullptr || !TargetOf(*link, &target)) break;
+    prefix.push_back(*link);
+    cur = target;
+    const partitions::Tag* t = tags->Lookup(cur.span());
+    if (t != nullptr && (t->weight || t->ecs)) learned = t;
+  }
   if (learned != nullptr) {
     for (Waiter& w : f->waiters) {
-      if (w.to.udp_fd < 0 && !w.to.tcp) continue;
+      if (!w.HasFront()) continue;
       ++stats.learned_tagged;
-      Tagged(std::move(w), learned);
+      Tagged(std::move(w), learned, prefix);
     }
     return;
   }
-  uint32_t ttl = a.answer.empty() || a.rcode != 0 ? NegativeTtl(a.authority, 60) : MinTtl(a);
-  if (a.answer.empty() || a.rcode != 0)
-    ttl = std::min<uint32_t>(ttl, static_cast<uint32_t>(cfg.negative_max_ttl));
-  a.ttl = ClampTtl(ttl);
-  a.fresh_until = now + a.ttl;
-  const uint32_t keep_until = a.fresh_until + static_cast<uint32_t>(cfg.stale_window);
-  plain.Put(key, PlainEntry{a, keep_until}, keep_until);
-  for (Waiter& w : f->waiters) {
-    if (w.to.udp_fd >= 0 || w.to.tcp) ReplyAnswer(w, a, 0, -1);
+  const bool negative = a.answer.empty() || a.rcode != 0;
+  const uint32_t ttl = negative ? std::min(MinTtl(a), NegativeTtlOf(a)) : MinTtl(a);
+  if (negative && ttl == 0) {
+    ++stats.negative_uncached;  // RFC 2308 5: no SOA, nothing to date it by
+  } else {
+    a.ttl = ClampTtl(ttl);
+    a.fresh_until = now + a.ttl;
+    const uint32_t keep_until = a.fresh_until + static_cast<uint32_t>(cfg.stale_window);
+    plain.Put(key, PlainEntry{a, keep_until}, keep_until);
   }
+  for (Waiter& w : f->waiters) {
+    if (w.HasFront()) ReplyAnswer(w, a, 0, -1);
+  }
+}
+
+uint32_t Server::Impl::NegativeTtlOf(Answer& a) const {
+  for (CachedRecord& r : a.authority) {
+    if (r.type != dns::type::kSoa || r.rdata.size() < 20) continue;
+    const uint32_t minimum = dns::Load32(r.rdata.data() + r.rdata.size() - 4);
+    r.ttl = std::min({r.ttl, minimum, static_cast<uint32_t>(cfg.negative_max_ttl)});
+    return r.ttl;
+  }
+  return 0;
+}
+
+void Server::Impl::ExpireWaiters(std::vector<Waiter>& waiters, const Answer* stale, Steady::time_point now) {
+  auto due = [&](const Waiter& w) { return w.HasFront() && w.deadline <= now; };
+  for (const Waiter& w : waiters) {
+    if (!due(w)) continue;
+    if (stale != nullptr) {
+      ++stats.deadline_stale;
+      ++stats.stale_served;
+      ReplyAnswer(w, *stale, 0, cfg.stale_answer_ttl);
+    } else {
+      ++stats.deadline_servfail;
+      ReplyError(w, dns::Rcode::kServFail);
+    }
+  }
+  std::erase_if(waiters, due);
+}
+
+void Server::Impl::OnDeadlines(Steady::time_point now) {
+  while (!deadlines.empty() && deadlines.top().at <= now) {
+    const Deadline d = deadlines.top();
+    deadlines.pop();
+    if (d.resolution == 0) {
+      auto it = ordinary.find(d.key);
+      if (it == ordinary.end()) continue;
+      OrdinaryFetch& f = *it->second;
+      ExpireWaiters(f.waiters, f.has_stale ? &f.stale : nullptr, now);
+    } else {
+      auto it = resolutions.find(d.resolution);
+      if (it == resolutions.end()) continue;
+      Resolution& r = *it->second;
+      ExpireWaiters(r.waiters, r.has_stale ? &r.stale : nullptr, now);
+    }
+  }
+}
+
+void Server::Impl::Log(const std::string& line) {
+  const auto now = Steady::now();
+  if (now - log_window >= std::chrono::seconds(1)) {
+    if (stats.log_suppressed > 0 && log_lines >= 20) {
+      std::fprintf(stderr, "weir-recursor: (log lines suppressed so far: %llu)\n",
+                   static_cast<unsigned long long>(stats.log_suppressed));
+    }
+    log_window = now;
+    log_lines = 0;
+  }
+  if (++log_lines > 20) {
+    ++stats.log_suppressed;
+    return;
+  }
+  std::fprintf(stderr, "weir-recursor: %s\n", line.c_str());
 }
 
 // ---------------------------------------------------------------- tagged names
 
-void Server::Impl::Tagged(Waiter w, const partitions::Tag* tag) {
+void Server::Impl::Tagged(Waiter w, const partitions::Tag* tag, std::vector<CachedRecord> prefix) {
   const bool wants_ecs = tag != nullptr ? tag->ecs : w.q.edns.has_ecs;
   std::span<const uint8_t> client;
   if (w.to.peer.len != 0) client = {w.to.peer.addr_bytes(), w.to.peer.addr_len()};
@@ -984,15 +1137,15 @@ void Server::Impl::Tagged(Waiter w, const partitions::Tag* tag) {
   if (a != nullptr && a->fresh_until > now) {
     ++stats.tagged_hits;
     ReplyAnswer(w, *a, now - (a->fresh_until - a->ttl), -1);
-    if (WantsPrefetch(*a, now)) StartTagged(w.q.qname, w.q.qtype, c, nullptr, nullptr);
+    if (WantsPrefetch(*a, now)) StartTagged(w.q.qname, w.q.qtype, c, nullptr, nullptr, std::move(prefix));
     return;
   }
   ++stats.tagged_misses;
-  StartTagged(w.q.qname, w.q.qtype, c, &w, a);
+  StartTagged(w.q.qname, w.q.qtype, c, &w, a, std::move(prefix));
 }
 
 void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w,
-                               const Answer* stale) {
+                               const Answer* stale, std::vector<CachedRecord> prefix) {
   if (w != nullptr) Own(*w);
   std::string key = KeyOf(qname, qtype, 0);
   if (ecs.zero_source) {
@@ -1008,6 +1161,7 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
   if (auto it = resolution_by_key.find(key); it != resolution_by_key.end()) {
     if (w != nullptr) {
       ++stats.coalesced;
+      WatchDeadline(*w, it->second, key);
       resolutions[it->second]->waiters.push_back(std::move(*w));
     }
     return;
@@ -1025,7 +1179,17 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
   r->ecs = ecs;
   r->cur = qname;
   r->cnames_left = cfg.max_cname_chain;
-  if (w != nullptr) r->waiters.push_back(std::move(*w));
+  if (!prefix.empty()) {
+    // Learned: resume after the customer's part of the chain.
+    r->learned = true;
+    r->cnames_left -= static_cast<int>(prefix.size());
+    if (!TargetOf(prefix.back(), &r->cur)) r->cur = qname;
+    r->chain = std::move(prefix);
+  }
+  if (w != nullptr) {
+    WatchDeadline(*w, r->id, key);
+    r->waiters.push_back(std::move(*w));
+  }
   if (stale != nullptr) {
     r->has_stale = true;
     r->stale = *stale;
@@ -1106,18 +1270,21 @@ void Server::Impl::OnCutNs(const std::string& key, int err, const ub_result* res
   auto it = cut_lookups.find(key);
   if (it == cut_lookups.end()) return;
   CutLookup& l = *it->second;
+  if (err != 0 || result == nullptr) return FinishCut(key, false);  // libunbound itself failed
+  // No answer or SERVFAIL for the NS of a name (a CNAME loop at it, a broken
+  // server below the cut) says nothing about the zones above it: look one
+  // label up.
   dns::Message m;
-  if (err != 0 || result == nullptr || result->answer_packet == nullptr ||
+  const bool usable =
+      result->answer_packet != nullptr &&
       m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
-              parse_options) != dns::ParseError::kOk) {
-    return FinishCut(key, false);
-  }
-  if (m.rcode() != 0 && m.rcode() != 3) return FinishCut(key, false);
+              parse_options) == dns::ParseError::kOk &&
+      (m.rcode() == 0 || m.rcode() == 3);
   std::vector<dns::NameKey> ns_names;
-  bool cname = false;
+  bool cname = !usable;
   dns::RrView rr;
   auto ans = m.Records(dns::Section::kAnswer);
-  while (ans.Next(&rr)) {
+  while (usable && ans.Next(&rr)) {
     CachedRecord rec;
     if (!ReadCachedRecord(m, rr, &rec)) continue;
     const bool at_candidate = rec.owner.size() == l.candidate.len &&
@@ -1152,7 +1319,7 @@ void Server::Impl::OnCutNs(const std::string& key, int err, const ub_result* res
     return;
   }
   if (++l.rounds > kMaxCutRounds) return FinishCut(key, false);
-  if (!cname) {
+  if (!cname && usable) {
     auto auth = m.Records(dns::Section::kAuthority);
     while (auth.Next(&rr)) {
       if (rr.type != dns::type::kSoa) continue;
@@ -1207,6 +1374,11 @@ void Server::Impl::FinishCut(const std::string& key, bool ok) {
     cuts.Put(std::string(reinterpret_cast<const char*>(l->cut.bytes.data()), l->cut.len),
              ZoneCut{l->cut, l->servers, expires}, expires);
   }
+  if (!ok) {
+    ++stats.cut_failures;
+    Log(Cat(NameText(l->name), ": no zone cut with server addresses found (NS lookups through libunbound",
+            cfg.forwarders.empty() ? "" : ", which forwards", "): tagged queries get SERVFAIL"));
+  }
   for (uint64_t id : l->waiting) {
     auto rit = resolutions.find(id);
     if (rit == resolutions.end()) continue;
@@ -1224,7 +1396,9 @@ void Server::Impl::FinishCut(const std::string& key, bool ok) {
 void Server::Impl::BeginQueries(Resolution* r) {
   r->attempts_left = cfg.attempts;
   r->next_server = r->servers.empty() ? 0 : rng() % r->servers.size();
-  r->ecs_now = r->ecs.send;
+  // A learned resolution's query name is no tag's: only the steps an ecs
+  // tag covers carry the subnet.
+  r->ecs_now = r->ecs.send && (!r->learned || EcsTagCovers(r->cur));
   r->retried_without_ecs = false;
   SendQuery(r, false);
 }
@@ -1394,6 +1568,24 @@ void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
     ++stats.weights_invalid;
   }
   if (step.kind == StepResult::Kind::kBogus) return SendQuery(r, false);
+  // A chain that comes back to a name it went through in an earlier step
+  // (another zone) is a loop as much as one inside a single reply.
+  if (step.kind != StepResult::Kind::kLoop && step.kind != StepResult::Kind::kTooLong) {
+    for (const CachedRecord& c : step.chain) {
+      dns::NameKey target;
+      if (!TargetOf(c, &target)) continue;
+      bool seen = target == r->qname;
+      for (const CachedRecord& earlier : r->chain) seen = seen || OwnerIs(earlier, target);
+      if (seen) step.kind = StepResult::Kind::kLoop;
+    }
+  }
+  if (step.kind == StepResult::Kind::kLoop || step.kind == StepResult::Kind::kTooLong) {
+    const bool loop = step.kind == StepResult::Kind::kLoop;
+    ++(loop ? stats.cname_loops : stats.cname_chain_too_long);
+    Log(Cat(NameText(r->qname), ": CNAME chain ", loop ? "loops" : "is longer than max_cname_chain", " (at ",
+            NameText(r->cur), "): SERVFAIL"));
+    return Fail(r);
+  }
   CloseQuery(r);
   if (check.verdict == EcsReply::kScoped) r->scope = std::max(r->scope, check.scope);
   r->cnames_left -= static_cast<int>(step.chain.size());
@@ -1410,6 +1602,8 @@ void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
       r->cur = step.next;
       return StartStep(r, step.kind == StepResult::Kind::kReferral);
     case StepResult::Kind::kBogus:
+    case StepResult::Kind::kLoop:
+    case StepResult::Kind::kTooLong:
       break;
   }
 }
@@ -1431,8 +1625,14 @@ void Server::Impl::Complete(Resolution* r, uint16_t rcode, std::vector<CachedRec
   a.scope = r->scope;
   const bool negative = rcode != 0 || rrset.empty();
   uint32_t ttl = MinTtl(a);
-  if (negative) {
-    ttl = std::min(ttl, std::min(NegativeTtl(a.authority, 60), static_cast<uint32_t>(cfg.negative_max_ttl)));
+  if (negative) ttl = std::min(ttl, NegativeTtlOf(a));
+  if (negative && ttl == 0) {
+    // RFC 2308 5: a negative answer without SOA is not cached.
+    ++stats.negative_uncached;
+    a.ttl = 0;
+    a.fresh_until = now;
+    for (const Waiter& w : r->waiters) ReplyAnswer(w, a, 0, -1);
+    return Erase(r);
   }
   a.ttl = ClampTtl(ttl);
   a.fresh_until = now + a.ttl;
@@ -1498,7 +1698,10 @@ std::string Server::Impl::StatsJson() {
       ",\"tagged_names\":", scoped.size(), ",\"plain_entries\":", plain.size(),
       ",\"zero_source_entries\":", zero_source.size(), ",\"zone_cuts\":", cuts.size(),
       ",\"evictions\":", plain.evictions() + scoped.evictions() + zero_source.evictions() + cuts.evictions(),
-      ",\"in_flight\":", InFlight(), "}");
+      ",\"in_flight\":", InFlight(), ",\"cname_loops\":", s.cname_loops,
+      ",\"cname_chain_too_long\":", s.cname_chain_too_long, ",\"deadline_servfail\":", s.deadline_servfail,
+      ",\"deadline_stale\":", s.deadline_stale, ",\"negative_uncached\":", s.negative_uncached,
+      ",\"cut_failures\":", s.cut_failures, ",\"log_suppressed\":", s.log_suppressed, "}");
 }
 
 void Server::Impl::HandleControl(uint64_t id, const std::string& line) {

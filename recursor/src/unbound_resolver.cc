@@ -27,6 +27,21 @@ absl::Status UnboundResolver::Init(const RecursorConfig& config) {
   if (!(st = set("edns-buffer-size:", "1232")).ok()) return st;
   if (!(st = set("verbosity:", std::to_string(config.verbosity))).ok()) return st;
   if (!(st = set("use-syslog:", "no")).ok()) return st;
+  // libunbound's own cache answers ordinary names too: the same caps.
+  if (!(st = set("cache-max-ttl:", std::to_string(config.max_ttl))).ok()) return st;
+  if (!(st = set("cache-max-negative-ttl:", std::to_string(config.negative_max_ttl))).ok()) return st;
+  if (!(st = set("harden-glue:", config.harden_glue ? "yes" : "no")).ok()) return st;
+  using Qmin = RecursorConfig::QnameMinimisation;
+  if (!(st = set("qname-minimisation:", config.qname_minimisation == Qmin::kOff ? "no" : "yes")).ok())
+    return st;
+  if (!(st = set("qname-minimisation-strict:", config.qname_minimisation == Qmin::kStrict ? "yes" : "no"))
+           .ok())
+    return st;
+  if (!(st = set("trust-anchor-signaling:", config.trust_anchor_signaling ? "yes" : "no")).ok()) return st;
+  if (!(st = set("aggressive-nsec:", config.aggressive_nsec ? "yes" : "no")).ok()) return st;
+  if (!config.val_override_date.empty()) {
+    if (!(st = set("val-override-date:", config.val_override_date)).ok()) return st;
+  }
   if (!config.root_hints.empty()) {
     if (!(st = set("root-hints:", config.root_hints)).ok()) return st;
   }
@@ -51,6 +66,15 @@ absl::Status UnboundResolver::Init(const RecursorConfig& config) {
   }
   const int err = ub_ctx_async(ctx_, 1);
   if (err != 0) return absl::InternalError(Cat("libunbound async: ", ub_strerror(err)));
+  // Through the zone API, not the "local-zone:" option: libunbound 1.17
+  // ignores "NAME nodefault" given as an option. Adding a zone finalizes the
+  // context, so this comes after every option.
+  for (const std::string& zone : config.local_zones) {
+    const size_t sp = zone.find(' ');
+    const std::string name = zone.substr(0, sp), type = zone.substr(sp + 1);
+    const int e = ub_ctx_zone_add(ctx_, name.c_str(), type.c_str());
+    if (e != 0) return absl::InvalidArgumentError(Cat("local zone ", zone, ": ", ub_strerror(e)));
+  }
   return absl::OkStatus();
 }
 

@@ -108,5 +108,56 @@ TEST(RecursorConfig, ControlPortIsLoopbackOnlyByDefault) {
   }
 }
 
+// Each libunbound knob of [resolver]: a default, a value taken, a bad value refused with file:line.
+TEST(RecursorConfig, ResolverKnobs) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->harden_glue);
+  EXPECT_EQ(c->qname_minimisation, RecursorConfig::QnameMinimisation::kOn);
+  EXPECT_FALSE(c->trust_anchor_signaling);
+  EXPECT_FALSE(c->aggressive_nsec);
+  EXPECT_TRUE(c->val_override_date.empty());
+  EXPECT_TRUE(c->local_zones.empty());
+  EXPECT_EQ(c->answer_deadline_ms, 3000);
+
+  c = ParseConfig(
+      std::string(kMinimal) +
+          "harden_glue = false\nqname_minimisation = \"strict\"\ntrust_anchor_signaling = true\n"
+          "aggressive_nsec = true\nval_override_date = \"20260101000000\"\n"
+          "local_zones = [\"test. nodefault\", \"Corp.Internal static\", \"x.example.  refuse\"]\n",
+      "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->harden_glue);
+  EXPECT_EQ(c->qname_minimisation, RecursorConfig::QnameMinimisation::kStrict);
+  EXPECT_TRUE(c->trust_anchor_signaling);
+  EXPECT_TRUE(c->aggressive_nsec);
+  EXPECT_EQ(c->val_override_date, "20260101000000");
+  EXPECT_EQ(c->local_zones,
+            (std::vector<std::string>{"test. nodefault", "corp.internal. static", "x.example. refuse"}));
+  c = ParseConfig(std::string(kMinimal) + "qname_minimisation = \"off\"\n", "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->qname_minimisation, RecursorConfig::QnameMinimisation::kOff);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"harden_glue = \"yes\"\n", "harden_glue"},
+      {"qname_minimisation = \"sometimes\"\n", "qname_minimisation"},
+      {"trust_anchor_signaling = 1\n", "trust_anchor_signaling"},
+      {"aggressive_nsec = \"on\"\n", "aggressive_nsec"},
+      {"val_override_date = \"yesterday\"\n", "val_override_date"},
+      {"local_zones = [\"test.\"]\n", "NAME TYPE"},
+      {"local_zones = [\"test. forward\"]\n", "is not one of"},
+      {"local_zones = [\"bad..name static\"]\n", "not a domain name"},
+  };
+  for (const auto& [line, want] : bad) {
+    c = ParseConfig(std::string(kMinimal) + line, "r.toml");
+    ASSERT_FALSE(c.ok()) << line;
+    const std::string msg(c.status().message());
+    EXPECT_NE(msg.find("r.toml:7:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  }
+  c = ParseConfig(std::string("[server]\nanswer_deadline_ms = 50\n") + (kMinimal + 9), "r.toml");
+  EXPECT_FALSE(c.ok());
+}
+
 }  // namespace
 }  // namespace weir::recursor

@@ -166,12 +166,91 @@ TEST(ReadStep, CnameLeavingTheCutIsFollowedNotTrusted) {
   EXPECT_EQ(s.out_of_bailiwick, 1u);
 }
 
-TEST(ReadStep, CnameBudgetExhaustedIsBogus) {
+TEST(ReadStep, CnameBudgetExhaustedIsTooLong) {
   Reply r;
   Build(&r, "a.shop.example", dns::flag::kQr | dns::flag::kAa, {}, "a.shop.example", "b.shop.example", {},
         false);
   EXPECT_EQ(ReadStep(r.m, Key("a.shop.example"), dns::type::kA, Key("shop.example").span(), 0).kind,
-            StepResult::Kind::kBogus);
+            StepResult::Kind::kTooLong);
+}
+
+// A reply with CNAMEs (owner -> target) in the answer and NS/SOA records in
+// the authority section.
+void BuildChain(Reply* r, const char* qname, uint16_t flags, uint16_t rcode,
+                const std::vector<std::pair<const char*, const char*>>& cnames, const char* ns_owner,
+                const char* soa_owner) {
+  dns::ResponseWriter w(r->buf, sizeof(r->buf));
+  const dns::NameKey q = Key(qname);
+  ASSERT_EQ(w.Begin(7, static_cast<uint16_t>(flags | rcode), q.span(), dns::type::kA, dns::klass::kIn),
+            dns::ParseError::kOk);
+  for (const auto& [owner, target] : cnames) {
+    const dns::NameKey o = Key(owner), t = Key(target);
+    w.AppendRecord(dns::Section::kAnswer, o.span(), dns::type::kCname, 1, 300, t.span());
+  }
+  if (ns_owner != nullptr) {
+    const dns::NameKey o = Key(ns_owner), t = Key("ns1.elsewhere.example");
+    w.AppendRecord(dns::Section::kAuthority, o.span(), dns::type::kNs, 1, 300, t.span());
+  }
+  if (soa_owner != nullptr) {
+    const dns::NameKey o = Key(soa_owner), m = Key("ns1.example"), h = Key("h.example");
+    std::vector<uint8_t> rdata(m.bytes.begin(), m.bytes.begin() + m.len);
+    rdata.insert(rdata.end(), h.bytes.begin(), h.bytes.begin() + h.len);
+    for (uint32_t v : {1u, 3600u, 600u, 86400u, 60u}) {
+      for (int sh = 24; sh >= 0; sh -= 8) rdata.push_back(static_cast<uint8_t>(v >> sh));
+    }
+    w.AppendRecord(dns::Section::kAuthority, o.span(), dns::type::kSoa, 1, 3600, rdata);
+  }
+  r->len = w.Finish(sizeof(r->buf));
+  ASSERT_EQ(r->m.Parse({r->buf, r->len}, {}), dns::ParseError::kOk);
+}
+
+TEST(ReadStep, CnameIntoADelegatedChildIsFollowedFromItsOwnCut) {
+  // The target is inside the cut but in a child zone the server does not
+  // hold: AA=1, the CNAME alone. Not a NODATA: resolve the target.
+  Reply r;
+  BuildChain(&r, "video.example", dns::flag::kQr | dns::flag::kAa, 0, {{"video.example", "x.cdn.example"}},
+             nullptr, nullptr);
+  StepResult s = ReadStep(r.m, Key("video.example"), dns::type::kA, Key("example").span(), 8);
+  ASSERT_EQ(s.kind, StepResult::Kind::kFollow);
+  EXPECT_EQ(s.next, Key("x.cdn.example"));
+  EXPECT_EQ(s.chain.size(), 1u);
+  // BIND-style: AA=1 with the referral for the target's zone.
+  BuildChain(&r, "video.example", dns::flag::kQr | dns::flag::kAa, 0, {{"video.example", "x.cdn.example"}},
+             "cdn.example", nullptr);
+  s = ReadStep(r.m, Key("video.example"), dns::type::kA, Key("example").span(), 8);
+  ASSERT_EQ(s.kind, StepResult::Kind::kReferral);
+  EXPECT_EQ(s.next, Key("x.cdn.example"));
+  // The target does not exist: NXDOMAIN with the SOA ends the chain.
+  BuildChain(&r, "video.example", dns::flag::kQr | dns::flag::kAa, 3, {{"video.example", "x.example"}},
+             nullptr, "example");
+  s = ReadStep(r.m, Key("video.example"), dns::type::kA, Key("example").span(), 8);
+  ASSERT_EQ(s.kind, StepResult::Kind::kNegative);
+  EXPECT_EQ(s.rcode, 3);
+  EXPECT_EQ(s.authority.size(), 1u);
+  // NODATA at the target with the SOA of its zone.
+  BuildChain(&r, "video.example", dns::flag::kQr | dns::flag::kAa, 0, {{"video.example", "x.example"}},
+             nullptr, "example");
+  EXPECT_EQ(ReadStep(r.m, Key("video.example"), dns::type::kA, Key("example").span(), 8).kind,
+            StepResult::Kind::kNegative);
+}
+
+TEST(ReadStep, LoopInsideOneReply) {
+  Reply r;
+  BuildChain(&r, "a.example", dns::flag::kQr | dns::flag::kAa, 0,
+             {{"a.example", "b.example"}, {"b.example", "a.example"}}, nullptr, nullptr);
+  EXPECT_EQ(ReadStep(r.m, Key("a.example"), dns::type::kA, Key("example").span(), 8).kind,
+            StepResult::Kind::kLoop);
+}
+
+TEST(ReadStep, SoaAboveAForwardTagSuffixDatesTheNegative) {
+  // policy=forward: the cut is the tag's suffix, the zone apex is above it.
+  Reply r;
+  BuildChain(&r, "nx.video.shop.example", dns::flag::kQr | dns::flag::kAa, 3, {}, nullptr, "shop.example");
+  const StepResult s =
+      ReadStep(r.m, Key("nx.video.shop.example"), dns::type::kA, Key("video.shop.example").span(), 8);
+  ASSERT_EQ(s.kind, StepResult::Kind::kNegative);
+  ASSERT_EQ(s.authority.size(), 1u);
+  EXPECT_EQ(NegativeTtl(s.authority, 0), 60u);
 }
 
 TEST(ReadStep, InvalidWeightsAreNeutralised) {

@@ -35,6 +35,10 @@ struct RecursorConfig {
   // together); a query that would start one more gets a stale answer if
   // there is one, SERVFAIL otherwise.
   int max_inflight = 10000;
+  // Every query is answered within this time of its arrival: SERVFAIL, or
+  // the stale answer when there is one (RFC 8767). The resolution goes on
+  // and its result is cached for the next query.
+  int answer_deadline_ms = 3000;
 
   // [acl]
   std::vector<partitions::Cidr> allow;
@@ -45,6 +49,16 @@ struct RecursorConfig {
   std::vector<common::SocketAddress> forwarders;
   bool do_ip6 = true;
   int verbosity = 0;
+  // libunbound knobs (unbound.conf(5) names with '_').
+  bool harden_glue = true;
+  enum class QnameMinimisation : uint8_t { kOff, kOn, kStrict };
+  QnameMinimisation qname_minimisation = QnameMinimisation::kOn;
+  bool trust_anchor_signaling = false;  // RFC 8145 key-tag queries: off on a carrier node
+  bool aggressive_nsec = false;         // RFC 8198 (needs a trust anchor to matter)
+  std::string val_override_date;        // validator clock for tests: YYYYMMDDHHMMSS or seconds
+  // Local zones, each "NAME TYPE" as unbound's local-zone (TYPE: nodefault,
+  // static, refuse, deny, transparent, always_nxdomain, always_refuse).
+  std::vector<std::string> local_zones;
 
   // [tags]
   std::string tags_path;  // partitions TagTable text format

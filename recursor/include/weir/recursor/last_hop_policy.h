@@ -76,6 +76,8 @@ struct StepResult {
     kFollow,    // the chain leaves the zone cut: resolve `next` with a new cut
     kReferral,  // the server referred us below the cut: find the deeper cut for `next`
     kBogus,     // nothing usable (no answer at all, a lame reply)
+    kLoop,      // the CNAME chain comes back to a name it already went through
+    kTooLong,   // the CNAME chain is longer than the budget
   };
   Kind kind = Kind::kBogus;
   std::vector<CachedRecord> chain;      // CNAMEs taken from this reply, in order
@@ -93,6 +95,15 @@ struct StepResult {
 
 // Reads a NOERROR/NXDOMAIN reply to a query for `qname`/`qtype` sent to the
 // servers of zone `cut`. At most `cname_budget` CNAMEs are taken.
+//
+// A CNAME whose target the reply does not answer is followed from the
+// target's own zone cut (kFollow, or kReferral when the reply carries NS
+// records for a zone below the cut that holds the target, as BIND-style
+// servers add even with AA=1); only an SOA that covers the target, or
+// NXDOMAIN, makes the end of the chain negative. An SOA is taken from the
+// authority section when it is the target's zone or one above it, even
+// above `cut` (a forward tag names a suffix, not its zone apex): it only
+// dates the negative answer.
 StepResult ReadStep(const dns::Message& reply, const dns::NameKey& qname, uint16_t qtype,
                     std::span<const uint8_t> cut, int cname_budget);
 
