@@ -545,6 +545,7 @@ void Cache::DrainFreedLocked() {
       const size_t bytes = e->memory_bytes();
       e->~CacheEntry();
       slab_->Free(e, bytes);
+      retired_bytes_ -= std::min(retired_bytes_, bytes);
     }
     RetiredBatch* next = b->next;
     delete b;
@@ -558,7 +559,9 @@ Cache::InsertResult Cache::Insert(CacheEntryPtr entry) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     r = InsertLocked(std::move(entry));
-    batch = TakeRetiredLocked(false);
+    // Near the cap the batch goes at once: waiting for 512 retirements
+    // could hold back the memory that lets inserts in again.
+    batch = TakeRetiredLocked(retired_bytes_ >= RetiredCap() / 2);
   }
   FlushRetired(std::move(batch));  // outside the lock: it may wait for a grace period
   return r;
@@ -571,7 +574,7 @@ Cache::InsertResult Cache::TryInsert(CacheEntryPtr entry) {
     return InsertResult::kBusy;
   }
   InsertResult r = InsertLocked(std::move(entry));
-  auto batch = TakeRetiredLocked(false);
+  auto batch = TakeRetiredLocked(retired_bytes_ >= RetiredCap() / 2);
   lock.unlock();
   FlushRetired(std::move(batch));
   return r;
@@ -615,6 +618,10 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
   const size_t block = EntrySlab::BlockBytes(entry->size());
   if (block * 8 > options_.byte_budget) return InsertResult::kTooLarge;
   DrainFreedLocked();
+  if (retired_bytes_ > 0 && retired_bytes_ + block > RetiredCap()) {
+    ++stats_.reclaiming;
+    return InsertResult::kReclaiming;
+  }
   const CacheKey key{entry->partition(), entry->qname(), entry->qtype(), entry->qclass()};
   const uint64_t h = entry->hash();
 
@@ -641,6 +648,7 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
     slot.store(SlotValue(e), std::memory_order_release);
     if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
     retired_->entries.push_back(old);
+    retired_bytes_ += old->memory_bytes();
     ++stats_.replaces;
     EvictToBudgetLocked(clock_.NowSeconds());
     return InsertResult::kReplaced;
@@ -692,6 +700,7 @@ void Cache::EvictLocked(size_t position, bool expired) {
   --used_;
   if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
   retired_->entries.push_back(e);
+  retired_bytes_ += e->memory_bytes();
   ++(expired ? stats_.expired_evictions : stats_.evictions);
 }
 
@@ -779,6 +788,7 @@ CacheStats Cache::stats() const {
   s.bytes = entry_bytes_ + s.index_bytes;
   s.slab_bytes = slab_->mapped_bytes();
   s.busy = busy_.load(std::memory_order_relaxed);
+  s.retired_bytes = retired_bytes_;
   return s;
 }
 

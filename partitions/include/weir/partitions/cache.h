@@ -25,7 +25,10 @@
 // budget (entry blocks + index) is exceeded. Readers mark an entry
 // referenced with a relaxed load + store (no read-modify-write, and no
 // store at all once set). Entries expired for longer than the serve-stale
-// window are evicted first.
+// window are evicted first. Evicted blocks return to the slab after their
+// RCU grace period; while the blocks waiting for one exceed an eighth of the
+// budget, inserts are refused (kReclaiming), so entry memory stays within
+// 1.125x the budget (plus partly used slab chunks) at any churn rate.
 //
 // Threading contract:
 // * Find()/FindBurst()/Prefetch(): any number of reader threads, each
@@ -326,6 +329,8 @@ struct CacheStats {
   uint64_t evictions = 0;          // CLOCK, over budget
   uint64_t expired_evictions = 0;  // past the stale window
   uint64_t busy = 0;               // TryInsert found the writer lock taken
+  uint64_t reclaiming = 0;         // inserts refused while retired blocks awaited their grace period
+  uint64_t retired_bytes = 0;      // blocks retired and not yet back in the slab
   uint64_t rehashes = 0;
 };
 
@@ -367,7 +372,11 @@ class Cache {
   }
 
   // ---- Writer side.
-  enum class InsertResult : uint8_t { kInserted, kReplaced, kBusy, kTooLarge };
+  // kReclaiming: the blocks retired by evictions and refreshes that still
+  // wait for their RCU grace period already take an eighth of the budget;
+  // the entry is not cached until they are back (the bound on memory must
+  // not depend on how fast readers pass quiescent states).
+  enum class InsertResult : uint8_t { kInserted, kReplaced, kBusy, kTooLarge, kReclaiming };
   InsertResult Insert(CacheEntryPtr entry);
   InsertResult TryInsert(CacheEntryPtr entry);
   bool Erase(const CacheKey& key);
@@ -530,6 +539,10 @@ class Cache {
   std::unique_ptr<EntrySlab> slab_;
   size_t used_ = 0;
   size_t entry_bytes_ = 0;
+  // Blocks retired (evicted or replaced entries) that are not back in the
+  // slab yet: at most RetiredCap(), so the slab stays within budget + 1/8.
+  size_t retired_bytes_ = 0;
+  size_t RetiredCap() const { return options_.byte_budget / 8; }
   size_t hand_ = 0, sweep_ = 0;  // positions
   std::unique_ptr<RetiredBatch> retired_;
   CacheStats stats_;
