@@ -136,6 +136,29 @@ def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
 
+class TcpHalfCloseTest(unittest.TestCase):
+    """Issue item 2: RFC 7766 6.2.4, answers go out before the close."""
+
+    def test_half_closed_client_gets_every_answer(self):
+        sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
+        self.addCleanup(sim.stop)
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([f"{sim.host}:{sim.port}"]))
+        self.addCleanup(fp.stop)
+        names = ["slow1.cdn.test", "slow2.cdn.test", "slow3.cdn.test"]
+        queries = [weirtest.make_query(n, qid=100 + i) for i, n in enumerate(names)]
+        answers, closed = weirtest.tcp_exchange_half_close(fp.host, fp.port, queries, timeout=5)
+        got = sorted((m.id, m.rcode, [r.rdata for r in m.answer])
+                     for m in (weirtest.parse_message(a) for a in answers))
+        self.assertEqual(got, [(100, 0, [weirtest.rdata_a("192.0.2.31")]),
+                               (101, 0, [weirtest.rdata_a("192.0.2.32")]),
+                               (102, 0, [weirtest.rdata_a("192.0.2.33")])])
+        self.assertTrue(closed, "the server closes once everything is answered")
+        # Cached now: a half-closed connection with hits only is answered too.
+        answers, closed = weirtest.tcp_exchange_half_close(fp.host, fp.port, queries[:1])
+        self.assertEqual(len(answers), 1)
+        self.assertTrue(closed)
+
+
 class TrailingBytesTest(unittest.TestCase):
     """Issue item 5: bytes after the last counted record are FORMERR."""
 
