@@ -43,6 +43,7 @@ struct Pending {
   Clock::time_point sent;
   Clock::time_point deadline;
   uint64_t generation = 0;
+  bool answer_timer = false;   // an answer deadline timer is armed for the waiters
   std::vector<uint8_t> query;  // as sent upstream
   // A truncated UDP answer moves the question to TCP on the same recursor.
   bool over_tcp = false;
@@ -78,12 +79,14 @@ struct Forwarder::Impl {
   // Timers name their try by generation, never by pointer: a Pending may
   // be freed long before its old deadlines come up.
   absl::flat_hash_map<uint64_t, Pending*> by_generation;
-  // RFC 8767 client response timers: generation -> the pending's key.
+  // RFC 8767 client response timers and answer deadlines: generation ->
+  // the pending's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers;
+  enum class TimerKind : uint8_t { kTry, kStale, kDeadline };
   struct Timer {
     Clock::time_point at;
     uint64_t generation;
-    bool client = false;  // a client response timer, not a try's timeout
+    TimerKind kind = TimerKind::kTry;
     bool operator>(const Timer& o) const { return at > o.at; }
   };
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
@@ -119,6 +122,9 @@ struct Forwarder::Impl {
   void SendProbes();
   void OnProbe(int fd);
   void OnClientTimer(uint64_t generation);
+  // Arms the answer deadline of `p`'s earliest waiting client, if any.
+  void ArmAnswerDeadline(Pending* p);
+  void OnAnswerDeadline(uint64_t generation);
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
@@ -226,8 +232,12 @@ void Forwarder::Impl::Run() {
     while (!timers.empty() && timers.top().at <= now) {
       Timer t = timers.top();
       timers.pop();
-      if (t.client) {
+      if (t.kind == TimerKind::kStale) {
         OnClientTimer(t.generation);
+        continue;
+      }
+      if (t.kind == TimerKind::kDeadline) {
+        OnAnswerDeadline(t.generation);
         continue;
       }
       // Stale timer entries (the pending finished or was re-sent) are skipped.
@@ -247,6 +257,7 @@ void Forwarder::Impl::Drain() {
 void Forwarder::Impl::Accept(PendingClient&& c) {
   // Coalescing key: everything that makes two answers differ.
   const MissRequest& m = c.miss;
+  if (c.accepted == Clock::time_point{}) c.accepted = Clock::now();
   std::string key;
   key.reserve(16 + m.qname.len);
   key.append(reinterpret_cast<const char*>(&m.partition), sizeof(m.partition));
@@ -257,6 +268,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (it != inflight.end()) {
     self->coalesced_.Add();
     it->second->waiters.push_back(std::move(c));
+    if (!it->second->answer_timer) ArmAnswerDeadline(it->second.get());
     return;
   }
   bool stale_exists = false;
@@ -283,8 +295,10 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (stale_exists && config.stale_answer_after_ms > 0) {
     const uint64_t gen = next_generation++;
     client_timers[gen] = key;
-    timers.push({Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, true});
+    timers.push(
+        {Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, TimerKind::kStale});
   }
+  ArmAnswerDeadline(raw);
   Send(raw);
 }
 
@@ -828,6 +842,40 @@ void Forwarder::Impl::OnClientTimer(uint64_t generation) {
     if (c.worker >= 0) StaleOrServfail(c);
   }
   std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker >= 0; });
+}
+
+void Forwarder::Impl::ArmAnswerDeadline(Pending* p) {
+  Clock::time_point first = Clock::time_point::max();
+  for (const PendingClient& c : p->waiters) {
+    if (c.worker >= 0) first = std::min(first, c.accepted);
+  }
+  p->answer_timer = first != Clock::time_point::max();
+  if (!p->answer_timer) return;  // prefetches only: nobody waits
+  const uint64_t gen = next_generation++;
+  client_timers[gen] = p->key;
+  timers.push({first + std::chrono::milliseconds(config.answer_deadline_ms), gen, TimerKind::kDeadline});
+}
+
+void Forwarder::Impl::OnAnswerDeadline(uint64_t generation) {
+  auto t = client_timers.find(generation);
+  if (t == client_timers.end()) return;
+  auto it = inflight.find(t->second);
+  client_timers.erase(t);
+  if (it == inflight.end()) return;  // answered in time
+  // The upstreams are unreachable or slow: clients that have waited the
+  // whole deadline get the stale answer if there is one, else SERVFAIL,
+  // before their own timeouts turn it into silence. The tries go on and
+  // fill the cache for the next clients.
+  Pending* p = it->second.get();
+  const auto due = Clock::now() - std::chrono::milliseconds(config.answer_deadline_ms);
+  for (PendingClient& c : p->waiters) {
+    if (c.worker >= 0 && c.accepted <= due) {
+      StaleOrServfail(c);
+      c.worker = -2;  // answered
+    }
+  }
+  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker == -2; });
+  ArmAnswerDeadline(p);
 }
 
 }  // namespace weir::fastpath

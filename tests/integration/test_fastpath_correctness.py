@@ -136,6 +136,51 @@ def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
 
+class AnswerDeadlineTest(unittest.TestCase):
+    """Issue item 4: upstreams that never answer still give SERVFAIL in time."""
+
+    def test_blackholed_upstreams_get_servfail_by_the_deadline(self):
+        holes = []
+        for _ in range(3):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))  # bound, never read: a blackhole
+            self.addCleanup(s.close)
+            holes.append(f"127.0.0.1:{s.getsockname()[1]}")
+        # The default timeouts: 1.5 s per try, 3 tries.
+        conf = weirtest.fastpath_config(holes)
+        fp = weirtest.Fastpath(BUILD_DIR, conf)
+        self.addCleanup(fp.stop)
+        for transport in ("udp", "tcp"):
+            t0 = time.monotonic()
+            r = weirtest.dig(fp.host, fp.port, f"hole-{transport}.example.org", timeout=4, tcp=transport == "tcp",
+                             norec=False)
+            elapsed = time.monotonic() - t0
+            self.assertEqual(r.status, "SERVFAIL", f"{transport}: {r.text}")
+            self.assertLess(elapsed, 3.6, f"{transport}: SERVFAIL after {elapsed:.2f} s")
+            self.assertGreater(elapsed, 2.5, "the default deadline is 3 s")
+
+    def test_deadline_knob(self):
+        hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        hole.bind(("127.0.0.1", 0))
+        self.addCleanup(hole.close)
+        conf = weirtest.fastpath_config([f"127.0.0.1:{hole.getsockname()[1]}"],
+                                        upstream={"timeout_ms": 5000, "answer_deadline_ms": 700})
+        fp = weirtest.Fastpath(BUILD_DIR, conf)
+        self.addCleanup(fp.stop)
+        t0 = time.monotonic()
+        r = weirtest.dig(fp.host, fp.port, "hole.example.org", timeout=3, norec=False)
+        self.assertEqual(r.status, "SERVFAIL", r.text)
+        self.assertLess(time.monotonic() - t0, 1.5)
+
+    def test_bad_deadline_is_rejected(self):
+        path = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:53"],
+                                                            upstream={"answer_deadline_ms": 50}))
+        self.addCleanup(os.unlink, path)
+        out = weirtest.run([weirtest.binary(BUILD_DIR, "fastpath/weir-fastpath"), "-c", path, "--check"])
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("answer_deadline_ms", out.stderr)
+
+
 class TcpHalfCloseTest(unittest.TestCase):
     """Issue item 2: RFC 7766 6.2.4, answers go out before the close."""
 
