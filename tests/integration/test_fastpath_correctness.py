@@ -136,6 +136,137 @@ def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
 
+class ScriptedUpstreamTest(unittest.TestCase):
+    """A scripted upstream for answers gslb-sim never gives."""
+
+    def start(self, handler, cache=None, upstream=None, tags=None, ordinary=None):
+        self.auth = weirtest.ScriptedAuthority(handler)
+        self.addCleanup(self.auth.stop)
+        up = f"{self.auth.host}:{self.auth.port}"
+        files = PartitionFiles(tags=tags if tags is not None else TAGS)
+        self.addCleanup(files.tmp.cleanup)
+        conf = weirtest.fastpath_config(ordinary or [up], weighted=[up], citymap=files.citymap,
+                                        tags=files.tags, cache=cache,
+                                        upstream=upstream or {"timeout_ms": 1000})
+        self.fp = weirtest.Fastpath(BUILD_DIR, conf, test_clock=True)
+        self.addCleanup(self.fp.stop)
+
+    def ask(self, payload, source=CITY_A1):
+        r = query(self.fp.host, self.fp.port, payload, source=source)
+        self.assertIsNotNone(r, "no answer")
+        return r
+
+
+def rrsig(covered, signer):
+    return (struct.pack("!HBBIIIH", covered, 13, 3, 300, 2000000000, 1700000000, 12345) +
+            weirtest.wire_name(signer) + b"\x55" * 64)
+
+
+def nsec(next_name):
+    return weirtest.wire_name(next_name) + bytes([0, 6, 0x40, 0x01, 0, 0, 0, 0x03])
+
+
+def nsec3():
+    return bytes([1, 0, 0, 0, 0, 20]) + b"\x11" * 20 + bytes([0, 1, 0x40])
+
+
+def set_ad(pkt):
+    return pkt[:3] + bytes([pkt[3] | 0x20]) + pkt[4:]
+
+
+class DnssecStrippingTest(ScriptedUpstreamTest):
+    """Issue item 3: a misbehaving upstream sends DNSSEC records and AD to a
+    query without DO; clients without DO never see them."""
+
+    def handler(self, q):
+        if q.qname.startswith("signed"):
+            return set_ad(weirtest.build_response(
+                q, answer=[(q.qname, "A", 300, weirtest.rdata_a("192.0.2.80")),
+                           (q.qname, T_RRSIG, 300, rrsig(T_A, "example.org."))],
+                authority=[("example.org.", "NS", 300, weirtest.wire_name("ns1.example.org.")),
+                           ("example.org.", T_RRSIG, 300, rrsig(2, "example.org."))],
+                additional=[("ns1.example.org.", "A", 300, weirtest.rdata_a("192.0.2.53")),
+                            ("ns1.example.org.", T_RRSIG, 300, rrsig(T_A, "example.org."))],
+                options=[]))
+        return set_ad(weirtest.build_response(
+            q, rcode=3,
+            authority=[("example.org.", "SOA", 300, weirtest.rdata_soa("ns1.example.org.", "a.example.org.")),
+                       ("example.org.", T_RRSIG, 300, rrsig(T_SOA, "example.org.")),
+                       ("a.example.org.", T_NSEC, 300, nsec("z.example.org.")),
+                       ("a.example.org.", T_RRSIG, 300, rrsig(T_NSEC, "example.org.")),
+                       ("abcd.example.org.", T_NSEC3, 300, nsec3())],
+            options=[]))
+
+    def test_relayed_answers_without_do(self):
+        # Answers the cache does not keep are relayed: CD without DO, and a
+        # negative answer without SOA. Neither may carry DNSSEC records.
+        def handler(q):
+            if q.qname.startswith("nosoa"):
+                return weirtest.build_response(q, rcode=3, authority=[
+                    ("a.example.org.", T_NSEC, 300, nsec("z.example.org.")),
+                    ("a.example.org.", T_RRSIG, 300, rrsig(T_NSEC, "example.org."))], options=[])
+            return self.handler(q)
+
+        self.start(handler, tags="")
+        for name in ("signed.example.org", "nx.example.org"):
+            for _ in range(2):
+                q = bytearray(weirtest.make_query(name, ad=True))
+                q[3] |= 0x10  # CD
+                r = self.ask(bytes(q))
+                self.assertFalse(r.types() & DNSSEC_TYPES, f"CD, no DO, {name}: {r.types()}")
+                self.assertTrue(r.flags & 0x10, "CD is copied")
+                if name.startswith("signed"):
+                    self.assertEqual([x.type for x in r.answer], [T_A])
+                    self.assertEqual([(x.type, x.name) for x in r.authority], [(2, "example.org.")],
+                                     "the NS RRset stays")
+                    self.assertEqual([(x.type, x.rdata) for x in r.additional],
+                                     [(T_A, weirtest.rdata_a("192.0.2.53"))], "the glue stays")
+                else:
+                    self.assertEqual([x.type for x in r.authority], [T_SOA])
+        r = self.ask(weirtest.make_query("nosoa.example.org"))
+        self.assertEqual(r.rcode, 3)
+        self.assertFalse(r.types() & DNSSEC_TYPES, r.types())
+        # With DO and CD the client gets what the upstream sent.
+        q = bytearray(weirtest.make_query("signed.example.org", do=True))
+        q[3] |= 0x10
+        r = self.ask(bytes(q))
+        self.assertIn(T_RRSIG, {x.type for x in r.answer})
+
+    def test_no_dnssec_records_without_do(self):
+        self.start(self.handler, tags="")
+        # dig's default: RD and AD, no DO. First the relayed answer, then the cached one.
+        for attempt in ("relayed", "cached"):
+            r = self.ask(weirtest.make_query("signed.example.org", ad=True))
+            self.assertEqual(r.rcode, 0)
+            self.assertEqual([(x.type, x.rdata) for x in r.answer], [(T_A, weirtest.rdata_a("192.0.2.80"))],
+                             attempt)
+            self.assertFalse(r.types() & DNSSEC_TYPES, f"{attempt}: DNSSEC records without DO: {r.types()}")
+            self.assertTrue(r.ad, f"{attempt}: AD asked for and upstream-authenticated")
+            r = self.ask(weirtest.make_query("nx.example.org", ad=True))
+            self.assertEqual(r.rcode, 3)
+            self.assertFalse(r.types() & DNSSEC_TYPES, f"{attempt}: DNSSEC records without DO: {r.types()}")
+            self.assertEqual([x.type for x in r.authority], [T_SOA])
+        # No AD and no DO: never AD (RFC 6840 5.8).
+        for name in ("signed.example.org", "nx.example.org"):
+            r = self.ask(weirtest.make_query(name, ad=False))
+            self.assertFalse(r.ad, name)
+            self.assertFalse(r.types() & DNSSEC_TYPES)
+        # Without EDNS at all.
+        r = self.ask(weirtest.make_query("signed2.example.org", ad=True, edns=False))
+        self.assertFalse(r.types() & DNSSEC_TYPES, r.types())
+        self.assertEqual(len(r.answer), 1)
+        # With DO the client gets what the upstream sent.
+        r = self.ask(weirtest.make_query("signed3.example.org", do=True))
+        self.assertIn(T_RRSIG, {x.type for x in r.answer})
+
+    def test_explicit_rrsig_query_is_answered(self):
+        # A query for the RRSIG type itself gets the RRSIGs (RFC 4035 3.1.5 does not apply).
+        self.start(lambda q: weirtest.build_response(
+            q, answer=[(q.qname, T_RRSIG, 300, rrsig(T_A, "example.org."))], options=[]), tags="")
+        r = self.ask(weirtest.make_query("sig.example.org", T_RRSIG))
+        self.assertEqual([x.type for x in r.answer], [T_RRSIG])
+
+
 class AnswerDeadlineTest(unittest.TestCase):
     """Issue item 4: upstreams that never answer still give SERVFAIL in time."""
 
