@@ -136,6 +136,82 @@ def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
 
+class NegativeTaggedTest(unittest.TestCase):
+    """Issue item 1: NXDOMAIN/NODATA of tagged names."""
+
+    def start(self, cache=None):
+        files = PartitionFiles()
+        self.addCleanup(files.tmp.cleanup)
+        self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
+        self.addCleanup(self.sim.stop)
+        up = f"{self.sim.host}:{self.sim.port}"
+        conf = weirtest.fastpath_config([up], weighted=[up], citymap=files.citymap, tags=files.tags,
+                                        cache=cache, upstream={"timeout_ms": 1000})
+        self.fp = weirtest.Fastpath(BUILD_DIR, conf, test_clock=True)
+        self.addCleanup(self.fp.stop)
+
+    def ask(self, qname, qtype, source, weight=True):
+        opts = [(W, b"")] if weight else []
+        r = query(self.fp.host, self.fp.port, weirtest.make_query(qname, qtype, options=opts), source=source)
+        self.assertIsNotNone(r, f"no answer for {qname} from {source}")
+        return r
+
+    def check_negative(self, r, rcode, ttl):
+        self.assertEqual(r.rcode, rcode)
+        self.assertEqual(r.answer, [])
+        soa = [x for x in r.authority if x.type == T_SOA]
+        self.assertEqual(len(soa), 1, f"SOA in authority: {r.authority}")
+        self.assertEqual(soa[0].name, "cdn.test.")
+        self.assertEqual(soa[0].ttl, ttl)
+
+    def run_case(self, qname, qtype, rcode):
+        wire = qname + "."
+        first = self.ask(qname, qtype, CITY_A1)
+        self.check_negative(first, rcode, 40)  # min(SOA TTL 3600, MINIMUM 40)
+        self.assertEqual(first.option(W), b"", "the weight option is echoed with length 0")
+        self.assertEqual(upstream_queries(self.sim, wire), 1)
+
+        # Same city, another subscriber: from the cache, TTL counted down.
+        self.fp.advance_clock(15)
+        hit = self.ask(qname, qtype, CITY_A2)
+        self.check_negative(hit, rcode, 25)
+        self.assertEqual(hit.option(W), b"")
+        self.assertEqual(upstream_queries(self.sim, wire), 1, "a repeat in the same city went upstream")
+
+        # Without the weight option: no option in the answer.
+        plain = self.ask(qname, qtype, CITY_A2, weight=False)
+        self.check_negative(plain, rcode, 25)
+        self.assertIsNone(plain.option(W))
+        self.assertEqual(upstream_queries(self.sim, wire), 1)
+
+        # Another city is another partition: its own upstream query, once.
+        other = self.ask(qname, qtype, CITY_B1)
+        self.check_negative(other, rcode, 40)
+        self.ask(qname, qtype, CITY_B1)
+        self.assertEqual(upstream_queries(self.sim, wire), 2)
+
+        # Expired: asked again.
+        self.fp.advance_clock(41)
+        self.check_negative(self.ask(qname, qtype, CITY_B1), rcode, 40)
+        self.assertEqual(upstream_queries(self.sim, wire), 3)
+
+    def test_nxdomain_cached_per_partition(self):
+        self.start()
+        self.run_case("nope.cdn.test", T_A, 3)
+
+    def test_nodata_cached_per_partition(self):
+        self.start()
+        self.run_case("x.cdn.test", T_AAAA, 0)
+
+    def test_negative_ttl_capped(self):
+        self.start(cache={"negative_max_ttl": 20})
+        r = self.ask("nope.cdn.test", T_A, CITY_A1)
+        self.check_negative(r, 3, 20)
+        self.fp.advance_clock(5)
+        self.check_negative(self.ask("nope.cdn.test", T_A, CITY_A2), 3, 15)
+        self.assertEqual(upstream_queries(self.sim, "nope.cdn.test."), 1)
+
+
 class ScriptedUpstreamTest(unittest.TestCase):
     """A scripted upstream for answers gslb-sim never gives."""
 
@@ -155,6 +231,77 @@ class ScriptedUpstreamTest(unittest.TestCase):
         r = query(self.fp.host, self.fp.port, payload, source=source)
         self.assertIsNotNone(r, "no answer")
         return r
+
+
+SOA = weirtest.rdata_soa("ns1.cdn.test.", "admin.cdn.test.", minimum=120)
+
+
+class NegativeTtlTest(ScriptedUpstreamTest):
+    def test_soa_ttl_is_min_of_ttl_and_minimum(self):
+        # SOA record TTL 300, MINIMUM 120: the negative TTL is 120 (RFC 2308 5).
+        self.start(lambda q: weirtest.build_response(q, rcode=3, authority=[("cdn.test.", "SOA", 300, SOA)],
+                                                     options=[]))
+        r = self.ask(weirtest.make_query("gone.cdn.test", options=[(W, b"")]))
+        self.assertEqual(r.rcode, 3)
+        self.assertEqual([(x.type, x.ttl) for x in r.authority], [(T_SOA, 120)])
+        self.assertEqual(r.option(W), b"")
+        self.fp.advance_clock(20)
+        r = self.ask(weirtest.make_query("gone.cdn.test"), source=CITY_A2)
+        self.assertEqual([(x.type, x.ttl) for x in r.authority], [(T_SOA, 100)])
+        self.assertIsNone(r.option(W))
+        self.assertEqual(len(self.auth.received("gone.cdn.test.")), 1)
+
+
+class NegativeWithoutSoaTest(ScriptedUpstreamTest):
+    """Issue item 6: RFC 2308 section 5, no SOA -> not cached."""
+
+    def test_nxdomain_without_soa_is_not_cached(self):
+        self.start(lambda q: weirtest.build_response(q, rcode=3, options=[]), tags="")
+        for i in range(2):
+            r = self.ask(weirtest.make_query("nosoa.example.org"))
+            self.assertEqual(r.rcode, 3)
+        self.assertEqual(len(self.auth.received("nosoa.example.org.")), 2,
+                         "a negative answer without SOA was cached")
+
+    def test_nodata_without_soa_is_not_cached(self):
+        self.start(lambda q: weirtest.build_response(q, rcode=0, options=[]))
+        for src in (CITY_A1, CITY_A2):
+            r = self.ask(weirtest.make_query("nosoa.cdn.test"), source=src)
+            self.assertEqual(r.rcode, 0)
+            self.assertEqual(r.answer, [])
+        self.assertEqual(len(self.auth.received("nosoa.cdn.test.")), 2,
+                         "a NODATA answer without SOA was cached")
+
+
+class ServfailTtlTest(ScriptedUpstreamTest):
+    """Issue item 7: SERVFAIL is cached for cache.servfail_ttl at most."""
+
+    def handler(self, q):
+        # www.plain.test is untagged, but its CNAME enters the tagged
+        # cdn.test: the fastpath learns the tag and asks again as a tagged
+        # name (with the weight option), and that resolution fails.
+        if q.qname == "www.plain.test." and q.option(W) is None:
+            return weirtest.build_response(q, answer=[("www.plain.test.", "CNAME", 300,
+                                                       weirtest.wire_name("x.cdn.test."))], options=[])
+        return weirtest.build_response(q, rcode=2, aa=False, options=[])
+
+    def failed_queries(self, name):
+        return len([q for q in self.auth.received(name) if name != "www.plain.test." or q.option(W) is not None])
+
+    def test_servfail_ttl_plain_tagged_and_learned(self):
+        self.start(self.handler, cache={"servfail_ttl": 3, "stale_window": 0})
+        for name in ("sf.example.org", "sf.cdn.test", "www.plain.test"):
+            wire = name + "."
+            r = self.ask(weirtest.make_query(name))
+            self.assertEqual(r.rcode, 2, name)
+            first = self.failed_queries(wire)
+            self.assertGreater(first, 0, name)
+            self.fp.advance_clock(2)
+            self.assertEqual(self.ask(weirtest.make_query(name), source=CITY_A2).rcode, 2)
+            self.assertEqual(self.failed_queries(wire), first, f"{name}: SERVFAIL not cached for servfail_ttl")
+            self.fp.advance_clock(2)  # 4 s > servfail_ttl
+            self.assertEqual(self.ask(weirtest.make_query(name)).rcode, 2)
+            self.assertGreater(self.failed_queries(wire), first, f"{name}: SERVFAIL cached longer than servfail_ttl")
 
 
 def rrsig(covered, signer):
