@@ -643,7 +643,7 @@ void Server::Impl::TcpLoop() {
             }
             if (forwarder->Submit(tcp_index, std::move(pc))) {
               forwarder->Notify();
-              if (v == Verdict::kMiss) ++conns[id].pending;
+              if (auto c = conns.find(id); v == Verdict::kMiss && c != conns.end()) ++c->second.pending;
             } else if (v == Verdict::kMiss) {
               ctr->Drop(DropReason::kMissQueueFull);
             }
