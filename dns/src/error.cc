@@ -38,6 +38,8 @@ std::string_view ParseErrorName(ParseError e) {
       return "rdata_overrun";
     case ParseError::kTooManyRecords:
       return "too_many_records";
+    case ParseError::kTrailingBytes:
+      return "trailing_bytes";
     case ParseError::kDuplicateOpt:
       return "duplicate_opt";
     case ParseError::kOptNotInAdditional:

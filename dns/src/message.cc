@@ -449,7 +449,9 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   const uint16_t an = Load16(p + kOffAncount);
   const uint16_t ns = Load16(p + kOffNscount);
   const uint16_t ar = Load16(p + kOffArcount);
-  if ((an | ns | ar) == 0) return ParseError::kOk;
+  // A query ends with its last counted record: anything after it is not
+  // ours to ignore (unbound and Knot answer FORMERR too).
+  if ((an | ns | ar) == 0) return pos == pkt.size() ? ParseError::kOk : ParseError::kTrailingBytes;
   if ((an | ns) == 0 && ar == 1 && pkt.size() - pos >= kMinRrSize && p[pos] == 0 &&
       Load16(p + pos + 1) == type::kOpt) {
     // Nearly every EDNS query: the OPT RR alone, owned by the root. Same
@@ -464,7 +466,9 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
     rr.rdlength = Load16(p + pos + 9);
     rr.rdata_offset = static_cast<uint16_t>(pos + kMinRrSize);
     if (pkt.size() - rr.rdata_offset < rr.rdlength) return ParseError::kRdataOverrun;
-    return ParseOpt(pkt, rr, true, opts, &out->edns);
+    e = ParseOpt(pkt, rr, true, opts, &out->edns);
+    if (e != ParseError::kOk && e != ParseError::kBadEdnsVersion) return e;
+    return pkt.size() - rr.rdata_offset == rr.rdlength ? e : ParseError::kTrailingBytes;
   }
   e = CheckCounts(pkt, pos, an, ns, ar);
   if (e != ParseError::kOk) return e;
@@ -472,7 +476,9 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   if (e != ParseError::kOk) return e;
   e = WalkSection(pkt, Section::kAuthority, ns, true, opts, &pos, &out->edns);
   if (e != ParseError::kOk) return e;
-  return WalkSection(pkt, Section::kAdditional, ar, true, opts, &pos, &out->edns);
+  e = WalkSection(pkt, Section::kAdditional, ar, true, opts, &pos, &out->edns);
+  if (e != ParseError::kOk) return e;  // BADVERS stops the walk at the OPT
+  return pos == pkt.size() ? ParseError::kOk : ParseError::kTrailingBytes;
 }
 
 // ---------------------------------------------------------------- response

@@ -120,12 +120,13 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
     c.OnlyKeys(*s, "upstream",
-               {"ordinary", "weighted", "timeout_ms", "attempts", "health_failures", "health_interval_ms",
-                "load_factor"});
+               {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
+                "health_interval_ms", "load_factor"});
     ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
     ParseUpstreams(c, *s, "weighted", &cfg.weighted);
     c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
     c.Int(*s, "attempts", &cfg.upstream_attempts, 1, 10);
+    c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
     c.Int(*s, "health_failures", &cfg.health_failures, 1, 100);
     c.Int(*s, "health_interval_ms", &cfg.health_interval_ms, 100, 600000);
     c.Double(*s, "load_factor", &cfg.ring_load_factor, 1.0, 10.0);

@@ -28,6 +28,57 @@ constexpr size_t kMaxMessage = 65535;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// DNSSEC records that only a client with DO may get (RFC 3225, RFC 4035
+// 3.2.1), unless it asked for that type.
+bool DnssecOnly(uint16_t rrtype, uint16_t qtype, dns::Section s) {
+  const bool dnssec =
+      rrtype == dns::type::kRrsig || rrtype == dns::type::kNsec || rrtype == dns::type::kNsec3;
+  return dnssec && !(s == dns::Section::kAnswer && rrtype == qtype);
+}
+
+// The records of `up` before `records_end` (its OPT) without the DNSSEC
+// ones, names decompressed (dropping a record could strand a compression
+// pointer into it). False when `up` has none to drop: relay it verbatim.
+bool StripDnssec(const dns::Message& up, uint16_t qtype, size_t records_end, std::vector<uint8_t>* out,
+                 uint16_t counts[3]) {
+  bool any = false;
+  for (int s = 0; s < 3; ++s) {
+    auto it = up.Records(static_cast<dns::Section>(s));
+    dns::RrView rr;
+    while (it.Next(&rr)) any = any || DnssecOnly(rr.type, qtype, rr.section);
+  }
+  if (!any) return false;
+  out->clear();
+  uint8_t rdata[65535];
+  for (int s = 0; s < 3; ++s) {
+    counts[s] = 0;
+    auto it = up.Records(static_cast<dns::Section>(s));
+    dns::RrView rr;
+    while (it.Next(&rr)) {
+      if (rr.name_offset >= records_end || DnssecOnly(rr.type, qtype, rr.section)) continue;
+      dns::NameKey owner;
+      size_t end, rdlen = 0;
+      if (dns::ReadName(up.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk ||
+          dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk ||
+          rdlen > 65535) {
+        continue;
+      }
+      const size_t at = out->size();
+      out->resize(at + owner.len + 10 + rdlen);
+      uint8_t* w = out->data() + at;
+      std::memcpy(w, owner.bytes.data(), owner.len);
+      w += owner.len;
+      dns::Store16(w, rr.type);
+      dns::Store16(w + 2, rr.klass);
+      dns::Store32(w + 4, rr.ttl);
+      dns::Store16(w + 8, static_cast<uint16_t>(rdlen));
+      std::memcpy(w + 10, rdata, rdlen);
+      ++counts[s];
+    }
+  }
+  return true;
+}
+
 // One question in flight upstream, with every client waiting for it.
 struct Pending {
   std::string key;
@@ -43,6 +94,7 @@ struct Pending {
   Clock::time_point sent;
   Clock::time_point deadline;
   uint64_t generation = 0;
+  bool answer_timer = false;   // an answer deadline timer is armed for the waiters
   std::vector<uint8_t> query;  // as sent upstream
   // A truncated UDP answer moves the question to TCP on the same recursor.
   bool over_tcp = false;
@@ -78,12 +130,14 @@ struct Forwarder::Impl {
   // Timers name their try by generation, never by pointer: a Pending may
   // be freed long before its old deadlines come up.
   absl::flat_hash_map<uint64_t, Pending*> by_generation;
-  // RFC 8767 client response timers: generation -> the pending's key.
+  // RFC 8767 client response timers and answer deadlines: generation ->
+  // the pending's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers;
+  enum class TimerKind : uint8_t { kTry, kStale, kDeadline };
   struct Timer {
     Clock::time_point at;
     uint64_t generation;
-    bool client = false;  // a client response timer, not a try's timeout
+    TimerKind kind = TimerKind::kTry;
     bool operator>(const Timer& o) const { return at > o.at; }
   };
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
@@ -119,6 +173,9 @@ struct Forwarder::Impl {
   void SendProbes();
   void OnProbe(int fd);
   void OnClientTimer(uint64_t generation);
+  // Arms the answer deadline of `p`'s earliest waiting client, if any.
+  void ArmAnswerDeadline(Pending* p);
+  void OnAnswerDeadline(uint64_t generation);
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
@@ -226,8 +283,12 @@ void Forwarder::Impl::Run() {
     while (!timers.empty() && timers.top().at <= now) {
       Timer t = timers.top();
       timers.pop();
-      if (t.client) {
+      if (t.kind == TimerKind::kStale) {
         OnClientTimer(t.generation);
+        continue;
+      }
+      if (t.kind == TimerKind::kDeadline) {
+        OnAnswerDeadline(t.generation);
         continue;
       }
       // Stale timer entries (the pending finished or was re-sent) are skipped.
@@ -247,6 +308,7 @@ void Forwarder::Impl::Drain() {
 void Forwarder::Impl::Accept(PendingClient&& c) {
   // Coalescing key: everything that makes two answers differ.
   const MissRequest& m = c.miss;
+  if (c.accepted == Clock::time_point{}) c.accepted = Clock::now();
   std::string key;
   key.reserve(16 + m.qname.len);
   key.append(reinterpret_cast<const char*>(&m.partition), sizeof(m.partition));
@@ -257,6 +319,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (it != inflight.end()) {
     self->coalesced_.Add();
     it->second->waiters.push_back(std::move(c));
+    if (!it->second->answer_timer) ArmAnswerDeadline(it->second.get());
     return;
   }
   bool stale_exists = false;
@@ -283,8 +346,10 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (stale_exists && config.stale_answer_after_ms > 0) {
     const uint64_t gen = next_generation++;
     client_timers[gen] = key;
-    timers.push({Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, true});
+    timers.push(
+        {Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, TimerKind::kStale});
   }
+  ArmAnswerDeadline(raw);
   Send(raw);
 }
 
@@ -680,6 +745,20 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
     dns::RrView rr;
     while (it.Next(&rr) && rr.name_offset < records_end) ++arcount;
   }
+  // The relayed records: verbatim, or without DNSSEC records for clients
+  // without DO (every waiter has the same DO: it is part of the key). The
+  // upstream was asked without DO, but need not have listened.
+  const uint8_t* records = answer + body;
+  size_t records_len = records_end - body;
+  uint16_t counts[3] = {up.count(dns::Section::kAnswer), up.count(dns::Section::kAuthority), arcount};
+  std::vector<uint8_t> stripped;
+  if (!p->miss.do_bit && StripDnssec(up, p->miss.qtype, records_end, &stripped, counts)) {
+    records = stripped.data();
+    records_len = stripped.size();
+  }
+  // Decompressed names can outgrow a message: header + question with TC.
+  const bool too_big = body + records_len + 64 > sizeof(out);
+  if (too_big) records_len = 0;
   for (PendingClient& c : p->waiters) {
     if (c.worker < 0) continue;
     dns::Query q;
@@ -693,11 +772,11 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
         ((q.edns.do_bit || (q.flags & dns::flag::kAd)) ? up.flags() & dns::flag::kAd : 0));
     w.Begin(q.id, flags, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype,
             q.qclass);
-    std::memcpy(out + body, answer + body, records_end - body);
-    dns::Store16(out + dns::kOffAncount, up.count(dns::Section::kAnswer));
-    dns::Store16(out + dns::kOffNscount, up.count(dns::Section::kAuthority));
-    dns::Store16(out + dns::kOffArcount, arcount);
-    size_t total = records_end;
+    std::memcpy(out + body, records, records_len);
+    dns::Store16(out + dns::kOffAncount, counts[0]);
+    dns::Store16(out + dns::kOffNscount, counts[1]);
+    dns::Store16(out + dns::kOffArcount, counts[2]);
+    size_t total = body + records_len;
     const size_t opt_room = 11 + 4 + 4 + 16 + 4 + up.edns().weight_len;
     if (q.edns.present && total + opt_room <= sizeof(out)) {
       // OPT for the client: our buffer size, its DO bit, ECS echoed to a
@@ -724,9 +803,9 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
       }
       dns::Store16(o + 9, static_cast<uint16_t>(opt_len));
       total += 11 + opt_len;
-      dns::Store16(out + dns::kOffArcount, static_cast<uint16_t>(arcount + 1));
+      dns::Store16(out + dns::kOffArcount, static_cast<uint16_t>(counts[2] + 1));
     }
-    if (total > q.udp_limit() && c.route.udp_fd >= 0) {
+    if (too_big || (total > q.udp_limit() && c.route.udp_fd >= 0)) {
       // Too big for the client's UDP buffer: header + question with TC.
       dns::ResponseWriter tc(out, sizeof(out));
       tc.Begin(q.id, flags | dns::flag::kTc,
@@ -828,6 +907,40 @@ void Forwarder::Impl::OnClientTimer(uint64_t generation) {
     if (c.worker >= 0) StaleOrServfail(c);
   }
   std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker >= 0; });
+}
+
+void Forwarder::Impl::ArmAnswerDeadline(Pending* p) {
+  Clock::time_point first = Clock::time_point::max();
+  for (const PendingClient& c : p->waiters) {
+    if (c.worker >= 0) first = std::min(first, c.accepted);
+  }
+  p->answer_timer = first != Clock::time_point::max();
+  if (!p->answer_timer) return;  // prefetches only: nobody waits
+  const uint64_t gen = next_generation++;
+  client_timers[gen] = p->key;
+  timers.push({first + std::chrono::milliseconds(config.answer_deadline_ms), gen, TimerKind::kDeadline});
+}
+
+void Forwarder::Impl::OnAnswerDeadline(uint64_t generation) {
+  auto t = client_timers.find(generation);
+  if (t == client_timers.end()) return;
+  auto it = inflight.find(t->second);
+  client_timers.erase(t);
+  if (it == inflight.end()) return;  // answered in time
+  // The upstreams are unreachable or slow: clients that have waited the
+  // whole deadline get the stale answer if there is one, else SERVFAIL,
+  // before their own timeouts turn it into silence. The tries go on and
+  // fill the cache for the next clients.
+  Pending* p = it->second.get();
+  const auto due = Clock::now() - std::chrono::milliseconds(config.answer_deadline_ms);
+  for (PendingClient& c : p->waiters) {
+    if (c.worker >= 0 && c.accepted <= due) {
+      StaleOrServfail(c);
+      c.worker = -2;  // answered
+    }
+  }
+  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker == -2; });
+  ArmAnswerDeadline(p);
 }
 
 }  // namespace weir::fastpath

@@ -87,6 +87,8 @@ struct Server::Impl {
     std::vector<uint8_t> out;  // answers the client has not read yet
     std::chrono::steady_clock::time_point last;
     partitions::IpAddress client;
+    uint32_t pending = 0;      // misses handed to the forwarder, not answered yet
+    bool read_closed = false;  // the client half-closed (read() returned 0)
   };
   // Past this many unread answer bytes a connection is not read from; past
   // four times it, it is closed.
@@ -109,6 +111,12 @@ struct Server::Impl {
   bool TcpWrite(uint64_t id, const uint8_t* data, size_t len);
   bool TcpFlush(uint64_t id);
   void TcpClose(uint64_t id);
+  // A half-closed connection is closed once every query it sent has been
+  // answered and the answers are written (RFC 7766 6.2.4). False when it
+  // was closed.
+  bool TcpCloseIfDone(uint64_t id);
+  // The epoll events a connection waits for in its current state.
+  void TcpWatch(uint64_t id);
   void MetricsLoop();
   std::string RenderMetrics() const;
 };
@@ -492,12 +500,21 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
     const PendingClient& c = q.client;
     ClientInfo client{c.route.udp_fd >= 0 ? ToIpAddress(c.route.peer) : partitions::IpAddress{},
                       c.route.udp_fd < 0};
+    const uint64_t conn_id = c.route.tcp_conn;
     if (c.route.udp_fd < 0) {
       // TCP: the connection's peer decides the partition as it did first.
-      auto it = conns.find(c.route.tcp_conn);
+      auto it = conns.find(conn_id);
       if (it == conns.end()) continue;
       client.addr = it->second.client;
     }
+    // This query is answered (or given up) below unless it goes upstream again.
+    auto answered = [&] {
+      if (!client.tcp) return;
+      auto it = conns.find(conn_id);
+      if (it == conns.end()) return;
+      if (it->second.pending > 0) --it->second.pending;
+      TcpCloseIfDone(conn_id);
+    };
     size_t out_len = 0;
     MissRequest unused;
     const uint8_t* data = q.fallback.data();
@@ -519,9 +536,12 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
     } else if (q.mode == HandleMode::kStaleOk) {
       counters[w]->Drop(DropReason::kUpstreamFailure);
     }
-    if (len == 0) continue;
+    if (len == 0) {
+      answered();
+      continue;
+    }
     if (client.tcp) {
-      TcpWrite(c.route.tcp_conn, data, len);
+      if (TcpWrite(conn_id, data, len)) answered();
     } else {
       sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
     }
@@ -572,12 +592,25 @@ void Server::Impl::TcpLoop() {
         if ((events[i].events & EPOLLOUT) && !TcpFlush(id)) continue;
         if (!(events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
         it = conns.find(id);
-        if (it == conns.end() || it->second.out.size() > kTcpOutCap) continue;  // reading paused
+        if (it == conns.end()) continue;
+        if (it->second.read_closed) {
+          // Only the answers still owed are written; a reset ends that.
+          if (events[i].events & (EPOLLHUP | EPOLLERR)) TcpClose(id);
+          continue;
+        }
+        if (it->second.out.size() > kTcpOutCap) continue;  // reading paused
         uint8_t buf[16384];
         const ssize_t r = read(it->second.fd, buf, sizeof(buf));
         if (r < 0 && errno == EAGAIN) continue;
-        if (r <= 0) {
+        if (r < 0) {
           TcpClose(id);
+          continue;
+        }
+        if (r == 0) {
+          // Half-close (RFC 7766 6.2.4): the client sent everything it
+          // will send; answer what it asked, then close.
+          it->second.read_closed = true;
+          if (TcpCloseIfDone(id)) TcpWatch(id);
           continue;
         }
         it->second.in.insert(it->second.in.end(), buf, buf + r);
@@ -610,6 +643,7 @@ void Server::Impl::TcpLoop() {
             }
             if (forwarder->Submit(tcp_index, std::move(pc))) {
               forwarder->Notify();
+              if (auto c = conns.find(id); v == Verdict::kMiss && c != conns.end()) ++c->second.pending;
             } else if (v == Verdict::kMiss) {
               ctr->Drop(DropReason::kMissQueueFull);
             }
@@ -689,12 +723,7 @@ bool Server::Impl::TcpWrite(uint64_t id, const uint8_t* data, size_t len) {
     TcpClose(id);  // a client that never reads
     return false;
   }
-  if (was_empty) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT;
-    ev.data.u64 = (uint64_t{1} << 63) | id;
-    epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.fd, &ev);
-  }
+  if (was_empty) TcpWatch(id);
   return true;
 }
 
@@ -711,11 +740,29 @@ bool Server::Impl::TcpFlush(uint64_t id) {
     }
     c.out.erase(c.out.begin(), c.out.begin() + w);
   }
+  if (!TcpCloseIfDone(id)) return false;
+  TcpWatch(id);
+  return true;
+}
+
+bool Server::Impl::TcpCloseIfDone(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return false;
+  const Conn& c = it->second;
+  if (!c.read_closed || c.pending > 0 || !c.out.empty()) return true;
+  TcpClose(id);
+  return false;
+}
+
+void Server::Impl::TcpWatch(uint64_t id) {
+  auto it = conns.find(id);
+  if (it == conns.end()) return;
+  const Conn& c = it->second;
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  // After a half-close nothing more is read (EOF would stay readable).
+  ev.events = (c.read_closed ? 0u : uint32_t{EPOLLIN}) | (c.out.empty() ? 0u : uint32_t{EPOLLOUT});
   ev.data.u64 = (uint64_t{1} << 63) | id;
   epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.fd, &ev);
-  return true;
 }
 
 void Server::Impl::TcpClose(uint64_t id) {

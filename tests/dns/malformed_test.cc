@@ -285,6 +285,25 @@ Bytes OptOwnerNotRoot() { return DigQuery(0, 0, 1).Name("com").RrBody(type::kOpt
 // size must still be readable (see the BadEdnsVersionKeepsQuestion test).
 Bytes EdnsVersion1() { return DigQuery(0, 0, 1).Opt(1232, kCookie, /*version=*/1).Build(); }
 
+// --- Bytes after the last counted record (ParseQuery: FORMERR, as unbound
+// and Knot answer).
+
+// Two zero bytes after the question of a query without EDNS.
+Bytes TrailingAfterQuestion() { return DigQuery(0, 0, 0).U16(0).Build(); }
+
+// One byte after the OPT RR (the fast path's single-OPT parse).
+Bytes TrailingAfterOpt() { return DigQuery(0, 0, 1).Opt(1232, kCookie).U8(0xde).Build(); }
+
+// An additional A record and the OPT, then junk (the general record walk).
+Bytes TrailingAfterRecords() {
+  return DigQuery(0, 0, 2)
+      .Name("glue.example.com")
+      .RrBody(type::kA, klass::kIn, 60, {192, 0, 2, 1})
+      .Opt(1232, {})
+      .U32(0xdeadbeef)
+      .Build();
+}
+
 // --- ECS in a query (ParseQuery).
 
 // 192.0.2.0/24 sent with all 4 address octets; /24 needs exactly 3.
@@ -445,6 +464,9 @@ const MalformedCase kCases[] = {
     QueryCase("opt_in_authority", OptInAuthority, ParseError::kOptNotInAdditional),
     QueryCase("opt_owner_not_root", OptOwnerNotRoot, ParseError::kOptOwnerNotRoot),
     QueryCase("edns_version_1", EdnsVersion1, ParseError::kBadEdnsVersion),
+    QueryCase("trailing_after_question", TrailingAfterQuestion, ParseError::kTrailingBytes),
+    QueryCase("trailing_after_opt", TrailingAfterOpt, ParseError::kTrailingBytes),
+    QueryCase("trailing_after_records", TrailingAfterRecords, ParseError::kTrailingBytes),
     QueryCase("ecs_v4_address_length", EcsV4AddressLength, ParseError::kEcsAddressLength),
     QueryCase("ecs_v6_address_length", EcsV6AddressLength, ParseError::kEcsAddressLength),
     QueryCase("ecs_v4_trailing_bits", EcsV4TrailingBits, ParseError::kEcsTrailingBits),

@@ -30,6 +30,8 @@ TEST(FastpathConfig, MinimalGetsDocumentedDefaults) {
   EXPECT_EQ(c->max_ttl, 86400u);
   EXPECT_EQ(c->stale_window, 86400u);
   EXPECT_EQ(c->upstream_attempts, 3);
+  // Under the 5 s clients wait, and past one try's 1.5 s timeout.
+  EXPECT_EQ(c->answer_deadline_ms, 3000);
   // Tagged names go to the ordinary recursors when no weighted group is set.
   ASSERT_EQ(c->weighted.size(), 1u);
   EXPECT_EQ(c->weighted[0].address.ToString(), "127.0.0.1:5301");
@@ -61,6 +63,8 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
       {"[cache]\nmin_ttl = 100\nmax_ttl = 10\n", "min_ttl is larger than max_ttl"},
       {"[server]\ntcp = \"yes\"\n", "'tcp' must be true or false"},
       {"[upstream]\nordinary = [42]\n", "t.toml:2:"},
+      {"[upstream]\nanswer_deadline_ms = 50\n", "t.toml:2:"},
+      {"[upstream]\nanswer_deadline_ms = 50\n", "between 100 and 60000"},
   };
   for (const auto& bc : cases) {
     auto c = ParseConfig(bc.text, "t.toml");

@@ -282,5 +282,33 @@ TEST_F(HandlerBurstTest, BurstsKeepExactWeightedShares) {
   }
 }
 
+// A query for a cached name with bytes after its question is not a hit: it
+// is FORMERR (header only) and counted, in Handle and in HandleBurst.
+TEST_F(HandlerBurstTest, TrailingBytesAreFormErrEvenForCachedNames) {
+  WorkerCounters ctr;
+  QueryHandler h(options_, &shared_, &ctr);
+  Bytes good = Query(0x4242, "plain.example", dns::type::kA);
+  Bytes bad = good;
+  bad.push_back(0);
+  for (const Bytes* q : {&good, &bad}) {
+    uint8_t out[1500];
+    size_t out_len = 0;
+    MissRequest miss;
+    const Verdict v = h.Handle(q->data(), q->size(), ClientInfo{Ip("198.18.1.1"), false}, clock_.NowSeconds(),
+                               out, sizeof(out), &out_len, &miss);
+    ASSERT_EQ(v, Verdict::kReply);
+    ASSERT_GE(out_len, dns::kHeaderSize);
+    EXPECT_EQ(dns::Load16(out), 0x4242);
+    const uint16_t rcode = dns::Load16(out + 2) & 0xf;
+    EXPECT_EQ(rcode, q == &good ? 0 : static_cast<uint16_t>(dns::Rcode::kFormErr));
+    if (q == &bad) {
+      EXPECT_EQ(dns::Load16(out + dns::kOffAncount), 0);
+    }
+  }
+  EXPECT_EQ(ctr.hits.Read(), 1u);
+  EXPECT_EQ(ctr.drops[static_cast<size_t>(DropReason::kFormErr)].Read(), 1u);
+  EXPECT_EQ(ctr.rcodes[static_cast<size_t>(dns::Rcode::kFormErr)].Read(), 1u);
+}
+
 }  // namespace
 }  // namespace weir::fastpath

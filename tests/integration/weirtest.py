@@ -1328,3 +1328,150 @@ def mgmt_node_section(mgmt_address: str, node_id: str, token_file: str, state_di
     """The [mgmt] table of a fastpath/recursor config (docs/mgmt.md)."""
     return (f'\n[mgmt]\naddress = "{mgmt_address}"\nnode_id = "{node_id}"\ntoken_file = {json.dumps(token_file)}\n'
             f'state_dir = {json.dumps(state_dir)}\n')
+
+
+# ---------------------------------------------------------------- raw messages
+
+
+def make_query(qname: str, qtype: int = 1, *, qid: int = 0x1234, rd: bool = True, ad: bool = False,
+               edns: bool = True, do: bool = False, options: Sequence = (), trailing: bytes = b"") -> bytes:
+    """A query in wire form: one question, an OPT when `edns` (buffer 1232,
+    DO as given, `options` as (code, bytes)), then `trailing` raw bytes that
+    no count covers (to test how a server treats them)."""
+    flags = (0x0100 if rd else 0) | (0x0020 if ad else 0)
+    out = struct.pack("!6H", qid, flags, 1, 0, 0, 1 if edns else 0) + wire_name(qname) + struct.pack("!HH", qtype, 1)
+    if edns:
+        body = b"".join(struct.pack("!HH", c, len(d)) + d for c, d in options)
+        out += b"\x00" + struct.pack("!HHIH", 41, 1232, 0x8000 if do else 0, len(body)) + body
+    return out + trailing
+
+
+@dataclass
+class RawRecord:
+    name: str
+    type: int
+    klass: int
+    ttl: int
+    rdata: bytes
+
+
+@dataclass
+class RawMessage:
+    """A response decoded from wire form (names decompressed, lower case)."""
+    id: int
+    flags: int
+    qname: Optional[str]
+    qtype: Optional[int]
+    answer: list
+    authority: list
+    additional: list  # the OPT excluded
+    opt: Optional[RawRecord] = None
+
+    @property
+    def rcode(self) -> int:
+        ext = (self.opt.ttl >> 24) << 4 if self.opt is not None else 0
+        return ext | (self.flags & 0xF)
+
+    @property
+    def ad(self) -> bool:
+        return bool(self.flags & 0x0020)
+
+    @property
+    def tc(self) -> bool:
+        return bool(self.flags & 0x0200)
+
+    def options(self) -> list:
+        """[(code, data)] of the OPT record, [] without one."""
+        out, d, i = [], self.opt.rdata if self.opt else b"", 0
+        while i + 4 <= len(d):
+            code, n = struct.unpack("!HH", d[i:i + 4])
+            out.append((code, d[i + 4:i + 4 + n]))
+            i += 4 + n
+        return out
+
+    def option(self, code: int) -> Optional[bytes]:
+        for c, d in self.options():
+            if c == code:
+                return d
+        return None
+
+    def types(self) -> set:
+        """Every record type in the answer, authority and additional sections."""
+        return {r.type for r in self.answer + self.authority + self.additional}
+
+
+def _read_name_compressed(pkt: bytes, i: int) -> tuple:
+    labels, end, hops = [], None, 0
+    while True:
+        n = pkt[i]
+        if n & 0xC0 == 0xC0:
+            if end is None:
+                end = i + 2
+            i = ((n & 0x3F) << 8) | pkt[i + 1]
+            hops += 1
+            if hops > 64:
+                raise ValueError("pointer loop")
+            continue
+        if n == 0:
+            return ".".join(labels).lower() + ".", end if end is not None else i + 1
+        labels.append(pkt[i + 1:i + 1 + n].decode("ascii", "replace"))
+        i += 1 + n
+
+
+def parse_message(pkt: bytes) -> RawMessage:
+    """Decodes a whole response; raises ValueError/struct.error when malformed."""
+    qid, flags, qd, an, ns, ar = struct.unpack("!6H", pkt[:12])
+    i, qname, qtype = 12, None, None
+    for _ in range(qd):
+        qname, i = _read_name_compressed(pkt, i)
+        qtype = struct.unpack("!H", pkt[i:i + 2])[0]
+        i += 4
+    sections = [[], [], []]
+    opt = None
+    for s, count in enumerate((an, ns, ar)):
+        for _ in range(count):
+            name, i = _read_name_compressed(pkt, i)
+            rtype, klass, ttl, rdlen = struct.unpack("!HHIH", pkt[i:i + 10])
+            rec = RawRecord(name, rtype, klass, ttl, pkt[i + 10:i + 10 + rdlen])
+            if len(rec.rdata) != rdlen:
+                raise ValueError("rdata overrun")
+            i += 10 + rdlen
+            if rtype == 41 and s == 2:
+                opt = rec
+            else:
+                sections[s].append(rec)
+    return RawMessage(qid, flags, qname, qtype, sections[0], sections[1], sections[2], opt)
+
+
+def tcp_exchange_half_close(server: str, port: int, queries: Sequence[bytes], timeout: float = 5.0) -> tuple:
+    """Sends `queries` over one TCP connection (length-prefixed, in one
+    write), then shutdown(SHUT_WR), and reads until the server closes.
+    Returns (list of response messages as bytes, True if the server closed
+    the connection cleanly within `timeout`)."""
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect((server, port))
+        s.sendall(b"".join(struct.pack("!H", len(q)) + q for q in queries))
+        s.shutdown(socket.SHUT_WR)
+        data, closed = b"", False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not chunk:
+                closed = True
+                break
+            data += chunk
+    out, i = [], 0
+    while i + 2 <= len(data):
+        n = struct.unpack("!H", data[i:i + 2])[0]
+        if i + 2 + n > len(data):
+            break
+        out.append(data[i + 2:i + 2 + n])
+        i += 2 + n
+    return out, closed

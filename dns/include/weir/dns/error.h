@@ -28,6 +28,7 @@ enum class ParseError : uint8_t {
   kTruncatedRr,
   kRdataOverrun,
   kTooManyRecords,  // counts that cannot fit in the packet
+  kTrailingBytes,   // a query with bytes after its last counted record
   // EDNS (RFC 6891).
   kDuplicateOpt,
   kOptNotInAdditional,

@@ -179,6 +179,8 @@ struct Query {
   }
 };
 
+// The query must end with its last counted record (the question, or the
+// OPT): bytes after it are kTrailingBytes (answered FORMERR), never ignored.
 ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out);
 
 // ---------------------------------------------------------------- response

@@ -25,6 +25,8 @@ inline constexpr uint16_t kTxt = 16;
 inline constexpr uint16_t kAaaa = 28;
 inline constexpr uint16_t kOpt = 41;
 inline constexpr uint16_t kRrsig = 46;
+inline constexpr uint16_t kNsec = 47;
+inline constexpr uint16_t kNsec3 = 50;
 inline constexpr uint16_t kAny = 255;
 }  // namespace type
 

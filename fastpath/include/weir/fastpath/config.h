@@ -59,7 +59,11 @@ struct FastpathConfig {
   std::vector<UpstreamConfig> ordinary;
   std::vector<UpstreamConfig> weighted;
   int upstream_timeout_ms = 1500;
-  int upstream_attempts = 3;       // tries over distinct upstreams before SERVFAIL
+  int upstream_attempts = 3;  // tries over distinct upstreams before SERVFAIL
+  // Every miss is answered by then: the stale entry if there is one (RFC
+  // 8767), else SERVFAIL; the tries go on and fill the cache. Under dig's
+  // and stub resolvers' 5 s, so a client never times out on weir.
+  int answer_deadline_ms = 3000;
   int health_failures = 3;         // consecutive failures that mark an upstream down
   int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +36,9 @@ struct PendingClient {
   ReplyRoute route;
   int worker = -1;             // who gets the query back; -1: a prefetch, nobody waits
   std::vector<uint8_t> query;  // the client's query bytes, for its ID/question/EDNS
+  // When the forwarder first took the query (kept if it is asked again as a
+  // learned tagged name): its answer deadline counts from here.
+  std::chrono::steady_clock::time_point accepted{};
 };
 
 // A miss handed back to its worker once the upstream side is done: the
