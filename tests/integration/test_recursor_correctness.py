@@ -307,6 +307,15 @@ class NegativeAnswers(Base):
                 self.assertLessEqual([x.ttl for x in r2.authority if x.type == "SOA"][0], 20)
                 self.assertIsNone(r2.option(W), "no weight option to a query without it")
 
+    def test_forward_tag_below_the_zone_apex_keeps_the_soa(self):
+        # The tag names a suffix inside corp.example.: the SOA's owner is above it.
+        tags = weirtest.write_temp(f"dept.corp.example weight=on ecs=on policy=forward:{NET}.3@53\n", suffix=".txt")
+        rec = self.start(tags=tags)
+        r = weirtest.dig(rec.host, rec.port, "nx.dept.corp.example", ecs="198.51.100.7/24", options=[W])
+        self.assertEqual(r.status, "NXDOMAIN")
+        self.assertEqual([x.name.lower() for x in r.authority if x.type == "SOA"], ["corp.example."], r.text)
+        self.assertEqual(r.option(W), b"")
+
     def test_ordinary_negative_soa_ttl_is_the_negative_ttl(self):
         rec = self.start(cache={"negative_max_ttl": 25})
         r = weirtest.dig(rec.host, rec.port, "nothing.org.example")
@@ -339,6 +348,40 @@ class NegativeAnswers(Base):
             self.assertEqual(st["ordinary_misses"], 2)
             self.assertEqual(st["negative_uncached"], 2)
             self.assertEqual(st["plain_entries"], 0)
+
+
+class ThroughTheFastpath(Base):
+    """Case 2 end to end: weir-fastpath in front of weir-recursor caches a
+    tagged name's negative answer per city, with the SOA, and echoes the
+    weight option with length 0."""
+
+    CITYMAP = "127.1.0.0/16,city-a,198.51.100.0/24\n127.2.0.0/16,city-b,203.0.113.0/24\n"
+
+    def test_tagged_negatives_are_cached_per_city_in_the_front(self):
+        rec = self.start(cache={"negative_max_ttl": 30})
+        citymap = weirtest.write_temp(self.CITYMAP, suffix=".csv")
+        up = f"{rec.host}:{rec.port}"
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([up], weighted=[up], citymap=citymap,
+                                                                   tags=self.tags), test_clock=True)
+        self.addCleanup(fp.stop)
+        for qname, qtype, rcode in (("nx2.corp.example", "A", "NXDOMAIN"), ("www.corp.example", "AAAA", "NOERROR")):
+            with self.subTest(qname=qname):
+                before = rec.stats()["queries"]
+                for source in ("127.1.0.5", "127.2.0.5"):
+                    r = fp.dig(qname, qtype, source=source, options=[W])
+                    self.assertEqual(r.status, rcode, r.text)
+                    soa = [x for x in r.authority if x.type == "SOA"]
+                    self.assertEqual([x.name.lower() for x in soa], ["corp.example."], r.text)
+                    self.assertLessEqual(soa[0].ttl, 30)
+                    self.assertEqual(r.option(W), b"", r.text)
+                self.assertEqual(rec.stats()["queries"] - before, 2, "one miss per city")
+                fp.advance_clock(10)
+                for source in ("127.1.0.5", "127.2.0.5"):
+                    r = fp.dig(qname, qtype, source=source)
+                    self.assertEqual(r.status, rcode)
+                    self.assertLessEqual([x.ttl for x in r.authority if x.type == "SOA"][0], 20)
+                    self.assertIsNone(r.option(W))
+                self.assertEqual(rec.stats()["queries"] - before, 2, "repeats are fastpath cache hits")
 
 
 class LocalZonesAndSubnets(Base):
