@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
 #include "weir/mgmt/node_client.h"
+#include "weir/net/event_loop.h"
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/answer.h"
@@ -53,7 +53,7 @@ constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per re
 // a full process table does not turn the loop into a busy spin.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
-enum class FdKind : uint8_t { kWake, kUnbound, kUdpListen, kTcpListen, kControlListen, kConn, kLastHop };
+enum class FdKind : uint8_t { kUnbound, kUdpListen, kTcpListen, kControlListen, kConn, kLastHop };
 
 struct FdInfo {
   FdKind kind;
@@ -74,16 +74,6 @@ struct Waiter {
   dns::Query q;
   Steady::time_point deadline;  // answered by then, whatever the resolution does
   bool HasFront() const { return to.tcp || to.udp_fd >= 0; }
-};
-
-// A waiter's deadline, on the queue that answers it with SERVFAIL (or stale)
-// when its resolution has not finished by then: an ordinary fetch (by key)
-// or a tagged resolution (by id).
-struct Deadline {
-  Steady::time_point at;
-  uint64_t resolution = 0;  // 0: the ordinary fetch `key`
-  std::string key;
-  bool operator>(const Deadline& o) const { return at > o.at; }
 };
 
 struct Conn {
@@ -168,13 +158,6 @@ struct OrdinaryFetch {
 struct PlainEntry {
   Answer a;
   uint32_t stale_until = 0;
-};
-
-struct Timer {
-  Steady::time_point at;
-  uint64_t id;
-  uint64_t generation;
-  bool operator>(const Timer& o) const { return at > o.at; }
 };
 
 struct Stats {
@@ -269,13 +252,11 @@ struct Server::Impl {
   std::optional<mgmt::NodeStart> mgmt_node;
   std::unique_ptr<mgmt::NodeClient> mgmt_client;
 
-  int epfd = -1;
-  int wakefd = -1;
+  net::EventLoop loop;
   std::vector<int> listen_fds;
   std::vector<std::string> describe;
   std::thread thread;
   std::atomic<bool> running{false};
-  absl::flat_hash_map<int, FdInfo> fds;
 
   UnboundResolver ub;
   // Every cache is bounded (config [cache]); a full one evicts by sampling.
@@ -295,15 +276,9 @@ struct Server::Impl {
   absl::flat_hash_map<uint64_t, Conn> conns;
   uint64_t next_id = 1;
   uint64_t next_generation = 1;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
-  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines;
   // Log lines per second are bounded: a broken zone must not flood the log.
   Steady::time_point log_window;
   int log_lines = 0;
-  // Listeners not polled after EMFILE/ENFILE at accept, until resume_accept_at.
-  std::vector<std::pair<int, FdKind>> paused_listeners;
-  Steady::time_point resume_accept_at;
-  Steady::time_point next_sweep;
   Stats stats;
   std::mt19937_64 rng{std::random_device{}()};
   uint8_t buf[kMaxMessage];
@@ -322,8 +297,12 @@ struct Server::Impl {
   absl::Status Start();
   absl::Status LoadTags(std::unique_ptr<const partitions::TagTable>* out);
   void Run();
-  void Watch(int fd, uint32_t events, FdInfo info);
-  void Unwatch(int fd);
+  void Watch(int fd, uint32_t events, FdInfo info) {
+    loop.Watch(fd, events, [this, fd, info](uint32_t ev) { Dispatch(fd, info, ev); });
+  }
+  void Unwatch(int fd) { loop.Unwatch(fd); }
+  void Dispatch(int fd, FdInfo info, uint32_t events);
+  void Sweep();
 
   // Front side.
   void OnUdpListen(int fd);
@@ -352,9 +331,17 @@ struct Server::Impl {
 
   // Deadlines: every waiter is answered by its deadline (SERVFAIL or stale).
   void WatchDeadline(const Waiter& w, uint64_t resolution, const std::string& key) {
-    if (w.HasFront()) deadlines.push({w.deadline, resolution, resolution == 0 ? key : std::string()});
+    if (!w.HasFront()) return;
+    const Steady::time_point at = w.deadline;
+    if (resolution != 0) {
+      loop.At(at, [this, resolution] { OnDeadline(resolution, {}); });
+    } else {
+      loop.At(at, [this, key] { OnDeadline(0, key); });
+    }
   }
-  void OnDeadlines(Steady::time_point now);
+  // A waiter's deadline has come: the due waiters of the ordinary fetch
+  // `key` (resolution 0) or of the tagged resolution are answered.
+  void OnDeadline(uint64_t resolution, const std::string& key);
   // Answers and removes the waiters whose deadline has passed.
   void ExpireWaiters(std::vector<Waiter>& waiters, const Answer* stale, Steady::time_point now);
   // The negative TTL of a negative answer (RFC 2308 5): min(SOA TTL, SOA
@@ -383,6 +370,15 @@ struct Server::Impl {
   void CloseQuery(Resolution* r);
   void OnLastHop(uint64_t id, uint32_t events);
   void OnLastHopTimeout(Resolution* r);
+  // The current query's timeout; a newer query (generation) makes it moot.
+  void ArmTimeout(Resolution* r, int ms) {
+    loop.After(std::chrono::milliseconds(ms), [this, id = r->id, gen = r->generation] {
+      auto it = resolutions.find(id);
+      if (it != resolutions.end() && it->second->generation == gen && it->second->fd >= 0) {
+        OnLastHopTimeout(it->second.get());
+      }
+    });
+  }
   void ProcessReply(Resolution* r, const dns::Message& m);
   void Complete(Resolution* r, uint16_t rcode, std::vector<CachedRecord> rrset,
                 std::vector<CachedRecord> authority, bool weighted, std::vector<uint8_t> weights);
@@ -432,23 +428,6 @@ absl::Status Server::Impl::LoadTags(std::unique_ptr<const partitions::TagTable>*
   return absl::OkStatus();
 }
 
-void Server::Impl::Watch(int fd, uint32_t events, FdInfo info) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
-  if (fds.contains(fd)) {
-    epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
-  } else {
-    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-  }
-  fds[fd] = info;
-}
-
-void Server::Impl::Unwatch(int fd) {
-  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-  fds.erase(fd);
-}
-
 absl::Status Server::Impl::Start() {
   clock = test_clock != nullptr ? static_cast<const partitions::Clock*>(test_clock)
                                 : &partitions::SystemClock::Instance();
@@ -476,9 +455,12 @@ absl::Status Server::Impl::Start() {
   st = ub.Init(cfg);
   if (!st.ok()) return st;
 
-  epfd = epoll_create1(EPOLL_CLOEXEC);
-  wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  Watch(wakefd, EPOLLIN, {FdKind::kWake});
+  st = loop.Init();
+  if (!st.ok()) return st;
+  loop.SetWakeHandler([this] {
+    std::lock_guard<std::mutex> l(reload_mu);
+    if (pending_tags) tags = std::move(pending_tags);
+  });
   Watch(ub.fd(), EPOLLIN, {FdKind::kUnbound});
 
   auto bind_socket = [&](const SocketAddress& a, int type) -> absl::StatusOr<int> {
@@ -550,88 +532,50 @@ absl::Status Server::Impl::Start() {
 }
 
 void Server::Impl::Run() {
-  epoll_event events[64];
-  next_sweep = Steady::now() + std::chrono::seconds(1);
-  while (running.load(std::memory_order_relaxed)) {
-    int timeout_ms = 200;
-    auto wake_by = [&](Steady::time_point at) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(at - Steady::now()).count();
-      timeout_ms = std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 200)));
-    };
-    if (!timers.empty()) wake_by(timers.top().at);
-    if (!deadlines.empty()) wake_by(deadlines.top().at);
-    if (!paused_listeners.empty()) wake_by(resume_accept_at);
-    const int n = epoll_wait(epfd, events, 64, timeout_ms);
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      auto it = fds.find(fd);
-      if (it == fds.end()) continue;
-      const FdInfo info = it->second;
-      switch (info.kind) {
-        case FdKind::kWake: {
-          uint64_t v;
-          [[maybe_unused]] ssize_t r = read(wakefd, &v, sizeof(v));
-          std::lock_guard<std::mutex> l(reload_mu);
-          if (pending_tags) tags = std::move(pending_tags);
-          break;
-        }
-        case FdKind::kUnbound:
-          ub.Process();
-          break;
-        case FdKind::kUdpListen:
-          OnUdpListen(fd);
-          break;
-        case FdKind::kTcpListen:
-          OnTcpListen(fd, false);
-          break;
-        case FdKind::kControlListen:
-          OnTcpListen(fd, true);
-          break;
-        case FdKind::kConn:
-          OnConn(info.id, events[i].events);
-          break;
-        case FdKind::kLastHop:
-          OnLastHop(info.id, events[i].events);
-          break;
-      }
-    }
-    const auto now = Steady::now();
-    if (!paused_listeners.empty() && now >= resume_accept_at) {
-      for (const auto& [fd, kind] : paused_listeners) Watch(fd, EPOLLIN, {kind});
-      paused_listeners.clear();
-    }
-    while (!timers.empty() && timers.top().at <= now) {
-      const Timer t = timers.top();
-      timers.pop();
-      auto it = resolutions.find(t.id);
-      if (it != resolutions.end() && it->second->generation == t.generation && it->second->fd >= 0) {
-        OnLastHopTimeout(it->second.get());
-      }
-    }
-    OnDeadlines(Steady::now());
-    if (now >= next_sweep) {
-      next_sweep = now + std::chrono::seconds(1);
-      const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
-      std::vector<uint64_t> old;
-      for (auto& [id, c] : conns) {
-        // A front that reads nothing while its answers pile up is closed
-        // after the idle timeout even if it still trickles.
-        const bool stuck = c.over_limit && now - c.over_since > idle;
-        if (stuck) ++stats.tcp_unsent_closed;
-        if (now - c.last > idle || stuck) old.push_back(id);
-      }
-      for (uint64_t id : old) CloseConn(id);
-      const uint32_t secs = clock->NowSeconds();
-      if (secs % 10 == 0) {
-        scoped.EraseIf([&](auto& e) {
-          e.value.Expire(secs);
-          return e.value.name_count() == 0;
-        });
-        plain.EraseExpired(secs);
-        zero_source.EraseExpired(secs);
-        cuts.EraseExpired(secs);
-      }
-    }
+  Sweep();
+  while (running.load(std::memory_order_relaxed)) loop.RunOnce(std::chrono::milliseconds(200));
+}
+
+void Server::Impl::Dispatch(int fd, FdInfo info, uint32_t events) {
+  switch (info.kind) {
+    case FdKind::kUnbound:
+      return ub.Process();
+    case FdKind::kUdpListen:
+      return OnUdpListen(fd);
+    case FdKind::kTcpListen:
+      return OnTcpListen(fd, false);
+    case FdKind::kControlListen:
+      return OnTcpListen(fd, true);
+    case FdKind::kConn:
+      return OnConn(info.id, events);
+    case FdKind::kLastHop:
+      return OnLastHop(info.id, events);
+  }
+}
+
+// Once a second: idle front connections; every 10 s, expired cache entries.
+void Server::Impl::Sweep() {
+  loop.After(std::chrono::seconds(1), [this] { Sweep(); });
+  const auto now = Steady::now();
+  const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
+  std::vector<uint64_t> old;
+  for (auto& [id, c] : conns) {
+    // A front that reads nothing while its answers pile up is closed
+    // after the idle timeout even if it still trickles.
+    const bool stuck = c.over_limit && now - c.over_since > idle;
+    if (stuck) ++stats.tcp_unsent_closed;
+    if (now - c.last > idle || stuck) old.push_back(id);
+  }
+  for (uint64_t id : old) CloseConn(id);
+  const uint32_t secs = clock->NowSeconds();
+  if (secs % 10 == 0) {
+    scoped.EraseIf([&](auto& e) {
+      e.value.Expire(secs);
+      return e.value.name_count() == 0;
+    });
+    plain.EraseExpired(secs);
+    zero_source.EraseExpired(secs);
+    cuts.EraseExpired(secs);
   }
 }
 
@@ -663,8 +607,8 @@ void Server::Impl::OnTcpListen(int fd, bool control) {
         // readable: polling it now would spin. Look again after a pause.
         ++stats.accept_paused;
         Unwatch(fd);
-        paused_listeners.emplace_back(fd, control ? FdKind::kControlListen : FdKind::kTcpListen);
-        resume_accept_at = Steady::now() + kAcceptBackoff;
+        const FdKind kind = control ? FdKind::kControlListen : FdKind::kTcpListen;
+        loop.After(kAcceptBackoff, [this, fd, kind] { Watch(fd, EPOLLIN, {kind}); });
       }
       return;
     }
@@ -1079,22 +1023,18 @@ void Server::Impl::ExpireWaiters(std::vector<Waiter>& waiters, const Answer* sta
   std::erase_if(waiters, due);
 }
 
-void Server::Impl::OnDeadlines(Steady::time_point now) {
-  while (!deadlines.empty() && deadlines.top().at <= now) {
-    const Deadline d = deadlines.top();
-    deadlines.pop();
-    if (d.resolution == 0) {
-      auto it = ordinary.find(d.key);
-      if (it == ordinary.end()) continue;
-      OrdinaryFetch& f = *it->second;
-      ExpireWaiters(f.waiters, f.has_stale ? &f.stale : nullptr, now);
-    } else {
-      auto it = resolutions.find(d.resolution);
-      if (it == resolutions.end()) continue;
-      Resolution& r = *it->second;
-      ExpireWaiters(r.waiters, r.has_stale ? &r.stale : nullptr, now);
-    }
+void Server::Impl::OnDeadline(uint64_t resolution, const std::string& key) {
+  const auto now = Steady::now();
+  if (resolution == 0) {
+    auto it = ordinary.find(key);
+    if (it == ordinary.end()) return;
+    OrdinaryFetch& f = *it->second;
+    return ExpireWaiters(f.waiters, f.has_stale ? &f.stale : nullptr, now);
   }
+  auto it = resolutions.find(resolution);
+  if (it == resolutions.end()) return;
+  Resolution& r = *it->second;
+  ExpireWaiters(r.waiters, r.has_stale ? &r.stale : nullptr, now);
 }
 
 void Server::Impl::Log(const std::string& line) {
@@ -1444,7 +1384,7 @@ void Server::Impl::SendQuery(Resolution* r, bool same_server) {
   r->fd = fd;
   r->generation = next_generation++;
   Watch(fd, EPOLLIN, {FdKind::kLastHop, r->id});
-  timers.push({Steady::now() + std::chrono::milliseconds(cfg.timeout_ms), r->id, r->generation});
+  ArmTimeout(r, cfg.timeout_ms);
 }
 
 void Server::Impl::OnLastHopTimeout(Resolution* r) {
@@ -1491,7 +1431,7 @@ void Server::Impl::OnLastHop(uint64_t id, uint32_t events) {
         ++stats.upstream_tcp;
         r->generation = next_generation++;
         Watch(r->fd, EPOLLIN | EPOLLOUT, {FdKind::kLastHop, r->id});
-        timers.push({Steady::now() + std::chrono::milliseconds(cfg.tcp_timeout_ms), r->id, r->generation});
+        ArmTimeout(r, cfg.tcp_timeout_ms);
         return;
       }
       if (m.Parse({buf, static_cast<size_t>(n)}, parse_options) != dns::ParseError::kOk) {
@@ -1762,8 +1702,7 @@ absl::Status Server::Start() {
           std::lock_guard<std::mutex> l(impl_->reload_mu);
           impl_->pending_tags = *std::move(t);
         }
-        uint64_t one = 1;
-        [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+        impl_->loop.Wake();
         return absl::OkStatus();
       });
   return node.stored ? impl_->mgmt_client->Start(node.stored->version, node.stored->origin)
@@ -1787,24 +1726,20 @@ absl::Status Server::ReloadTags() {
     std::lock_guard<std::mutex> l(impl_->reload_mu);
     impl_->pending_tags = std::move(t);
   }
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  impl_->loop.Wake();
   return absl::OkStatus();
 }
 
 void Server::Stop() {
   if (impl_->mgmt_client) impl_->mgmt_client->Stop();
   if (!impl_->running.exchange(false)) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  impl_->loop.Wake();
   impl_->thread.join();
   for (auto& [id, r] : impl_->resolutions) {
     if (r->fd >= 0) close(r->fd);
   }
   for (auto& [id, c] : impl_->conns) close(c.fd);
   for (int fd : impl_->listen_fds) close(fd);
-  close(impl_->wakefd);
-  close(impl_->epfd);
 }
 
 }  // namespace weir::recursor
