@@ -35,6 +35,7 @@
 #include "weir/recursor/bounded_cache.h"
 #include "weir/recursor/last_hop_policy.h"
 #include "weir/recursor/tcp_message.h"
+#include "weir/recursor/zone_cuts.h"
 
 namespace weir::recursor {
 
@@ -45,9 +46,6 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 constexpr size_t kMaxMessage = 65535;
-constexpr int kMaxCutRounds = 40;     // NS lookups walking up from one name
-constexpr int kMaxNsNames = 6;        // NS names whose addresses are looked up
-constexpr int kMaxServers = 16;       // addresses kept per zone cut
 constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per resolution
 // Out of descriptors at accept: the listener is not polled for this long, so
 // a full process table does not turn the loop into a busy spin.
@@ -129,23 +127,6 @@ struct Resolution {
   uint64_t generation = 0;
 };
 
-struct CutLookup {
-  dns::NameKey name;
-  dns::NameKey candidate;
-  std::vector<uint64_t> waiting;  // Resolution ids
-  int rounds = 0;
-  dns::NameKey cut;
-  int outstanding = 0;
-  std::vector<SocketAddress> servers;
-  uint32_t min_ttl = UINT32_MAX;
-};
-
-struct ZoneCut {
-  dns::NameKey cut;
-  std::vector<SocketAddress> servers;
-  uint32_t expires = 0;
-};
-
 struct OrdinaryFetch {
   std::vector<Waiter> waiters;
   bool has_stale = false;
@@ -164,14 +145,14 @@ struct Stats {
   uint64_t queries = 0, udp = 0, tcp = 0, refused_acl = 0, formerr = 0, dropped = 0, notimp = 0;
   uint64_t ordinary_hits = 0, ordinary_misses = 0, tagged_hits = 0, tagged_misses = 0, coalesced = 0;
   uint64_t stale_served = 0, prefetches = 0, servfail = 0, learned_tagged = 0;
-  uint64_t ub_queries = 0, cut_lookups = 0, cut_cache_hits = 0;
+  uint64_t ub_queries = 0;  // ordinary names (the zone-cut finder counts its own)
   uint64_t upstream_queries = 0, upstream_tcp = 0, upstream_timeouts = 0, ecs_sent = 0;
   uint64_t ecs_retry_without = 0, ecs_forged = 0, ecs_unsolicited = 0, spoofed_dropped = 0;
   uint64_t malformed_replies = 0, out_of_bailiwick = 0, truncated = 0, weights_invalid = 0, referrals = 0;
   uint64_t inflight_limited = 0, control_refused = 0, accept_paused = 0, tcp_unsent_closed = 0;
   uint64_t tcp_reads_paused = 0;
   uint64_t cname_loops = 0, cname_chain_too_long = 0, deadline_servfail = 0, deadline_stale = 0;
-  uint64_t negative_uncached = 0, cut_failures = 0, log_suppressed = 0;
+  uint64_t negative_uncached = 0, log_suppressed = 0;
 };
 
 std::string KeyOf(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
@@ -216,13 +197,6 @@ SocketAddress FromIp(const partitions::IpAddress& ip, uint16_t port) {
   return s;
 }
 
-SocketAddress FromRdata(uint16_t type, std::span<const uint8_t> rdata) {
-  partitions::IpAddress ip;
-  ip.family = type == dns::type::kA ? 4 : 6;
-  std::memcpy(ip.bytes.data(), rdata.data(), type == dns::type::kA ? 4 : 16);
-  return FromIp(ip, 53);
-}
-
 uint32_t MinTtl(const Answer& a) {
   uint32_t t = UINT32_MAX;
   for (const CachedRecord& r : a.answer) t = std::min(t, r.ttl);
@@ -243,7 +217,7 @@ bool OwnerIs(const CachedRecord& r, const dns::NameKey& k) {
 struct Server::Impl {
   RecursorConfig cfg;
   partitions::FakeClock* test_clock = nullptr;
-  const partitions::Clock* clock = nullptr;
+  const partitions::Clock* clock = nullptr;  // the test clock, or the system clock
   EcsSettings ecs_settings;
   dns::ParseOptions parse_options;
   std::unique_ptr<const partitions::TagTable> tags;
@@ -265,14 +239,11 @@ struct Server::Impl {
   // Per (qname, qtype): the scoped answers of that name (RFC 7871 7.3).
   BoundedCache<std::string, partitions::EcsScopeCache<Answer>> scoped;
   BoundedCache<std::string, PlainEntry> zero_source;  // answers for /0 queries only
-  // By zone (canonical key of the cut); a name finds its cut by walking up
-  // its labels to the deepest cached zone.
-  BoundedCache<std::string, ZoneCut> cuts;
+  ZoneCutFinder cut_finder;
 
   absl::flat_hash_map<std::string, std::unique_ptr<OrdinaryFetch>> ordinary;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Resolution>> resolutions;
   absl::flat_hash_map<std::string, uint64_t> resolution_by_key;
-  absl::flat_hash_map<std::string, std::unique_ptr<CutLookup>> cut_lookups;
   absl::flat_hash_map<uint64_t, Conn> conns;
   uint64_t next_id = 1;
   uint64_t next_generation = 1;
@@ -287,12 +258,18 @@ struct Server::Impl {
   // (a miss), so a cache hit allocates nothing for it.
   std::span<const uint8_t> current_pkt;
 
-  explicit Impl(RecursorConfig c)
+  Impl(RecursorConfig c, partitions::FakeClock* tc)
       : cfg(std::move(c)),
+        test_clock(tc),
+        clock(tc != nullptr ? static_cast<const partitions::Clock*>(tc)
+                            : &partitions::SystemClock::Instance()),
         plain(static_cast<size_t>(cfg.max_entries), std::random_device{}()),
         scoped(static_cast<size_t>(cfg.max_tagged_names), std::random_device{}()),
         zero_source(static_cast<size_t>(cfg.max_zero_source_entries), std::random_device{}()),
-        cuts(static_cast<size_t>(cfg.max_zone_cuts), std::random_device{}()) {}
+        cut_finder(
+            ub, *clock,
+            {cfg.do_ip6, static_cast<uint32_t>(cfg.zone_cut_max_ttl), static_cast<size_t>(cfg.max_zone_cuts)},
+            [this](const std::string& line) { Log(line); }) {}
 
   absl::Status Start();
   absl::Status LoadTags(std::unique_ptr<const partitions::TagTable>* out);
@@ -327,7 +304,7 @@ struct Server::Impl {
 
   // Ordinary names.
   void Ordinary(Waiter w);
-  void OnOrdinary(const std::string& key, int err, const ub_result* result);
+  void OnOrdinary(const std::string& key, const ResolverResult& result);
 
   // Deadlines: every waiter is answered by its deadline (SERVFAIL or stale).
   void WatchDeadline(const Waiter& w, uint64_t resolution, const std::string& key) {
@@ -359,12 +336,7 @@ struct Server::Impl {
     return t != nullptr && t->ecs;
   }
   void StartStep(Resolution* r, bool force_iterate);
-  const ZoneCut* CachedCut(const dns::NameKey& name);
   void StartCut(Resolution* r);
-  void QueryCutNs(const std::string& key);
-  void OnCutNs(const std::string& key, int err, const ub_result* result);
-  void OnCutAddress(const std::string& key, int err, const ub_result* result);
-  void FinishCut(const std::string& key, bool ok);
   void BeginQueries(Resolution* r);
   void SendQuery(Resolution* r, bool same_server);
   void CloseQuery(Resolution* r);
@@ -429,8 +401,6 @@ absl::Status Server::Impl::LoadTags(std::unique_ptr<const partitions::TagTable>*
 }
 
 absl::Status Server::Impl::Start() {
-  clock = test_clock != nullptr ? static_cast<const partitions::Clock*>(test_clock)
-                                : &partitions::SystemClock::Instance();
   ecs_settings.source_v4 = cfg.source_v4;
   ecs_settings.source_v6 = cfg.source_v6;
   ecs_settings.from_client_address = cfg.from_client_address;
@@ -575,7 +545,7 @@ void Server::Impl::Sweep() {
     });
     plain.EraseExpired(secs);
     zero_source.EraseExpired(secs);
-    cuts.EraseExpired(secs);
+    cut_finder.EraseExpired(secs);
   }
 }
 
@@ -905,23 +875,21 @@ void Server::Impl::Ordinary(Waiter w) {
   const OrdinaryFetch& f = *ordinary[key];
   ++stats.ub_queries;
   if (!ub.Resolve(NameText(f.qname), f.qtype, f.qclass,
-                  [this, key](int err, const ub_result* r) { OnOrdinary(key, err, r); })) {
-    OnOrdinary(key, -1, nullptr);
+                  [this, key](const ResolverResult& r) { OnOrdinary(key, r); })) {
+    OnOrdinary(key, ResolverResult{-1, {}, false, false});
   }
 }
 
-void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* result) {
+void Server::Impl::OnOrdinary(const std::string& key, const ResolverResult& result) {
   auto it = ordinary.find(key);
   if (it == ordinary.end()) return;
   std::unique_ptr<OrdinaryFetch> f = std::move(it->second);
   ordinary.erase(it);
   const uint32_t now = clock->NowSeconds();
   dns::Message m;
-  const bool ok =
-      err == 0 && result != nullptr && result->answer_packet != nullptr && !result->bogus &&
-      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
-              parse_options) == dns::ParseError::kOk &&
-      (m.rcode() == 0 || m.rcode() == 3 || m.rcode() == 5);
+  const bool ok = result.err == 0 && !result.packet.empty() && !result.bogus &&
+                  m.Parse(result.packet, parse_options) == dns::ParseError::kOk &&
+                  (m.rcode() == 0 || m.rcode() == 3 || m.rcode() == 5);
   if (ok && m.rcode() == 5) {
     // REFUSED from libunbound is a local zone's answer (type refuse): the
     // operator's policy, relayed as it is and never cached.
@@ -943,7 +911,7 @@ void Server::Impl::OnOrdinary(const std::string& key, int err, const ub_result* 
   }
   Answer a;
   a.rcode = m.rcode();
-  a.ad = result->secure != 0;
+  a.ad = result.secure;
   dns::RrView rr;
   for (auto sec : {dns::Section::kAnswer, dns::Section::kAuthority}) {
     auto rit = m.Records(sec);
@@ -1140,23 +1108,6 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
   StartStep(raw, false);
 }
 
-const ZoneCut* Server::Impl::CachedCut(const dns::NameKey& name) {
-  // Canonical keys are uncompressed wire names, so each suffix that starts
-  // at a label boundary is the key of an enclosing zone; the first found is
-  // the deepest.
-  const uint32_t now = clock->NowSeconds();
-  std::string key(reinterpret_cast<const char*>(name.bytes.data()), name.len);
-  size_t off = 0;
-  while (off < key.size()) {
-    const std::string suffix = key.substr(off);
-    if (const auto* e = cuts.Find(suffix); e != nullptr && e->expires > now) return &e->value;
-    const uint8_t label = static_cast<uint8_t>(key[off]);
-    if (label == 0) break;
-    off += 1 + label;
-  }
-  return nullptr;
-}
-
 void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
   const partitions::Tag* t = force_iterate ? nullptr : tags->Lookup(r->cur.span());
   if (t != nullptr && t->policy == partitions::Policy::kForward && !t->targets.empty()) {
@@ -1169,8 +1120,7 @@ void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
   // not its zone: ask libunbound for the deeper cut, which is then cached
   // under its own name.
   if (!force_iterate) {
-    if (const ZoneCut* z = CachedCut(r->cur)) {
-      ++stats.cut_cache_hits;
+    if (const ZoneCut* z = cut_finder.Cached(r->cur)) {
       r->cut = z->cut;
       r->servers = z->servers;
       return BeginQueries(r);
@@ -1179,158 +1129,17 @@ void Server::Impl::StartStep(Resolution* r, bool force_iterate) {
   StartCut(r);
 }
 
-// Zone cuts through libunbound: NS for the name; a NODATA/NXDOMAIN names the
-// zone by its SOA; a CNAME or nothing moves one label up. Then A and AAAA of
-// the NS names. These are derived queries: libunbound sends no ECS.
+// The zone cut of `cur` through libunbound (zone_cuts.h).
 void Server::Impl::StartCut(Resolution* r) {
-  const std::string key(reinterpret_cast<const char*>(r->cur.bytes.data()), r->cur.len);
-  if (auto it = cut_lookups.find(key); it != cut_lookups.end()) {
-    it->second->waiting.push_back(r->id);
-    return;
-  }
-  ++stats.cut_lookups;
-  auto l = std::make_unique<CutLookup>();
-  l->name = r->cur;
-  l->candidate = r->cur;
-  l->waiting.push_back(r->id);
-  cut_lookups.emplace(key, std::move(l));
-  QueryCutNs(key);
-}
-
-void Server::Impl::QueryCutNs(const std::string& key) {
-  CutLookup& l = *cut_lookups[key];
-  ++stats.ub_queries;
-  if (!ub.Resolve(NameText(l.candidate), dns::type::kNs, dns::klass::kIn,
-                  [this, key](int err, const ub_result* res) { OnCutNs(key, err, res); })) {
-    FinishCut(key, false);
-  }
-}
-
-void Server::Impl::OnCutNs(const std::string& key, int err, const ub_result* result) {
-  auto it = cut_lookups.find(key);
-  if (it == cut_lookups.end()) return;
-  CutLookup& l = *it->second;
-  if (err != 0 || result == nullptr) return FinishCut(key, false);  // libunbound itself failed
-  // No answer or SERVFAIL for the NS of a name (a CNAME loop at it, a broken
-  // server below the cut) says nothing about the zones above it: look one
-  // label up.
-  dns::Message m;
-  const bool usable =
-      result->answer_packet != nullptr &&
-      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
-              parse_options) == dns::ParseError::kOk &&
-      (m.rcode() == 0 || m.rcode() == 3);
-  std::vector<dns::NameKey> ns_names;
-  bool cname = !usable;
-  dns::RrView rr;
-  auto ans = m.Records(dns::Section::kAnswer);
-  while (usable && ans.Next(&rr)) {
-    CachedRecord rec;
-    if (!ReadCachedRecord(m, rr, &rec)) continue;
-    const bool at_candidate = rec.owner.size() == l.candidate.len &&
-                              std::equal(rec.owner.begin(), rec.owner.end(), l.candidate.bytes.begin());
-    if (!at_candidate) continue;
-    if (rr.type == dns::type::kCname) cname = true;
-    if (rr.type == dns::type::kNs) {
-      dns::NameKey target;
-      size_t end = 0;
-      if (dns::ReadName(rec.rdata, 0, &end, &target) == dns::ParseError::kOk &&
-          static_cast<int>(ns_names.size()) < kMaxNsNames) {
-        ns_names.push_back(target);
-        l.min_ttl = std::min(l.min_ttl, rr.ttl);
-      }
-    }
-  }
-  if (!ns_names.empty()) {
-    l.cut = l.candidate;
-    l.outstanding = 0;
-    for (const dns::NameKey& ns : ns_names) {
-      for (uint16_t type : {dns::type::kA, dns::type::kAaaa}) {
-        if (type == dns::type::kAaaa && !cfg.do_ip6) continue;
-        ++l.outstanding;
-        ++stats.ub_queries;
-        if (!ub.Resolve(NameText(ns), type, dns::klass::kIn,
-                        [this, key](int e, const ub_result* res) { OnCutAddress(key, e, res); })) {
-          --l.outstanding;
-        }
-      }
-    }
-    if (l.outstanding == 0) FinishCut(key, false);
-    return;
-  }
-  if (++l.rounds > kMaxCutRounds) return FinishCut(key, false);
-  if (!cname && usable) {
-    auto auth = m.Records(dns::Section::kAuthority);
-    while (auth.Next(&rr)) {
-      if (rr.type != dns::type::kSoa) continue;
-      dns::NameKey owner;
-      size_t end = 0;
-      if (dns::ReadName(m.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) continue;
-      if (IsAtOrBelow(l.candidate.span(), owner.span()) && !(owner == l.candidate)) {
-        l.candidate = owner;  // the zone that holds the name: ask for its NS
-        return QueryCutNs(key);
-      }
-    }
-  }
-  if (l.candidate.len <= 1) return FinishCut(key, false);  // the root without NS: give up
-  dns::NameKey parent;
-  const uint8_t skip = static_cast<uint8_t>(1 + l.candidate.bytes[0]);
-  parent.len = static_cast<uint8_t>(l.candidate.len - skip);
-  std::copy(l.candidate.bytes.begin() + skip, l.candidate.bytes.begin() + l.candidate.len,
-            parent.bytes.begin());
-  l.candidate = parent;
-  QueryCutNs(key);
-}
-
-void Server::Impl::OnCutAddress(const std::string& key, int err, const ub_result* result) {
-  auto it = cut_lookups.find(key);
-  if (it == cut_lookups.end()) return;
-  CutLookup& l = *it->second;
-  dns::Message m;
-  if (err == 0 && result != nullptr && result->answer_packet != nullptr &&
-      m.Parse({static_cast<const uint8_t*>(result->answer_packet), static_cast<size_t>(result->answer_len)},
-              parse_options) == dns::ParseError::kOk) {
-    dns::RrView rr;
-    auto ans = m.Records(dns::Section::kAnswer);
-    while (ans.Next(&rr)) {
-      const bool a = rr.type == dns::type::kA && rr.rdlength == 4;
-      const bool aaaa = rr.type == dns::type::kAaaa && rr.rdlength == 16;
-      if ((!a && !aaaa) || static_cast<int>(l.servers.size()) >= kMaxServers) continue;
-      l.servers.push_back(FromRdata(rr.type, m.bytes().subspan(rr.rdata_offset, rr.rdlength)));
-      l.min_ttl = std::min(l.min_ttl, rr.ttl);
-    }
-  }
-  if (--l.outstanding == 0) FinishCut(key, !l.servers.empty());
-}
-
-void Server::Impl::FinishCut(const std::string& key, bool ok) {
-  auto it = cut_lookups.find(key);
-  if (it == cut_lookups.end()) return;
-  std::unique_ptr<CutLookup> l = std::move(it->second);
-  cut_lookups.erase(it);
-  if (ok) {
-    const uint32_t ttl = std::clamp<uint32_t>(l->min_ttl, 1, static_cast<uint32_t>(cfg.zone_cut_max_ttl));
-    const uint32_t expires = clock->NowSeconds() + ttl;
-    cuts.Put(std::string(reinterpret_cast<const char*>(l->cut.bytes.data()), l->cut.len),
-             ZoneCut{l->cut, l->servers, expires}, expires);
-  }
-  if (!ok) {
-    ++stats.cut_failures;
-    Log(Cat(NameText(l->name), ": no zone cut with server addresses found (NS lookups through libunbound",
-            cfg.forwarders.empty() ? "" : ", which forwards", "): tagged queries get SERVFAIL"));
-  }
-  for (uint64_t id : l->waiting) {
-    auto rit = resolutions.find(id);
-    if (rit == resolutions.end()) continue;
-    Resolution* r = rit->second.get();
-    if (!ok) {
-      Fail(r);
-      continue;
-    }
-    r->cut = l->cut;
-    r->servers = l->servers;
+  cut_finder.Find(r->cur, [this, id = r->id](const ZoneCut* z) {
+    auto it = resolutions.find(id);
+    if (it == resolutions.end()) return;
+    Resolution* r = it->second.get();
+    if (z == nullptr) return Fail(r);
+    r->cut = z->cut;
+    r->servers = z->servers;
     BeginQueries(r);
-  }
+  });
 }
 
 void Server::Impl::BeginQueries(Resolution* r) {
@@ -1624,24 +1433,25 @@ std::string Server::Impl::StatsJson() {
       ",\"tagged_hits\":", s.tagged_hits, ",\"tagged_misses\":", s.tagged_misses,
       ",\"coalesced\":", s.coalesced, ",\"stale_served\":", s.stale_served, ",\"prefetches\":", s.prefetches,
       ",\"servfail\":", s.servfail, ",\"learned_tagged\":", s.learned_tagged,
-      ",\"ub_queries\":", s.ub_queries, ",\"cut_lookups\":", s.cut_lookups,
-      ",\"cut_cache_hits\":", s.cut_cache_hits, ",\"upstream_queries\":", s.upstream_queries,
-      ",\"upstream_tcp\":", s.upstream_tcp, ",\"upstream_timeouts\":", s.upstream_timeouts,
-      ",\"ecs_sent\":", s.ecs_sent, ",\"ecs_retry_without\":", s.ecs_retry_without,
-      ",\"ecs_forged\":", s.ecs_forged, ",\"ecs_unsolicited\":", s.ecs_unsolicited,
-      ",\"spoofed_dropped\":", s.spoofed_dropped, ",\"malformed_replies\":", s.malformed_replies,
-      ",\"out_of_bailiwick\":", s.out_of_bailiwick, ",\"truncated\":", s.truncated,
-      ",\"weights_invalid\":", s.weights_invalid, ",\"referrals\":", s.referrals,
-      ",\"inflight_limited\":", s.inflight_limited, ",\"control_refused\":", s.control_refused,
-      ",\"accept_paused\":", s.accept_paused, ",\"tcp_reads_paused\":", s.tcp_reads_paused,
-      ",\"tcp_unsent_closed\":", s.tcp_unsent_closed, ",\"tcp_unsent_bytes\":", unsent,
-      ",\"tagged_names\":", scoped.size(), ",\"plain_entries\":", plain.size(),
-      ",\"zero_source_entries\":", zero_source.size(), ",\"zone_cuts\":", cuts.size(),
-      ",\"evictions\":", plain.evictions() + scoped.evictions() + zero_source.evictions() + cuts.evictions(),
+      ",\"ub_queries\":", s.ub_queries + cut_finder.stats().resolver_queries,
+      ",\"cut_lookups\":", cut_finder.stats().lookups, ",\"cut_cache_hits\":", cut_finder.stats().cache_hits,
+      ",\"upstream_queries\":", s.upstream_queries, ",\"upstream_tcp\":", s.upstream_tcp,
+      ",\"upstream_timeouts\":", s.upstream_timeouts, ",\"ecs_sent\":", s.ecs_sent,
+      ",\"ecs_retry_without\":", s.ecs_retry_without, ",\"ecs_forged\":", s.ecs_forged,
+      ",\"ecs_unsolicited\":", s.ecs_unsolicited, ",\"spoofed_dropped\":", s.spoofed_dropped,
+      ",\"malformed_replies\":", s.malformed_replies, ",\"out_of_bailiwick\":", s.out_of_bailiwick,
+      ",\"truncated\":", s.truncated, ",\"weights_invalid\":", s.weights_invalid,
+      ",\"referrals\":", s.referrals, ",\"inflight_limited\":", s.inflight_limited,
+      ",\"control_refused\":", s.control_refused, ",\"accept_paused\":", s.accept_paused,
+      ",\"tcp_reads_paused\":", s.tcp_reads_paused, ",\"tcp_unsent_closed\":", s.tcp_unsent_closed,
+      ",\"tcp_unsent_bytes\":", unsent, ",\"tagged_names\":", scoped.size(),
+      ",\"plain_entries\":", plain.size(), ",\"zero_source_entries\":", zero_source.size(),
+      ",\"zone_cuts\":", cut_finder.size(), ",\"evictions\":",
+      plain.evictions() + scoped.evictions() + zero_source.evictions() + cut_finder.evictions(),
       ",\"in_flight\":", InFlight(), ",\"cname_loops\":", s.cname_loops,
       ",\"cname_chain_too_long\":", s.cname_chain_too_long, ",\"deadline_servfail\":", s.deadline_servfail,
       ",\"deadline_stale\":", s.deadline_stale, ",\"negative_uncached\":", s.negative_uncached,
-      ",\"cut_failures\":", s.cut_failures, ",\"log_suppressed\":", s.log_suppressed, "}");
+      ",\"cut_failures\":", cut_finder.stats().failures, ",\"log_suppressed\":", s.log_suppressed, "}");
 }
 
 void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
@@ -1658,7 +1468,7 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
   } else if (line == "flush") {
     plain.Clear();
     zero_source.Clear();
-    cuts.Clear();
+    cut_finder.Clear();
     scoped.Clear();
     reply = "ok";
   } else if (line == "reload-tags" && mgmt_node) {
@@ -1683,9 +1493,7 @@ void Server::Impl::HandleControl(uint64_t id, const std::string& line) {
 // ---------------------------------------------------------------- Server
 
 Server::Server(RecursorConfig config, partitions::FakeClock* test_clock)
-    : impl_(std::make_unique<Impl>(std::move(config))) {
-  impl_->test_clock = test_clock;
-}
+    : impl_(std::make_unique<Impl>(std::move(config), test_clock)) {}
 
 Server::~Server() { Stop(); }
 

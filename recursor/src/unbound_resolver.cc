@@ -99,7 +99,16 @@ void UnboundResolver::Done(void* arg, int err, ub_result* result) {
   r->self->pending_.erase(r);
   Callback cb = std::move(r->cb);
   delete r;
-  cb(err, err == 0 ? result : nullptr);
+  ResolverResult out{err, {}, false, false};
+  if (err == 0 && result != nullptr) {
+    if (result->answer_packet != nullptr && result->answer_len > 0) {
+      out.packet = {static_cast<const uint8_t*>(result->answer_packet),
+                  static_cast<size_t>(result->answer_len)};
+    }
+    out.secure = result->secure != 0;
+    out.bogus = result->bogus != 0;
+  }
+  cb(out);
   if (result != nullptr) ub_resolve_free(result);
 }
 

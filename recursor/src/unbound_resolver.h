@@ -16,16 +16,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "weir/recursor/config.h"
+#include "weir/recursor/resolver.h"
 
 namespace weir::recursor {
 
-class UnboundResolver {
+class UnboundResolver : public Resolver {
  public:
-  // `result` is null when err != 0; it is freed after the callback returns.
-  using Callback = std::function<void(int err, const ub_result* result)>;
-
   UnboundResolver() = default;
-  ~UnboundResolver();
+  ~UnboundResolver() override;
   UnboundResolver(const UnboundResolver&) = delete;
   UnboundResolver& operator=(const UnboundResolver&) = delete;
 
@@ -37,7 +35,7 @@ class UnboundResolver {
   // Delivers finished results (call when fd() is readable).
   void Process();
   // Starts a lookup; false when libunbound refused it (the callback is not called).
-  bool Resolve(const std::string& name, uint16_t type, uint16_t klass, Callback cb);
+  bool Resolve(const std::string& name, uint16_t type, uint16_t klass, Callback cb) override;
   size_t pending() const { return pending_.size(); }
 
  private:
