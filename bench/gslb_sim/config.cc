@@ -200,7 +200,8 @@ uint16_t TypeFromText(const std::string& s, const toml::node& at) {
   if (s == "TXT") return type::kTxt;
   if (s == "MX") return type::kMx;
   if (s == "SOA") return type::kSoa;
-  Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, NS, TXT, MX, SOA)");
+  if (s == "DNAME") return kTypeDname;
+  Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, DNAME, NS, TXT, MX, SOA)");
 }
 
 std::string TxtRdata(const toml::node& data) {
@@ -241,6 +242,7 @@ void AddRecord(Zone* z, const NameBytes& owner, uint16_t rtype, uint32_t ttl, st
     Fail(at, "all records of one RRset need the same ttl (RFC 2181 5.2)");
   }
   if (rtype == type::kCname && !set->rdata.empty()) Fail(at, "a name can have only one CNAME");
+  if (rtype == kTypeDname && !set->rdata.empty()) Fail(at, "a name can have only one DNAME (RFC 6672 2.4)");
   set->rdata.push_back(std::move(rdata));
 }
 
@@ -265,6 +267,7 @@ void ReadRecord(Zone* z, const toml::table& t) {
       AddRecord(z, owner, rtype, ttl, AddressRdata(text, rtype, *data), *data);
       break;
     case type::kCname:
+    case kTypeDname:
     case type::kNs:
       AddRecord(z, owner, rtype, ttl, ResolveName(text, z->origin, *data), *data);
       break;
@@ -368,6 +371,9 @@ void ReadDelegation(Zone* z, const toml::table& t) {
   if (cut == z->origin || !IsSubdomain(cut, z->origin)) {
     Fail(t, "delegation '" + NameText(cut) + "' must be strictly below the zone origin");
   }
+  if (cut.size() >= 2 && cut[0] == 1 && cut[1] == '*') {
+    Fail(t, "delegation '" + NameText(cut) + "' cannot be a wildcard name");
+  }
   if (z->cuts.count(cut)) Fail(t, "delegation '" + NameText(cut) + "' appears twice");
   Delegation d;
   d.ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(3600));
@@ -409,6 +415,23 @@ void CheckZone(const Zone& z, const toml::table& t) {
       Fail(t, "'" + NameText(name) + "': CNAME and views on the same name");
     }
     if (name == z.origin && cname) Fail(t, "CNAME at the zone apex");
+    if (cname && node.Find(kTypeDname) != nullptr) {
+      Fail(t, "'" + NameText(name) + "': CNAME and DNAME on the same name (RFC 6672 2.4)");
+    }
+    if (node.Find(kTypeDname) != nullptr) {
+      // RFC 6672 2.4: the names below a DNAME owner are never answered from
+      // the zone, so data there would be unreachable.
+      for (const auto& [other, unused] : z.nodes) {
+        if (other != name && IsSubdomain(other, name)) {
+          Fail(t, "'" + NameText(other) + "' is below the DNAME at '" + NameText(name) + "'");
+        }
+      }
+      for (const auto& [cut, d] : z.cuts) {
+        if (IsSubdomain(cut, name)) {
+          Fail(t, "delegation '" + NameText(cut) + "' is at or below the DNAME at '" + NameText(name) + "'");
+        }
+      }
+    }
     for (const auto& [cut, d] : z.cuts) {
       if (IsSubdomain(name, cut)) {
         Fail(t, "'" + NameText(name) + "' is at or below delegation '" + NameText(cut) +
@@ -419,12 +442,22 @@ void CheckZone(const Zone& z, const toml::table& t) {
 }
 
 Zone ReadZone(const toml::table& t) {
-  CheckKeys(t, "[[zone]]", {"origin", "soa", "record", "name", "delegation"});
+  CheckKeys(t, "[[zone]]", {"origin", "lame", "soa", "record", "name", "delegation"});
   Zone z;
   const std::string origin = GetString(t, "origin", t);
   if (origin.empty() || origin.back() != '.')
     Fail(*t.get("origin"), "origin must be absolute (end with '.')");
   z.origin = ResolveName(origin, "", *t.get("origin"));
+  if (t.get("lame") != nullptr) {
+    const std::string lame = GetString(t, "lame", t);
+    if (lame == "refused") {
+      z.lame = Lame::kRefused;
+    } else if (lame == "no-aa") {
+      z.lame = Lame::kNoAa;
+    } else {
+      Fail(*t.get("lame"), "'lame' must be \"refused\" or \"no-aa\", got '" + lame + "'");
+    }
+  }
   if (const toml::node* s = t.get("soa")) z.soa = SoaFromTable(AsTable(*s, "'soa'"), z.origin);
   ForEachTable(t, "record", [&](const toml::table& r) { ReadRecord(&z, r); });
   ForEachTable(t, "name", [&](const toml::table& n) { ReadName(&z, n); });
@@ -599,6 +632,8 @@ std::string TypeName(uint16_t t) {
       return "HTTPS";
     case type::kAny:
       return "ANY";
+    case kTypeDname:
+      return "DNAME";
   }
   return "TYPE" + std::to_string(t);
 }
