@@ -11,6 +11,7 @@ Run: python3 tests/integration/test_conformance_matrix.py --build-dir build
 import fnmatch
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -58,16 +59,72 @@ TIMEOUT = 10.0
 # (a predicate on the weir and unbound outcomes). Keep it honest: a weir bug
 # belongs in KNOWN_WEIR_BUGS, not here.
 DELIBERATE_DIFFERENCES: dict = {
+    # Every server of the zone is unreachable. unbound 1.17 keeps retrying with
+    # back-off (RTO up to 120 s) and does not answer within a client's timeout;
+    # weir answers SERVFAIL when its resolution deadline passes.
+    ("dead/only", "*"): ("SERVFAIL at weir's deadline; unbound holds the query past the client's timeout",
+                         lambda w, u: w.rcode == "SERVFAIL" and u.rcode == "TIMEOUT"),
+    ("timeout/mute-only", "*"): ("SERVFAIL at weir's deadline; unbound holds the query past the client's timeout",
+                                 lambda w, u: w.rcode == "SERVFAIL" and u.rcode == "TIMEOUT"),
 }
+
+_CNAME_INTO_CHILD = ("tagged: a CNAME whose target is below the queried zone but in a delegated child (the "
+                     "server answers with the CNAME alone) ends the chain: weir returns the bare CNAME, NOERROR, no "
+                     "SOA, instead of asking the child's servers")
+_DNAME_DROPPED = "tagged: the DNAME record is dropped from the answer, only the synthesized CNAME is returned"
+_NO_DEADLINE = ("every server of the zone unreachable: weir answers SERVFAIL only after ~29 s, past any "
+                "client's timeout")
 
 # Known weir bugs: reported as expected failures. A shape listed here that
 # matches unbound (or differs only deliberately) is reported as an UNEXPECTED
 # PASS, so the entry can be removed once the fix lands.
 KNOWN_WEIR_BUGS: dict = {
+    ("cname-into-child/*", "tagged"): _CNAME_INTO_CHILD,
+    ("cname-across-cuts/*", "tagged"): _CNAME_INTO_CHILD,
+    ("cname-dangling/nx-in-child", "tagged"): _CNAME_INTO_CHILD,
+    ("lame-*/*cname-child", "tagged"): _CNAME_INTO_CHILD,
+    ("lame-*/child-cname", "tagged"): _CNAME_INTO_CHILD,
+    ("dead/child-cname", "tagged"): _CNAME_INTO_CHILD,
+    ("wildcard/cname-into-child*", "tagged"): _CNAME_INTO_CHILD,
+    ("wildcard/cname-target-is-wild", "tagged"): _CNAME_INTO_CHILD,
+    ("case/cname-upper-target", "tagged"): _CNAME_INTO_CHILD,
+    ("case/query-mixed-cname", "tagged"): _CNAME_INTO_CHILD,
+    ("truncated/tc-cname-target", "tagged"): _CNAME_INTO_CHILD,
+    ("truncated/tc-only-child", "tagged"): _CNAME_INTO_CHILD,
+    ("slow/cname-target-300ms", "tagged"): _CNAME_INTO_CHILD,
+    ("gslb-views/cname-into-child*", "tagged"): _CNAME_INTO_CHILD,
+    ("gslb-views/two-step-cname", "tagged"): _CNAME_INTO_CHILD,
+    ("dname/into-child-*", "tagged"): _DNAME_DROPPED + "; and " + _CNAME_INTO_CHILD[len("tagged: "):],
+    ("dname/then-cname", "tagged"): _DNAME_DROPPED + "; and " + _CNAME_INTO_CHILD[len("tagged: "):],
+    ("dname/in-zone-*", "tagged"): _DNAME_DROPPED,
+    ("dname/deeper", "tagged"): _DNAME_DROPPED,
+    ("dname/in-child", "tagged"): _DNAME_DROPPED,
+    ("dname/to-dname", "tagged"): _DNAME_DROPPED,
+    ("dname/target-wildcard", "tagged"): _DNAME_DROPPED,
+    ("dname/cname-into-dname", "tagged"): _DNAME_DROPPED,
+    ("case/query-mixed-dname", "tagged"): _DNAME_DROPPED,
+    ("dead/only", "*"): _NO_DEADLINE,
+    ("timeout/mute-only", "*"): _NO_DEADLINE,
+}
+
+# Bugs that show in some runs only: a matching mismatch is an expected
+# failure, a pass is not reported. (shape glob, variant glob) -> (reason,
+# predicate on the weir and unbound outcomes).
+KNOWN_INTERMITTENT_WEIR_BUGS: dict = {
+    ("truncated/*", "*"): ("intermittent, about one run in two, several shapes at once: SERVFAIL within ~0.1 s "
+                           "when the upstream answer needs TCP (TC=1), on both weir paths (libunbound and the "
+                           "tagged last hop), while unbound gets the same answers from the same servers",
+                           lambda w, u: w.rcode == "SERVFAIL" and u.rcode in ("NOERROR", "NXDOMAIN")),
 }
 
 # The same for the fastpath replay (first answer vs the cache hit).
 KNOWN_FASTPATH_BUGS: dict = {
+    ("truncated/large-*", "*"): ("weir-fastpath never answers an answer larger than 1232 bytes from its cache: "
+                                 "every query (UDP and its TCP retry, or TCP alone) goes to the recursor"),
+    # Not a fastpath fault: the recursor's bare CNAME (no data, no SOA) is not
+    # a cacheable answer (RFC 2308 5). These go when the recursor bug is fixed.
+    **{k: "follows from the recursor bug: " + v for k, v in KNOWN_WEIR_BUGS.items() if v.startswith("tagged: a CNAME")
+       or v.startswith(_DNAME_DROPPED + "; and")},
 }
 
 UNBOUND_CONF = """server:
@@ -92,6 +149,9 @@ UNBOUND_CONF = """server:
   max-client-subnet-ipv6: 56
   num-queries-per-thread: 1024
   outgoing-range: 2048
+  # unbound 1.17 drops the reply to a client whose resolution took longer
+  # than 1.9 s (it expects a retry to hit its cache); the matrix asks once.
+  discard-timeout: 0
 remote-control:
   control-enable: no
 """
@@ -107,10 +167,12 @@ class Outcome:
     soa: bool = False
     negative: bool = False
     text: str = ""
+    tcp: bool = False  # the answer came over TCP (after TC=1)
+    seconds: float = 0.0
 
     def brief(self) -> str:
         rrs = "; ".join(f"{n} {t} {d}" for n, t, d in sorted(self.answer))
-        return f"{self.rcode} [{rrs}]{' +SOA' if self.soa else ''}"
+        return f"{self.rcode} [{rrs}]{' +SOA' if self.soa else ''} ({'TCP, ' if self.tcp else ''}{self.seconds:.2f}s)"
 
 
 def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: float,
@@ -121,12 +183,13 @@ def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: flo
         options = [dns.edns.ECSOption(*ECS), dns.edns.GenericOption(WEIGHT_CODE, b"")] if tagged else []
     q = dns.message.make_query(qname, qtype, use_edns=0, payload=1232, options=options)
     q.flags |= dns.flags.RD
+    t0 = time.monotonic()
     try:
-        r, _ = dns.query.udp_with_fallback(q, host, port=port, timeout=timeout)
+        r, tcp = dns.query.udp_with_fallback(q, host, port=port, timeout=timeout)
     except dns.exception.Timeout:
-        return Outcome("TIMEOUT")
+        return Outcome("TIMEOUT", seconds=time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001 - a malformed answer is an outcome too
-        return Outcome(f"ERROR:{type(e).__name__}", text=str(e))
+        return Outcome(f"ERROR:{type(e).__name__}", text=str(e), seconds=time.monotonic() - t0)
     answer, ttls = set(), {}
     want = dns.rdatatype.from_text(qtype)
     has_qtype = False
@@ -140,7 +203,7 @@ def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: flo
     rcode = dns.rcode.to_text(r.rcode())
     soa = any(rrset.rdtype == dns.rdatatype.SOA for rrset in r.authority)
     return Outcome(rcode, frozenset(answer), ttls, soa, rcode in ("NOERROR", "NXDOMAIN") and not has_qtype,
-                   r.to_text())
+                   r.to_text(), tcp, time.monotonic() - t0)
 
 
 def differences(w: Outcome, u: Outcome, ttl_slack: int = 5) -> list:
@@ -200,8 +263,11 @@ class ConformanceMatrixTest(unittest.TestCase):
             tags = os.path.join(cls.dir, "tags.txt")
             with open(tags, "w") as f:
                 f.write(f"{cs.TAGGED_BASE.rstrip('.')} weight=on ecs=on\n")
+            # The test clock holds weir-recursor's TTLs still: in the fastpath
+            # replay a second trip to the recursor then shows the first TTL
+            # again, while a fastpath cache hit shows the fastpath's clock.
             cls.weir = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(
-                root_hints=hints, tags=tags, resolver={"do_ip6": False}))
+                root_hints=hints, tags=tags, resolver={"do_ip6": False}), test_clock=True)
             cls.ub_port = weirtest.free_port()
             conf = os.path.join(cls.dir, "unbound.conf")
             with open(conf, "w") as f:
@@ -251,6 +317,9 @@ class ConformanceMatrixTest(unittest.TestCase):
             w, u = results[2 * i], results[2 * i + 1]
             diff = differences(w, u)
             bug = lookup(KNOWN_WEIR_BUGS, s, variant)
+            flaky = lookup(KNOWN_INTERMITTENT_WEIR_BUGS, s, variant)
+            if bug is None and diff and flaky is not None and flaky[1](w, u):
+                bug = flaky[0]
             why = deliberate(s, variant, w, u) if diff else None
             line = (f"{s.describe()} [{variant}]: {'; '.join(diff)}\n      weir:    {w.brief()}\n"
                     f"      unbound: {u.brief()}")
@@ -265,7 +334,10 @@ class ConformanceMatrixTest(unittest.TestCase):
             else:
                 unexpected.append(line)
         n = len(self.shapes)
-        print(f"\nweir-recursor vs unbound: {n} shapes; pass untagged {passes['untagged']}/{n}, "
+        st = self.weir.stats()
+        print("\nweir-recursor counters: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items()) if v and not
+                                                        isinstance(v, (dict, list))))
+        print(f"weir-recursor vs unbound: {n} shapes; pass untagged {passes['untagged']}/{n}, "
               f"tagged {passes['tagged']}/{n}; expected failures {len(expected_fail)}, "
               f"unexpected passes {len(unexpected_pass)}, mismatches {len(unexpected)} "
               f"({time.monotonic() - t0:.1f}s)")
@@ -341,6 +413,9 @@ class ConformanceMatrixTest(unittest.TestCase):
 
 
 def serve() -> None:
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)  # stop everything on SIGTERM too
     T = ConformanceMatrixTest
     T.setUpClass()
     print(f"weir-recursor {T.weir.host}:{T.weir.port}  unbound 127.0.0.1:{T.ub_port}  configs {T.dir}\n"
