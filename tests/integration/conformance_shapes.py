@@ -478,8 +478,25 @@ def _upstream_errors() -> list:
     ]
 
 
+def client_views(name: str) -> str:
+    """A GSLB name with a view for the matrix's client subnet (CLIENT_SUBNET):
+    only a resolver that sends the client's subnet as ECS gets it."""
+    return (f'[[zone.name]]\nname = "{name}"\nttl = 60\n'
+            f'  [[zone.name.view]]\n  cidr = "{CLIENT_SUBNET}"\n  addresses = ["192.0.2.15"]\n'
+            f'  [zone.name.default]\n  addresses = ["192.0.2.99"]\n')
+
+
+# The test queries from CLIENT_ADDRESS (loopback), so a resolver that sends
+# ECS from the client address sends CLIENT_SUBNET.
+CLIENT_ADDRESS = "127.0.5.5"
+CLIENT_SUBNET = "127.0.5.0/24"
+
+
 def _gslb() -> list:
     return [
+        Shape("client-subnet-view", "A", [zone(R, client_views(f"x.{R}"))], f"x.{R}", "A"),
+        Shape("client-subnet-view", "cname-into-child",
+              [zone(R, rr(f"www.{R}", "CNAME", f"x.{C}")), child(C, client_views(f"x.{C}"))], f"www.{R}", "A"),
         Shape("gslb-views", "A", [zone(R, views(f"x.{R}"))], f"x.{R}", "A"),
         Shape("gslb-views", "AAAA", [zone(R, views(f"x.{R}"))], f"x.{R}", "AAAA"),
         Shape("gslb-views", "nodata", [zone(R, views(f"x.{R}"))], f"x.{R}", "TXT"),

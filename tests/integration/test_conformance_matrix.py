@@ -59,6 +59,13 @@ TIMEOUT = 10.0
 # (a predicate on the weir and unbound outcomes). Keep it honest: a weir bug
 # belongs in KNOWN_WEIR_BUGS, not here.
 DELIBERATE_DIFFERENCES: dict = {
+    # DESIGN 3: untagged names get no ECS. unbound (send-client-subnet) sends
+    # the client's /24, so a GSLB view for the client's subnet answers it only.
+    ("client-subnet-view/*", "untagged"): ("weir sends no ECS for untagged names (the GSLB sees the recursor, not "
+                                           "the client); unbound sends the client's subnet",
+                                           lambda w, u: w.rcode == u.rcode and
+                                           ("A", "192.0.2.99") in {(t, d) for _, t, d in w.answer} and
+                                           ("A", "192.0.2.15") in {(t, d) for _, t, d in u.answer}),
     # Every server of the zone is unreachable. unbound 1.17 keeps retrying with
     # back-off (RTO up to 120 s) and does not answer within a client's timeout;
     # weir answers SERVFAIL when its resolution deadline passes.
@@ -94,6 +101,7 @@ KNOWN_WEIR_BUGS: dict = {
     ("slow/cname-target-300ms", "tagged"): _CNAME_INTO_CHILD,
     ("gslb-views/cname-into-child*", "tagged"): _CNAME_INTO_CHILD,
     ("gslb-views/two-step-cname", "tagged"): _CNAME_INTO_CHILD,
+    ("client-subnet-view/cname-into-child", "tagged"): _CNAME_INTO_CHILD,
     ("dname/into-child-*", "tagged"): _DNAME_DROPPED + "; and " + _CNAME_INTO_CHILD[len("tagged: "):],
     ("dname/then-cname", "tagged"): _DNAME_DROPPED + "; and " + _CNAME_INTO_CHILD[len("tagged: "):],
     ("dname/in-zone-*", "tagged"): _DNAME_DROPPED,
@@ -176,7 +184,7 @@ class Outcome:
 
 
 def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: float,
-        options: Optional[list] = None) -> Outcome:
+        options: Optional[list] = None, source: str = cs.CLIENT_ADDRESS) -> Outcome:
     """One query with RD set, EDNS 1232, and in the tagged variant ECS and the
     empty weight option (or `options`); TC=1 is retried over TCP."""
     if options is None:
@@ -185,7 +193,7 @@ def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: flo
     q.flags |= dns.flags.RD
     t0 = time.monotonic()
     try:
-        r, tcp = dns.query.udp_with_fallback(q, host, port=port, timeout=timeout)
+        r, tcp = dns.query.udp_with_fallback(q, host, port=port, timeout=timeout, source=source)
     except dns.exception.Timeout:
         return Outcome("TIMEOUT", seconds=time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001 - a malformed answer is an outcome too
