@@ -119,9 +119,9 @@ KNOWN_WEIR_BUGS: dict = {
 # failure, a pass is not reported. (shape glob, variant glob) -> (reason,
 # predicate on the weir and unbound outcomes).
 KNOWN_INTERMITTENT_WEIR_BUGS: dict = {
-    ("truncated/*", "*"): ("intermittent, about one run in two, several shapes at once: SERVFAIL within ~0.1 s "
-                           "when the upstream answer needs TCP (TC=1), on both weir paths (libunbound and the "
-                           "tagged last hop), while unbound gets the same answers from the same servers",
+    ("truncated/*", "*"): ("intermittent (about one run in ten here, then most truncated shapes in that run): "
+                           "SERVFAIL within ~0.1 s when an upstream answer needs TCP (TC=1), untagged and tagged "
+                           "alike, where unbound gets the same answers from the same servers at the same moment",
                            lambda w, u: w.rcode == "SERVFAIL" and u.rcode in ("NOERROR", "NXDOMAIN")),
 }
 
