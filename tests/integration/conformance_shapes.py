@@ -111,6 +111,8 @@ def a_www(origin: str, addr: str = "192.0.2.1") -> list:
 # ---------------------------------------------------------------- the families
 
 R = "{R}"
+U = "{U}"  # the same shape's root under the untagged base ({R} in the untagged variant)
+T = "{T}"  # the same shape's root under the tagged base ({R} in the tagged variant)
 C = "c.{R}"  # a child zone of the shape root, on its own server
 G = "g.{R}"  # a sibling of C (also a child of R)
 D = "d.c.{R}"  # a grandchild
@@ -510,10 +512,25 @@ def _gslb() -> list:
     ]
 
 
+def _cross_suffix() -> list:
+    """Chains between the tagged and the untagged tree: the tagged variant of
+    "to-untagged" leaves the tagged suffix, the untagged variant of
+    "to-tagged" enters it (DESIGN section 3, learned tags)."""
+    body = a_www(R) + [views(f"x.{R}")]
+    return [
+        Shape("cross-suffix", "to-untagged", [zone(R, rr(f"a.{R}", "CNAME", f"www.{U}"), *body)], f"a.{R}", "A"),
+        Shape("cross-suffix", "to-untagged-nx", [zone(R, rr(f"a.{R}", "CNAME", f"nothere.{U}"), *body)], f"a.{R}",
+              "A"),
+        Shape("cross-suffix", "to-untagged-view", [zone(R, rr(f"a.{R}", "CNAME", f"x.{U}"), *body)], f"a.{R}", "A"),
+        Shape("cross-suffix", "to-tagged", [zone(R, rr(f"a.{R}", "CNAME", f"www.{T}"), *body)], f"a.{R}", "A"),
+        Shape("cross-suffix", "to-tagged-view", [zone(R, rr(f"a.{R}", "CNAME", f"x.{T}"), *body)], f"a.{R}", "A"),
+    ]
+
+
 def all_shapes() -> list:
     shapes = (_answers() + _cname_in_zone() + _cname_into_child() + _cname_across() + _cname_loops() +
               _cname_dangling() + _delegations() + _lame() + _dead() + _dname() + _wildcards() + _negatives() +
-              _case() + _truncation() + _upstream_errors() + _gslb())
+              _case() + _truncation() + _upstream_errors() + _gslb() + _cross_suffix())
     for i, s in enumerate(shapes):
         s.index = i
     return shapes
@@ -553,11 +570,17 @@ class Hierarchy:
         for base in (UNTAGGED_BASE, TAGGED_BASE):
             for s in shapes:
                 root = s.root(base)
+                names = {"{R}": root, "{U}": s.root(UNTAGGED_BASE), "{T}": s.root(TAGGED_BASE)}
+
+                def f(t: str, names=names) -> str:
+                    for k, v in names.items():
+                        t = t.replace(k, v)
+                    return t
+
                 for z in s.zones:
-                    f = lambda t: t.replace("{R}", root).lower()  # noqa: E731
-                    origin = f(z.origin)
-                    servers = [Server(f(x.host), x.role, x.glue) for x in z.servers]
-                    zones.append(_Zone(origin, servers, [b.replace("{R}", root) for b in z.body], root))
+                    origin = f(z.origin).lower()
+                    servers = [Server(f(x.host).lower(), x.role, x.glue) for x in z.servers]
+                    zones.append(_Zone(origin, servers, [f(b) for b in z.body], root))
         by_origin = {z.origin: z for z in zones}
         if len(by_origin) != len(zones):
             raise ValueError("a zone is defined twice")
@@ -604,7 +627,8 @@ class Hierarchy:
                 else:
                     self.address[key] = f"{net}.{next_host[0]}"
                     next_host[0] += 1
-                if next_host[0] >= dead_first or dead_first + len(self.dead_addresses) > 254:
+                # .254 stays free: the peer resolver sends from it.
+                if next_host[0] >= dead_first or dead_first + len(self.dead_addresses) > 253:
                     raise ValueError(f"the hierarchy needs more addresses than {net}.0/24 has")
             return self.address[key]
 

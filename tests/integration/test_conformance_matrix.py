@@ -9,6 +9,7 @@ Run: python3 tests/integration/test_conformance_matrix.py --build-dir build
 """
 
 import fnmatch
+import json
 import os
 import shutil
 import signal
@@ -42,6 +43,7 @@ except ImportError:  # a Python that is not Debian's: use Debian's python3-dnspy
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.130"
+UNBOUND_SOURCE = f"{NET}.254"  # unbound's queries come from here, weir's from 127.0.0.1
 # --serve: start everything, print the addresses and wait (to reproduce by hand).
 SERVE = "--serve" in sys.argv
 if SERVE:
@@ -125,6 +127,17 @@ KNOWN_INTERMITTENT_WEIR_BUGS: dict = {
                            lambda w, u: w.rcode == "SERVFAIL" and u.rcode in ("NOERROR", "NXDOMAIN")),
 }
 
+# Untagged names weir sends ECS for: (shape glob, variant glob) -> bug, and
+# for names outside every shape, name glob -> bug.
+_ECS_LEAK = ("a tagged chain that leaves the tagged suffix: weir's last hop sends the subscriber's ECS to "
+             "the untagged name's server (DESIGN 3: untagged names get no ECS)")
+KNOWN_ECS_LEAKS: dict = {
+    ("cross-suffix/to-untagged*", "*"): _ECS_LEAK,
+}
+KNOWN_ECS_LEAKS_OUTSIDE: dict = {
+    "nowhere-at-all.example.": _ECS_LEAK + " (cname-dangling/nx-in-tld, tagged)",
+}
+
 # The same for the fastpath replay (first answer vs the cache hit).
 KNOWN_FASTPATH_BUGS: dict = {
     ("truncated/large-*", "*"): ("weir-fastpath never answers an answer larger than 1232 bytes from its cache: "
@@ -150,6 +163,8 @@ UNBOUND_CONF = """server:
   access-control: 127.0.0.0/8 allow
   do-not-query-localhost: no
   do-ip6: no
+  # Its own source address: the servers' query logs then tell weir's queries apart.
+  outgoing-interface: {unbound_source}
   root-hints: "{hints}"
   module-config: "subnetcache iterator"
   send-client-subnet: {net}.0/24
@@ -261,9 +276,12 @@ class ConformanceMatrixTest(unittest.TestCase):
         cls.weir = cls.unbound = cls.fastpath = None
         try:
             h = cs.Hierarchy(cls.shapes, NET)
+            cls.query_logs = []
             for path, address in h.write(cls.dir):
+                cls.query_logs.append(path[:-len(".toml")] + ".queries.jsonl")
                 cls.sims.append(weirtest.GslbSim(BUILD_DIR, config_path=path, listen=(f"{address}:53",),
-                                                 control=None, extra_args=("--log-size", "100")))
+                                                 control=None, query_log=cls.query_logs[-1],
+                                                 extra_args=("--log-size", "100")))
             hints = os.path.join(cls.dir, "root.hints")
             with open(hints, "w") as f:
                 f.write(h.root_hints)
@@ -279,7 +297,8 @@ class ConformanceMatrixTest(unittest.TestCase):
             cls.ub_port = weirtest.free_port()
             conf = os.path.join(cls.dir, "unbound.conf")
             with open(conf, "w") as f:
-                f.write(UNBOUND_CONF.format(port=cls.ub_port, dir=cls.dir, hints=hints, net=NET))
+                f.write(UNBOUND_CONF.format(port=cls.ub_port, dir=cls.dir, hints=hints, net=NET,
+                                            unbound_source=UNBOUND_SOURCE))
             cls.unbound = weirtest.Process(["unbound", "-d", "-c", conf], ready=None)
             deadline = time.monotonic() + 15
             while ask("127.0.0.1", cls.ub_port, ".", "NS", False, 1).rcode == "TIMEOUT":
@@ -357,8 +376,44 @@ class ConformanceMatrixTest(unittest.TestCase):
                 print(f"-- {title}: {len(items)}")
                 for x in items:
                     print("   " + x)
+        leaks, expected_leaks = self._ecs_sent_for_untagged_names()
+        print(f"-- ECS sent by weir for untagged names: {len(leaks)} unexpected, {len(expected_leaks)} known")
+        for x in leaks + expected_leaks:
+            print("   " + x)
         sys.stdout.flush()
         self.assertEqual(unexpected, [], f"{len(unexpected)} mismatches against unbound (listed above)")
+        self.assertEqual(leaks, [], f"weir sent ECS for {len(leaks)} untagged names (listed above)")
+
+    def _ecs_sent_for_untagged_names(self) -> tuple:
+        """DESIGN 3: untagged names get no ECS. Every query weir sent (source
+        127.0.0.1; unbound sends from UNBOUND_SOURCE) for a name outside the
+        tagged suffix must be without ECS. Returns (unexpected, known) lines."""
+        by_root = {s.root(b): s for s in self.shapes for b in (cs.UNTAGGED_BASE, cs.TAGGED_BASE)}
+        leaks, known, seen = {}, {}, set()
+        for path in self.query_logs:
+            with open(path) as f:
+                for line in f:
+                    q = json.loads(line)
+                    name = q.get("qname") or ""
+                    if (q.get("ecs") is None or not q["source"].startswith("127.0.0.1:") or
+                            name.endswith("." + cs.TAGGED_BASE) or name == cs.TAGGED_BASE):
+                        continue
+                    e = q["ecs"]
+                    labels = name.split(".")
+                    shape = next((by_root[".".join(labels[i:])] for i in range(len(labels))
+                                  if ".".join(labels[i:]) in by_root), None)
+                    text = f"{name} {q['qtype']} with ECS {e['address']}/{e['source']}"
+                    bug = (lookup(KNOWN_ECS_LEAKS, shape, "*") if shape else
+                           next((v for k, v in KNOWN_ECS_LEAKS_OUTSIDE.items() if fnmatch.fnmatchcase(name, k)), None))
+                    seen.update(k for k in KNOWN_ECS_LEAKS if shape and fnmatch.fnmatchcase(
+                        f"{shape.family}/{shape.label}", k[0]))
+                    seen.update(k for k in KNOWN_ECS_LEAKS_OUTSIDE if fnmatch.fnmatchcase(name, k))
+                    (known if bug else leaks)[text] = f"{text}{f' ({shape.describe()})' if shape else ''}" + (
+                        f"\n      known weir bug: {bug}" if bug else "")
+        for k in list(KNOWN_ECS_LEAKS) + list(KNOWN_ECS_LEAKS_OUTSIDE):
+            if k not in seen:
+                known[f"~{k}"] = f"UNEXPECTED PASS: no ECS sent any more for {k} (remove it from the known list)"
+        return sorted(leaks.values()), sorted(known.values())
 
     def test_2_fastpath_cache_hit_equals_first_answer(self):
         t0 = time.monotonic()
