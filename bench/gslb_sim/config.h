@@ -25,6 +25,8 @@ using NameBytes = std::string;
 // DNAME (RFC 6672); weir::dns has no constant for it because nothing else
 // in weir writes one.
 inline constexpr uint16_t kTypeDname = 39;
+// RRSIG (RFC 4034): answered beside the RRset it covers when the query has DO.
+inline constexpr uint16_t kTypeRrsig = 46;
 
 // One IPv4 or IPv6 prefix, as used by views and parsed from "a.b.c.d/n".
 struct Prefix {
@@ -95,6 +97,8 @@ struct Node {
   std::optional<NameSettings> settings;
   const RRset* Find(uint16_t type) const;
   RRset* Find(uint16_t type);
+  // The RRSIG records of this name that cover `type` (RDATA), appended to `out`.
+  void Signatures(uint16_t type, std::vector<const std::string*>* out, uint32_t* ttl) const;
 };
 
 struct Soa {

@@ -60,6 +60,7 @@ class Shape:
     qname: str  # template
     qtype: str
     slow: bool = False  # waits for timeouts (dead or mute servers)
+    dnssec_ok: bool = False  # the query has DO set
     index: int = 0
 
     @property
@@ -512,6 +513,35 @@ def _gslb() -> list:
     ]
 
 
+def sig(owner: str, covered: str, signer: str) -> str:
+    """An RRSIG for `covered` at `owner` (the signature bytes are made up:
+    nothing here validates)."""
+    return rr(owner, "RRSIG", f"{covered} 13 3 300 20300101000000 20200101000000 4242 {signer} c2lnbmF0dXJl")
+
+
+def _dnssec() -> list:
+    """Signed zones (RRSIGs beside the RRsets, for DO queries): without DO no
+    RRSIG may reach the client (RFC 4035 3.2.1)."""
+    def signed(origin: str, *extra: str) -> ZoneSpec:
+        return zone(origin, *a_www(origin), sig(f"www.{origin}", "A", origin), sig(f"www.{origin}", "AAAA", origin),
+                    sig(origin, "SOA", origin), *extra)
+    cn = [rr(f"cn.{R}", "CNAME", f"www.{R}"), sig(f"cn.{R}", "CNAME", R)]
+    into = [rr(f"cc.{R}", "CNAME", f"www.{C}"), sig(f"cc.{R}", "CNAME", R)]
+    out = []
+    for do in (False, True):
+        p = "do" if do else "no-do"
+        out += [
+            Shape("dnssec", f"{p}-A", [signed(R)], f"www.{R}", "A", dnssec_ok=do),
+            Shape("dnssec", f"{p}-cname", [signed(R, *cn)], f"cn.{R}", "A", dnssec_ok=do),
+            Shape("dnssec", f"{p}-nx", [signed(R)], f"nothere.{R}", "A", dnssec_ok=do),
+        ]
+    out += [
+        Shape("dnssec", "no-do-nodata", [signed(R)], f"www.{R}", "MX"),
+        Shape("dnssec", "no-do-cname-into-child", [signed(R, *into), signed(C)], f"cc.{R}", "A"),
+    ]
+    return out
+
+
 def _cross_suffix() -> list:
     """Chains between the tagged and the untagged tree: the tagged variant of
     "to-untagged" leaves the tagged suffix, the untagged variant of
@@ -530,7 +560,7 @@ def _cross_suffix() -> list:
 def all_shapes() -> list:
     shapes = (_answers() + _cname_in_zone() + _cname_into_child() + _cname_across() + _cname_loops() +
               _cname_dangling() + _delegations() + _lame() + _dead() + _dname() + _wildcards() + _negatives() +
-              _case() + _truncation() + _upstream_errors() + _gslb() + _cross_suffix())
+              _case() + _truncation() + _upstream_errors() + _gslb() + _cross_suffix() + _dnssec())
     for i, s in enumerate(shapes):
         s.index = i
     return shapes

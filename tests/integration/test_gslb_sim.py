@@ -463,6 +463,18 @@ name = "*.cw"
 type = "CNAME"
 data = "www.new"
 
+[[zone.record]]
+name = "www.new"
+type = "RRSIG"
+ttl = 200
+data = "A 13 4 300 20300101000000 1577836800 4242 synth.test. c2lnbmF0dXJl"
+
+[[zone.record]]
+name = "@"
+type = "RRSIG"
+ttl = 200
+data = "SOA 13 2 3600 20300101000000 20200101000000 4242 synth.test. c29h"
+
 [[zone]]
 origin = "lame.test."
 lame = "refused"
@@ -565,6 +577,20 @@ class SynthesisAndLameTest(unittest.TestCase):
         self.assertEqual(self.rrs(r), [("z.cw.synth.test.", "CNAME", 300, "www.new.synth.test."),
                                        ("www.new.synth.test.", "A", 300, "192.0.2.1")], r.text)
 
+    def test_rrsigs_only_with_do(self):
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "A")
+        self.assertEqual([x.type for x in r.answer], ["A"], r.text)
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "A", extra=["+dnssec"])
+        self.assertEqual(self.rrs(r), [
+            ("www.new.synth.test.", "A", 300, "192.0.2.1"),
+            ("www.new.synth.test.", "RRSIG", 200,
+             "A 13 4 300 20300101000000 20200101000000 4242 synth.test. c2lnbmF0dXJl")], r.text)
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "AAAA", extra=["+dnssec"])
+        self.assertEqual([(x.type, x.name) for x in r.authority], [("SOA", "synth.test."), ("RRSIG", "synth.test.")],
+                         r.text)
+        r = self.dig("www.new.synth.test", "RRSIG")  # asked for: sent without DO
+        self.assertEqual([x.type for x in r.answer], ["RRSIG"], r.text)
+
     def test_lame_refused_zone(self):
         r = self.dig("www.lame.test")
         self.assertEqual((r.status, r.aa, r.answer), ("REFUSED", False, []), r.text)
@@ -618,6 +644,9 @@ class BadConfigTest(unittest.TestCase):
                 "delegation 'sub.old.synth.test.' is at or below the DNAME at 'old.synth.test.'",
             '[[zone.delegation]]\nname = "*.d"\nns = ["ns.example."]\n': "cannot be a wildcard name",
             '[[zone.record]]\nname = "old"\ntype = "DNAME"\nttl = 120\ndata = "other"\n': "only one DNAME",
+            '[[zone.record]]\nname = "s"\ntype = "RRSIG"\ndata = "A 13 3 300 1 2 3 synth.test. !!"\n':
+                "invalid base64 in RRSIG signature",
+            '[[zone.record]]\nname = "s"\ntype = "RRSIG"\ndata = "A 13 3 300"\n': "RRSIG data must be",
         }
         head, rest = SYNTH_ZONES.split("[[zone.record]]", 1)
         for snippet, want in bad.items():
