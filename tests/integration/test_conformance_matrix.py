@@ -377,8 +377,8 @@ class ConformanceMatrixTest(unittest.TestCase):
               f"tagged {passes['tagged']}/{n}; expected failures {len(expected_fail)}, "
               f"unexpected passes {len(unexpected_pass)}, mismatches {len(unexpected)} "
               f"({time.monotonic() - t0:.1f}s)")
-        for title, items in (("deliberate differences (counted as passes)", deliberates), ("expected failures (KNOWN_WEIR_BUGS)",
-                                                                        expected_fail),
+        for title, items in (("deliberate differences (counted as passes)", deliberates),
+                             ("expected failures (KNOWN_WEIR_BUGS)", expected_fail),
                              ("UNEXPECTED PASSES (remove from KNOWN_WEIR_BUGS)", unexpected_pass),
                              ("MISMATCHES", unexpected)):
             if items:
