@@ -14,7 +14,7 @@ PKGS=(
   libdpdk-dev
   # test peers and clients
   knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
-  iproute2 procps python3
+  iproute2 procps python3 python3-dnspython
 )
 
 missing=()

@@ -24,6 +24,7 @@ constexpr uint16_t kRcodeServFail = 2;
 constexpr uint16_t kRcodeNxDomain = 3;
 constexpr uint16_t kRcodeNotImp = 4;
 constexpr uint16_t kRcodeRefused = 5;
+constexpr uint16_t kRcodeYxDomain = 6;
 constexpr uint16_t kRcodeBadVers = 16;
 
 std::span<const uint8_t> Bytes(std::string_view s) {
@@ -56,23 +57,60 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
   authority_.clear();
   additional_.clear();
   weights_.clear();
+  synthesized_.clear();
   std::string_view name = KeyView(q.qname);
   const Zone* zone = zones_.FindZone(name);
-  if (zone == nullptr) {
+  if (zone == nullptr || zone->lame == Lame::kRefused) {
     res->rcode = kRcodeRefused;
     return;
   }
-  res->aa = true;
+  // A lame server that copies a zone it is not authoritative for.
+  res->aa = zone->lame != Lame::kNoAa;
+  // RFC 4035 3.1.1: with DO, the RRSIGs of each RRset go beside it.
+  std::vector<const std::string*> sigs;
+  auto sign = [&](std::vector<Rec>* section, const Node* node, std::string_view owner, uint16_t covered) {
+    if (!q.edns.do_bit || node == nullptr || covered == kTypeRrsig) return;
+    sigs.clear();
+    uint32_t ttl = 0;
+    node->Signatures(covered, &sigs, &ttl);
+    for (const std::string* rd : sigs) section->push_back({owner, kTypeRrsig, ttl, *rd});
+  };
+  auto apex_node = [](const Zone& z) -> const Node* {
+    auto it = z.nodes.find(z.origin);
+    return it == z.nodes.end() ? nullptr : &it->second;
+  };
   auto add_soa = [&](const Zone& z) {
     authority_.push_back({z.origin, type::kSoa, z.soa.NegativeTtl(), z.soa_rdata});
+    sign(&authority_, apex_node(z), z.origin, type::kSoa);
   };
   for (int hop = 0; hop < kMaxChain; ++hop) {
-    // The delegation closest to the zone apex that covers `name`, if any.
+    // The delegation closest to the zone apex that covers `name`, if any, and
+    // a DNAME owned by a proper ancestor of `name` (RFC 6672 2.3).
     const Delegation* cut = nullptr;
     std::string_view cut_name;
-    for (size_t i = 0; name.size() - i > zone->origin.size(); i += 1 + static_cast<uint8_t>(name[i])) {
-      auto it = zone->cuts.find(name.substr(i));
-      if (it != zone->cuts.end()) {
+    const RRset* dname = nullptr;
+    const Node* dname_node = nullptr;
+    std::string_view dname_owner;
+    for (size_t i = 1 + static_cast<uint8_t>(name[0]);
+         name.size() > 1 && name.size() - i >= zone->origin.size(); i += 1 + static_cast<uint8_t>(name[i])) {
+      const std::string_view ancestor = name.substr(i);
+      if (ancestor.size() > zone->origin.size()) {
+        auto it = zone->cuts.find(ancestor);
+        if (it != zone->cuts.end()) {
+          cut = &it->second;
+          cut_name = it->first;
+        }
+      }
+      auto nit = zone->nodes.find(ancestor);
+      if (nit != zone->nodes.end() && nit->second.Find(kTypeDname) != nullptr) {
+        dname = nit->second.Find(kTypeDname);
+        dname_node = &nit->second;
+        dname_owner = nit->first;
+      }
+      if (ancestor.size() <= 1) break;
+    }
+    if (auto it = zone->cuts.find(name); it != zone->cuts.end()) {
+      if (cut == nullptr) {
         cut = &it->second;
         cut_name = it->first;
       }
@@ -88,11 +126,40 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
       }
       return;
     }
+    if (dname != nullptr) {
+      // RFC 6672 3.2: the DNAME, then a CNAME synthesized with its TTL from
+      // the query name with the owner replaced by the target.
+      answer_.push_back({dname_owner, kTypeDname, dname->ttl, dname->rdata[0]});
+      sign(&answer_, dname_node, dname_owner, kTypeDname);
+      const std::string_view prefix = name.substr(0, name.size() - dname_owner.size());
+      if (prefix.size() + dname->rdata[0].size() > dns::kMaxNameWire) {
+        res->rcode = kRcodeYxDomain;
+        return;
+      }
+      synthesized_.push_back(std::string(prefix) + dname->rdata[0]);
+      answer_.push_back({name, type::kCname, dname->ttl, synthesized_.back()});
+      if (q.qtype == type::kCname || q.qtype == kTypeDname) return;
+      name = synthesized_.back();
+      zone = zones_.FindZone(name);
+      if (zone == nullptr || zone->lame == Lame::kRefused) return;
+      continue;
+    }
     auto nit = zone->nodes.find(name);
     const Node* node = nit == zone->nodes.end() ? nullptr : &nit->second;
+    if (node == nullptr && zone->existing.find(name) == zone->existing.end()) {
+      // RFC 4592 3.3.1: a name that does not exist is answered from the
+      // wildcard "*.<closest encloser>" when there is one.
+      std::string_view encloser = name;
+      while (encloser.size() > zone->origin.size() && zone->existing.find(encloser) == zone->existing.end()) {
+        encloser = encloser.substr(1 + static_cast<uint8_t>(encloser[0]));
+      }
+      auto wit = zone->nodes.find(std::string("\x01*", 2) + std::string(encloser));
+      if (wit != zone->nodes.end()) node = &wit->second;
+    }
     const size_t before = answer_.size();
     if (name == zone->origin && (q.qtype == type::kSoa || q.qtype == type::kAny)) {
       answer_.push_back({zone->origin, type::kSoa, zone->soa.ttl, zone->soa_rdata});
+      sign(&answer_, apex_node(*zone), zone->origin, type::kSoa);
     }
     if (node == nullptr) {
       if (answer_.size() == before) {
@@ -124,14 +191,19 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
               {name, t, v->ttl, {reinterpret_cast<const char*>(a.bytes.data()), a.family == 1 ? 4u : 16u}});
           weights_.push_back(a.weight);
         }
+        for (uint16_t t : {type::kA, type::kAaaa}) {
+          if (q.qtype == t || q.qtype == type::kAny) sign(&answer_, node, name, t);
+        }
       }
     }
     const RRset* cname = node->Find(type::kCname);
     if (cname != nullptr && q.qtype != type::kCname && q.qtype != type::kAny) {
       answer_.push_back({name, type::kCname, cname->ttl, cname->rdata[0]});
+      sign(&answer_, node, name, type::kCname);
       name = cname->rdata[0];
       zone = zones_.FindZone(name);
-      if (zone == nullptr) return;  // leaves our zones: the resolver follows it
+      // Leaving our zones (or into one we are lame for): the resolver follows it.
+      if (zone == nullptr || zone->lame == Lame::kRefused) return;
       continue;
     }
     for (const RRset& set : node->rrsets) {
@@ -139,6 +211,7 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
       if (res->view != nullptr && IsAddressType(set.type)) continue;
       if (set.type != q.qtype && q.qtype != type::kAny) continue;
       for (const std::string& rd : set.rdata) answer_.push_back({name, set.type, set.ttl, rd});
+      sign(&answer_, node, name, set.type);
     }
     if (answer_.size() == before) add_soa(*zone);  // NODATA
     return;

@@ -11,8 +11,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -71,6 +73,9 @@ class Authority {
   // Per-query scratch, kept to avoid allocating on every packet.
   std::vector<Rec> answer_, authority_, additional_;
   std::vector<uint16_t> weights_;
+  // Names synthesized from DNAMEs for the current query; a deque so the
+  // views into earlier ones stay valid.
+  std::deque<std::string> synthesized_;
 };
 
 }  // namespace weir::gslb_sim

@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <initializer_list>
 #include <sstream>
@@ -192,6 +193,88 @@ Soa SoaFromTable(const toml::table& t, const NameBytes& origin) {
   return s;
 }
 
+// "20300101000000" (YYYYMMDDHHmmSS, UTC) or a number of seconds since 1970
+// (RFC 4034 3.2).
+uint32_t SigTime(const std::string& s, const toml::node& at) {
+  if (s.size() != 14) return ParseU32(s, at, "RRSIG time");
+  std::tm tm{};
+  for (char c : s) {
+    if (c < '0' || c > '9') Fail(at, "invalid RRSIG time '" + s + "'");
+  }
+  tm.tm_year = std::stoi(s.substr(0, 4)) - 1900;
+  tm.tm_mon = std::stoi(s.substr(4, 2)) - 1;
+  tm.tm_mday = std::stoi(s.substr(6, 2));
+  tm.tm_hour = std::stoi(s.substr(8, 2));
+  tm.tm_min = std::stoi(s.substr(10, 2));
+  tm.tm_sec = std::stoi(s.substr(12, 2));
+  return static_cast<uint32_t>(timegm(&tm));
+}
+
+std::string Base64Decode(const std::string& text, const toml::node& at) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  bool padding = false;
+  for (char c : text) {
+    int v;
+    if (c >= 'A' && c <= 'Z') {
+      v = c - 'A';
+    } else if (c >= 'a' && c <= 'z') {
+      v = c - 'a' + 26;
+    } else if (c >= '0' && c <= '9') {
+      v = c - '0' + 52;
+    } else if (c == '+') {
+      v = 62;
+    } else if (c == '/') {
+      v = 63;
+    } else if (c == '=') {
+      padding = true;
+      continue;
+    } else {
+      Fail(at, "invalid base64 in RRSIG signature");
+    }
+    if (padding) Fail(at, "invalid base64 in RRSIG signature");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
+    }
+  }
+  if (out.empty()) Fail(at, "empty RRSIG signature");
+  return out;
+}
+
+uint16_t TypeFromText(const std::string& s, const toml::node& at);
+
+// "A 13 3 300 20300101000000 20200101000000 12345 signer. BASE64" (RFC 4034 3.2).
+std::string RrsigRdata(const std::string& text, const NameBytes& origin, const toml::node& at) {
+  const std::vector<std::string> w = Words(text);
+  if (w.size() < 9) {
+    Fail(at,
+         "RRSIG data must be 'type algorithm labels original-ttl expiration inception key-tag signer "
+         "signature'");
+  }
+  std::string rd;
+  Put16(&rd, TypeFromText(w[0], at));
+  const uint32_t alg = ParseU32(w[1], at, "RRSIG algorithm");
+  const uint32_t labels = ParseU32(w[2], at, "RRSIG labels");
+  if (alg > 255 || labels > 127) Fail(at, "RRSIG algorithm must be 0..255 and labels 0..127");
+  rd.push_back(static_cast<char>(alg));
+  rd.push_back(static_cast<char>(labels));
+  Put32(&rd, ParseU32(w[3], at, "RRSIG original TTL"));
+  Put32(&rd, SigTime(w[4], at));
+  Put32(&rd, SigTime(w[5], at));
+  const uint32_t tag = ParseU32(w[6], at, "RRSIG key tag");
+  if (tag > 65535) Fail(at, "RRSIG key tag must be 0..65535");
+  Put16(&rd, static_cast<uint16_t>(tag));
+  rd += ResolveName(w[7], origin, at);
+  std::string sig;
+  for (size_t i = 8; i < w.size(); ++i) sig += w[i];  // the signature may be split by spaces
+  rd += Base64Decode(sig, at);
+  return rd;
+}
+
 uint16_t TypeFromText(const std::string& s, const toml::node& at) {
   if (s == "A") return type::kA;
   if (s == "AAAA") return type::kAaaa;
@@ -200,7 +283,9 @@ uint16_t TypeFromText(const std::string& s, const toml::node& at) {
   if (s == "TXT") return type::kTxt;
   if (s == "MX") return type::kMx;
   if (s == "SOA") return type::kSoa;
-  Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, NS, TXT, MX, SOA)");
+  if (s == "DNAME") return kTypeDname;
+  if (s == "RRSIG") return kTypeRrsig;
+  Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, DNAME, NS, TXT, MX, SOA, RRSIG)");
 }
 
 std::string TxtRdata(const toml::node& data) {
@@ -241,6 +326,7 @@ void AddRecord(Zone* z, const NameBytes& owner, uint16_t rtype, uint32_t ttl, st
     Fail(at, "all records of one RRset need the same ttl (RFC 2181 5.2)");
   }
   if (rtype == type::kCname && !set->rdata.empty()) Fail(at, "a name can have only one CNAME");
+  if (rtype == kTypeDname && !set->rdata.empty()) Fail(at, "a name can have only one DNAME (RFC 6672 2.4)");
   set->rdata.push_back(std::move(rdata));
 }
 
@@ -265,8 +351,12 @@ void ReadRecord(Zone* z, const toml::table& t) {
       AddRecord(z, owner, rtype, ttl, AddressRdata(text, rtype, *data), *data);
       break;
     case type::kCname:
+    case kTypeDname:
     case type::kNs:
       AddRecord(z, owner, rtype, ttl, ResolveName(text, z->origin, *data), *data);
+      break;
+    case kTypeRrsig:
+      AddRecord(z, owner, rtype, ttl, RrsigRdata(text, z->origin, *data), *data);
       break;
     case type::kMx: {
       const std::vector<std::string> w = Words(text);
@@ -368,6 +458,9 @@ void ReadDelegation(Zone* z, const toml::table& t) {
   if (cut == z->origin || !IsSubdomain(cut, z->origin)) {
     Fail(t, "delegation '" + NameText(cut) + "' must be strictly below the zone origin");
   }
+  if (cut.size() >= 2 && cut[0] == 1 && cut[1] == '*') {
+    Fail(t, "delegation '" + NameText(cut) + "' cannot be a wildcard name");
+  }
   if (z->cuts.count(cut)) Fail(t, "delegation '" + NameText(cut) + "' appears twice");
   Delegation d;
   d.ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(3600));
@@ -403,12 +496,30 @@ void CheckZone(const Zone& z, const toml::table& t) {
   if (z.soa.mname.empty()) Fail(t, "zone '" + NameText(z.origin) + "' needs [zone.soa] or an SOA record");
   for (const auto& [name, node] : z.nodes) {
     const bool cname = node.Find(type::kCname) != nullptr;
-    if (cname && node.rrsets.size() > 1)
+    const bool signed_name = node.Find(kTypeRrsig) != nullptr;
+    if (cname && node.rrsets.size() > (signed_name ? 2u : 1u))
       Fail(t, "'" + NameText(name) + "': CNAME and other data (RFC 1034 3.6.2)");
     if (cname && node.settings && node.settings->HasViews()) {
       Fail(t, "'" + NameText(name) + "': CNAME and views on the same name");
     }
     if (name == z.origin && cname) Fail(t, "CNAME at the zone apex");
+    if (cname && node.Find(kTypeDname) != nullptr) {
+      Fail(t, "'" + NameText(name) + "': CNAME and DNAME on the same name (RFC 6672 2.4)");
+    }
+    if (node.Find(kTypeDname) != nullptr) {
+      // RFC 6672 2.4: the names below a DNAME owner are never answered from
+      // the zone, so data there would be unreachable.
+      for (const auto& [other, unused] : z.nodes) {
+        if (other != name && IsSubdomain(other, name)) {
+          Fail(t, "'" + NameText(other) + "' is below the DNAME at '" + NameText(name) + "'");
+        }
+      }
+      for (const auto& [cut, d] : z.cuts) {
+        if (IsSubdomain(cut, name)) {
+          Fail(t, "delegation '" + NameText(cut) + "' is at or below the DNAME at '" + NameText(name) + "'");
+        }
+      }
+    }
     for (const auto& [cut, d] : z.cuts) {
       if (IsSubdomain(name, cut)) {
         Fail(t, "'" + NameText(name) + "' is at or below delegation '" + NameText(cut) +
@@ -419,12 +530,22 @@ void CheckZone(const Zone& z, const toml::table& t) {
 }
 
 Zone ReadZone(const toml::table& t) {
-  CheckKeys(t, "[[zone]]", {"origin", "soa", "record", "name", "delegation"});
+  CheckKeys(t, "[[zone]]", {"origin", "lame", "soa", "record", "name", "delegation"});
   Zone z;
   const std::string origin = GetString(t, "origin", t);
   if (origin.empty() || origin.back() != '.')
     Fail(*t.get("origin"), "origin must be absolute (end with '.')");
   z.origin = ResolveName(origin, "", *t.get("origin"));
+  if (t.get("lame") != nullptr) {
+    const std::string lame = GetString(t, "lame", t);
+    if (lame == "refused") {
+      z.lame = Lame::kRefused;
+    } else if (lame == "no-aa") {
+      z.lame = Lame::kNoAa;
+    } else {
+      Fail(*t.get("lame"), "'lame' must be \"refused\" or \"no-aa\", got '" + lame + "'");
+    }
+  }
   if (const toml::node* s = t.get("soa")) z.soa = SoaFromTable(AsTable(*s, "'soa'"), z.origin);
   ForEachTable(t, "record", [&](const toml::table& r) { ReadRecord(&z, r); });
   ForEachTable(t, "name", [&](const toml::table& n) { ReadName(&z, n); });
@@ -518,6 +639,17 @@ const View* NameSettings::Select(uint16_t family, const uint8_t* addr) const {
   return best;
 }
 
+void Node::Signatures(uint16_t covered, std::vector<const std::string*>* out, uint32_t* ttl) const {
+  const RRset* sigs = Find(kTypeRrsig);
+  if (sigs == nullptr) return;
+  for (const std::string& rd : sigs->rdata) {
+    if (rd.size() >= 2 && dns::Load16(reinterpret_cast<const uint8_t*>(rd.data())) == covered) {
+      out->push_back(&rd);
+      *ttl = sigs->ttl;
+    }
+  }
+}
+
 const RRset* Node::Find(uint16_t t) const {
   for (const RRset& s : rrsets) {
     if (s.type == t) return &s;
@@ -599,6 +731,8 @@ std::string TypeName(uint16_t t) {
       return "HTTPS";
     case type::kAny:
       return "ANY";
+    case kTypeDname:
+      return "DNAME";
   }
   return "TYPE" + std::to_string(t);
 }

@@ -22,6 +22,12 @@ namespace weir::gslb_sim {
 // Canonical key of a name, as bytes (see weir::dns::NameKey).
 using NameBytes = std::string;
 
+// DNAME (RFC 6672); weir::dns has no constant for it because nothing else
+// in weir writes one.
+inline constexpr uint16_t kTypeDname = 39;
+// RRSIG (RFC 4034): answered beside the RRset it covers when the query has DO.
+inline constexpr uint16_t kTypeRrsig = 46;
+
 // One IPv4 or IPv6 prefix, as used by views and parsed from "a.b.c.d/n".
 struct Prefix {
   uint16_t family = 0;  // 1 = IPv4, 2 = IPv6 (ECS numbering)
@@ -91,6 +97,8 @@ struct Node {
   std::optional<NameSettings> settings;
   const RRset* Find(uint16_t type) const;
   RRset* Find(uint16_t type);
+  // The RRSIG records of this name that cover `type` (RDATA), appended to `out`.
+  void Signatures(uint16_t type, std::vector<const std::string*>* out, uint32_t* ttl) const;
 };
 
 struct Soa {
@@ -115,8 +123,16 @@ struct Delegation {
   std::vector<Glue> glue;
 };
 
+// How a server that is delegated a zone misbehaves for it ("lame").
+enum class Lame : uint8_t {
+  kNone,     // authoritative: AA set on answers
+  kRefused,  // every query in the zone gets REFUSED, no records
+  kNoAa,     // answers as usual but with AA clear
+};
+
 struct Zone {
   NameBytes origin;
+  Lame lame = Lame::kNone;
   Soa soa;
   std::string soa_rdata;  // soa.Rdata(), built once at load
   std::map<NameBytes, Node, std::less<>> nodes;

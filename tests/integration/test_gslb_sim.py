@@ -413,6 +413,194 @@ class WeightOptionCodeTest(unittest.TestCase):
             self.assertEqual(r.weights(65123), [2, 1], r.text)
             self.assertIsNone(r.option(W), "the default code is an unknown option now:\n" + r.text)
 
+SYNTH_ZONES = """\
+[[zone]]
+origin = "synth.test."
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+minimum = 45
+
+[[zone.record]]
+name = "old"
+type = "DNAME"
+ttl = 120
+data = "new"
+
+[[zone.record]]
+name = "www.new"
+type = "A"
+data = "192.0.2.1"
+
+[[zone.record]]
+name = "away"
+type = "DNAME"
+data = "elsewhere.example."
+
+[[zone.record]]
+name = "*.w"
+type = "A"
+ttl = 70
+data = "192.0.2.50"
+
+[[zone.record]]
+name = "*.w"
+type = "TXT"
+data = "wild"
+
+[[zone.record]]
+name = "e.w"
+type = "A"
+data = "192.0.2.51"
+
+[[zone.record]]
+name = "x.y.w"
+type = "A"
+data = "192.0.2.52"
+
+[[zone.record]]
+name = "*.cw"
+type = "CNAME"
+data = "www.new"
+
+[[zone.record]]
+name = "www.new"
+type = "RRSIG"
+ttl = 200
+data = "A 13 4 300 20300101000000 1577836800 4242 synth.test. c2lnbmF0dXJl"
+
+[[zone.record]]
+name = "@"
+type = "RRSIG"
+ttl = 200
+data = "SOA 13 2 3600 20300101000000 20200101000000 4242 synth.test. c29h"
+
+[[zone]]
+origin = "lame.test."
+lame = "refused"
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+
+[[zone.record]]
+name = "www"
+type = "A"
+data = "192.0.2.7"
+
+[[zone]]
+origin = "copy.test."
+lame = "no-aa"
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+
+[[zone.record]]
+name = "www"
+type = "A"
+data = "192.0.2.8"
+"""
+
+
+class SynthesisAndLameTest(unittest.TestCase):
+    """DNAME (RFC 6672), wildcards (RFC 4592) and lame zones."""
+
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig")
+        cls.sim = weirtest.GslbSim(BUILD_DIR, config_text=SYNTH_ZONES, control=None)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def dig(self, qname, qtype="A"):
+        return weirtest.dig(self.sim.host, self.sim.port, qname, qtype)
+
+    def rrs(self, r):
+        return [(x.name, x.type, x.ttl, x.data) for x in r.answer]
+
+    def test_dname_synthesizes_a_cname_and_follows_it(self):
+        r = self.dig("www.old.synth.test")
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertTrue(r.aa, r.text)
+        self.assertEqual(self.rrs(r), [("old.synth.test.", "DNAME", 120, "new.synth.test."),
+                                       ("www.old.synth.test.", "CNAME", 120, "www.new.synth.test."),
+                                       ("www.new.synth.test.", "A", 300, "192.0.2.1")], r.text)
+
+    def test_dname_to_a_missing_name_is_nxdomain_with_soa(self):
+        r = self.dig("nothere.old.synth.test")
+        self.assertEqual(r.status, "NXDOMAIN", r.text)
+        self.assertEqual([x.type for x in r.answer], ["DNAME", "CNAME"], r.text)
+        self.assertEqual([(x.name, x.type, x.ttl) for x in r.authority], [("synth.test.", "SOA", 45)], r.text)
+
+    def test_dname_out_of_our_zones_ends_with_the_cname(self):
+        r = self.dig("a.b.away.synth.test")
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertEqual(self.rrs(r)[1], ("a.b.away.synth.test.", "CNAME", 300, "a.b.elsewhere.example."), r.text)
+        self.assertEqual(len(r.answer), 2, r.text)
+
+    def test_dname_owner_itself_is_not_rewritten(self):
+        r = self.dig("old.synth.test", "DNAME")
+        self.assertEqual(self.rrs(r), [("old.synth.test.", "DNAME", 120, "new.synth.test.")], r.text)
+        r = self.dig("old.synth.test", "A")
+        self.assertEqual((r.status, r.answer), ("NOERROR", []), r.text)
+        self.assertEqual([x.type for x in r.authority], ["SOA"], r.text)
+
+    def test_dname_too_long_is_yxdomain(self):
+        # 237 bytes of labels: 254 bytes with away.synth.test., 256 with elsewhere.example.
+        qname = ".".join(["a" * 60] * 3 + ["b" * 53]) + ".away.synth.test"
+        r = self.dig(qname)
+        self.assertEqual(r.status, "YXDOMAIN", r.text)
+
+    def test_wildcard_answers_with_the_query_name(self):
+        r = self.dig("anything.w.synth.test")
+        self.assertEqual(self.rrs(r), [("anything.w.synth.test.", "A", 70, "192.0.2.50")], r.text)
+        r = self.dig("a.b.w.synth.test", "TXT")
+        self.assertEqual(self.rrs(r), [("a.b.w.synth.test.", "TXT", 300, '"wild"')], r.text)
+
+    def test_wildcard_nodata(self):
+        r = self.dig("anything.w.synth.test", "AAAA")
+        self.assertEqual((r.status, r.answer), ("NOERROR", []), r.text)
+        self.assertEqual([x.type for x in r.authority], ["SOA"], r.text)
+
+    def test_existing_names_and_empty_non_terminals_block_the_wildcard(self):
+        self.assertEqual(self.dig("e.w.synth.test").addresses(), ["192.0.2.51"])
+        r = self.dig("e.w.synth.test", "TXT")  # exists: NODATA, not the wildcard's TXT
+        self.assertEqual((r.status, r.answer), ("NOERROR", []), r.text)
+        r = self.dig("y.w.synth.test")  # empty non-terminal
+        self.assertEqual((r.status, r.answer), ("NOERROR", []), r.text)
+        r = self.dig("q.y.w.synth.test")  # closest encloser y.w has no wildcard
+        self.assertEqual(r.status, "NXDOMAIN", r.text)
+
+    def test_wildcard_cname_is_followed(self):
+        r = self.dig("z.cw.synth.test")
+        self.assertEqual(self.rrs(r), [("z.cw.synth.test.", "CNAME", 300, "www.new.synth.test."),
+                                       ("www.new.synth.test.", "A", 300, "192.0.2.1")], r.text)
+
+    def test_rrsigs_only_with_do(self):
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "A")
+        self.assertEqual([x.type for x in r.answer], ["A"], r.text)
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "A", extra=["+dnssec"])
+        self.assertEqual(self.rrs(r), [
+            ("www.new.synth.test.", "A", 300, "192.0.2.1"),
+            ("www.new.synth.test.", "RRSIG", 200,
+             "A 13 4 300 20300101000000 20200101000000 4242 synth.test. c2lnbmF0dXJl")], r.text)
+        r = weirtest.dig(self.sim.host, self.sim.port, "www.new.synth.test", "AAAA", extra=["+dnssec"])
+        self.assertEqual([(x.type, x.name) for x in r.authority], [("SOA", "synth.test."), ("RRSIG", "synth.test.")],
+                         r.text)
+        r = self.dig("www.new.synth.test", "RRSIG")  # asked for: sent without DO
+        self.assertEqual([x.type for x in r.answer], ["RRSIG"], r.text)
+
+    def test_lame_refused_zone(self):
+        r = self.dig("www.lame.test")
+        self.assertEqual((r.status, r.aa, r.answer), ("REFUSED", False, []), r.text)
+
+    def test_lame_no_aa_zone_answers_without_aa(self):
+        r = self.dig("www.copy.test")
+        self.assertEqual((r.status, r.aa, r.addresses()), ("NOERROR", False, ["192.0.2.8"]), r.text)
+        r = self.dig("nothere.copy.test")
+        self.assertEqual((r.status, r.aa), ("NXDOMAIN", False), r.text)
+
 
 class BadConfigTest(unittest.TestCase):
     def run_sim(self, text):
@@ -445,6 +633,31 @@ class BadConfigTest(unittest.TestCase):
         path, out = self.run_sim(ZONES.replace('name = "plain"', 'name = "plain"\nadresses = []'))
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assertIn("unknown key 'adresses'", out.stderr)
+
+    def test_dname_wildcard_and_lame_rules(self):
+        bad = {
+            'lame = "sometimes"': "'lame' must be \"refused\" or \"no-aa\", got 'sometimes'",
+            '[[zone.record]]\nname = "old"\ntype = "CNAME"\ndata = "www.new"\n': "CNAME and",
+            '[[zone.record]]\nname = "x.old"\ntype = "A"\ndata = "192.0.2.9"\n':
+                "'x.old.synth.test.' is below the DNAME at 'old.synth.test.'",
+            '[[zone.delegation]]\nname = "sub.old"\nns = ["ns.sub.old"]\n':
+                "delegation 'sub.old.synth.test.' is at or below the DNAME at 'old.synth.test.'",
+            '[[zone.delegation]]\nname = "*.d"\nns = ["ns.example."]\n': "cannot be a wildcard name",
+            '[[zone.record]]\nname = "old"\ntype = "DNAME"\nttl = 120\ndata = "other"\n': "only one DNAME",
+            '[[zone.record]]\nname = "s"\ntype = "RRSIG"\ndata = "A 13 3 300 1 2 3 synth.test. !!"\n':
+                "invalid base64 in RRSIG signature",
+            '[[zone.record]]\nname = "s"\ntype = "RRSIG"\ndata = "A 13 3 300"\n': "RRSIG data must be",
+        }
+        head, rest = SYNTH_ZONES.split("[[zone.record]]", 1)
+        for snippet, want in bad.items():
+            with self.subTest(snippet=snippet):
+                if snippet.startswith("lame"):
+                    text = SYNTH_ZONES.replace('origin = "synth.test."', 'origin = "synth.test."\n' + snippet)
+                else:
+                    text = head + snippet + "\n[[zone.record]]" + rest
+                path, out = self.run_sim(text)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn(want, out.stderr)
 
     def test_example_config_loads(self):
         example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gslb-sim",
