@@ -80,6 +80,8 @@ struct Seen {
   bool taken = false;
 };
 
+constexpr uint16_t kDname = 39;
+
 bool IsAddress(uint16_t type) { return type == dns::type::kA || type == dns::type::kAaaa; }
 
 }  // namespace
@@ -121,7 +123,8 @@ StepResult ReadStep(const dns::Message& reply, const dns::NameKey& qname, uint16
         dns::NameKey target;
         if (!KeyOf(cname->rec.rdata, &target)) return out;
         bool seen = target == qname;
-        for (const CachedRecord& c : out.chain) seen = seen || owner_is(c, target);
+        for (const CachedRecord& c : out.chain)
+          seen = seen || (c.type == dns::type::kCname && owner_is(c, target));
         if (seen) {
           out.kind = StepResult::Kind::kLoop;
           return out;
@@ -131,6 +134,15 @@ StepResult ReadStep(const dns::Message& reply, const dns::NameKey& qname, uint16
           return out;
         }
         cname->taken = true;
+        // A CNAME synthesized from a DNAME (RFC 6672) follows its DNAME.
+        for (Seen& d : answers) {
+          if (!d.taken && d.rec.type == kDname && !owner_is(d.rec, cur) &&
+              IsAtOrBelow(cur.span(), d.rec.owner)) {
+            d.taken = true;
+            out.chain.push_back(d.rec);
+            break;
+          }
+        }
         out.chain.push_back(cname->rec);
         cur = target;
         continue;

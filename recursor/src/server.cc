@@ -104,10 +104,6 @@ struct Resolution {
   std::vector<CachedRecord> chain;
   int cnames_left = 8;
   int steps_left = kMaxStepsPerName;
-  // Started from the CNAME chain of an ordinary answer that entered a tagged
-  // suffix: the query name itself is not tagged, so ECS goes only to the
-  // steps whose names an ecs tag covers.
-  bool learned = false;
   uint8_t scope = 0;
   // The current step: the zone cut of `cur` and its servers.
   dns::NameKey cut;
@@ -134,6 +130,37 @@ struct OrdinaryFetch {
   dns::NameKey qname;
   uint16_t qtype = 0;
   uint16_t qclass = 0;
+};
+
+// Last-hop servers that stopped answering: after a timeout a server is
+// tried after the others for a while (doubling per timeout, up to 120 s); an
+// answer clears it. Bounded: a full table forgets everything (it is a hint).
+class ServerHealth {
+ public:
+  bool Avoid(const SocketAddress& a, Steady::time_point now) const {
+    auto it = servers_.find(Key(a));
+    return it != servers_.end() && it->second.until > now;
+  }
+  void TimedOut(const SocketAddress& a, Steady::time_point now) {
+    if (servers_.size() >= kMaxServers) servers_.clear();
+    Entry& e = servers_[Key(a)];
+    e.backoff = std::min(e.backoff == std::chrono::seconds(0) ? std::chrono::seconds(5) : 2 * e.backoff,
+                         std::chrono::seconds(120));
+    e.until = now + e.backoff;
+  }
+  void Answered(const SocketAddress& a) { servers_.erase(Key(a)); }
+
+ private:
+  static constexpr size_t kMaxServers = 100000;
+  struct Entry {
+    std::chrono::seconds backoff{0};
+    Steady::time_point until;
+  };
+  static std::string Key(const SocketAddress& a) {
+    return std::string(reinterpret_cast<const char*>(a.addr_bytes()), a.addr_len()) +
+           static_cast<char>(a.port() >> 8) + static_cast<char>(a.port() & 0xff);
+  }
+  absl::flat_hash_map<std::string, Entry> servers_;
 };
 
 struct PlainEntry {
@@ -240,6 +267,7 @@ struct Server::Impl {
   BoundedCache<std::string, partitions::EcsScopeCache<Answer>> scoped;
   BoundedCache<std::string, PlainEntry> zero_source;  // answers for /0 queries only
   ZoneCutFinder cut_finder;
+  ServerHealth server_health;
 
   absl::flat_hash_map<std::string, std::unique_ptr<OrdinaryFetch>> ordinary;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Resolution>> resolutions;
@@ -1089,7 +1117,6 @@ void Server::Impl::StartTagged(const dns::NameKey& qname, uint16_t qtype, const 
   r->cnames_left = cfg.max_cname_chain;
   if (!prefix.empty()) {
     // Learned: resume after the customer's part of the chain.
-    r->learned = true;
     r->cnames_left -= static_cast<int>(prefix.size());
     if (!TargetOf(prefix.back(), &r->cur)) r->cur = qname;
     r->chain = std::move(prefix);
@@ -1144,10 +1171,19 @@ void Server::Impl::StartCut(Resolution* r) {
 
 void Server::Impl::BeginQueries(Resolution* r) {
   r->attempts_left = cfg.attempts;
-  r->next_server = r->servers.empty() ? 0 : rng() % r->servers.size();
-  // A learned resolution's query name is no tag's: only the steps an ecs
-  // tag covers carry the subnet.
-  r->ecs_now = r->ecs.send && (!r->learned || EcsTagCovers(r->cur));
+  // Servers that timed out lately go last (unbound's infra cache idea): one
+  // mute server of a zone costs one timeout a while, not one per query.
+  if (r->servers.size() > 1) {
+    std::shuffle(r->servers.begin(), r->servers.end(), rng);
+    const auto now = Steady::now();
+    std::stable_partition(r->servers.begin(), r->servers.end(),
+                          [&](const SocketAddress& a) { return !server_health.Avoid(a, now); });
+  }
+  r->next_server = 0;
+  // Only the steps an ecs tag covers carry the subnet: a chain that leaves
+  // the tagged suffix (or a learned one, whose query name is no tag's)
+  // sends it nowhere else.
+  r->ecs_now = r->ecs.send && EcsTagCovers(r->cur);
   r->retried_without_ecs = false;
   SendQuery(r, false);
 }
@@ -1198,6 +1234,7 @@ void Server::Impl::SendQuery(Resolution* r, bool same_server) {
 
 void Server::Impl::OnLastHopTimeout(Resolution* r) {
   ++stats.upstream_timeouts;
+  server_health.TimedOut(r->server, Steady::now());
   SendQuery(r, false);
 }
 
@@ -1292,6 +1329,7 @@ void Server::Impl::OnLastHop(uint64_t id, uint32_t events) {
 }
 
 void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
+  server_health.Answered(r->server);
   switch (OnRcode(m.rcode(), r->ecs_now, r->retried_without_ecs)) {
     case RcodeAction::kWithoutEcs:
       ++stats.ecs_retry_without;
@@ -1322,9 +1360,11 @@ void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
   if (step.kind != StepResult::Kind::kLoop && step.kind != StepResult::Kind::kTooLong) {
     for (const CachedRecord& c : step.chain) {
       dns::NameKey target;
-      if (!TargetOf(c, &target)) continue;
+      if (c.type != dns::type::kCname || !TargetOf(c, &target)) continue;
       bool seen = target == r->qname;
-      for (const CachedRecord& earlier : r->chain) seen = seen || OwnerIs(earlier, target);
+      for (const CachedRecord& earlier : r->chain) {
+        seen = seen || (earlier.type == dns::type::kCname && OwnerIs(earlier, target));
+      }
       if (seen) step.kind = StepResult::Kind::kLoop;
     }
   }
@@ -1337,7 +1377,9 @@ void Server::Impl::ProcessReply(Resolution* r, const dns::Message& m) {
   }
   CloseQuery(r);
   if (check.verdict == EcsReply::kScoped) r->scope = std::max(r->scope, check.scope);
-  r->cnames_left -= static_cast<int>(step.chain.size());
+  r->cnames_left -=
+      static_cast<int>(std::count_if(step.chain.begin(), step.chain.end(),
+                                     [](const CachedRecord& c) { return c.type == dns::type::kCname; }));
   for (CachedRecord& c : step.chain) r->chain.push_back(std::move(c));
   switch (step.kind) {
     case StepResult::Kind::kAnswer:

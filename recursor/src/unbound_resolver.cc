@@ -103,7 +103,7 @@ void UnboundResolver::Done(void* arg, int err, ub_result* result) {
   if (err == 0 && result != nullptr) {
     if (result->answer_packet != nullptr && result->answer_len > 0) {
       out.packet = {static_cast<const uint8_t*>(result->answer_packet),
-                  static_cast<size_t>(result->answer_len)};
+                    static_cast<size_t>(result->answer_len)};
     }
     out.secure = result->secure != 0;
     out.bogus = result->bogus != 0;

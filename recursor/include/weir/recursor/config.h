@@ -80,7 +80,7 @@ struct RecursorConfig {
   int zone_cut_max_ttl = 3600;
 
   // [last_hop]
-  int timeout_ms = 800;  // per query to one authoritative server
+  int timeout_ms = 400;  // per query to one authoritative server (unbound starts at 376)
   int tcp_timeout_ms = 2000;
   int attempts = 4;  // queries per step (each timeout moves to the next server)
   int max_cname_chain = 8;

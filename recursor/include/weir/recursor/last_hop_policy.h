@@ -80,7 +80,7 @@ struct StepResult {
     kTooLong,   // the CNAME chain is longer than the budget
   };
   Kind kind = Kind::kBogus;
-  std::vector<CachedRecord> chain;      // CNAMEs taken from this reply, in order
+  std::vector<CachedRecord> chain;      // CNAMEs taken from this reply, in order (each after its DNAME)
   std::vector<CachedRecord> rrset;      // kAnswer: the final records, in the reply's order
   std::vector<CachedRecord> authority;  // kNegative: the zone's SOA
   dns::NameKey next;                    // kFollow / kReferral
