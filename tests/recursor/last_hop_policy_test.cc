@@ -234,6 +234,28 @@ TEST(ReadStep, CnameIntoADelegatedChildIsFollowedFromItsOwnCut) {
             StepResult::Kind::kNegative);
 }
 
+TEST(ReadStep, DnameComesBeforeItsSynthesizedCname) {
+  Reply r;
+  dns::ResponseWriter w(r.buf, sizeof(r.buf));
+  const dns::NameKey q = Key("www.d.example"), d = Key("d.example"), t = Key("t.example"),
+                     target = Key("www.t.example");
+  ASSERT_EQ(w.Begin(7, dns::flag::kQr | dns::flag::kAa, q.span(), dns::type::kA, dns::klass::kIn),
+            dns::ParseError::kOk);
+  w.AppendRecord(dns::Section::kAnswer, d.span(), 39, 1, 300, t.span());
+  w.AppendRecord(dns::Section::kAnswer, q.span(), dns::type::kCname, 1, 300, target.span());
+  const std::vector<uint8_t> addr = {192, 0, 2, 1};
+  w.AppendRecord(dns::Section::kAnswer, target.span(), dns::type::kA, 1, 300, addr);
+  r.len = w.Finish(sizeof(r.buf));
+  ASSERT_EQ(r.m.Parse({r.buf, r.len}, {}), dns::ParseError::kOk);
+  // A budget of one CNAME is enough: the DNAME does not count.
+  const StepResult s = ReadStep(r.m, q, dns::type::kA, Key("example").span(), 1);
+  ASSERT_EQ(s.kind, StepResult::Kind::kAnswer);
+  ASSERT_EQ(s.chain.size(), 2u);
+  EXPECT_EQ(s.chain[0].type, 39);
+  EXPECT_EQ(s.chain[1].type, dns::type::kCname);
+  EXPECT_EQ(s.rrset.size(), 1u);
+}
+
 TEST(ReadStep, LoopInsideOneReply) {
   Reply r;
   BuildChain(&r, "a.example", dns::flag::kQr | dns::flag::kAa, 0,
