@@ -28,13 +28,13 @@
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
 #include "weir/mgmt/node_client.h"
+#include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/answer.h"
 #include "weir/recursor/bounded_cache.h"
 #include "weir/recursor/last_hop_policy.h"
-#include "weir/recursor/tcp_message.h"
 #include "weir/recursor/zone_cuts.h"
 
 namespace weir::recursor {
@@ -46,6 +46,7 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 constexpr size_t kMaxMessage = 65535;
+constexpr size_t kMaxControlLine = 4096;
 constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per resolution
 // Out of descriptors at accept: the listener is not polled for this long, so
 // a full process table does not turn the loop into a busy spin.
@@ -74,19 +75,20 @@ struct Waiter {
   bool HasFront() const { return to.tcp || to.udp_fd >= 0; }
 };
 
+// A front's DNS-over-TCP connection (net::DnsTcpStream: framing,
+// pipelining, half-close, unsent-bytes bound) or a control connection (one
+// line in, one reply out).
 struct Conn {
   int fd = -1;
   bool control = false;
-  bool closing = false;       // control: close once `out` is flushed
-  bool peer_closed = false;   // the front half-closed: answer what it sent, then close
-  bool over_limit = false;    // `out` is over tcp_max_unsent_bytes: no more queries are taken
-  bool dispatching = false;   // DispatchFrames is running for it: not closed under its feet
-  uint32_t events = EPOLLIN;  // what epoll watches
-  int pending = 0;            // queries read and not yet answered
+  bool dispatching = false;                 // DispatchFrames is running for it: not closed under its feet
+  uint32_t events = EPOLLIN;                // what epoll watches
+  std::optional<net::DnsTcpStream> stream;  // DNS connections
+  // Control connections.
+  bool closing = false;  // close once `out` is flushed
   std::vector<uint8_t> in;
   std::vector<uint8_t> out;
   Steady::time_point last;
-  Steady::time_point over_since;  // when `out` went over the limit
 };
 
 // A tagged name being resolved with weir's own last hop.
@@ -116,7 +118,7 @@ struct Resolution {
   int fd = -1;
   bool tcp = false;
   size_t tcp_sent = 0;
-  TcpMessageReader tcp_in;
+  net::DnsTcpReader tcp_in;
   uint16_t qid = 0;
   std::vector<uint8_t> query;
   SocketAddress server;
@@ -558,11 +560,16 @@ void Server::Impl::Sweep() {
   const auto idle = std::chrono::milliseconds(cfg.tcp_idle_timeout_ms);
   std::vector<uint64_t> old;
   for (auto& [id, c] : conns) {
-    // A front that reads nothing while its answers pile up is closed
-    // after the idle timeout even if it still trickles.
-    const bool stuck = c.over_limit && now - c.over_since > idle;
+    if (!c.stream) {
+      if (now - c.last > idle) old.push_back(id);
+      continue;
+    }
+    // Idle counts from the last whole query (trickling bytes do not reset
+    // it); a front that reads nothing while its answers pile up is closed
+    // after the idle timeout too.
+    const bool stuck = c.stream->paused() && now - c.stream->paused_since() > idle;
     if (stuck) ++stats.tcp_unsent_closed;
-    if (now - c.last > idle || stuck) old.push_back(id);
+    if ((now - c.stream->last_activity() > idle && c.stream->pending() == 0) || stuck) old.push_back(id);
   }
   for (uint64_t id : old) CloseConn(id);
   const uint32_t secs = clock->NowSeconds();
@@ -628,6 +635,7 @@ void Server::Impl::OnTcpListen(int fd, bool control) {
     conn.fd = c;
     conn.control = control;
     conn.last = Steady::now();
+    if (!control) conn.stream.emplace(c, static_cast<size_t>(cfg.tcp_max_unsent_bytes), conn.last);
     Watch(c, EPOLLIN, {FdKind::kConn, id});
   }
 }
@@ -642,17 +650,21 @@ void Server::Impl::CloseConn(uint64_t id) {
 
 void Server::Impl::WatchConn(uint64_t id, Conn& c) {
   uint32_t want = 0;
-  if (!c.peer_closed && !c.over_limit && !c.closing) want |= EPOLLIN;
-  if (!c.out.empty()) want |= EPOLLOUT;
+  if (c.stream) {
+    want = c.stream->WantedEvents();
+  } else {
+    if (!c.closing) want |= EPOLLIN;
+    if (!c.out.empty()) want |= EPOLLOUT;
+  }
   if (want == c.events) return;
   c.events = want;
   Watch(c.fd, want, {FdKind::kConn, id});
 }
 
 bool Server::Impl::CloseIfDone(uint64_t id, Conn& c) {
-  if (c.dispatching || !c.out.empty()) return false;
-  if (!c.control && c.in.size() >= 2 && c.in.size() >= 2 + size_t{dns::Load16(c.in.data())}) return false;
-  if (!c.closing && !(c.peer_closed && c.pending == 0)) return false;
+  if (c.dispatching) return false;
+  const bool done = c.stream ? c.stream->Done() : c.closing && c.out.empty();
+  if (!done) return false;
   CloseConn(id);
   return true;
 }
@@ -661,8 +673,23 @@ void Server::Impl::OnConn(uint64_t id, uint32_t events) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
   Conn* c = &it->second;
-  c->last = Steady::now();
   if (events & EPOLLERR) return CloseConn(id);
+  if (!c->control) {
+    net::DnsTcpStream& s = *c->stream;
+    if ((events & EPOLLOUT) && s.Flush() != net::DnsTcpStream::Status::kOpen) return CloseConn(id);
+    // EPOLLHUP without a readable half: the front is gone (reset), nothing
+    // more can be delivered.
+    if ((events & EPOLLHUP) && (s.read_closed() || s.paused())) return CloseConn(id);
+    if ((events & (EPOLLIN | EPOLLHUP)) && s.Read(Steady::now()) != net::DnsTcpStream::Status::kOpen) {
+      return CloseConn(id);
+    }
+    DispatchFrames(id);
+    it = conns.find(id);  // a handler may have closed it
+    if (it == conns.end()) return;
+    if (CloseIfDone(id, it->second)) return;
+    return WatchConn(id, it->second);
+  }
+  c->last = Steady::now();
   if (events & EPOLLOUT) {
     while (!c->out.empty()) {
       const ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
@@ -670,19 +697,14 @@ void Server::Impl::OnConn(uint64_t id, uint32_t events) {
       if (n <= 0) break;
       c->out.erase(c->out.begin(), c->out.begin() + n);
     }
-    if (c->over_limit && c->out.size() < static_cast<size_t>(cfg.tcp_max_unsent_bytes)) c->over_limit = false;
     if (CloseIfDone(id, *c)) return;
   }
-  // EPOLLHUP without a readable half: the front is gone (reset), nothing
-  // more can be delivered.
-  if ((events & EPOLLHUP) && (c->peer_closed || c->over_limit)) return CloseConn(id);
-  if ((events & (EPOLLIN | EPOLLHUP)) && !c->peer_closed && !c->over_limit && !c->closing) {
+  bool peer_closed = false;
+  if ((events & (EPOLLIN | EPOLLHUP)) && !c->closing) {
     for (;;) {
       const ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
       if (n == 0) {
-        // RFC 7766 6.2.4 allows the front to half-close after its queries:
-        // answer everything it sent, then close.
-        c->peer_closed = true;
+        peer_closed = true;
         break;
       }
       if (n < 0) {
@@ -691,57 +713,42 @@ void Server::Impl::OnConn(uint64_t id, uint32_t events) {
         return CloseConn(id);
       }
       c->in.insert(c->in.end(), buf, buf + n);
-      if (c->in.size() > 2 * kMaxMessage) return CloseConn(id);
-      // Enough for at least one whole message: dispatch what is here before
-      // reading more (epoll is level-triggered and calls again). Reading to
-      // EAGAIN first would let a pipelining front overflow the bound above.
-      if (c->in.size() >= kMaxMessage + 2) break;
+      if (c->in.size() > kMaxControlLine) return CloseConn(id);
     }
   }
-  if (c->control) {
-    const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
-    if (nl != c->in.end()) {
-      std::string line(c->in.begin(), nl);
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      c->in.clear();
-      return HandleControl(id, line);
-    }
-    if (c->peer_closed) return CloseConn(id);
-    return WatchConn(id, *c);
+  const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
+  if (nl != c->in.end()) {
+    std::string line(c->in.begin(), nl);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    c->in.clear();
+    return HandleControl(id, line);
   }
-  DispatchFrames(id);
-  it = conns.find(id);  // a handler may have closed it
-  if (it == conns.end()) return;
-  if (CloseIfDone(id, it->second)) return;
-  WatchConn(id, it->second);
+  if (peer_closed) return CloseConn(id);
+  WatchConn(id, *c);
 }
 
-// RFC 7766: queries may be pipelined; each is answered when ready. No more
-// are taken while the answers queued for the front are over the limit.
+// RFC 7766: queries may be pipelined; each is answered when ready. The
+// stream hands out no more while the answers queued for the front are over
+// the limit.
 void Server::Impl::DispatchFrames(uint64_t id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
   Conn* c = &it->second;
   c->dispatching = true;
-  size_t off = 0;
+  std::span<const uint8_t> query;
   std::vector<uint8_t> frame;
-  while (c->in.size() - off >= 2 && !c->over_limit) {
-    const size_t len = dns::Load16(c->in.data() + off);
-    if (c->in.size() - off < 2 + len) break;
-    frame.assign(c->in.begin() + static_cast<ptrdiff_t>(off + 2),
-                 c->in.begin() + static_cast<ptrdiff_t>(off + 2 + len));
-    off += 2 + len;
+  while (c->stream->NextQuery(&query, Steady::now())) {
+    // A copy: the handler may close the connection, and with it the stream.
+    frame.assign(query.begin(), query.end());
     FrontRef to;
     to.tcp = true;
     to.conn = id;
     ++stats.tcp;
-    ++c->pending;
     HandleQuery(frame, to);
     it = conns.find(id);  // the handler may have closed it
     if (it == conns.end()) return;
     c = &it->second;
   }
-  c->in.erase(c->in.begin(), c->in.begin() + static_cast<ptrdiff_t>(off));
   c->dispatching = false;
 }
 
@@ -751,32 +758,20 @@ void Server::Impl::Send(const FrontRef& to, const uint8_t* data, size_t len) {
     return;
   }
   auto it = conns.find(to.conn);
-  if (it == conns.end()) return;
+  if (it == conns.end() || !it->second.stream) return;
   Conn& c = it->second;
-  if (c.pending > 0) --c.pending;  // every TCP query gets one Send, len 0 when it is dropped
-  const size_t limit = static_cast<size_t>(cfg.tcp_max_unsent_bytes);
-  if (len != 0) {
-    // Queries already taken can still add answers while reading is paused;
-    // a front that lets that much pile up is cut off.
-    if (c.out.size() + 2 + len > 4 * limit) {
-      ++stats.tcp_unsent_closed;
+  // Every TCP query gets one Send, len 0 when it is dropped.
+  const bool was_paused = c.stream->paused();
+  switch (c.stream->Answer({data, len})) {
+    case net::DnsTcpStream::Status::kOverflow:
+      ++stats.tcp_unsent_closed;  // a front that lets that much pile up is cut off
       return CloseConn(to.conn);
-    }
-    uint8_t prefix[2];
-    dns::Store16(prefix, static_cast<uint16_t>(len));
-    const bool was_empty = c.out.empty();
-    c.out.insert(c.out.end(), prefix, prefix + 2);
-    c.out.insert(c.out.end(), data, data + len);
-    if (was_empty) {
-      const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-      if (n > 0) c.out.erase(c.out.begin(), c.out.begin() + n);
-    }
-    if (c.out.size() >= limit && !c.over_limit) {
-      c.over_limit = true;
-      c.over_since = Steady::now();
-      ++stats.tcp_reads_paused;
-    }
+    case net::DnsTcpStream::Status::kClose:
+      return CloseConn(to.conn);
+    case net::DnsTcpStream::Status::kOpen:
+      break;
   }
+  if (!was_paused && c.stream->paused()) ++stats.tcp_reads_paused;
   if (CloseIfDone(to.conn, c)) return;
   WatchConn(to.conn, c);
 }
@@ -1467,7 +1462,7 @@ void Server::Impl::Erase(Resolution* r) {
 std::string Server::Impl::StatsJson() {
   const Stats& s = stats;
   size_t unsent = 0;
-  for (const auto& [id, c] : conns) unsent += c.out.size();
+  for (const auto& [id, c] : conns) unsent += c.stream ? c.stream->unsent() : c.out.size();
   return Cat(
       "{\"queries\":", s.queries, ",\"udp\":", s.udp, ",\"tcp\":", s.tcp, ",\"refused_acl\":", s.refused_acl,
       ",\"formerr\":", s.formerr, ",\"dropped\":", s.dropped, ",\"notimp\":", s.notimp,
