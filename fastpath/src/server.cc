@@ -26,6 +26,7 @@
 #include "weir/fastpath/forwarder.h"
 #include "weir/fastpath/handler.h"
 #include "weir/mgmt/node_client.h"
+#include "weir/net/dns_tcp.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
@@ -81,14 +82,12 @@ struct Server::Impl {
   std::atomic<bool> running{false};
 
   // TCP
+  // One client connection: framing, pipelining, half-close and the bound on
+  // unread answers are net::DnsTcpStream's.
   struct Conn {
-    int fd;
-    std::vector<uint8_t> in;
-    std::vector<uint8_t> out;  // answers the client has not read yet
-    std::chrono::steady_clock::time_point last;
+    std::unique_ptr<net::DnsTcpStream> stream;
     partitions::IpAddress client;
-    uint32_t pending = 0;      // misses handed to the forwarder, not answered yet
-    bool read_closed = false;  // the client half-closed (read() returned 0)
+    uint32_t events = 0;  // what epoll watches
   };
   // Past this many unread answer bytes a connection is not read from; past
   // four times it, it is closed.
@@ -108,13 +107,10 @@ struct Server::Impl {
   void TcpLoop();
   void TcpRead(uint64_t id);
   // False when the connection is gone (closed here or before).
-  bool TcpWrite(uint64_t id, const uint8_t* data, size_t len);
-  bool TcpFlush(uint64_t id);
+  // Answers one query of the connection (len 0: it is dropped); closes the
+  // connection when that fails or it is done. False when it was closed.
+  bool TcpAnswer(uint64_t id, const uint8_t* data, size_t len);
   void TcpClose(uint64_t id);
-  // A half-closed connection is closed once every query it sent has been
-  // answered and the answers are written (RFC 7766 6.2.4). False when it
-  // was closed.
-  bool TcpCloseIfDone(uint64_t id);
   // The epoll events a connection waits for in its current state.
   void TcpWatch(uint64_t id);
   void MetricsLoop();
@@ -237,7 +233,7 @@ void Server::Stop() {
   for (auto& v : s.worker_fds)
     for (int fd : v) close(fd);
   for (int fd : s.tcp_fds) close(fd);
-  for (auto& [id, c] : s.conns) close(c.fd);
+  for (auto& [id, c] : s.conns) close(c.stream->fd());
   if (s.metrics_fd >= 0) close(s.metrics_fd);
 }
 
@@ -507,14 +503,6 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
       if (it == conns.end()) continue;
       client.addr = it->second.client;
     }
-    // This query is answered (or given up) below unless it goes upstream again.
-    auto answered = [&] {
-      if (!client.tcp) return;
-      auto it = conns.find(conn_id);
-      if (it == conns.end()) return;
-      if (it->second.pending > 0) --it->second.pending;
-      TcpCloseIfDone(conn_id);
-    };
     size_t out_len = 0;
     MissRequest unused;
     const uint8_t* data = q.fallback.data();
@@ -536,13 +524,10 @@ void Server::Impl::DrainReturns(int w, QueryHandler& handler, bool read_eventfd)
     } else if (q.mode == HandleMode::kStaleOk) {
       counters[w]->Drop(DropReason::kUpstreamFailure);
     }
-    if (len == 0) {
-      answered();
-      continue;
-    }
+    // Answered (or given up, len 0) here: it does not go upstream again.
     if (client.tcp) {
-      if (TcpWrite(conn_id, data, len)) answered();
-    } else {
+      TcpAnswer(conn_id, data, len);
+    } else if (len != 0) {
       sendto(c.route.udp_fd, data, len, 0, c.route.peer.sa(), c.route.peer.len);
     }
   } while (forwarder->TakeReturned(w, &q));
@@ -589,71 +574,60 @@ void Server::Impl::TcpLoop() {
         const uint64_t id = tag & ~(uint64_t{1} << 63);
         auto it = conns.find(id);
         if (it == conns.end()) continue;
-        if ((events[i].events & EPOLLOUT) && !TcpFlush(id)) continue;
-        if (!(events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
-        it = conns.find(id);
-        if (it == conns.end()) continue;
-        if (it->second.read_closed) {
-          // Only the answers still owed are written; a reset ends that.
-          if (events[i].events & (EPOLLHUP | EPOLLERR)) TcpClose(id);
-          continue;
-        }
-        if (it->second.out.size() > kTcpOutCap) continue;  // reading paused
-        uint8_t buf[16384];
-        const ssize_t r = read(it->second.fd, buf, sizeof(buf));
-        if (r < 0 && errno == EAGAIN) continue;
-        if (r < 0) {
+        net::DnsTcpStream& stream = *it->second.stream;
+        const uint32_t ev = events[i].events;
+        if ((ev & EPOLLOUT) && stream.Flush() != net::DnsTcpStream::Status::kOpen) {
           TcpClose(id);
           continue;
         }
-        if (r == 0) {
-          // Half-close (RFC 7766 6.2.4): the client sent everything it
-          // will send; answer what it asked, then close.
-          it->second.read_closed = true;
-          if (TcpCloseIfDone(id)) TcpWatch(id);
+        // A reset while answers are still owed after a half-close ends them.
+        if ((ev & (EPOLLHUP | EPOLLERR)) && stream.read_closed()) {
+          TcpClose(id);
           continue;
         }
-        it->second.in.insert(it->second.in.end(), buf, buf + r);
+        if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now) != net::DnsTcpStream::Status::kOpen) {
+          TcpClose(id);
+          continue;
+        }
         const ClientInfo client{it->second.client, true};
-        // Every complete length-prefixed message in the buffer. `in` is
-        // moved out so that a write that closes the connection cannot free
-        // the bytes being parsed.
-        std::vector<uint8_t> in = std::move(it->second.in);
-        size_t off = 0;
+        // Every whole query the stream has. A copy of each: answering one
+        // may close the connection, and with it the stream's buffer.
+        std::span<const uint8_t> query;
+        std::vector<uint8_t> msg;
         bool open = true;
-        while (open && in.size() - off >= 2) {
-          const size_t len = dns::Load16(in.data() + off);
-          if (in.size() - off - 2 < len) break;
-          const uint8_t* msg = in.data() + off + 2;
-          off += 2 + len;
-          conns[id].last = now;  // idle time counts from the last whole query
+        while (open && (it = conns.find(id)) != conns.end() && it->second.stream->NextQuery(&query, now)) {
+          msg.assign(query.begin(), query.end());
           size_t out_len = 0;
           MissRequest miss;
-          const Verdict v =
-              handler.Handle(msg, len, client, NowSeconds(), out.data(), out.size(), &out_len, &miss);
-          if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch)
-            open = TcpWrite(id, out.data(), out_len);
+          const Verdict v = handler.Handle(msg.data(), msg.size(), client, NowSeconds(), out.data(),
+                                           out.size(), &out_len, &miss);
+          bool answered = v != Verdict::kMiss;
           if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
             PendingClient pc;
             pc.miss = miss;
             if (v == Verdict::kMiss) {
               pc.worker = tcp_index;
               pc.route.tcp_conn = id;
-              pc.query.assign(msg, msg + len);
+              pc.query = msg;
             }
             if (forwarder->Submit(tcp_index, std::move(pc))) {
               forwarder->Notify();
-              if (auto c = conns.find(id); v == Verdict::kMiss && c != conns.end()) ++c->second.pending;
             } else if (v == Verdict::kMiss) {
               ctr->Drop(DropReason::kMissQueueFull);
+              answered = true;  // given up: nothing is sent
+              out_len = 0;
             }
           }
+          const bool reply = v == Verdict::kReply || v == Verdict::kReplyAndPrefetch;
+          if (answered) open = TcpAnswer(id, out.data(), reply ? out_len : 0);
         }
-        auto again = conns.find(id);
-        if (again != conns.end()) {
-          in.erase(in.begin(), in.begin() + off);
-          again->second.in = std::move(in);
-          if (again->second.in.size() > 2 + 65535) TcpClose(id);  // cannot be a query
+        // Half-closed with everything owed written (RFC 7766 6.2.4): close.
+        if (auto c = conns.find(id); open && c != conns.end()) {
+          if (c->second.stream->Done()) {
+            TcpClose(id);
+          } else {
+            TcpWatch(id);
+          }
         }
       } else {
         const int lfd = tcp_fds[tag];
@@ -676,15 +650,19 @@ void Server::Impl::TcpLoop() {
           sockaddr_storage ss{};
           socklen_t sl = sizeof(ss);
           getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
-          conns[id] = Conn{cfd, {}, {}, now, ClientAddress(ss)};
+          conns[id] =
+              Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, now), ClientAddress(ss), EPOLLIN};
           add(cfd, (uint64_t{1} << 63) | id);
         }
       }
     }
-    // Idle connections are closed (RFC 7766 6.2.3).
+    // Idle connections are closed (RFC 7766 6.2.3): idle since the last
+    // whole query, with no answer owed.
     for (auto it = conns.begin(); it != conns.end();) {
-      if (now - it->second.last > std::chrono::milliseconds(config.tcp_idle_timeout_ms)) {
-        close(it->second.fd);
+      const net::DnsTcpStream& st = *it->second.stream;
+      if (st.pending() == 0 &&
+          now - st.last_activity() > std::chrono::milliseconds(config.tcp_idle_timeout_ms)) {
+        close(st.fd());
         it = conns.erase(it);
       } else {
         ++it;
@@ -695,80 +673,35 @@ void Server::Impl::TcpLoop() {
   close(tcp_epfd);
 }
 
-bool Server::Impl::TcpWrite(uint64_t id, const uint8_t* data, size_t len) {
+bool Server::Impl::TcpAnswer(uint64_t id, const uint8_t* data, size_t len) {
   auto it = conns.find(id);
   if (it == conns.end()) return false;  // the client went away
-  Conn& c = it->second;
-  uint8_t hdr[2];
-  dns::Store16(hdr, static_cast<uint16_t>(len));
-  size_t done = 0;
-  if (c.out.empty()) {
-    iovec iov[2] = {{hdr, 2}, {const_cast<uint8_t*>(data), len}};
-    msghdr mh{};
-    mh.msg_iov = iov;
-    mh.msg_iovlen = 2;
-    const ssize_t w = sendmsg(c.fd, &mh, MSG_NOSIGNAL);
-    if (w < 0 && errno != EAGAIN) {
-      TcpClose(id);
-      return false;
-    }
-    done = w > 0 ? static_cast<size_t>(w) : 0;
-    if (done == len + 2) return true;
-  }
-  // The client reads slower than it asks (pipelining, RFC 7766 6.2.1.1):
-  // keep the rest, up to a bound, and write it when the socket drains.
-  const bool was_empty = c.out.empty();
-  for (size_t i = done; i < len + 2; ++i) c.out.push_back(i < 2 ? hdr[i] : data[i - 2]);
-  if (c.out.size() > 4 * kTcpOutCap) {
-    TcpClose(id);  // a client that never reads
+  net::DnsTcpStream& stream = *it->second.stream;
+  if (stream.Answer({data, len}) != net::DnsTcpStream::Status::kOpen || stream.Done()) {
+    TcpClose(id);  // failed, a client that never reads, or everything owed is sent after a half-close
     return false;
   }
-  if (was_empty) TcpWatch(id);
-  return true;
-}
-
-bool Server::Impl::TcpFlush(uint64_t id) {
-  auto it = conns.find(id);
-  if (it == conns.end()) return false;
-  Conn& c = it->second;
-  while (!c.out.empty()) {
-    const ssize_t w = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-    if (w < 0 && errno == EAGAIN) return true;
-    if (w <= 0) {
-      TcpClose(id);
-      return false;
-    }
-    c.out.erase(c.out.begin(), c.out.begin() + w);
-  }
-  if (!TcpCloseIfDone(id)) return false;
   TcpWatch(id);
   return true;
-}
-
-bool Server::Impl::TcpCloseIfDone(uint64_t id) {
-  auto it = conns.find(id);
-  if (it == conns.end()) return false;
-  const Conn& c = it->second;
-  if (!c.read_closed || c.pending > 0 || !c.out.empty()) return true;
-  TcpClose(id);
-  return false;
 }
 
 void Server::Impl::TcpWatch(uint64_t id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
-  const Conn& c = it->second;
+  Conn& c = it->second;
+  const uint32_t want = c.stream->WantedEvents();
+  if (want == c.events) return;
+  c.events = want;
   epoll_event ev{};
-  // After a half-close nothing more is read (EOF would stay readable).
-  ev.events = (c.read_closed ? 0u : uint32_t{EPOLLIN}) | (c.out.empty() ? 0u : uint32_t{EPOLLOUT});
+  ev.events = want;
   ev.data.u64 = (uint64_t{1} << 63) | id;
-  epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.fd, &ev);
+  epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.stream->fd(), &ev);
 }
 
 void Server::Impl::TcpClose(uint64_t id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
-  close(it->second.fd);
+  close(it->second.stream->fd());
   conns.erase(it);
 }
 
