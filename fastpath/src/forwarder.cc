@@ -14,6 +14,7 @@
 #include "weir/dns/writer.h"
 #include "weir/fastpath/spsc_ring.h"
 #include "weir/fastpath/upstream_ring.h"
+#include "weir/net/dns_tcp.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
@@ -100,7 +101,7 @@ struct Pending {
   bool over_tcp = false;
   std::vector<uint8_t> tcp_out;  // length-prefixed query
   size_t tcp_sent = 0;
-  std::vector<uint8_t> tcp_in;
+  net::DnsTcpReader tcp_in;
 };
 
 struct Group {
@@ -458,7 +459,7 @@ void Forwarder::Impl::CloseSocket(Pending* p) {
   groups[p->weighted_group ? 1 : 0].ring->AddLoad(p->upstream, -1);
   p->over_tcp = false;
   p->tcp_out.clear();
-  p->tcp_in.clear();
+  p->tcp_in.Clear();
   p->tcp_sent = 0;
 }
 
@@ -513,22 +514,21 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
     }
   }
   if (!(events & EPOLLIN)) return;
-  for (;;) {
-    const ssize_t n = recv(p->fd, buf, sizeof(buf), 0);
+  // Only the bytes of the one answer expected are taken off the socket.
+  while (!p->tcp_in.Complete()) {
+    const ssize_t n = recv(p->fd, buf, std::min(sizeof(buf), p->tcp_in.Want()), 0);
     if (n == 0) return fail();  // closed before a whole answer
     if (n < 0) {
-      if (errno == EAGAIN) break;
+      if (errno == EAGAIN) return;
+      if (errno == EINTR) continue;
       return fail();
     }
-    p->tcp_in.insert(p->tcp_in.end(), buf, buf + n);
-    if (p->tcp_in.size() > 2 + kMaxMessage) return fail();
+    if (!p->tcp_in.Append({buf, static_cast<size_t>(n)})) return fail();
   }
-  if (p->tcp_in.size() < 2) return;
-  const size_t len = dns::Load16(p->tcp_in.data());
-  if (p->tcp_in.size() < 2 + len) return;
+  const size_t len = p->tcp_in.Message().size();
   dns::Message m;
   // Copy out: Finish releases `p` and with it tcp_in.
-  std::memcpy(out, p->tcp_in.data() + 2, len);
+  std::memcpy(out, p->tcp_in.Message().data(), len);
   if (!Genuine(p, out, len, &m)) return fail();
   std::memcpy(buf, out, len);
   (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
