@@ -21,6 +21,7 @@
 
 #include "authority.h"
 #include "query_record.h"
+#include "weir/net/dns_tcp.h"
 
 namespace weir::gslb_sim {
 namespace {
@@ -140,10 +141,14 @@ enum class Kind : uint32_t { kSignal, kUdp, kTcpListen, kTcpConn, kControlListen
 
 uint64_t Tag(Kind k, uint32_t id) { return (uint64_t{static_cast<uint32_t>(k)} << 32) | id; }
 
+// A DNS connection (framing, pipelining, half-close and the unread-answer
+// bound are net::DnsTcpStream's) or a control connection (one command, one
+// reply).
 struct Connection {
   Fd fd;
   bool control = false;
-  std::string in;
+  std::unique_ptr<net::DnsTcpStream> stream;  // DNS connections
+  std::string in;                             // control connections
   std::string out;
   size_t out_pos = 0;
   bool peer_closed = false;
@@ -151,6 +156,9 @@ struct Connection {
   uint32_t events = EPOLLIN | EPOLLRDHUP;  // what epoll watches now
   sockaddr_storage peer{};
 };
+
+// Answers a test client does not read are kept up to this much.
+constexpr size_t kMaxUnsent = 4 << 20;
 
 struct Delayed {
   Clock::time_point due;
@@ -193,6 +201,9 @@ class Server {
   void ServeControl(Connection& c);
   std::string RunCommand(const std::string& line);
   void Flush(uint32_t id, Connection& c);
+  // After any change to a DNS connection: closes it when done (half-closed,
+  // every answer written), else watches what it waits for.
+  void UpdateDns(uint32_t id, Connection& c);
   void Close(uint32_t id);
   void SendDue();
   int WaitTimeoutMs() const;
@@ -358,29 +369,44 @@ void Server::Accept(int listen_fd, bool control) {
     c.fd = std::move(fd);
     c.control = control;
     c.peer = peer;
+    if (!control) c.stream = std::make_unique<net::DnsTcpStream>(c.fd.get(), kMaxUnsent, Clock::now());
   }
 }
 
 void Server::ServeDnsFrames(uint32_t id, Connection& c) {
-  size_t pos = 0;
-  while (c.in.size() - pos >= 2) {
-    const size_t len = dns::Load16(reinterpret_cast<const uint8_t*>(c.in.data() + pos));
-    if (c.in.size() - pos - 2 < len) break;
+  std::span<const uint8_t> query;
+  while (c.stream->NextQuery(&query, Clock::now())) {
     uint32_t delay = 0;
-    const size_t n =
-        Answer({reinterpret_cast<const uint8_t*>(c.in.data() + pos + 2), len}, c.peer, true, &delay);
-    pos += 2 + len;
-    if (n == 0) continue;
-    dns::Store16(buf_.data(), static_cast<uint16_t>(n));
-    std::string framed(reinterpret_cast<const char*>(buf_.data()), n + 2);
-    if (delay == 0) {
-      c.out += framed;
-    } else {
-      delayed_.push(
-          {Clock::now() + std::chrono::milliseconds(delay), next_seq_++, true, id, {}, 0, std::move(framed)});
+    const size_t n = Answer(query, c.peer, true, &delay);
+    const std::span<const uint8_t> answer(buf_.data() + 2, n);
+    if (n != 0 && delay != 0) {
+      // Answered later (SendDue); pipelined answers may overtake it (RFC 7766 7).
+      delayed_.push({Clock::now() + std::chrono::milliseconds(delay),
+                     next_seq_++,
+                     true,
+                     id,
+                     {},
+                     0,
+                     std::string(reinterpret_cast<const char*>(answer.data()), n)});
+      continue;
+    }
+    if (c.stream->Answer(answer) != net::DnsTcpStream::Status::kOpen) {  // n == 0: dropped
+      Close(id);
+      return;
     }
   }
-  c.in.erase(0, pos);
+}
+
+void Server::UpdateDns(uint32_t id, Connection& c) {
+  if (c.stream->Done()) return Close(id);
+  uint32_t want = c.stream->WantedEvents();
+  if (want & EPOLLIN) want |= EPOLLRDHUP;
+  if (want == c.events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = Tag(Kind::kTcpConn, id);
+  epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+  c.events = want;
 }
 
 std::string Server::RunCommand(const std::string& line) {
@@ -480,6 +506,17 @@ void Server::OnConnection(uint32_t id, uint32_t events) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Connection& c = it->second;
+  if (!c.control) {
+    net::DnsTcpStream& st = *c.stream;
+    if ((events & EPOLLOUT) && st.Flush() != net::DnsTcpStream::Status::kOpen) return Close(id);
+    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) &&
+        st.Read(Clock::now()) != net::DnsTcpStream::Status::kOpen) {
+      return Close(id);
+    }
+    ServeDnsFrames(id, c);
+    if (auto again = conns_.find(id); again != conns_.end()) UpdateDns(id, again->second);
+    return;
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     char tmp[16384];
     for (;;) {
@@ -492,11 +529,7 @@ void Server::OnConnection(uint32_t id, uint32_t events) {
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.peer_closed = true;
       break;
     }
-    if (c.control) {
-      ServeControl(c);
-    } else {
-      ServeDnsFrames(id, c);
-    }
+    ServeControl(c);
   }
   Flush(id, c);
 }
@@ -515,9 +548,13 @@ void Server::SendDue() {
     if (!d.tcp) {
       sendto(udp_[d.target].get(), d.bytes.data(), d.bytes.size(), 0,
              reinterpret_cast<const sockaddr*>(&d.dest), d.dest_len);
-    } else if (auto it = conns_.find(d.target); it != conns_.end()) {
-      it->second.out += d.bytes;
-      Flush(d.target, it->second);
+    } else if (auto it = conns_.find(d.target); it != conns_.end() && it->second.stream) {
+      const auto* bytes = reinterpret_cast<const uint8_t*>(d.bytes.data());
+      if (it->second.stream->Answer({bytes, d.bytes.size()}) != net::DnsTcpStream::Status::kOpen) {
+        Close(d.target);
+      } else {
+        UpdateDns(d.target, it->second);
+      }
     }
     delayed_.pop();
   }
