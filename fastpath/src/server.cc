@@ -27,6 +27,7 @@
 #include "weir/fastpath/handler.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/net/dns_tcp.h"
+#include "weir/net/event_loop.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
@@ -95,7 +96,7 @@ struct Server::Impl {
   std::unordered_map<uint64_t, Conn> conns;
   std::unordered_map<int, uint64_t> conn_by_fd;
   uint64_t next_conn = 1;
-  int tcp_epfd = -1;
+  net::EventLoop tcp_loop;  // the TCP thread's
 
   absl::Status LoadPartitions();
   // Validates both texts, then swaps both in; names are for messages.
@@ -538,130 +539,109 @@ void Server::Impl::TcpLoop() {
   const int tcp_index = config.workers;
   WorkerCounters* ctr = counters[tcp_index].get();
   QueryHandler& handler = *handlers[tcp_index];
-  tcp_epfd = epoll_create1(EPOLL_CLOEXEC);
-  auto add = [&](int fd, uint64_t tag) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag;
-    epoll_ctl(tcp_epfd, EPOLL_CTL_ADD, fd, &ev);
-  };
-  // Tags: listener i -> i, eventfd -> 1<<62, connection id -> (1<<63) | id.
-  for (size_t i = 0; i < tcp_fds.size(); ++i) add(tcp_fds[i], i);
-  add(forwarder->return_fd(tcp_index), uint64_t{1} << 62);
-  epoll_event events[64];
+  if (!tcp_loop.Init().ok()) {
+    std::fprintf(stderr, "weir-fastpath: cannot set up the TCP event loop\n");
+    return;
+  }
+  // Readers are offline while the loop waits: a grace period never waits
+  // for an idle TCP thread.
+  tcp_loop.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
   std::vector<uint8_t> out(65535 + 2);
-  std::vector<std::pair<uint64_t, std::chrono::steady_clock::time_point>> paused;  // listeners
-  while (running.load(std::memory_order_relaxed)) {
-    for (auto p = paused.begin(); p != paused.end();) {
-      if (std::chrono::steady_clock::now() >= p->second) {
-        add(tcp_fds[p->first], p->first);
-        p = paused.erase(p);
-      } else {
-        ++p;
-      }
-    }
-    int n;
-    {
-      partitions::RcuOfflineScope offline;
-      n = epoll_wait(tcp_epfd, events, 64, 100);
-    }
+
+  auto on_conn = [&](uint64_t id, uint32_t ev) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    net::DnsTcpStream& stream = *it->second.stream;
     const auto now = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) {
-      const uint64_t tag = events[i].data.u64;
-      if (tag == (uint64_t{1} << 62)) {
-        DrainReturns(tcp_index, handler, true);
-      } else if (tag & (uint64_t{1} << 63)) {
-        const uint64_t id = tag & ~(uint64_t{1} << 63);
-        auto it = conns.find(id);
-        if (it == conns.end()) continue;
-        net::DnsTcpStream& stream = *it->second.stream;
-        const uint32_t ev = events[i].events;
-        if ((ev & EPOLLOUT) && stream.Flush() != net::DnsTcpStream::Status::kOpen) {
-          TcpClose(id);
-          continue;
+    if ((ev & EPOLLOUT) && stream.Flush() != net::DnsTcpStream::Status::kOpen) return TcpClose(id);
+    // A reset while answers are still owed after a half-close ends them.
+    if ((ev & (EPOLLHUP | EPOLLERR)) && stream.read_closed()) return TcpClose(id);
+    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now) != net::DnsTcpStream::Status::kOpen) {
+      return TcpClose(id);
+    }
+    const ClientInfo client{it->second.client, true};
+    // Every whole query the stream has. A copy of each: answering one may
+    // close the connection, and with it the stream's buffer.
+    std::span<const uint8_t> query;
+    std::vector<uint8_t> msg;
+    bool open = true;
+    while (open && (it = conns.find(id)) != conns.end() && it->second.stream->NextQuery(&query, now)) {
+      msg.assign(query.begin(), query.end());
+      size_t out_len = 0;
+      MissRequest miss;
+      const Verdict v = handler.Handle(msg.data(), msg.size(), client, NowSeconds(), out.data(), out.size(),
+                                       &out_len, &miss);
+      bool answered = v != Verdict::kMiss;
+      if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
+        PendingClient pc;
+        pc.miss = miss;
+        if (v == Verdict::kMiss) {
+          pc.worker = tcp_index;
+          pc.route.tcp_conn = id;
+          pc.query = msg;
         }
-        // A reset while answers are still owed after a half-close ends them.
-        if ((ev & (EPOLLHUP | EPOLLERR)) && stream.read_closed()) {
-          TcpClose(id);
-          continue;
-        }
-        if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now) != net::DnsTcpStream::Status::kOpen) {
-          TcpClose(id);
-          continue;
-        }
-        const ClientInfo client{it->second.client, true};
-        // Every whole query the stream has. A copy of each: answering one
-        // may close the connection, and with it the stream's buffer.
-        std::span<const uint8_t> query;
-        std::vector<uint8_t> msg;
-        bool open = true;
-        while (open && (it = conns.find(id)) != conns.end() && it->second.stream->NextQuery(&query, now)) {
-          msg.assign(query.begin(), query.end());
-          size_t out_len = 0;
-          MissRequest miss;
-          const Verdict v = handler.Handle(msg.data(), msg.size(), client, NowSeconds(), out.data(),
-                                           out.size(), &out_len, &miss);
-          bool answered = v != Verdict::kMiss;
-          if (v == Verdict::kReplyAndPrefetch || v == Verdict::kMiss) {
-            PendingClient pc;
-            pc.miss = miss;
-            if (v == Verdict::kMiss) {
-              pc.worker = tcp_index;
-              pc.route.tcp_conn = id;
-              pc.query = msg;
-            }
-            if (forwarder->Submit(tcp_index, std::move(pc))) {
-              forwarder->Notify();
-            } else if (v == Verdict::kMiss) {
-              ctr->Drop(DropReason::kMissQueueFull);
-              answered = true;  // given up: nothing is sent
-              out_len = 0;
-            }
-          }
-          const bool reply = v == Verdict::kReply || v == Verdict::kReplyAndPrefetch;
-          if (answered) open = TcpAnswer(id, out.data(), reply ? out_len : 0);
-        }
-        // Half-closed with everything owed written (RFC 7766 6.2.4): close.
-        if (auto c = conns.find(id); open && c != conns.end()) {
-          if (c->second.stream->Done()) {
-            TcpClose(id);
-          } else {
-            TcpWatch(id);
-          }
-        }
-      } else {
-        const int lfd = tcp_fds[tag];
-        for (;;) {
-          const int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-          if (cfd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-              // Out of descriptors: stop listening for a moment instead of
-              // spinning on a listener that stays readable.
-              epoll_ctl(tcp_epfd, EPOLL_CTL_DEL, lfd, nullptr);
-              paused.push_back({tag, now + std::chrono::milliseconds(100)});
-            }
-            break;
-          }
-          if (static_cast<int>(conns.size()) >= config.tcp_max_connections) {
-            close(cfd);
-            continue;
-          }
-          const uint64_t id = next_conn++;
-          sockaddr_storage ss{};
-          socklen_t sl = sizeof(ss);
-          getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
-          conns[id] =
-              Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, now), ClientAddress(ss), EPOLLIN};
-          add(cfd, (uint64_t{1} << 63) | id);
+        if (forwarder->Submit(tcp_index, std::move(pc))) {
+          forwarder->Notify();
+        } else if (v == Verdict::kMiss) {
+          ctr->Drop(DropReason::kMissQueueFull);
+          answered = true;  // given up: nothing is sent
+          out_len = 0;
         }
       }
+      const bool reply = v == Verdict::kReply || v == Verdict::kReplyAndPrefetch;
+      if (answered) open = TcpAnswer(id, out.data(), reply ? out_len : 0);
     }
+    // Half-closed with everything owed written (RFC 7766 6.2.4): close.
+    if (auto c = conns.find(id); open && c != conns.end()) {
+      if (c->second.stream->Done()) {
+        TcpClose(id);
+      } else {
+        TcpWatch(id);
+      }
+    }
+  };
+
+  std::function<void(int)> listen;
+  auto on_accept = [&](int lfd) {
+    for (;;) {
+      const int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (cfd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: stop listening for a moment instead of
+          // spinning on a listener that stays readable.
+          tcp_loop.Unwatch(lfd);
+          tcp_loop.After(std::chrono::milliseconds(100), [&listen, lfd] { listen(lfd); });
+        }
+        return;
+      }
+      if (static_cast<int>(conns.size()) >= config.tcp_max_connections) {
+        close(cfd);
+        continue;
+      }
+      const uint64_t id = next_conn++;
+      sockaddr_storage ss{};
+      socklen_t sl = sizeof(ss);
+      getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
+      conns[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, std::chrono::steady_clock::now()),
+                       ClientAddress(ss), EPOLLIN};
+      tcp_loop.Watch(cfd, EPOLLIN, [&on_conn, id](uint32_t ev) { on_conn(id, ev); });
+    }
+  };
+  listen = [&](int lfd) { tcp_loop.Watch(lfd, EPOLLIN, [&on_accept, lfd](uint32_t) { on_accept(lfd); }); };
+  for (int lfd : tcp_fds) listen(lfd);
+  const int return_fd = forwarder->return_fd(tcp_index);
+  tcp_loop.Watch(return_fd, EPOLLIN, [&](uint32_t) { DrainReturns(tcp_index, handler, true); });
+
+  while (running.load(std::memory_order_relaxed)) {
+    tcp_loop.RunOnce(std::chrono::milliseconds(100));
     // Idle connections are closed (RFC 7766 6.2.3): idle since the last
     // whole query, with no answer owed.
+    const auto now = std::chrono::steady_clock::now();
     for (auto it = conns.begin(); it != conns.end();) {
       const net::DnsTcpStream& st = *it->second.stream;
       if (st.pending() == 0 &&
           now - st.last_activity() > std::chrono::milliseconds(config.tcp_idle_timeout_ms)) {
+        tcp_loop.Unwatch(st.fd());
         close(st.fd());
         it = conns.erase(it);
       } else {
@@ -670,7 +650,8 @@ void Server::Impl::TcpLoop() {
     }
     rcu.Quiescent();
   }
-  close(tcp_epfd);
+  for (int lfd : tcp_fds) tcp_loop.Unwatch(lfd);
+  tcp_loop.Unwatch(return_fd);
 }
 
 bool Server::Impl::TcpAnswer(uint64_t id, const uint8_t* data, size_t len) {
@@ -692,15 +673,13 @@ void Server::Impl::TcpWatch(uint64_t id) {
   const uint32_t want = c.stream->WantedEvents();
   if (want == c.events) return;
   c.events = want;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.u64 = (uint64_t{1} << 63) | id;
-  epoll_ctl(tcp_epfd, EPOLL_CTL_MOD, c.stream->fd(), &ev);
+  tcp_loop.Modify(c.stream->fd(), want);
 }
 
 void Server::Impl::TcpClose(uint64_t id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
+  tcp_loop.Unwatch(it->second.stream->fd());
   close(it->second.stream->fd());
   conns.erase(it);
 }

@@ -102,7 +102,9 @@ int EventLoop::RunOnce(std::chrono::milliseconds max_wait) {
     wait_ms = std::clamp<int64_t>(until, 0, wait_ms);
   }
   epoll_event events[64];
+  if (before_wait_) before_wait_();
   const int n = epoll_wait(epfd_, events, 64, static_cast<int>(wait_ms));
+  if (after_wait_) after_wait_();
   int ran = 0;
   for (int i = 0; i < n; ++i) {
     const int fd = static_cast<int>(events[i].data.u64 & 0xffffffffu);

@@ -52,6 +52,12 @@ class EventLoop {
 
   // Runs the handler on the loop thread after Wake() (eventfd).
   void SetWakeHandler(std::function<void()> fn) { on_wake_ = std::move(fn); }
+  // Run just before and just after the loop blocks in epoll_wait (an RCU
+  // reader goes offline for the wait, say).
+  void SetWaitHooks(std::function<void()> before, std::function<void()> after) {
+    before_wait_ = std::move(before);
+    after_wait_ = std::move(after);
+  }
   void Wake();
 
   // Waits up to `max_wait` (less when a timer is due), dispatches the ready
@@ -78,6 +84,7 @@ class EventLoop {
   absl::flat_hash_map<TimerId, std::function<void()>> timer_fns_;
   std::priority_queue<Due, std::vector<Due>, std::greater<Due>> timers_;
   std::function<void()> on_wake_;
+  std::function<void()> before_wait_, after_wait_;
   // Callbacks unwatched or replaced during a dispatch are destroyed after it.
   std::vector<FdCallback> graveyard_;
 };
