@@ -38,7 +38,7 @@ std::string IpToString(const IpAddress& a) {
   return buf;
 }
 
-absl::Status ParseCidr(std::string_view text, Cidr* out) {
+absl::StatusOr<Cidr> Cidr::Parse(std::string_view text) {
   size_t slash = text.find('/');
   if (slash == std::string_view::npos)
     return absl::InvalidArgumentError(common::Cat("'", text, "' is not a CIDR"));
@@ -59,8 +59,13 @@ absl::Status ParseCidr(std::string_view text, Cidr* out) {
       return absl::InvalidArgumentError(common::Cat("host bits set in '", text, "'"));
     }
   }
-  out->address = a;
-  out->prefix = static_cast<uint8_t>(len);
+  return Cidr{a, static_cast<uint8_t>(len)};
+}
+
+absl::Status ParseCidr(std::string_view text, Cidr* out) {
+  absl::StatusOr<Cidr> c = Cidr::Parse(text);
+  if (!c.ok()) return c.status();
+  *out = *c;
   return absl::OkStatus();
 }
 
