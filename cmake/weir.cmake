@@ -1,15 +1,53 @@
 # Shared helpers for weir's CMake files.
 
-# weir_library(NAME <folder> [DEPS targets...])
+# weir_library(NAME <name> [SOURCES files...] [DEPS targets...])
 # One library per top-level folder: public headers in <folder>/include,
-# private sources in <folder>/src, exported as weir::<folder>.
+# private sources in <folder>/src (every src/*.cc, or the SOURCES named when a
+# folder holds more than one library), exported as weir::<name>.
 function(weir_library name)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
-  file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  if(ARG_SOURCES)
+    set(_srcs ${ARG_SOURCES})
+  else()
+    file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
+  endif()
   add_library(weir_${name} STATIC ${_srcs})
   add_library(weir::${name} ALIAS weir_${name})
   target_include_directories(weir_${name}
     PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_link_libraries(weir_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# weir_link_closure(<target> <out_var>): every target and library file that
+# <target> links, directly or through its dependencies, aliases resolved.
+# Call it once every target exists (tests/ is added last).
+function(weir_link_closure target out_var)
+  set(_seen)
+  set(_todo ${target})
+  while(_todo)
+    list(POP_FRONT _todo _t)
+    if(TARGET ${_t})
+      get_target_property(_real ${_t} ALIASED_TARGET)
+      if(_real)
+        set(_t ${_real})
+      endif()
+    endif()
+    if(_t IN_LIST _seen)
+      continue()
+    endif()
+    list(APPEND _seen ${_t})
+    if(NOT TARGET ${_t})
+      continue()
+    endif()
+    get_target_property(_direct ${_t} LINK_LIBRARIES)
+    get_target_property(_iface ${_t} INTERFACE_LINK_LIBRARIES)
+    foreach(_d IN LISTS _direct _iface)
+      string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" _d "${_d}")
+      if(_d AND NOT _d MATCHES "-NOTFOUND$" AND NOT _d MATCHES "^\\$<")
+        list(APPEND _todo ${_d})
+      endif()
+    endforeach()
+  endwhile()
+  set(${out_var} ${_seen} PARENT_SCOPE)
 endfunction()

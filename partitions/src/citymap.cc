@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "text_util.h"
+#include "weir/common/text.h"
 
 namespace weir::partitions {
 namespace {
@@ -287,8 +288,7 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
                                                               std::vector<CityPrefix> prefixes,
                                                               PartitionId default_city) {
   if (cities.empty() || cities.size() > kMaxCities) {
-    return absl::InvalidArgumentError(
-        internal::Cat("city count ", cities.size(), " outside 1..", kMaxCities));
+    return absl::InvalidArgumentError(common::Cat("city count ", cities.size(), " outside 1..", kMaxCities));
   }
   if (default_city >= cities.size()) return absl::InvalidArgumentError("default city out of range");
   for (const CityPrefix& p : prefixes) {
@@ -313,7 +313,7 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
     if (sorted[i].cidr.address == sorted[i - 1].cidr.address &&
         sorted[i].cidr.prefix == sorted[i - 1].cidr.prefix) {
       return absl::InvalidArgumentError(
-          internal::Cat("duplicate prefix ", IpToString(sorted[i].cidr.address), "/", sorted[i].cidr.prefix));
+          common::Cat("duplicate prefix ", IpToString(sorted[i].cidr.address), "/", sorted[i].cidr.prefix));
     }
   }
 
@@ -334,7 +334,7 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
       const size_t group = t.tbl8.size() / 256;
       if (group >= kMaxTbl8Groups) {
         return absl::InvalidArgumentError(
-            internal::Cat("too many /24 blocks split by longer prefixes (max ", kMaxTbl8Groups, ")"));
+            common::Cat("too many /24 blocks split by longer prefixes (max ", kMaxTbl8Groups, ")"));
       }
       t.tbl8.resize(t.tbl8.size() + 256, e);
       e = static_cast<uint16_t>(kIndirect | group);
@@ -426,7 +426,7 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
   using internal::Split;
   using internal::Trim;
   if (!internal::ValidName(options.default_city)) {
-    return absl::InvalidArgumentError(internal::Cat("bad default city name '", options.default_city, "'"));
+    return absl::InvalidArgumentError(common::Cat("bad default city name '", options.default_city, "'"));
   }
   std::vector<City> cities;
   absl::flat_hash_map<std::string, PartitionId> city_ids;
@@ -436,20 +436,20 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
 
   internal::ForEachLine(csv, [&](int line_no, std::string_view line) {
     auto fail = [&](std::string_view why) {
-      status = absl::InvalidArgumentError(internal::Cat("line ", line_no, ": ", why));
+      status = absl::InvalidArgumentError(common::Cat("line ", line_no, ": ", why));
       return false;
     };
     std::vector<std::string_view> f = Split(line, ',');
     if (f.size() != 3)
-      return fail(internal::Cat("expected 3 fields 'cidr,city,ecs_address/prefix', got ", f.size()));
+      return fail(common::Cat("expected 3 fields 'cidr,city,ecs_address/prefix', got ", f.size()));
     Cidr cidr;
     if (absl::Status s = ParseCidr(Trim(f[0]), &cidr); !s.ok()) return fail(std::string(s.message()));
     std::string_view name = Trim(f[1]);
-    if (!internal::ValidName(name)) return fail(internal::Cat("bad city name '", name, "'"));
+    if (!internal::ValidName(name)) return fail(common::Cat("bad city name '", name, "'"));
 
     auto [it, inserted] = city_ids.try_emplace(std::string(name), static_cast<PartitionId>(cities.size()));
     if (inserted) {
-      if (cities.size() >= kMaxCities) return fail(internal::Cat("more than ", kMaxCities, " cities"));
+      if (cities.size() >= kMaxCities) return fail(common::Cat("more than ", kMaxCities, " cities"));
       cities.push_back(City{std::string(name), {}, {}});
     }
     const PartitionId id = it->second;
@@ -462,13 +462,13 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
         len_text = ecs_text.substr(slash + 1);
       }
       IpAddress ecs_addr;
-      if (!ParseIp(addr_text, &ecs_addr)) return fail(internal::Cat("bad ECS address '", addr_text, "'"));
+      if (!ParseIp(addr_text, &ecs_addr)) return fail(common::Cat("bad ECS address '", addr_text, "'"));
       unsigned len = ecs_addr.family == 4 ? 24 : 56;
       const unsigned max = ecs_addr.family == 4 ? 32 : 128;
       if (!len_text.empty() || ecs_text.find('/') != std::string_view::npos) {
         auto [ptr, ec] = std::from_chars(len_text.data(), len_text.data() + len_text.size(), len);
         if (len_text.empty() || ec != std::errc() || ptr != len_text.data() + len_text.size() || len > max) {
-          return fail(internal::Cat("bad ECS prefix length '", len_text, "'"));
+          return fail(common::Cat("bad ECS prefix length '", len_text, "'"));
         }
       }
       dns::ClientSubnet s;
@@ -480,14 +480,14 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
       dns::ClientSubnet& slot = ecs_addr.family == 4 ? cities[id].ecs_v4 : cities[id].ecs_v6;
       if (slot.family != 0 && !(slot == s)) {
         return fail(
-            internal::Cat("city '", name, "' already has a different IPv", ecs_addr.family, " ECS source"));
+            common::Cat("city '", name, "' already has a different IPv", ecs_addr.family, " ECS source"));
       }
       slot = s;
     }
 
-    std::string key = internal::Cat(IpToString(cidr.address), "/", cidr.prefix);
+    std::string key = common::Cat(IpToString(cidr.address), "/", cidr.prefix);
     auto [pit, fresh] = seen_prefix.try_emplace(key, line_no);
-    if (!fresh) return fail(internal::Cat("duplicate prefix ", key, " (first on line ", pit->second, ")"));
+    if (!fresh) return fail(common::Cat("duplicate prefix ", key, " (first on line ", pit->second, ")"));
     prefixes.push_back({cidr, id});
     return true;
   });

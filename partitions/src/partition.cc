@@ -5,6 +5,7 @@
 #include <charconv>
 #include <string>
 #include "text_util.h"
+#include "weir/common/text.h"
 
 namespace weir::partitions {
 
@@ -37,29 +38,34 @@ std::string IpToString(const IpAddress& a) {
   return buf;
 }
 
-absl::Status ParseCidr(std::string_view text, Cidr* out) {
+absl::StatusOr<Cidr> Cidr::Parse(std::string_view text) {
   size_t slash = text.find('/');
   if (slash == std::string_view::npos)
-    return absl::InvalidArgumentError(internal::Cat("'", text, "' is not a CIDR"));
+    return absl::InvalidArgumentError(common::Cat("'", text, "' is not a CIDR"));
   IpAddress a;
   if (!ParseIp(text.substr(0, slash), &a)) {
-    return absl::InvalidArgumentError(internal::Cat("bad address '", text.substr(0, slash), "'"));
+    return absl::InvalidArgumentError(common::Cat("bad address '", text.substr(0, slash), "'"));
   }
   std::string_view len_text = text.substr(slash + 1);
   unsigned len = 0;
   auto [ptr, ec] = std::from_chars(len_text.data(), len_text.data() + len_text.size(), len);
   const unsigned max = a.family == 4 ? 32 : 128;
   if (len_text.empty() || ec != std::errc() || ptr != len_text.data() + len_text.size() || len > max) {
-    return absl::InvalidArgumentError(internal::Cat("bad prefix length '", len_text, "'"));
+    return absl::InvalidArgumentError(common::Cat("bad prefix length '", len_text, "'"));
   }
   const size_t nbytes = a.family == 4 ? 4 : 16;
   for (size_t bit = len; bit < nbytes * 8; ++bit) {
     if (a.bytes[bit / 8] & (0x80u >> (bit % 8))) {
-      return absl::InvalidArgumentError(internal::Cat("host bits set in '", text, "'"));
+      return absl::InvalidArgumentError(common::Cat("host bits set in '", text, "'"));
     }
   }
-  out->address = a;
-  out->prefix = static_cast<uint8_t>(len);
+  return Cidr{a, static_cast<uint8_t>(len)};
+}
+
+absl::Status ParseCidr(std::string_view text, Cidr* out) {
+  absl::StatusOr<Cidr> c = Cidr::Parse(text);
+  if (!c.ok()) return c.status();
+  *out = *c;
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "text_util.h"
+#include "weir/common/text.h"
 
 namespace weir::partitions {
 namespace internal {
@@ -132,7 +133,7 @@ absl::Status ParseOnOff(std::string_view v, bool* out) {
   } else if (v == "off") {
     *out = false;
   } else {
-    return absl::InvalidArgumentError(internal::Cat("expected on/off, got '", v, "'"));
+    return absl::InvalidArgumentError(common::Cat("expected on/off, got '", v, "'"));
   }
   return absl::OkStatus();
 }
@@ -142,27 +143,27 @@ absl::Status ParseTarget(std::string_view t, ForwardTarget* out) {
   if (!t.empty() && t.front() == '[') {
     size_t close = t.find(']');
     if (close == std::string_view::npos)
-      return absl::InvalidArgumentError(internal::Cat("bad target '", t, "'"));
+      return absl::InvalidArgumentError(common::Cat("bad target '", t, "'"));
     addr = t.substr(1, close - 1);
     std::string_view rest = t.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != '@') return absl::InvalidArgumentError(internal::Cat("bad target '", t, "'"));
+      if (rest.front() != '@') return absl::InvalidArgumentError(common::Cat("bad target '", t, "'"));
       port_text = rest.substr(1);
-      if (port_text.empty()) return absl::InvalidArgumentError(internal::Cat("bad port in '", t, "'"));
+      if (port_text.empty()) return absl::InvalidArgumentError(common::Cat("bad port in '", t, "'"));
     }
   } else if (size_t at = t.rfind('@'); at != std::string_view::npos) {
     addr = t.substr(0, at);
     port_text = t.substr(at + 1);
-    if (port_text.empty()) return absl::InvalidArgumentError(internal::Cat("bad port in '", t, "'"));
+    if (port_text.empty()) return absl::InvalidArgumentError(common::Cat("bad port in '", t, "'"));
   }
   ForwardTarget ft;
   if (!ParseIp(addr, &ft.address))
-    return absl::InvalidArgumentError(internal::Cat("bad target address '", addr, "'"));
+    return absl::InvalidArgumentError(common::Cat("bad target address '", addr, "'"));
   if (!port_text.empty()) {
     unsigned port = 0;
     auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port == 0 || port > 65535) {
-      return absl::InvalidArgumentError(internal::Cat("bad port '", port_text, "'"));
+      return absl::InvalidArgumentError(common::Cat("bad port '", port_text, "'"));
     }
     ft.port = static_cast<uint16_t>(port);
   }
@@ -186,10 +187,10 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
   for (char c : words[0]) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
                     c == '_' || c == '.';
-    if (!ok) return absl::InvalidArgumentError(internal::Cat("bad domain suffix '", words[0], "'"));
+    if (!ok) return absl::InvalidArgumentError(common::Cat("bad domain suffix '", words[0], "'"));
   }
   if (!dns::NameKeyFromText(words[0], &tag.suffix)) {
-    return absl::InvalidArgumentError(internal::Cat("bad domain suffix '", words[0], "'"));
+    return absl::InvalidArgumentError(common::Cat("bad domain suffix '", words[0], "'"));
   }
   bool level_set = false;
   uint32_t seen = 0;
@@ -198,12 +199,12 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
     std::string_view w = words[i];
     size_t eq = w.find('=');
     if (eq == std::string_view::npos)
-      return absl::InvalidArgumentError(internal::Cat("expected key=value, got '", w, "'"));
+      return absl::InvalidArgumentError(common::Cat("expected key=value, got '", w, "'"));
     std::string_view k = w.substr(0, eq), v = w.substr(eq + 1);
     size_t ki = 0;
     while (ki < std::size(kKeys) && kKeys[ki] != k) ++ki;
-    if (ki == std::size(kKeys)) return absl::InvalidArgumentError(internal::Cat("unknown key '", k, "'"));
-    if (seen & (1u << ki)) return absl::InvalidArgumentError(internal::Cat("key '", k, "' given twice"));
+    if (ki == std::size(kKeys)) return absl::InvalidArgumentError(common::Cat("unknown key '", k, "'"));
+    if (seen & (1u << ki)) return absl::InvalidArgumentError(common::Cat("key '", k, "' given twice"));
     seen |= 1u << ki;
     absl::Status s;
     if (k == "weight") {
@@ -227,7 +228,7 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
         return absl::InvalidArgumentError("policy=forward needs targets: forward:addr[@port],...");
       } else {
         return absl::InvalidArgumentError(
-            internal::Cat("policy must be iterate or forward:..., got '", v, "'"));
+            common::Cat("policy must be iterate or forward:..., got '", v, "'"));
       }
     } else if (k == "answer") {
       if (v == "single") {
@@ -235,7 +236,7 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
       } else if (v == "ordered") {
         tag.answer = AnswerMode::kOrdered;
       } else {
-        return absl::InvalidArgumentError(internal::Cat("answer must be single or ordered, got '", v, "'"));
+        return absl::InvalidArgumentError(common::Cat("answer must be single or ordered, got '", v, "'"));
       }
     } else {  // level
       level_set = true;
@@ -246,11 +247,10 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
       } else if (v == "subnet") {
         tag.level = CacheLevel::kSubnet;
       } else {
-        return absl::InvalidArgumentError(
-            internal::Cat("level must be global, city or subnet, got '", v, "'"));
+        return absl::InvalidArgumentError(common::Cat("level must be global, city or subnet, got '", v, "'"));
       }
     }
-    if (!s.ok()) return absl::InvalidArgumentError(internal::Cat(k, ": ", s.message()));
+    if (!s.ok()) return absl::InvalidArgumentError(common::Cat(k, ": ", s.message()));
   }
   if (tag.ecs && !level_set) tag.level = CacheLevel::kCity;
   return tag;
@@ -258,7 +258,7 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
 
 std::string FormatTag(const Tag& tag) {
   std::string out = dns::NameKeyToText(tag.suffix.span());
-  internal::CatTo(out, " weight=", tag.weight ? "on" : "off", " ecs=", tag.ecs ? "on" : "off", " policy=");
+  common::CatTo(out, " weight=", tag.weight ? "on" : "off", " ecs=", tag.ecs ? "on" : "off", " policy=");
   if (tag.policy == Policy::kIterate) {
     out += "iterate";
   } else {
@@ -267,16 +267,16 @@ std::string FormatTag(const Tag& tag) {
       const ForwardTarget& t = tag.targets[i];
       if (i) out += ",";
       if (t.address.family == 6) {
-        internal::CatTo(out, "[", IpToString(t.address), "]@", t.port);
+        common::CatTo(out, "[", IpToString(t.address), "]@", t.port);
       } else {
-        internal::CatTo(out, IpToString(t.address), "@", t.port);
+        common::CatTo(out, IpToString(t.address), "@", t.port);
       }
     }
   }
-  internal::CatTo(out, " answer=", tag.answer == AnswerMode::kOrdered ? "ordered" : "single", " level=",
-                  tag.level == CacheLevel::kGlobal ? "global"
-                  : tag.level == CacheLevel::kCity ? "city"
-                                                   : "subnet");
+  common::CatTo(out, " answer=", tag.answer == AnswerMode::kOrdered ? "ordered" : "single", " level=",
+                tag.level == CacheLevel::kGlobal ? "global"
+                : tag.level == CacheLevel::kCity ? "city"
+                                                 : "subnet");
   return out;
 }
 
@@ -368,7 +368,7 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
           break;
         }
         if (r.check == check && tags[r.index].suffix == tags[i].suffix) {
-          return absl::InvalidArgumentError(internal::Cat("duplicate tag for ", dns::NameKeyToText(key)));
+          return absl::InvalidArgumentError(common::Cat("duplicate tag for ", dns::NameKeyToText(key)));
         }
       }
     }
@@ -388,7 +388,7 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_v
   internal::ForEachLine(text, [&](int line_no, std::string_view line) {
     absl::StatusOr<Tag> tag = ParseTagLine(line);
     if (!tag.ok()) {
-      status = absl::InvalidArgumentError(internal::Cat("line ", line_no, ": ", tag.status().message()));
+      status = absl::InvalidArgumentError(common::Cat("line ", line_no, ": ", tag.status().message()));
       return false;
     }
     tags.push_back(*std::move(tag));
@@ -408,9 +408,9 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_v
     });
     for (size_t i = 1; i < order.size(); ++i) {
       if (tags[order[i]].suffix == tags[order[i - 1]].suffix) {
-        return absl::InvalidArgumentError(internal::Cat("line ", lines[order[i]], ": duplicate tag for ",
-                                                        dns::NameKeyToText(tags[order[i]].suffix.span()),
-                                                        " (first on line ", lines[order[i - 1]], ")"));
+        return absl::InvalidArgumentError(common::Cat("line ", lines[order[i]], ": duplicate tag for ",
+                                                      dns::NameKeyToText(tags[order[i]].suffix.span()),
+                                                      " (first on line ", lines[order[i - 1]], ")"));
       }
     }
   }

@@ -3,36 +3,9 @@
 
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
-#include "absl/strings/string_view.h"
-
 namespace weir::partitions::internal {
-
-// String concatenation for error messages. (Debian's abseil has its own
-// string_view type, so absl::StrCat does not take std::string_view.)
-inline void CatOne(std::string& out, std::string_view s) { out.append(s); }
-inline void CatOne(std::string& out, const char* s) { out.append(s); }
-inline void CatOne(std::string& out, const std::string& s) { out.append(s); }
-inline void CatOne(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
-inline void CatOne(std::string& out, char c) { out.push_back(c); }
-template <typename T>
-requires std::is_integral_v<T>
-inline void CatOne(std::string& out, T v) {
-  out.append(
-      std::to_string(static_cast<std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>>(v)));
-}
-template <typename... Args>
-void CatTo(std::string& out, const Args&... args) {
-  (CatOne(out, args), ...);
-}
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::string out;
-  (CatOne(out, args), ...);
-  return out;
-}
 
 inline std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);

@@ -17,13 +17,6 @@ using common::ToStd;
 
 namespace {
 
-absl::StatusOr<partitions::Cidr> ParseCidrOr(const std::string& text) {
-  partitions::Cidr c;
-  absl::Status s = partitions::ParseCidr(text, &c);
-  if (!s.ok()) return s;
-  return c;
-}
-
 absl::StatusOr<SocketAddress> ParseAddress53(const std::string& text) {
   return SocketAddress::Parse(text, 53);
 }
@@ -70,7 +63,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   TomlChecker c(name);
   RecursorConfig cfg;
   cfg.path = name;
-  for (const char* loopback : {"127.0.0.0/8", "::1/128"}) cfg.control_allow.push_back(*ParseCidrOr(loopback));
+  for (const char* loopback : {"127.0.0.0/8", "::1/128"})
+    cfg.control_allow.push_back(*partitions::Cidr::Parse(loopback));
   c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt"});
   mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
 
@@ -97,14 +91,14 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
-    c.List(*s, "control_allow", &cfg.control_allow, ParseCidrOr);
+    c.List(*s, "control_allow", &cfg.control_allow, partitions::Cidr::Parse);
     if (c.ok() && cfg.control_allow.empty()) {
       c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
     }
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow"});
-    c.List(*s, "allow", &cfg.allow, ParseCidrOr);
+    c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "resolver")) {
     c.OnlyKeys(*s, "resolver",

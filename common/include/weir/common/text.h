@@ -1,42 +1,52 @@
-// String building for control-plane messages. Debian's abseil is built with
-// its own absl::string_view (not std::string_view), so absl::StrCat does not
-// take std::string_view; this small fold covers what the messages need.
+// String building for control-plane messages, on fmt (Debian's libfmt-dev:
+// the library std::format was standardised from; Debian 12's GCC 12 has no
+// <format>). Cat(a, b, ...) appends each argument as fmt's "{}" writes it,
+// with two exceptions kept from the messages' first builder: floating point
+// reads as std::to_string writes it ("0.500000"), and bool is refused (a
+// message says "on"/"off" or "yes"/"no"). Debian's abseil has its own
+// absl::string_view type (not std::string_view); fmt learns it below.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
 #include "absl/strings/string_view.h"
 
+#ifndef ABSL_USES_STD_STRING_VIEW
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  auto format(absl::string_view v, fmt::format_context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(v.data(), v.size()), ctx);
+  }
+};
+#endif
+
 namespace weir::common {
 
-inline void AppendText(std::string& s, std::string_view v) { s.append(v); }
-inline void AppendText(std::string& s, absl::string_view v) { s.append(v.data(), v.size()); }
-inline void AppendText(std::string& s, const char* v) { s.append(v); }
-inline void AppendText(std::string& s, const std::string& v) { s.append(v); }
-template <typename T>
-requires std::is_arithmetic_v<T>
-inline void AppendText(std::string& s, T v) {
-  if constexpr (std::is_same_v<T, char>) {
-    s.push_back(v);
-  } else if constexpr (std::is_same_v<T, uint8_t>) {
-    s.append(std::to_string(static_cast<unsigned>(v)));
-  } else {
-    s.append(std::to_string(v));
-  }
+template <typename... A>
+void CatTo(std::string& s, const A&... a) {
+  auto out = std::back_inserter(s);
+  auto one = [&out](const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    static_assert(!std::is_same_v<T, bool>, "Cat: write what the bool means");
+    if constexpr (std::is_floating_point_v<T>) {
+      out = fmt::format_to(out, "{:f}", v);
+    } else {
+      out = fmt::format_to(out, "{}", v);
+    }
+  };
+  (one(a), ...);
 }
 
 template <typename... A>
 std::string Cat(const A&... a) {
   std::string s;
-  (AppendText(s, a), ...);
+  CatTo(s, a...);
   return s;
-}
-
-template <typename... A>
-void CatTo(std::string& s, const A&... a) {
-  (AppendText(s, a), ...);
 }
 
 // A JSON string literal of `s`: quotes, backslashes and control characters

@@ -11,6 +11,7 @@
 // Everything here is header-only, allocation-free and thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
 
@@ -61,9 +63,25 @@ std::string IpToString(const IpAddress& a);
 struct Cidr {
   IpAddress address;  // host bits are zero
   uint8_t prefix = 0;
+
+  // "10.0.0.0/8", "2001:db8::/32". Host bits beyond the prefix are an error
+  // (the operator probably meant a different network).
+  static absl::StatusOr<Cidr> Parse(std::string_view text);
+
+  // Whether `a` lies in this network. Another family never does: turn an
+  // IPv4-mapped IPv6 client into IPv4 first. Inline: ACLs run it per packet.
+  bool Contains(const IpAddress& a) const {
+    if (address.family != a.family) return false;
+    const unsigned bits = std::min<unsigned>(prefix, a.family == 4 ? 32 : 128);
+    const unsigned full = bits / 8;
+    if (std::memcmp(a.bytes.data(), address.bytes.data(), full) != 0) return false;
+    const unsigned rem = bits % 8;
+    if (rem == 0) return true;
+    const uint8_t mask = static_cast<uint8_t>(0xff00u >> rem);
+    return ((a.bytes[full] ^ address.bytes[full]) & mask) == 0;
+  }
 };
-// "10.0.0.0/8", "2001:db8::/32". Host bits beyond the prefix are an error
-// (the operator probably meant a different network).
+// Cidr::Parse, writing into `out`.
 absl::Status ParseCidr(std::string_view text, Cidr* out);
 
 // Cache granularity of a tagged name (DESIGN section 3).

@@ -1,0 +1,74 @@
+// The life of a weir daemon process, written once for weir-fastpath,
+// weir-recursor and weir-mgmt: the shared command line, the messages and exit
+// codes operators and tests rely on, and signal handling. Each main only
+// loads its config and says how to start, reload and stop its server.
+//
+// Exit codes: 0 after --help, a passing --check, or a stop by SIGTERM/SIGINT;
+// 1 when the server cannot start; 2 when the config is rejected; a usage
+// error exits with CLI11's code for it (106 for a missing -c, 109 for an
+// unknown argument) after printing the reason.
+//
+// Control plane only; everything runs on the main thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace weir::common {
+
+struct DaemonOptions {
+  std::string name{};         // "weir-fastpath": prefixes every message on stderr
+  std::string description{};  // the first line of --help
+  // The help of --test-clock; empty: the daemon has no such flag.
+  std::string test_clock_help{};
+};
+
+// How Daemon::Serve drives the server once the config is loaded.
+struct ServeHooks {
+  std::function<absl::Status()> start{};
+  // What stdout shows once the daemon serves, its last line "ready";
+  // printed and flushed, since tests and supervisors wait for it.
+  std::function<std::string()> ready_text{};
+  // Run on SIGHUP, its outcome logged as "NAME: LABEL: ok" or the reason.
+  // Without it SIGHUP keeps its default action.
+  std::function<absl::Status()> reload{};
+  std::string reload_label = "reload";
+  std::function<void()> stop{};
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
+
+  // Parses -c/--config, --check, --test-clock (when offered) and --help.
+  // nullopt: go on; otherwise the process exits with the value (--help
+  // prints to stdout and gives 0; a usage error prints why on stderr).
+  std::optional<int> ParseFlags(int argc, char** argv);
+
+  const std::string& config_path() const { return config_path_; }
+  bool test_clock() const { return test_clock_; }
+
+  // After loading the config: nullopt to go on and serve; otherwise the exit
+  // code, 2 for a rejected config ("NAME: reason" on stderr), 0 when --check
+  // passed ("PATH: ok" on stdout).
+  std::optional<int> ConfigLoaded(const absl::Status& loaded) const;
+
+  // Ignores SIGPIPE (a peer that resets a connection costs an EPIPE, never
+  // the process) and blocks SIGTERM, SIGINT and, with a reload hook, SIGHUP
+  // before `start` runs, so every thread the server starts inherits the mask
+  // and only this thread takes them. Then starts, prints the ready text and
+  // waits: SIGHUP reloads, SIGTERM/SIGINT stop. Returns the exit code.
+  // The server must not start threads before `start`.
+  int Serve(const ServeHooks& hooks) const;
+
+ private:
+  DaemonOptions options_;
+  std::string config_path_;
+  bool check_only_ = false;
+  bool test_clock_ = false;
+};
+
+}  // namespace weir::common

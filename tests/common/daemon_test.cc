@@ -1,0 +1,95 @@
+#include "weir/common/daemon.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+namespace weir::common {
+namespace {
+
+// CLI11 exits with these codes; integration tests and supervisors see them.
+constexpr int kRequiredError = 106;
+constexpr int kExtrasError = 109;
+
+std::optional<int> Parse(Daemon& d, std::vector<std::string> args) {
+  args.insert(args.begin(), "weir-test");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return d.ParseFlags(static_cast<int>(argv.size()), argv.data());
+}
+
+Daemon WithClock() {
+  return Daemon({.name = "weir-test", .description = "d", .test_clock_help = "tests only"});
+}
+Daemon WithoutClock() { return Daemon({.name = "weir-test", .description = "d"}); }
+
+TEST(DaemonTest, SharedFlags) {
+  Daemon d = WithClock();
+  EXPECT_EQ(Parse(d, {"-c", "a.toml", "--test-clock"}), std::nullopt);
+  EXPECT_EQ(d.config_path(), "a.toml");
+  EXPECT_TRUE(d.test_clock());
+  Daemon e = WithClock();
+  EXPECT_EQ(Parse(e, {"--config", "b.toml"}), std::nullopt);
+  EXPECT_EQ(e.config_path(), "b.toml");
+  EXPECT_FALSE(e.test_clock());
+}
+
+TEST(DaemonTest, UsageErrorsExitWithCli11Codes) {
+  Daemon d = WithClock();
+  EXPECT_EQ(Parse(d, {}), kRequiredError);
+  Daemon e = WithoutClock();
+  EXPECT_EQ(Parse(e, {"-c", "a.toml", "--test-clock"}), kExtrasError) << "only daemons that have it take it";
+  Daemon h = WithoutClock();
+  EXPECT_EQ(Parse(h, {"--help"}), 0);
+}
+
+TEST(DaemonTest, ConfigOutcome) {
+  Daemon d = WithoutClock();
+  ASSERT_EQ(Parse(d, {"-c", "a.toml"}), std::nullopt);
+  EXPECT_EQ(d.ConfigLoaded(absl::InvalidArgumentError("a.toml:1:1: bad")), 2);
+  EXPECT_EQ(d.ConfigLoaded(absl::OkStatus()), std::nullopt);
+  Daemon c = WithoutClock();
+  ASSERT_EQ(Parse(c, {"-c", "a.toml", "--check"}), std::nullopt);
+  EXPECT_EQ(c.ConfigLoaded(absl::OkStatus()), 0);
+  EXPECT_EQ(c.ConfigLoaded(absl::InvalidArgumentError("bad")), 2) << "--check still rejects a bad config";
+}
+
+TEST(DaemonTest, StartFailureExitsOne) {
+  Daemon d = WithoutClock();
+  bool stopped = false;
+  EXPECT_EQ(d.Serve({.start = [] { return absl::UnavailableError("bind: in use"); },
+                     .ready_text = [] { return std::string("ready\n"); },
+                     .stop = [&] { stopped = true; }}),
+            1);
+  EXPECT_FALSE(stopped);
+}
+
+// SIGHUP reloads and SIGTERM stops; both are raised by the daemon itself, so
+// nothing waits on time.
+TEST(DaemonTest, SighupReloadsSigtermStops) {
+  Daemon d = WithoutClock();
+  int reloads = 0;
+  bool stopped = false;
+  EXPECT_EQ(d.Serve({.start =
+                         [] {
+                           raise(SIGHUP);
+                           return absl::OkStatus();
+                         },
+                     .ready_text = [] { return std::string("ready\n"); },
+                     .reload =
+                         [&] {
+                           ++reloads;
+                           raise(SIGTERM);
+                           return absl::OkStatus();
+                         },
+                     .stop = [&] { stopped = true; }}),
+            0);
+  EXPECT_EQ(reloads, 1);
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(signal(SIGPIPE, SIG_DFL), SIG_IGN);
+}
+
+}  // namespace
+}  // namespace weir::common
