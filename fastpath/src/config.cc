@@ -45,13 +45,6 @@ void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key,
   }
 }
 
-absl::StatusOr<partitions::Cidr> ParseCidrOr(const std::string& text) {
-  partitions::Cidr c;
-  absl::Status s = partitions::ParseCidr(text, &c);
-  if (!s.ok()) return s;
-  return c;
-}
-
 }  // namespace
 
 absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
@@ -88,8 +81,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});
-    c.List(*s, "allow", &cfg.allow, ParseCidrOr);
-    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, ParseCidrOr);
+    c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
+    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, partitions::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "rate_limit")) {
     c.OnlyKeys(*s, "rate_limit", {"qps_per_source", "burst"});

@@ -72,14 +72,14 @@ QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, W
 
 bool QueryHandler::Allowed(const partitions::IpAddress& a) const {
   for (const auto& c : options_.allow) {
-    if (CidrContains(c, a)) return true;
+    if (c.Contains(a)) return true;
   }
   return false;
 }
 
 bool QueryHandler::Trusted(const partitions::IpAddress& a) const {
   for (const auto& c : options_.trusted_forwarders) {
-    if (CidrContains(c, a)) return true;
+    if (c.Contains(a)) return true;
   }
   return false;
 }

@@ -23,14 +23,4 @@ partitions::IpAddress ToIpAddress(const SocketAddress& a) {
   return ip;
 }
 
-bool CidrContains(const partitions::Cidr& cidr, const partitions::IpAddress& a) {
-  if (cidr.address.family != a.family) return false;
-  const unsigned full = cidr.prefix / 8;
-  if (std::memcmp(a.bytes.data(), cidr.address.bytes.data(), full) != 0) return false;
-  const unsigned rem = cidr.prefix % 8;
-  if (rem == 0) return true;
-  const uint8_t mask = static_cast<uint8_t>(0xFF00 >> rem);
-  return (a.bytes[full] & mask) == cidr.address.bytes[full];
-}
-
 }  // namespace weir::fastpath

@@ -195,18 +195,13 @@ std::string KeyOf(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
 
 std::string NameText(const dns::NameKey& k) { return dns::NameKeyToText(k.span()); }
 
-bool CidrContains(const partitions::Cidr& c, const SocketAddress& a) {
-  const uint8_t fam = a.family() == AF_INET ? 4 : 6;
-  if (c.address.family != fam) return false;
-  const uint8_t* b = a.addr_bytes();
-  unsigned bits = c.prefix;
-  for (size_t i = 0; i < 16 && bits > 0; ++i) {
-    const unsigned take = std::min(bits, 8u);
-    const uint8_t mask = static_cast<uint8_t>(0xff00u >> take);
-    if ((b[i] & mask) != (c.address.bytes[i] & mask)) return false;
-    bits -= take;
-  }
-  return true;
+// The peer as an IpAddress for the ACLs (an IPv4-mapped IPv6 peer stays
+// IPv6, as the recursor has always matched it).
+partitions::IpAddress IpOf(const SocketAddress& a) {
+  partitions::IpAddress ip;
+  ip.family = a.family() == AF_INET ? 4 : 6;
+  if (a.len != 0) std::memcpy(ip.bytes.data(), a.addr_bytes(), a.addr_len());
+  return ip;
 }
 
 SocketAddress FromIp(const partitions::IpAddress& ip, uint16_t port) {
@@ -620,7 +615,7 @@ void Server::Impl::OnTcpListen(int fd, bool control) {
     if (control) {
       const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
       bool allowed = false;
-      for (const partitions::Cidr& a : cfg.control_allow) allowed = allowed || CidrContains(a, peer);
+      for (const partitions::Cidr& a : cfg.control_allow) allowed = allowed || a.Contains(IpOf(peer));
       if (!allowed) {
         ++stats.control_refused;
         close(c);
@@ -803,7 +798,8 @@ void Server::Impl::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to)
       w.to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
     }
   }
-  for (const partitions::Cidr& c : cfg.allow) allowed = allowed || CidrContains(c, w.to.peer);
+  const partitions::IpAddress source = IpOf(w.to.peer);
+  for (const partitions::Cidr& c : cfg.allow) allowed = allowed || c.Contains(source);
   if (err != dns::ParseError::kOk) {
     if (err == dns::ParseError::kBadEdnsVersion) {
       // The ACL comes first: a source that is not a front learns nothing,

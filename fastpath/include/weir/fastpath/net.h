@@ -22,7 +22,4 @@ using common::SocketAddress;
 // The client address of a packet, in the partitions' form.
 partitions::IpAddress ToIpAddress(const SocketAddress& a);
 
-// Whether `a` lies in `cidr` (IPv4-mapped IPv6 clients match IPv4 prefixes).
-bool CidrContains(const partitions::Cidr& cidr, const partitions::IpAddress& a);
-
 }  // namespace weir::fastpath
