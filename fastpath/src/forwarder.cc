@@ -174,6 +174,11 @@ struct Forwarder::Impl {
   void SendProbes();
   void OnProbe(int fd);
   void OnClientTimer(uint64_t generation);
+  // The in-flight query a client timer was set for; null when it is done.
+  Pending* TimerTarget(uint64_t generation);
+  // Waiting clients accepted by `accepted_by` get their stale answer or
+  // SERVFAIL now and stop waiting; the upstream query goes on.
+  void AnswerEarly(Pending* p, Clock::time_point accepted_by);
   // Arms the answer deadline of `p`'s earliest waiting client, if any.
   void ArmAnswerDeadline(Pending* p);
   void OnAnswerDeadline(uint64_t generation);
@@ -893,20 +898,29 @@ void Forwarder::Impl::Fail(Pending* p) {
   Release(p);
 }
 
-void Forwarder::Impl::OnClientTimer(uint64_t generation) {
+Pending* Forwarder::Impl::TimerTarget(uint64_t generation) {
   auto t = client_timers.find(generation);
-  if (t == client_timers.end()) return;
+  if (t == client_timers.end()) return nullptr;
   auto it = inflight.find(t->second);
   client_timers.erase(t);
-  if (it == inflight.end()) return;  // answered in time
+  return it == inflight.end() ? nullptr : it->second.get();  // null: answered in time
+}
+
+void Forwarder::Impl::AnswerEarly(Pending* p, Clock::time_point accepted_by) {
+  for (PendingClient& c : p->waiters) {
+    if (c.worker >= 0 && c.accepted <= accepted_by) {
+      StaleOrServfail(c);
+      c.worker = -2;  // answered
+    }
+  }
+  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker == -2; });
+}
+
+void Forwarder::Impl::OnClientTimer(uint64_t generation) {
   // RFC 8767 client response timer: the upstream is slow and a stale answer
   // exists, so the waiting clients get it now; the resolution goes on and
   // refreshes the cache when it completes.
-  Pending* p = it->second.get();
-  for (PendingClient& c : p->waiters) {
-    if (c.worker >= 0) StaleOrServfail(c);
-  }
-  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker >= 0; });
+  if (Pending* p = TimerTarget(generation)) AnswerEarly(p, Clock::time_point::max());
 }
 
 void Forwarder::Impl::ArmAnswerDeadline(Pending* p) {
@@ -922,24 +936,13 @@ void Forwarder::Impl::ArmAnswerDeadline(Pending* p) {
 }
 
 void Forwarder::Impl::OnAnswerDeadline(uint64_t generation) {
-  auto t = client_timers.find(generation);
-  if (t == client_timers.end()) return;
-  auto it = inflight.find(t->second);
-  client_timers.erase(t);
-  if (it == inflight.end()) return;  // answered in time
   // The upstreams are unreachable or slow: clients that have waited the
   // whole deadline get the stale answer if there is one, else SERVFAIL,
   // before their own timeouts turn it into silence. The tries go on and
   // fill the cache for the next clients.
-  Pending* p = it->second.get();
-  const auto due = Clock::now() - std::chrono::milliseconds(config.answer_deadline_ms);
-  for (PendingClient& c : p->waiters) {
-    if (c.worker >= 0 && c.accepted <= due) {
-      StaleOrServfail(c);
-      c.worker = -2;  // answered
-    }
-  }
-  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker == -2; });
+  Pending* p = TimerTarget(generation);
+  if (p == nullptr) return;
+  AnswerEarly(p, Clock::now() - std::chrono::milliseconds(config.answer_deadline_ms));
   ArmAnswerDeadline(p);
 }
 
