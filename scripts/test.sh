@@ -91,16 +91,30 @@ CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYP
 fuzz_build=$?
 record "fuzz build" $fuzz_build
 if [ $fuzz_build -eq 0 ]; then
-  for src in tests/fuzz/*_fuzz.cc; do
-    name=$(basename "$src" .cc)
+  # One target per core at a time (each fuzzer is single-threaded); the
+  # results are printed in order once all have run.
+  fuzz_out=$(mktemp -d)
+  fuzz_one() {  # fuzz_one <name>: output in $fuzz_out/<name>.log, status in .rc
+    local name=$1 bin work
     bin=$(find "$BUILD_ROOT/fuzz" -type f -name "$name" -perm -u+x | head -n 1)
     work=$(mktemp -d)
     cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null
     (cd "$work" && "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 \
-      -print_final_stats=1 "$work" 2>&1 | tail -n 12)
-    record "fuzz $name" $?
+      -print_final_stats=1 "$work" 2>&1 | tail -n 12) >"$fuzz_out/$name.log"
+    echo $? >"$fuzz_out/$name.rc"
     rm -rf "$work"
+  }
+  for name in $fuzz_targets; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    fuzz_one "$name" &
   done
+  wait
+  for name in $fuzz_targets; do
+    echo "--- fuzz $name"
+    cat "$fuzz_out/$name.log"
+    record "fuzz $name" "$(cat "$fuzz_out/$name.rc" 2>/dev/null || echo 1)"
+  done
+  rm -rf "$fuzz_out"
 fi
 
 stage "summary"
