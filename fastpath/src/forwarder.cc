@@ -1,84 +1,33 @@
 #include "weir/fastpath/forwarder.h"
 
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
-#include <queue>
+#include <deque>
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/dns/writer.h"
-#include "weir/fastpath/spsc_ring.h"
+#include "weir/fastpath/relay.h"
 #include "weir/fastpath/upstream_ring.h"
 #include "weir/net/dns_tcp.h"
+#include "weir/net/event_loop.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kRingSize = 4096;
-constexpr size_t kReturnRingSize = 4096;
 // Names learned as tagged at once (DESIGN 3); each learn copies the set.
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
+constexpr int32_t kAnswered = -2;  // a waiter answered early (ClientRoute::worker)
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// DNSSEC records that only a client with DO may get (RFC 3225, RFC 4035
-// 3.2.1), unless it asked for that type.
-bool DnssecOnly(uint16_t rrtype, uint16_t qtype, dns::Section s) {
-  const bool dnssec =
-      rrtype == dns::type::kRrsig || rrtype == dns::type::kNsec || rrtype == dns::type::kNsec3;
-  return dnssec && !(s == dns::Section::kAnswer && rrtype == qtype);
-}
-
-// The records of `up` before `records_end` (its OPT) without the DNSSEC
-// ones, names decompressed (dropping a record could strand a compression
-// pointer into it). False when `up` has none to drop: relay it verbatim.
-bool StripDnssec(const dns::Message& up, uint16_t qtype, size_t records_end, std::vector<uint8_t>* out,
-                 uint16_t counts[3]) {
-  bool any = false;
-  for (int s = 0; s < 3; ++s) {
-    auto it = up.Records(static_cast<dns::Section>(s));
-    dns::RrView rr;
-    while (it.Next(&rr)) any = any || DnssecOnly(rr.type, qtype, rr.section);
-  }
-  if (!any) return false;
-  out->clear();
-  uint8_t rdata[65535];
-  for (int s = 0; s < 3; ++s) {
-    counts[s] = 0;
-    auto it = up.Records(static_cast<dns::Section>(s));
-    dns::RrView rr;
-    while (it.Next(&rr)) {
-      if (rr.name_offset >= records_end || DnssecOnly(rr.type, qtype, rr.section)) continue;
-      dns::NameKey owner;
-      size_t end, rdlen = 0;
-      if (dns::ReadName(up.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk ||
-          dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk ||
-          rdlen > 65535) {
-        continue;
-      }
-      const size_t at = out->size();
-      out->resize(at + owner.len + 10 + rdlen);
-      uint8_t* w = out->data() + at;
-      std::memcpy(w, owner.bytes.data(), owner.len);
-      w += owner.len;
-      dns::Store16(w, rr.type);
-      dns::Store16(w + 2, rr.klass);
-      dns::Store32(w + 4, rr.ttl);
-      dns::Store16(w + 8, static_cast<uint16_t>(rdlen));
-      std::memcpy(w + 10, rdata, rdlen);
-      ++counts[s];
-    }
-  }
-  return true;
-}
 
 // One question in flight upstream, with every client waiting for it.
 struct Pending {
@@ -95,8 +44,9 @@ struct Pending {
   Clock::time_point sent;
   Clock::time_point deadline;
   uint64_t generation = 0;
-  bool answer_timer = false;   // an answer deadline timer is armed for the waiters
-  std::vector<uint8_t> query;  // as sent upstream
+  net::EventLoop::TimerId try_timer = 0;  // this try's timeout
+  bool answer_timer = false;              // an answer deadline timer is armed for the waiters
+  std::vector<uint8_t> query;             // as sent upstream
   // A truncated UDP answer moves the question to TCP on the same recursor.
   bool over_tcp = false;
   std::vector<uint8_t> tcp_out;  // length-prefixed query
@@ -118,11 +68,13 @@ struct Forwarder::Impl {
   Forwarder* self;
   FastpathConfig config;
   SharedState* shared;
-  std::vector<std::unique_ptr<SpscRing<PendingClient, kRingSize>>> rings;
-  std::vector<std::unique_ptr<SpscRing<ReturnedQuery, kReturnRingSize>>> returns;
-  std::vector<int> return_fds;
-  int epfd = -1;
-  int evfd = -1;
+  std::vector<MissChannel*> channels;
+  // Returns that found their worker's ring full, pushed again every loop
+  // turn (never dropped: each one holds a route in its worker's backend).
+  std::vector<std::deque<ReturnedQuery>> overflow;
+  std::vector<bool> wake;  // workers with returns pushed this loop turn
+  net::EventLoop loop;
+  bool loop_ready = false;
   std::atomic<bool> running{false};
   std::thread thread;
   Group groups[2];  // 0 ordinary, 1 weighted
@@ -134,14 +86,6 @@ struct Forwarder::Impl {
   // RFC 8767 client response timers and answer deadlines: generation ->
   // the pending's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers;
-  enum class TimerKind : uint8_t { kTry, kStale, kDeadline };
-  struct Timer {
-    Clock::time_point at;
-    uint64_t generation;
-    TimerKind kind = TimerKind::kTry;
-    bool operator>(const Timer& o) const { return at > o.at; }
-  };
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
   uint64_t next_generation = 1;
   std::mt19937_64 rng{std::random_device{}()};
   dns::ParseOptions parse_options;
@@ -159,10 +103,15 @@ struct Forwarder::Impl {
   // Checks an answer against the question sent; counts spoofed ones.
   bool Genuine(const Pending* p, const uint8_t* data, size_t len, dns::Message* m);
   void OnTimeout(Pending* p);
+  // Registers the try just sent and arms its timeout.
+  void ArmTry(Pending* p);
   void Finish(Pending* p, const uint8_t* answer, size_t len);
   void Fail(Pending* p);
-  void Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len);
-  void StaleOrServfail(PendingClient& c);
+  void Reply(PendingClient& c, HandleMode mode, std::shared_ptr<const RelayedAnswer> relay);
+  // The worker serves a stale entry if it has one (RFC 8767), else SERVFAIL.
+  void StaleOrServfail(PendingClient& c) { Reply(c, HandleMode::kStaleOk, nullptr); }
+  // Pushes held-back returns and wakes the workers that got some.
+  void FlushReturns();
   // Health probes of recursors marked down: ". NS" every health interval on
   // a fresh socket; any genuine answer (any RCODE) brings the recursor back.
   struct Probe {
@@ -187,17 +136,15 @@ struct Forwarder::Impl {
   void Release(Pending* p);
 };
 
-Forwarder::Forwarder(const FastpathConfig& config, int workers, SharedState* shared)
+Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> channels, SharedState* shared)
     : impl_(std::make_unique<Impl>()) {
   impl_->self = this;
   impl_->config = config;
   impl_->shared = shared;
   impl_->parse_options.weight_option_code = config.weight_option_code;
-  for (int i = 0; i < workers; ++i) {
-    impl_->rings.push_back(std::make_unique<SpscRing<PendingClient, kRingSize>>());
-    impl_->returns.push_back(std::make_unique<SpscRing<ReturnedQuery, kReturnRingSize>>());
-    impl_->return_fds.push_back(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  }
+  impl_->overflow.resize(channels.size());
+  impl_->wake.assign(channels.size(), false);
+  impl_->channels = std::move(channels);
   for (int g = 0; g < 2; ++g) {
     Group& grp = impl_->groups[g];
     grp.upstreams = g == 0 ? config.ordinary : config.weighted;
@@ -214,100 +161,76 @@ Forwarder::Forwarder(const FastpathConfig& config, int workers, SharedState* sha
   }
 }
 
-Forwarder::~Forwarder() {
-  Stop();
-  for (int fd : impl_->return_fds) close(fd);
-}
-
-int Forwarder::return_fd(int worker) const { return impl_->return_fds[worker]; }
-
-bool Forwarder::TakeReturned(int worker, ReturnedQuery* out) { return impl_->returns[worker]->Pop(out); }
+Forwarder::~Forwarder() { Stop(); }
 
 void Forwarder::Start() {
-  impl_->epfd = epoll_create1(EPOLL_CLOEXEC);
-  impl_->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = impl_->evfd;
-  epoll_ctl(impl_->epfd, EPOLL_CTL_ADD, impl_->evfd, &ev);
-  impl_->running = true;
-  impl_->thread = std::thread([this] { impl_->Run(); });
+  Impl& f = *impl_;
+  if (!f.loop_ready) {
+    if (absl::Status st = f.loop.Init(); !st.ok()) {
+      std::fprintf(stderr, "weir-fastpath: forwarder: %s\n", std::string(st.message()).c_str());
+      return;
+    }
+    f.loop_ready = true;
+  }
+  f.loop.SetWakeHandler([&f] { f.Drain(); });
+  f.running = true;
+  f.thread = std::thread([&f] { f.Run(); });
 }
 
 void Forwarder::Stop() {
   if (!impl_->running.exchange(false)) return;
   Notify();
   impl_->thread.join();
-  for (auto& [fd, p] : impl_->by_fd) close(fd);
-  for (auto& [fd, probe] : impl_->probes) close(fd);
-  close(impl_->evfd);
-  close(impl_->epfd);
+  for (auto& [fd, p] : impl_->by_fd) {
+    impl_->loop.Unwatch(fd);
+    close(fd);
+  }
+  for (auto& [fd, probe] : impl_->probes) {
+    impl_->loop.Unwatch(fd);
+    close(fd);
+  }
+  impl_->by_fd.clear();
+  impl_->probes.clear();
 }
 
-bool Forwarder::Submit(int worker, PendingClient&& p) { return impl_->rings[worker]->Push(std::move(p)); }
-
 void Forwarder::Notify() {
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(impl_->evfd, &one, sizeof(one));
+  if (impl_->loop_ready) impl_->loop.Wake();
 }
 
 void Forwarder::Impl::Run() {
-  // The forwarder reads and writes the cache: an RCU thread like the workers.
+  // The forwarder reads and writes the cache: an RCU thread like the
+  // workers, offline while its loop waits.
   partitions::RcuThread rcu;
-  epoll_event events[64];
+  loop.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
   while (running.load(std::memory_order_relaxed)) {
-    rcu.Quiescent();
-    int timeout_ms = 50;
-    if (!timers.empty()) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timers.top().at - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 50));
-    }
-    int n;
-    {
-      partitions::RcuOfflineScope offline;
-      n = epoll_wait(epfd, events, 64, timeout_ms);
-    }
-    for (int i = 0; i < n; ++i) {
-      if (events[i].data.fd == evfd) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = read(evfd, &v, sizeof(v));
-        Drain();
-      } else if (probes.count(events[i].data.fd) != 0) {
-        OnProbe(events[i].data.fd);
-      } else {
-        auto it = by_fd.find(events[i].data.fd);
-        if (it != by_fd.end() && it->second->over_tcp) {
-          OnTcp(it->second, events[i].events);
-        } else {
-          OnReadable(events[i].data.fd);
-        }
-      }
-    }
-    Drain();  // a Submit may have raced the eventfd read
+    // Descriptors (upstream answers, probes), the wake (misses), timers.
+    loop.RunOnce(std::chrono::milliseconds(50));
+    Drain();  // a push may have raced the wake
     SendProbes();
-    const auto now = Clock::now();
-    while (!timers.empty() && timers.top().at <= now) {
-      Timer t = timers.top();
-      timers.pop();
-      if (t.kind == TimerKind::kStale) {
-        OnClientTimer(t.generation);
-        continue;
-      }
-      if (t.kind == TimerKind::kDeadline) {
-        OnAnswerDeadline(t.generation);
-        continue;
-      }
-      // Stale timer entries (the pending finished or was re-sent) are skipped.
-      auto it = by_generation.find(t.generation);
-      if (it != by_generation.end()) OnTimeout(it->second);
-    }
+    FlushReturns();  // one wake per worker per turn
+    rcu.Quiescent();
   }
+  loop.SetWaitHooks(nullptr, nullptr);
 }
 
 void Forwarder::Impl::Drain() {
-  for (auto& ring : rings) {
+  for (MissChannel* ch : channels) {
     PendingClient c;
-    while (ring->Pop(&c)) Accept(std::move(c));
+    while (ch->misses.Pop(&c)) Accept(std::move(c));
+  }
+}
+
+void Forwarder::Impl::FlushReturns() {
+  for (size_t w = 0; w < channels.size(); ++w) {
+    std::deque<ReturnedQuery>& held = overflow[w];
+    while (!held.empty() && channels[w]->returns.Push(std::move(held.front()))) {
+      held.pop_front();
+      wake[w] = true;
+    }
+    if (wake[w]) {
+      wake[w] = false;
+      if (channels[w]->wake_worker) channels[w]->wake_worker();
+    }
   }
 }
 
@@ -329,7 +252,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
     return;
   }
   bool stale_exists = false;
-  if (c.worker >= 0) {
+  if (c.route.waits()) {
     // The question may have been answered and cached between the worker's
     // miss and now (it waited in the queue): answer from the cache.
     const partitions::CacheKey ck{m.partition, m.qname.span(), m.qtype, m.qclass};
@@ -337,7 +260,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
     if (shared->cache->Find(ck, shared->clock->NowSeconds(), &f) != nullptr) {
       if (f == partitions::Freshness::kFresh) {
         self->coalesced_.Add();
-        return Reply(c, HandleMode::kAfterFill, nullptr, 0);
+        return Reply(c, HandleMode::kAfterFill, nullptr);
       }
       stale_exists = f == partitions::Freshness::kStale;
     }
@@ -352,8 +275,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (stale_exists && config.stale_answer_after_ms > 0) {
     const uint64_t gen = next_generation++;
     client_timers[gen] = key;
-    timers.push(
-        {Clock::now() + std::chrono::milliseconds(config.stale_answer_after_ms), gen, TimerKind::kStale});
+    loop.After(std::chrono::milliseconds(config.stale_answer_after_ms), [this, gen] { OnClientTimer(gen); });
   }
   ArmAnswerDeadline(raw);
   Send(raw);
@@ -402,12 +324,8 @@ void Forwarder::Impl::Send(Pending* p) {
   (*g.stats)[u]->queries.Add();
   self->upstream_queries_.Add();
   by_fd[fd] = p;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = fd;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-  by_generation[p->generation] = p;
-  timers.push({p->deadline, p->generation});
+  loop.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnReadable(fd); });
+  ArmTry(p);
 }
 
 void Forwarder::Impl::OnReadable(int fd) {
@@ -456,8 +374,9 @@ bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len,
 
 void Forwarder::Impl::CloseSocket(Pending* p) {
   by_generation.erase(p->generation);
+  loop.Cancel(p->try_timer);
   if (p->fd < 0) return;
-  epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd, nullptr);
+  loop.Unwatch(p->fd);
   by_fd.erase(p->fd);
   close(p->fd);
   p->fd = -1;
@@ -491,12 +410,21 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
   p->generation = next_generation++;
   g.ring->AddLoad(u, 1);
   by_fd[fd] = p;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT;
-  ev.data.fd = fd;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  loop.Watch(fd, EPOLLIN | EPOLLOUT, [this, fd](uint32_t events) {
+    auto it = by_fd.find(fd);
+    if (it != by_fd.end()) OnTcp(it->second, events);
+  });
+  ArmTry(p);
+}
+
+void Forwarder::Impl::ArmTry(Pending* p) {
   by_generation[p->generation] = p;
-  timers.push({p->deadline, p->generation});
+  // A try the pending finished or re-sent since is skipped (and cancelled
+  // in CloseSocket): the timer names its try by generation.
+  p->try_timer = loop.At(p->deadline, [this, gen = p->generation] {
+    auto it = by_generation.find(gen);
+    if (it != by_generation.end()) OnTimeout(it->second);
+  });
 }
 
 void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
@@ -512,10 +440,7 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
     if (n < 0 && errno != EAGAIN) return fail();
     if (n > 0) p->tcp_sent += static_cast<size_t>(n);
     if (p->tcp_sent == p->tcp_out.size()) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = p->fd;
-      epoll_ctl(epfd, EPOLL_CTL_MOD, p->fd, &ev);
+      loop.Modify(p->fd, EPOLLIN);
     }
   }
   if (!(events & EPOLLIN)) return;
@@ -577,23 +502,19 @@ void Forwarder::Impl::Release(Pending* p) {
   inflight.erase(p->key);  // frees p
 }
 
-void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, const uint8_t* data, size_t len) {
-  if (c.worker < 0) return;  // a prefetch: nobody waits
-  const int worker = c.worker;
-  const int udp_fd = c.route.udp_fd;
-  const SocketAddress peer = c.route.peer;
+void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, std::shared_ptr<const RelayedAnswer> relay) {
+  if (!c.route.waits()) return;  // a prefetch: nobody waits
+  const auto w = static_cast<size_t>(c.route.worker);
   ReturnedQuery r;
   r.mode = mode;
-  if (len > 0) r.fallback.assign(data, data + len);
+  r.relay = std::move(relay);
   r.client = std::move(c);
-  if (returns[worker]->Push(std::move(r))) {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(return_fds[worker], &one, sizeof(one));
+  if (overflow[w].empty() && channels[w]->returns.Push(std::move(r))) {
+    wake[w] = true;
     return;
   }
-  // The worker's return queue is full: answer UDP clients directly.
-  self->counters_.Drop(DropReason::kMissQueueFull);
-  if (udp_fd >= 0) sendto(udp_fd, data, len, 0, peer.sa(), peer.len);
+  // The worker's ring is full: hold the return (in order) until it has room.
+  overflow[w].push_back(std::move(r));
 }
 
 // Builds the cache entry for an upstream answer and inserts it. Returns
@@ -738,100 +659,12 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
   const HandleMode mode = learned         ? HandleMode::kRetry
                           : stale_instead ? HandleMode::kStaleOk
                                           : HandleMode::kAfterFill;
-  const size_t body = dns::AnswerOffset(p->miss.qname.len);  // first record in the upstream answer
-  // Records up to the upstream's OPT (or the end) are relayed verbatim: the
-  // question has the same length in every copy, so compression offsets hold.
-  size_t records_end = len;
-  uint16_t arcount = up.count(dns::Section::kAdditional);
-  if (up.edns().present) {
-    records_end = up.edns().opt_offset;
-    arcount = 0;
-    auto it = up.Records(dns::Section::kAdditional);
-    dns::RrView rr;
-    while (it.Next(&rr) && rr.name_offset < records_end) ++arcount;
-  }
-  // The relayed records: verbatim, or without DNSSEC records for clients
-  // without DO (every waiter has the same DO: it is part of the key). The
-  // upstream was asked without DO, but need not have listened.
-  const uint8_t* records = answer + body;
-  size_t records_len = records_end - body;
-  uint16_t counts[3] = {up.count(dns::Section::kAnswer), up.count(dns::Section::kAuthority), arcount};
-  std::vector<uint8_t> stripped;
-  if (!p->miss.do_bit && StripDnssec(up, p->miss.qtype, records_end, &stripped, counts)) {
-    records = stripped.data();
-    records_len = stripped.size();
-  }
-  // Decompressed names can outgrow a message: header + question with TC.
-  const bool too_big = body + records_len + 64 > sizeof(out);
-  if (too_big) records_len = 0;
-  for (PendingClient& c : p->waiters) {
-    if (c.worker < 0) continue;
-    dns::Query q;
-    if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) continue;
-    dns::ResponseWriter w(out, sizeof(out));
-    const uint16_t flags = static_cast<uint16_t>(
-        dns::flag::kQr | dns::flag::kRa |
-        (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-        (up.flags() & dns::flag::kRcodeMask) |
-        // AD only to clients that asked for it (RFC 6840 5.8).
-        ((q.edns.do_bit || (q.flags & dns::flag::kAd)) ? up.flags() & dns::flag::kAd : 0));
-    w.Begin(q.id, flags, std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype,
-            q.qclass);
-    std::memcpy(out + body, records, records_len);
-    dns::Store16(out + dns::kOffAncount, counts[0]);
-    dns::Store16(out + dns::kOffNscount, counts[1]);
-    dns::Store16(out + dns::kOffArcount, counts[2]);
-    size_t total = body + records_len;
-    const size_t opt_room = 11 + 4 + 4 + 16 + 4 + up.edns().weight_len;
-    if (q.edns.present && total + opt_room <= sizeof(out)) {
-      // OPT for the client: our buffer size, its DO bit, ECS echoed to a
-      // client that sent ECS, weights only to a client that asked.
-      uint8_t* o = out + total;
-      o[0] = 0;
-      dns::Store16(o + 1, dns::type::kOpt);
-      dns::Store16(o + 3, 1232);
-      dns::Store32(o + 5, q.edns.do_bit ? 0x8000u : 0u);
-      size_t opt_len = 0;
-      uint8_t* opts = o + 11;
-      if (q.edns.has_ecs) {
-        dns::ClientSubnet e = q.edns.ecs;
-        e.scope_prefix = up.edns().has_ecs ? std::min(up.edns().ecs.scope_prefix, e.source_prefix) : 0;
-        opt_len += dns::EncodeEcsOption(e, opts + opt_len, sizeof(out) - total - 11 - opt_len);
-      }
-      if (q.edns.has_weight) {
-        // The recursor's weights, or length 0 ("supported, not weighted").
-        const size_t wl = up.edns().has_weight ? up.edns().weight_len : 0;
-        dns::Store16(opts + opt_len, config.weight_option_code);
-        dns::Store16(opts + opt_len + 2, static_cast<uint16_t>(wl));
-        std::memcpy(opts + opt_len + 4, answer + up.edns().weight_offset, wl);
-        opt_len += 4 + wl;
-      }
-      dns::Store16(o + 9, static_cast<uint16_t>(opt_len));
-      total += 11 + opt_len;
-      dns::Store16(out + dns::kOffArcount, static_cast<uint16_t>(counts[2] + 1));
-    }
-    if (too_big || (total > q.udp_limit() && c.route.udp_fd >= 0)) {
-      // Too big for the client's UDP buffer: header + question with TC.
-      dns::ResponseWriter tc(out, sizeof(out));
-      tc.Begin(q.id, flags | dns::flag::kTc,
-               std::span<const uint8_t>(c.query).subspan(dns::kHeaderSize, q.qname.len), q.qtype, q.qclass);
-      if (q.edns.present) tc.BeginOpt(1232, q.edns.do_bit);
-      total = tc.Finish(q.udp_limit());
-    }
-    Reply(c, mode, out, total);
-  }
+  // One relay for every waiter (they share the DO bit: it is part of the
+  // key); each worker writes its client's answer from it when the cache
+  // cannot answer.
+  const std::shared_ptr<const RelayedAnswer> relay = PrepareRelay(up, p->miss.qtype, !p->miss.do_bit);
+  for (PendingClient& c : p->waiters) Reply(c, mode, relay);
   Release(p);
-}
-
-void Forwarder::Impl::StaleOrServfail(PendingClient& c) {
-  dns::Query q;
-  if (dns::ParseQuery(c.query, parse_options, &q) != dns::ParseError::kOk) return;
-  dns::ResponseWriter w(out, sizeof(out));
-  w.BeginResponse(c.query, q, dns::Rcode::kServFail);
-  if (q.edns.present) w.BeginOpt(1232, q.edns.do_bit);
-  const size_t n = w.Finish(q.udp_limit());
-  // The worker serves a stale entry if it has one (RFC 8767), else this SERVFAIL.
-  Reply(c, HandleMode::kStaleOk, out, n);
 }
 
 void Forwarder::Impl::SendProbes() {
@@ -844,7 +677,7 @@ void Forwarder::Impl::SendProbes() {
       // The previous probe went unanswered for a whole interval: drop it.
       for (auto it = probes.begin(); it != probes.end();) {
         if (it->second.group == gi && it->second.upstream == u) {
-          epoll_ctl(epfd, EPOLL_CTL_DEL, it->first, nullptr);
+          loop.Unwatch(it->first);
           close(it->first);
           probes.erase(it++);
         } else {
@@ -863,10 +696,7 @@ void Forwarder::Impl::SendProbes() {
         close(fd);
         continue;
       }
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+      loop.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnProbe(fd); });
       probes[fd] = {gi, u, id};
     }
   }
@@ -885,7 +715,7 @@ void Forwarder::Impl::OnProbe(int fd) {
                        std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0 &&
                        dns::Load16(buf) == probe.id && (buf[2] & 0x80) != 0;
   if (!genuine) return;
-  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  loop.Unwatch(fd);
   close(fd);
   probes.erase(fd);
   MarkResult(g, probe.upstream, true);
@@ -893,7 +723,7 @@ void Forwarder::Impl::OnProbe(int fd) {
 
 void Forwarder::Impl::Fail(Pending* p) {
   for (PendingClient& c : p->waiters) {
-    if (c.worker >= 0) StaleOrServfail(c);
+    if (c.route.waits()) StaleOrServfail(c);
   }
   Release(p);
 }
@@ -908,12 +738,12 @@ Pending* Forwarder::Impl::TimerTarget(uint64_t generation) {
 
 void Forwarder::Impl::AnswerEarly(Pending* p, Clock::time_point accepted_by) {
   for (PendingClient& c : p->waiters) {
-    if (c.worker >= 0 && c.accepted <= accepted_by) {
-      StaleOrServfail(c);
-      c.worker = -2;  // answered
+    if (c.route.waits() && c.accepted <= accepted_by) {
+      StaleOrServfail(c);  // moves the client out
+      c.route.worker = kAnswered;
     }
   }
-  std::erase_if(p->waiters, [](const PendingClient& c) { return c.worker == -2; });
+  std::erase_if(p->waiters, [](const PendingClient& c) { return c.route.worker == kAnswered; });
 }
 
 void Forwarder::Impl::OnClientTimer(uint64_t generation) {
@@ -926,13 +756,14 @@ void Forwarder::Impl::OnClientTimer(uint64_t generation) {
 void Forwarder::Impl::ArmAnswerDeadline(Pending* p) {
   Clock::time_point first = Clock::time_point::max();
   for (const PendingClient& c : p->waiters) {
-    if (c.worker >= 0) first = std::min(first, c.accepted);
+    if (c.route.waits()) first = std::min(first, c.accepted);
   }
   p->answer_timer = first != Clock::time_point::max();
   if (!p->answer_timer) return;  // prefetches only: nobody waits
   const uint64_t gen = next_generation++;
   client_timers[gen] = p->key;
-  timers.push({first + std::chrono::milliseconds(config.answer_deadline_ms), gen, TimerKind::kDeadline});
+  loop.At(first + std::chrono::milliseconds(config.answer_deadline_ms),
+          [this, gen] { OnAnswerDeadline(gen); });
 }
 
 void Forwarder::Impl::OnAnswerDeadline(uint64_t generation) {

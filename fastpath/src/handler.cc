@@ -7,18 +7,6 @@
 
 namespace weir::fastpath {
 
-HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
-  HandlerOptions o;
-  o.weight_option_code = c.weight_option_code;
-  o.allow = c.allow;
-  o.trusted_forwarders = c.trusted_forwarders;
-  o.rate_limit_qps = c.rate_limit_qps;
-  o.rate_limit_burst = c.rate_limit_burst;
-  o.stale_answer_ttl = c.stale_answer_ttl;
-  o.prefetch_percent = c.prefetch_percent;
-  return o;
-}
-
 RateLimiter::RateLimiter(uint32_t qps, uint32_t burst)
     : qps_(qps), burst_(burst > 0 ? burst : qps), buckets_(qps > 0 ? 65536 : 0) {}
 
@@ -166,6 +154,68 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
   return n;
 }
 
+size_t QueryHandler::WriteRelayed(const uint8_t* pkt, const Work& w, const RelayedAnswer& r, uint8_t* out,
+                                  size_t out_cap) {
+  const dns::Query& q = w.query;
+  dns::ResponseWriter wr(out, out_cap);
+  const uint16_t flags =
+      static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
+                            (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
+                            (r.flags & dns::flag::kRcodeMask) |
+                            // AD only to clients that asked for it (RFC 6840 5.8).
+                            ((q.edns.do_bit || (q.flags & dns::flag::kAd)) ? r.flags & dns::flag::kAd : 0));
+  if (wr.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) !=
+      dns::ParseError::kOk) {
+    return 0;
+  }
+  const bool fits = !r.too_big && r.body.size() <= wr.room();
+  if (fits) {
+    std::copy(r.body.begin(), r.body.end(), wr.tail());
+    wr.Commit(dns::Section::kAnswer, r.body.size(), r.counts[0]);
+    wr.Commit(dns::Section::kAuthority, 0, r.counts[1]);
+    wr.Commit(dns::Section::kAdditional, 0, r.counts[2]);
+  }
+  if (q.edns.present) {
+    // The same OPT as a cached answer's: our buffer size, the client's DO,
+    // its subnet echoed with the partition's scope, weights only to a
+    // client that asked (the recursor's, or length 0).
+    wr.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
+    if (q.edns.has_ecs) {
+      dns::ClientSubnet ecs = q.edns.ecs;
+      ecs.scope_prefix = w.trusted_ecs ? ecs.source_prefix : 0;
+      wr.AddEcs(ecs);
+    }
+    if (q.edns.has_weight) {
+      wr.AddWeights(options_.weight_option_code,
+                    r.has_weight && fits ? std::span<const uint8_t>(r.weight) : std::span<const uint8_t>());
+    }
+  }
+  const size_t n = wr.Finish(fits ? response_limit_ : dns::kHeaderSize);
+  if (n != wr.size() || !fits) counters_->truncated.Add();
+  const uint16_t rcode = r.flags & dns::flag::kRcodeMask;
+  counters_->rcodes[rcode].Add();
+  return n;
+}
+
+Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
+                                     HandleMode mode, const RelayedAnswer* relay, uint8_t* out,
+                                     size_t out_cap, size_t* out_len, MissRequest* miss) {
+  const Verdict v = Handle(pkt, len, client, now, out, out_cap, out_len, miss, mode);
+  if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) return Verdict::kReply;
+  if (v == Verdict::kMiss && mode == HandleMode::kRetry) return Verdict::kMiss;
+  if (v != Verdict::kMiss) return v;  // it did not parse, or did not fit
+  // Not in the cache: the upstream's answer as it came (DNSSEC-aware
+  // queries, REFUSED, uncacheable), or SERVFAIL when every upstream failed.
+  if (mode == HandleMode::kStaleOk) counters_->Drop(DropReason::kUpstreamFailure);
+  if (relay != nullptr) {
+    *out_len = WriteRelayed(pkt, single_, *relay, out, out_cap);
+  } else {
+    counters_->rcodes[static_cast<size_t>(dns::Rcode::kServFail)].Add();
+    *out_len = WriteError(pkt, len, &single_.query, dns::Rcode::kServFail, out, out_cap);
+  }
+  return *out_len != 0 ? Verdict::kReply : Verdict::kDrop;
+}
+
 bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now) {
   if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail || e.ttl() < 10)
     return false;
@@ -271,9 +321,7 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
   const partitions::CacheEntry* e = w->entry;
   const partitions::Freshness fresh = w->fresh;
   if (mode == HandleMode::kNormal) {
-    const size_t slot = partition == partitions::kCommonPartition ? 0
-                        : (partition >> 62) == 1                  ? 1 + (partition & 0x7fff)
-                                                                  : kSubnetSlot;
+    const size_t slot = PartitionSlot(partition);
     lookups_[slot].Add();
     if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
   }

@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "weir/fastpath/net.h"
+#include "weir/common/socket_address.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/partitions/partition.h"
 
 namespace weir::fastpath {
+
+using common::SocketAddress;
 
 struct UpstreamConfig {
   SocketAddress address;

@@ -4,8 +4,11 @@
 // checks answers against spoofing, retries on the next recursor, tracks
 // recursor health, and answers every waiting client.
 //
-// Threading: Submit() is called by worker `w` only (one SPSC ring per
-// worker); everything else runs on the forwarder thread.
+// Workers reach it only through their MissChannels (a ring each way); it
+// never touches a worker's socket or route.
+//
+// Threading: Notify() from any thread; everything else runs on the
+// forwarder thread, or before Start / after Stop.
 #pragma once
 
 #include <atomic>
@@ -20,35 +23,9 @@
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/metrics.h"
-#include "weir/fastpath/net.h"
+#include "weir/fastpath/miss_channel.h"
 
 namespace weir::fastpath {
-
-// Where a miss's answer goes.
-struct ReplyRoute {
-  int udp_fd = -1;  // UDP: the worker's socket and the client address
-  SocketAddress peer;
-  uint64_t tcp_conn = 0;  // TCP: connection id in the TCP server
-};
-
-struct PendingClient {
-  MissRequest miss;
-  ReplyRoute route;
-  int worker = -1;             // who gets the query back; -1: a prefetch, nobody waits
-  std::vector<uint8_t> query;  // the client's query bytes, for its ID/question/EDNS
-  // When the forwarder first took the query (kept if it is asked again as a
-  // learned tagged name): its answer deadline counts from here.
-  std::chrono::steady_clock::time_point accepted{};
-};
-
-// A miss handed back to its worker once the upstream side is done: the
-// worker handles the query again in `mode` (so weighted answers come from the
-// worker's own SWRR sequence) and sends `fallback` if the cache cannot answer.
-struct ReturnedQuery {
-  PendingClient client;
-  HandleMode mode = HandleMode::kAfterFill;
-  std::vector<uint8_t> fallback;
-};
 
 struct UpstreamStats {
   std::string name;
@@ -61,21 +38,16 @@ struct UpstreamStats {
 
 class Forwarder {
  public:
-  // `workers` queues in each direction; worker i's returns are signalled on
-  // return_fd(i) (an eventfd the worker polls).
-  Forwarder(const FastpathConfig& config, int workers, SharedState* shared);
+  // One channel per worker (index = ClientRoute::worker), owned by the
+  // caller and alive until after Stop().
+  Forwarder(const FastpathConfig& config, std::vector<MissChannel*> channels, SharedState* shared);
   ~Forwarder();
 
   void Start();
   void Stop();
 
-  // Worker `worker` hands over a miss. False when its queue is full.
-  bool Submit(int worker, PendingClient&& p);
-  // Wakes the forwarder after a burst of Submit() calls (one syscall/burst).
+  // Wakes the forwarder after a worker pushed misses (one syscall a burst).
   void Notify();
-  // Worker side of the return path.
-  int return_fd(int worker) const;
-  bool TakeReturned(int worker, ReturnedQuery* out);
 
   // Metrics (read by the metrics thread).
   const WorkerCounters& counters() const { return counters_; }

@@ -17,10 +17,9 @@
 #include <vector>
 
 #include "weir/dns/message.h"
-#include "weir/fastpath/config.h"
 #include "weir/fastpath/learned_tags.h"
 #include "weir/fastpath/metrics.h"
-#include "weir/fastpath/net.h"
+#include "weir/fastpath/relay.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/clock.h"
@@ -128,8 +127,6 @@ struct HandlerOptions {
   uint32_t prefetch_percent = 10;  // refresh when less than this share of the TTL is left
 };
 
-HandlerOptions MakeHandlerOptions(const FastpathConfig& c);
-
 class QueryHandler {
  public:
   QueryHandler(const HandlerOptions& options, SharedState* shared, WorkerCounters* counters);
@@ -158,6 +155,15 @@ class QueryHandler {
   void HandleBurst(BurstPacket* packets, size_t n, uint32_t now);
   static constexpr size_t kMaxBurst = 32;  // a stage's width (any n works)
 
+  // A query the upstream side handed back: handled again in `mode`
+  // (kAfterFill, kStaleOk, kRetry); when the cache cannot answer it, `relay`
+  // (the upstream's answer) is written for this client, or SERVFAIL
+  // without one. kReply (out holds the answer), kDrop, or kMiss in kRetry
+  // only (ask again, `miss` filled).
+  Verdict HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
+                         HandleMode mode, const RelayedAnswer* relay, uint8_t* out, size_t out_cap,
+                         size_t* out_len, MissRequest* miss);
+
   // Writes the error response for `rcode` to a query that parsed (question
   // echoed) or, with q == nullptr, a header-only one from the raw ID/opcode.
   size_t WriteError(const uint8_t* pkt, size_t len, const dns::Query* q, dns::Rcode rcode, uint8_t* out,
@@ -168,6 +174,17 @@ class QueryHandler {
   // 1 + city id for city partitions, kSubnetSlot for all subnet partitions.
   static constexpr size_t kSubnetSlot = partitions::kMaxCities + 1;
   static constexpr size_t kPartitionSlots = kSubnetSlot + 1;
+  static size_t PartitionSlot(partitions::Partition p) {
+    switch (partitions::LevelOf(p)) {
+      case partitions::CacheLevel::kGlobal:
+        return 0;
+      case partitions::CacheLevel::kCity:
+        return 1 + size_t{partitions::CityOf(p)};
+      case partitions::CacheLevel::kSubnet:
+        break;
+    }
+    return kSubnetSlot;
+  }
   uint64_t partition_lookups(size_t slot) const { return lookups_[slot].Read(); }
   uint64_t partition_hits(size_t slot) const { return hits_[slot].Read(); }
 
@@ -201,6 +218,9 @@ class QueryHandler {
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
                      uint32_t age, uint8_t* out, size_t out_cap);
+  // The relayed upstream answer for the query of `w`.
+  size_t WriteRelayed(const uint8_t* pkt, const Work& w, const RelayedAnswer& r, uint8_t* out,
+                      size_t out_cap);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
 
   HandlerOptions options_;

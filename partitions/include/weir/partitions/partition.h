@@ -112,6 +112,16 @@ inline Partition PartitionKey(CacheLevel level, PartitionId city, const IpAddres
   return kCommonPartition;
 }
 
+// What PartitionKey encoded: the level, the city of a city partition, the
+// prefix bits of a subnet partition.
+inline CacheLevel LevelOf(Partition p) {
+  return p == kCommonPartition ? CacheLevel::kGlobal
+         : (p >> 62) == 1      ? CacheLevel::kCity
+                               : CacheLevel::kSubnet;
+}
+inline PartitionId CityOf(Partition p) { return static_cast<PartitionId>(p & 0x7fff); }
+inline uint64_t SubnetBitsOf(Partition p) { return p & ((uint64_t{1} << 62) - 1); }
+
 // The ECS source a subnet-level query sends upstream: the client's own /24
 // or /56 (DESIGN section 4).
 inline dns::ClientSubnet SubnetEcs(const IpAddress& client) {

@@ -1,0 +1,86 @@
+// What a weir-fastpath node is, whatever its I/O backend: the shared state
+// (tags, learned tags, city map, cache), one WorkerCore and MissChannel per
+// worker slot, the forwarder to the recursors, the mgmt client and the
+// snapshot apply, and the metrics text. A backend (fastpath/src/kernel/,
+// DPDK) runs the worker slots' receive/transmit loops over it.
+//
+// Threading: Prepare/Start/Stop/Reload from the main thread; ApplyPartitions
+// also from the mgmt client's thread (serialised); RenderMetrics from the
+// metrics thread, an RCU reader.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "weir/fastpath/config.h"
+#include "weir/fastpath/forwarder.h"
+#include "weir/fastpath/handler.h"
+#include "weir/fastpath/miss_channel.h"
+#include "weir/fastpath/worker_core.h"
+#include "weir/partitions/clock.h"
+
+namespace weir::mgmt {
+class NodeClient;
+struct NodeStart;
+}  // namespace weir::mgmt
+
+namespace weir::fastpath {
+
+HandlerOptions MakeHandlerOptions(const FastpathConfig& c);
+
+class Node {
+ public:
+  // `test_clock`: every TTL decision uses it (tests only; may be null).
+  Node(FastpathConfig config, partitions::FakeClock* test_clock);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Loads the tags and city map (the stored mgmt snapshot if there is one,
+  // else the files), creates the cache and `slots` worker cores. Nothing
+  // runs yet; on error nothing is left half-applied.
+  absl::Status Prepare(int slots);
+  // After the backend set each channel's wake_worker: starts the forwarder
+  // and the mgmt client.
+  absl::Status Start();
+  // Stops the mgmt client (no more snapshot applies).
+  void StopMgmt();
+  // Stops the forwarder; the backend's loops must have stopped first.
+  void Stop();
+  // Re-reads the city map and tag files (refused when mgmt owns them).
+  absl::Status Reload();
+
+  int slots() const { return static_cast<int>(cores_.size()); }
+  WorkerCore& core(int slot) { return *cores_[slot]; }
+  MissChannel& channel(int slot) { return *channels_[slot]; }
+  const FastpathConfig& config() const { return config_; }
+  uint32_t NowSeconds() const { return shared_.clock->NowSeconds(); }
+  partitions::FakeClock* test_clock() const { return test_clock_; }
+
+  // The Prometheus text of every counter.
+  std::string RenderMetrics() const;
+
+ private:
+  absl::Status LoadPartitions();
+  // Validates both texts, then swaps both in; names are for messages.
+  absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
+                               std::string_view tags_name);
+
+  FastpathConfig config_;
+  partitions::FakeClock* test_clock_;
+  SharedState shared_;
+  std::vector<std::unique_ptr<MissChannel>> channels_;
+  std::vector<std::unique_ptr<WorkerCore>> cores_;
+  std::unique_ptr<Forwarder> forwarder_;
+  std::unique_ptr<mgmt::NodeStart> node_start_;  // the mgmt identity, between Prepare and Start
+  std::unique_ptr<mgmt::NodeClient> mgmt_client_;
+  // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.
+  std::mutex apply_mu_;
+  std::vector<std::string> city_names_;  // id -> city for the life of the process
+};
+
+}  // namespace weir::fastpath

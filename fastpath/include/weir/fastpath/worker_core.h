@@ -1,0 +1,79 @@
+// One fastpath worker's query path, the same for every I/O backend (kernel
+// sockets, DPDK): handle a burst -> dispatch each verdict -> hand misses and
+// prefetches to the upstream side -> take back and answer what the upstream
+// side returns. The backend owns receive, transmit and the client address
+// data; the core sees clients only as ClientRoutes it asks the backend for.
+//
+// Threading: everything on the worker's thread, an RCU reader that announces
+// a quiescent state between bursts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "weir/fastpath/handler.h"
+#include "weir/fastpath/metrics.h"
+#include "weir/fastpath/miss_channel.h"
+
+namespace weir::fastpath {
+
+// What a backend does for its worker core.
+class WorkerIo {
+ public:
+  virtual ~WorkerIo() = default;
+  // Packet `index` of the burst being handled missed the cache: keep what
+  // is needed to answer its client later and name it by a route. Called on
+  // misses only, never on hits.
+  virtual ClientRoute HoldRoute(size_t index) = 0;
+  // Sends `answer` to the client behind `route` and forgets the route; an
+  // empty answer only forgets it (the query is dropped).
+  virtual void SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) = 0;
+};
+
+class alignas(64) WorkerCore {
+ public:
+  // `channel` leads to the upstream side; `notify_upstream` wakes it after
+  // a burst that handed it something.
+  WorkerCore(int index, const HandlerOptions& options, SharedState* shared, MissChannel* channel,
+             std::function<void()> notify_upstream);
+
+  // Handles a burst of received datagrams: verdicts and answers as
+  // QueryHandler::HandleBurst leaves them (the backend transmits those with
+  // kReply / kReplyAndPrefetch), misses and refreshes handed upstream.
+  // Packet i's miss request goes to misses[i] (reused storage).
+  void HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint32_t now, WorkerIo& io);
+
+  // One query of a stream transport (TCP): true when `out` holds an answer
+  // to send now; false when there is none now (a miss handed upstream under
+  // `route`, answered later through SendHeld, or a drop: *out_len is 0 and
+  // `dropped` says which).
+  bool HandleOne(std::span<const uint8_t> query, const ClientInfo& client, const ClientRoute& route,
+                 uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped);
+
+  // Answers every query the upstream side has handed back (through
+  // io.SendHeld); returns how many. The common case, nothing, is one load.
+  size_t DrainReturns(uint32_t now, WorkerIo& io);
+
+  int index() const { return index_; }
+  QueryHandler& handler() { return handler_; }
+  const QueryHandler& handler() const { return handler_; }
+  const WorkerCounters& counters() const { return counters_; }
+  WorkerCounters& counters() { return counters_; }
+
+ private:
+  // Hands `p` upstream; false (counted) when the channel is full.
+  bool Submit(PendingClient&& p, bool waits);
+
+  WorkerCounters counters_;
+  QueryHandler handler_;
+  int index_;
+  MissChannel* channel_;
+  std::function<void()> notify_upstream_;
+  std::unique_ptr<MissRequest[]> misses_;
+  std::unique_ptr<uint8_t[]> out_;  // answers to returned queries (any transport)
+};
+
+}  // namespace weir::fastpath

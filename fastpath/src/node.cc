@@ -1,0 +1,298 @@
+#include "weir/fastpath/node.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "weir/common/text.h"
+#include "weir/mgmt/node_client.h"
+
+namespace weir::fastpath {
+
+using common::Cat;
+using common::ToStd;
+
+HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
+  HandlerOptions o;
+  o.weight_option_code = c.weight_option_code;
+  o.allow = c.allow;
+  o.trusted_forwarders = c.trusted_forwarders;
+  o.rate_limit_qps = c.rate_limit_qps;
+  o.rate_limit_burst = c.rate_limit_burst;
+  o.stale_answer_ttl = c.stale_answer_ttl;
+  o.prefetch_percent = c.prefetch_percent;
+  return o;
+}
+
+Node::Node(FastpathConfig config, partitions::FakeClock* test_clock)
+    : config_(std::move(config)), test_clock_(test_clock) {
+  if (test_clock != nullptr) shared_.clock = test_clock;
+}
+
+Node::~Node() {
+  StopMgmt();
+  Stop();
+}
+
+absl::Status Node::Prepare(int slots) {
+  if (config_.mgmt.enabled) {
+    auto n = mgmt::PrepareNode(config_.mgmt, "fastpath");
+    if (!n.ok()) return n.status();
+    node_start_ = std::make_unique<mgmt::NodeStart>(*std::move(n));
+  }
+  if (node_start_ && node_start_->stored) {
+    // The last snapshot mgmt pushed wins over the files: it is newer.
+    const mgmt::Snapshot& snap = *node_start_->stored;
+    if (absl::Status st =
+            ApplyPartitions(snap.citymap, "stored snapshot citymap", snap.tags, "stored snapshot tags");
+        !st.ok()) {
+      return st;
+    }
+    std::fprintf(stderr, "weir-fastpath: starting from stored mgmt snapshot version %llu\n",
+                 static_cast<unsigned long long>(snap.version));
+  } else if (absl::Status st = LoadPartitions(); !st.ok()) {
+    return st;
+  }
+  std::vector<MissChannel*> channels;
+  for (int i = 0; i < slots; ++i) {
+    channels_.push_back(std::make_unique<MissChannel>());
+    channels.push_back(channels_.back().get());
+  }
+  forwarder_ = std::make_unique<Forwarder>(config_, std::move(channels), &shared_);
+  const HandlerOptions options = MakeHandlerOptions(config_);
+  for (int i = 0; i < slots; ++i) {
+    cores_.push_back(std::make_unique<WorkerCore>(i, options, &shared_, channels_[i].get(),
+                                                  [f = forwarder_.get()] { f->Notify(); }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Node::Start() {
+  forwarder_->Start();
+  if (!node_start_) return absl::OkStatus();
+  // A push may be applied from here on; everything it touches exists by now.
+  mgmt_client_ = std::make_unique<mgmt::NodeClient>(
+      mgmt::MakeNodeClientOptions(config_.mgmt, "fastpath", node_start_->token),
+      [this](const mgmt::Snapshot& snap) {
+        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags");
+      });
+  return node_start_->stored ? mgmt_client_->Start(node_start_->stored->version, node_start_->stored->origin)
+                             : mgmt_client_->Start(0, "");
+}
+
+void Node::StopMgmt() {
+  if (mgmt_client_) mgmt_client_->Stop();
+}
+
+void Node::Stop() {
+  if (forwarder_) forwarder_->Stop();
+}
+
+absl::Status Node::Reload() {
+  if (mgmt_client_) {
+    return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
+  }
+  return LoadPartitions();
+}
+
+absl::Status Node::LoadPartitions() {
+  auto read = [](const std::string& path, std::string* out) -> absl::Status {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return absl::NotFoundError(Cat(path, ": ", strerror(errno)));
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+    std::fclose(f);
+    return absl::OkStatus();
+  };
+  std::string csv;
+  if (!config_.citymap_path.empty()) {
+    if (absl::Status st = read(config_.citymap_path, &csv); !st.ok()) return st;
+  }
+  std::string tags_text;
+  if (!config_.tags_path.empty()) {
+    if (absl::Status st = read(config_.tags_path, &tags_text); !st.ok()) return st;
+  }
+  return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path);
+}
+
+namespace {
+
+// Cached entries are keyed by city id (partitions::PartitionKey), so an id
+// must name the same city for the whole life of the process: a new map
+// keeps every known city's id, appends new cities, and keeps a removed
+// city's id reserved (no prefixes, so nothing maps to it) so that its
+// entries are never served to another city. `names` is the id -> name
+// table so far, updated on success.
+absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const partitions::CityMap& parsed,
+                                                                         std::vector<std::string>* names) {
+  std::vector<std::string> next = *names;
+  std::vector<partitions::PartitionId> remap(parsed.city_count());
+  for (size_t id = 0; id < parsed.city_count(); ++id) {
+    const std::string& name = parsed.city(static_cast<partitions::PartitionId>(id)).name;
+    auto it = std::find(next.begin(), next.end(), name);
+    if (it == next.end()) it = next.insert(next.end(), name);
+    remap[id] = static_cast<partitions::PartitionId>(it - next.begin());
+  }
+  if (next.size() > partitions::kMaxCities) {
+    return absl::InvalidArgumentError(
+        Cat("more than ", partitions::kMaxCities,
+            " cities since start (removed cities keep their id): restart to compact"));
+  }
+  std::vector<partitions::City> cities(next.size());
+  for (size_t id = 0; id < next.size(); ++id) cities[id].name = next[id];
+  for (size_t id = 0; id < parsed.city_count(); ++id) {
+    cities[remap[id]] = parsed.city(static_cast<partitions::PartitionId>(id));
+  }
+  std::vector<partitions::CityPrefix> prefixes = parsed.prefixes();
+  for (partitions::CityPrefix& p : prefixes) p.city = remap[p.city];
+  auto built =
+      partitions::CityMap::Build(std::move(cities), std::move(prefixes), remap[parsed.default_city()]);
+  if (built.ok()) *names = std::move(next);
+  return built;
+}
+
+}  // namespace
+
+absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_name,
+                                   std::string_view tags_text, std::string_view tags_name) {
+  partitions::CityMapOptions cmo;
+  if (!config_.default_city.empty()) cmo.default_city = config_.default_city;
+  auto parsed = partitions::CityMap::FromCsv(csv, cmo);
+  if (!parsed.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
+  auto tags = partitions::TagTable::FromText(tags_text);
+  if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+  std::lock_guard<std::mutex> l(apply_mu_);
+  auto cm = StableCityIds(**parsed, &city_names_);
+  if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
+  shared_.citymap.Publish(*std::move(cm));
+  shared_.tags.Publish(*std::move(tags));
+  if (!shared_.cache) {
+    partitions::CacheOptions co;
+    co.byte_budget = config_.cache_bytes;
+    co.stale_window = config_.stale_window;
+    shared_.cache = std::make_unique<partitions::Cache>(co, *shared_.clock);
+    shared_.limits.min_ttl = config_.min_ttl;
+    shared_.limits.max_ttl = config_.max_ttl;
+    shared_.limits.max_negative_ttl = config_.negative_max_ttl;
+    shared_.limits.servfail_ttl = config_.servfail_ttl;
+  }
+  return absl::OkStatus();
+}
+
+std::string Node::RenderMetrics() const {
+  std::string out;
+  auto sum = [&](auto field) {
+    uint64_t t = 0;
+    for (const auto& c : cores_) t += field(c->counters());
+    t += field(forwarder_->counters());
+    return t;
+  };
+  out += "# HELP weir_queries_total Queries received.\n# TYPE weir_queries_total counter\n";
+  out += Cat("weir_queries_total{transport=\"udp\"} ",
+             sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }), "\n");
+  out += Cat("weir_queries_total{transport=\"tcp\"} ",
+             sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }), "\n");
+  out += "# TYPE weir_cache_hits_total counter\n";
+  out += Cat("weir_cache_hits_total ", sum([](const WorkerCounters& c) { return c.hits.Read(); }), "\n");
+  out += "# TYPE weir_cache_misses_total counter\n";
+  out += Cat("weir_cache_misses_total ", sum([](const WorkerCounters& c) { return c.misses.Read(); }), "\n");
+  out += "# TYPE weir_stale_served_total counter\n";
+  out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
+             "\n");
+  const LearnedTags* learned = shared_.learned.Get();
+  if (mgmt_client_) {
+    out += "# HELP weir_mgmt_snapshot_version The mgmt snapshot version this node runs.\n";
+    out += Cat("# TYPE weir_mgmt_snapshot_version gauge\nweir_mgmt_snapshot_version ",
+               mgmt_client_->applied_version(), "\n");
+    out += Cat("# TYPE weir_mgmt_connected gauge\nweir_mgmt_connected ", mgmt_client_->connected() ? 1 : 0,
+               "\n");
+    out += Cat("# TYPE weir_mgmt_rejected_total counter\nweir_mgmt_rejected_total ", mgmt_client_->rejected(),
+               "\n");
+  }
+  out += "# HELP weir_learned_tags Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).\n";
+  out += Cat("# TYPE weir_learned_tags gauge\nweir_learned_tags ", learned != nullptr ? learned->size() : 0,
+             "\n");
+  out += Cat("# TYPE weir_learned_tags_total counter\nweir_learned_tags_total ", forwarder_->learned(), "\n");
+  out += Cat("# TYPE weir_learned_tags_overflow_total counter\nweir_learned_tags_overflow_total ",
+             forwarder_->learned_overflow(), "\n");
+  out += "# TYPE weir_coalesced_total counter\n";
+  out += Cat("weir_coalesced_total ", forwarder_->coalesced(), "\n");
+  out += "# TYPE weir_upstream_queries_total counter\n";
+  out += Cat("weir_upstream_queries_total ", forwarder_->upstream_queries(), "\n");
+  out += "# TYPE weir_drops_total counter\n";
+  for (size_t r = 0; r < static_cast<size_t>(DropReason::kCount); ++r) {
+    out += Cat("weir_drops_total{reason=\"", DropReasonName(static_cast<DropReason>(r)), "\"} ",
+               sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }), "\n");
+  }
+  out += "# TYPE weir_responses_total counter\n";
+  for (size_t r = 0; r < 24; ++r) {
+    const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
+    if (v != 0) out += Cat("weir_responses_total{rcode=\"", r, "\"} ", v, "\n");
+  }
+  // Per-partition hit ratio and weighted answer counts (partition names
+  // from the current city map: this thread is an RCU reader).
+  const partitions::CityMap* cm = shared_.citymap.Get();
+  auto partition_name = [&](size_t slot) -> std::string {
+    if (slot == 0) return "common";
+    if (slot == QueryHandler::kSubnetSlot) return "subnet";
+    const size_t id = slot - 1;
+    if (cm != nullptr && id < cm->city_count())
+      return cm->city(static_cast<partitions::PartitionId>(id)).name;
+    return Cat("city", id);
+  };
+  out += "# TYPE weir_partition_lookups_total counter\n# TYPE weir_partition_hits_total counter\n";
+  for (size_t slot = 0; slot < QueryHandler::kPartitionSlots; ++slot) {
+    uint64_t lookups = 0, hits = 0;
+    for (const auto& c : cores_) {
+      lookups += c->handler().partition_lookups(slot);
+      hits += c->handler().partition_hits(slot);
+    }
+    if (lookups == 0) continue;
+    const std::string name = partition_name(slot);
+    out += Cat("weir_partition_lookups_total{partition=\"", name, "\"} ", lookups, "\n");
+    out += Cat("weir_partition_hits_total{partition=\"", name, "\"} ", hits, "\n");
+  }
+  out += "# HELP weir_answers_total Weighted answers by name, partition and address.\n";
+  out += "# TYPE weir_answers_total counter\n";
+  {
+    // Sum the workers' slots by (name, partition, address).
+    std::map<std::string, uint64_t> answers;
+    uint64_t overflow = 0;
+    for (const auto& c : cores_) {
+      const AnswerCounters& ac = c->handler().answer_counters();
+      overflow += ac.overflow();
+      for (size_t i = 0; i < AnswerCounters::kSlots; ++i) {
+        const AnswerCounters::Slot& sl = ac.slots()[i];
+        if (sl.key.load(std::memory_order_acquire) == 0) continue;
+        char addr[INET6_ADDRSTRLEN] = {0};
+        inet_ntop(sl.addr_len == 4 ? AF_INET : AF_INET6, sl.addr.data(), addr, sizeof(addr));
+        const partitions::Partition p = sl.partition;
+        const size_t slot = QueryHandler::PartitionSlot(p);
+        std::string pname = slot == QueryHandler::kSubnetSlot ? Cat("subnet-", partitions::SubnetBitsOf(p))
+                                                              : partition_name(slot);
+        const std::string labels = Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}),
+                                       "\",partition=\"", pname, "\",address=\"", addr, "\"");
+        answers[labels] += sl.count.Read();
+      }
+    }
+    for (const auto& [labels, v] : answers) out += Cat("weir_answers_total{", labels, "} ", v, "\n");
+    out += Cat("weir_answers_overflow_total ", overflow, "\n");
+  }
+  out += "# TYPE weir_upstream_latency_seconds histogram\n";
+  for (int g = 0; g < 2; ++g) {
+    for (const auto& u : forwarder_->upstream_stats(g == 1)) {
+      const std::string labels =
+          Cat("group=\"", g ? "weighted" : "ordinary", "\",upstream=\"", u->name, "\"");
+      u->latency.Render(&out, "weir_upstream_latency_seconds", labels);
+      out += Cat("weir_upstream_up{", labels, "} ", u->up.load() ? 1 : 0, "\n");
+      out += Cat("weir_upstream_timeouts_total{", labels, "} ", u->timeouts.Read(), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace weir::fastpath

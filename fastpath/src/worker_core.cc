@@ -1,0 +1,115 @@
+#include "weir/fastpath/worker_core.h"
+
+#include <algorithm>
+
+namespace weir::fastpath {
+namespace {
+
+constexpr size_t kMaxAnswer = 65535;
+constexpr size_t kMaxUdpAnswer = 4096;  // a returned UDP answer is capped by the handler far below
+
+}  // namespace
+
+WorkerCore::WorkerCore(int index, const HandlerOptions& options, SharedState* shared, MissChannel* channel,
+                       std::function<void()> notify_upstream)
+    : handler_(options, shared, &counters_),
+      index_(index),
+      channel_(channel),
+      notify_upstream_(std::move(notify_upstream)),
+      misses_(new MissRequest[QueryHandler::kMaxBurst]),
+      out_(new uint8_t[kMaxAnswer]) {}
+
+bool WorkerCore::Submit(PendingClient&& p, bool waits) {
+  if (channel_->misses.Push(std::move(p))) return true;
+  if (waits) counters_.Drop(DropReason::kMissQueueFull);
+  return false;
+}
+
+void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint32_t now, WorkerIo& io) {
+  bool submitted = false;
+  for (size_t base = 0; base < n; base += QueryHandler::kMaxBurst) {
+    const size_t m = std::min(n - base, QueryHandler::kMaxBurst);
+    QueryHandler::BurstPacket* b = packets + base;
+    for (size_t i = 0; i < m; ++i) b[i].miss = &misses_[i];
+    handler_.HandleBurst(b, m, now);
+    for (size_t i = 0; i < m; ++i) {
+      const Verdict v = b[i].verdict;
+      if (v != Verdict::kMiss && v != Verdict::kReplyAndPrefetch) continue;
+      PendingClient pc;
+      pc.miss = misses_[i];
+      const bool waits = v == Verdict::kMiss;
+      if (waits) {
+        // The client waits: the backend keeps its address under a route.
+        pc.route = io.HoldRoute(base + i);
+        pc.client = b[i].client;
+        pc.query.assign(b[i].pkt, b[i].pkt + b[i].len);
+      }  // else a refresh only: the client has its answer
+      const ClientRoute route = pc.route;
+      if (Submit(std::move(pc), waits)) {
+        submitted = true;
+      } else if (waits) {
+        io.SendHeld(route, {});  // given up: the route is forgotten
+      }
+    }
+  }
+  if (submitted) notify_upstream_();
+}
+
+bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& client, const ClientRoute& route,
+                           uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped) {
+  MissRequest miss;
+  *dropped = false;
+  const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss);
+  if (v == Verdict::kMiss || v == Verdict::kReplyAndPrefetch) {
+    PendingClient pc;
+    pc.miss = miss;
+    const bool waits = v == Verdict::kMiss;
+    if (waits) {
+      pc.route = route;
+      pc.client = client;
+      pc.query.assign(query.begin(), query.end());
+    }
+    if (Submit(std::move(pc), waits)) {
+      notify_upstream_();
+    } else if (waits) {
+      *dropped = true;  // given up: nothing is sent
+      *out_len = 0;
+      return false;
+    }
+  }
+  if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) return true;
+  *dropped = v == Verdict::kDrop;
+  *out_len = 0;
+  return false;
+}
+
+size_t WorkerCore::DrainReturns(uint32_t now, WorkerIo& io) {
+  ReturnedQuery q;
+  size_t handled = 0;
+  bool resubmitted = false;
+  while (channel_->returns.Pop(&q)) {
+    ++handled;
+    PendingClient& c = q.client;
+    const size_t cap = c.route.transport == Transport::kTcp ? kMaxAnswer : kMaxUdpAnswer;
+    size_t len = 0;
+    MissRequest again;
+    const Verdict v = handler_.HandleReturned(c.query.data(), c.query.size(), c.client, now, q.mode,
+                                              q.relay.get(), out_.get(), cap, &len, &again);
+    if (v == Verdict::kMiss) {
+      // The name became tagged through its chain: ask again, as a tagged name.
+      c.miss = again;
+      const ClientRoute route = c.route;
+      if (Submit(std::move(c), true)) {
+        resubmitted = true;
+      } else {
+        io.SendHeld(route, {});
+      }
+      continue;
+    }
+    io.SendHeld(c.route, {out_.get(), v == Verdict::kReply ? len : 0});
+  }
+  if (resubmitted) notify_upstream_();
+  return handled;
+}
+
+}  // namespace weir::fastpath

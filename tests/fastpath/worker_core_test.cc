@@ -1,0 +1,358 @@
+// WorkerCore without any socket: a fake backend (WorkerIo) holds routes and
+// records what is sent to each, and the test plays the upstream side on the
+// worker's MissChannel (takes misses, fills the cache, hands queries back).
+// Hit, miss, coalesced miss, stale, relay, SERVFAIL, a full channel, and the
+// retry of a name that became tagged through its chain.
+#include "weir/fastpath/worker_core.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "weir/dns/message.h"
+#include "weir/dns/writer.h"
+#include "weir/fastpath/relay.h"
+#include "weir/partitions/rcu.h"
+
+namespace weir::fastpath {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+dns::NameKey Name(std::string_view text) {
+  dns::NameKey k;
+  EXPECT_TRUE(dns::NameKeyFromText(text, &k)) << text;
+  return k;
+}
+
+partitions::IpAddress Ip(std::string_view text) {
+  partitions::IpAddress a;
+  EXPECT_TRUE(partitions::ParseIp(text, &a)) << text;
+  return a;
+}
+
+// A query with RD; `do_bit` adds OPT 1232 with DO.
+Bytes Query(uint16_t id, std::string_view name, bool do_bit = false) {
+  Bytes q(512);
+  dns::ResponseWriter w(q.data(), q.size());
+  const dns::NameKey k = Name(name);
+  w.Begin(id, dns::flag::kRd, k.span(), dns::type::kA, dns::klass::kIn);
+  if (do_bit) w.BeginOpt(1232, true);
+  q.resize(w.Finish(q.size()));
+  return q;
+}
+
+// What a client got: ID, RCODE, the A addresses, the TTL of the first.
+struct Answer {
+  uint16_t id = 0;
+  uint16_t rcode = 0;
+  std::vector<std::string> addrs;
+  uint32_t ttl = 0;
+};
+
+Answer Read(const Bytes& msg) {
+  Answer a;
+  dns::Message m;
+  EXPECT_EQ(m.Parse(msg, dns::ParseOptions{}), dns::ParseError::kOk);
+  a.id = m.id();
+  a.rcode = m.rcode();
+  auto it = m.Records(dns::Section::kAnswer);
+  dns::RrView rr;
+  while (it.Next(&rr)) {
+    if (rr.type != dns::type::kA || rr.rdlength != 4) continue;
+    const uint8_t* p = msg.data() + rr.rdata_offset;
+    if (a.addrs.empty()) a.ttl = rr.ttl;
+    a.addrs.push_back(std::to_string(p[0]) + "." + std::to_string(p[1]) + "." + std::to_string(p[2]) + "." +
+                      std::to_string(p[3]));
+  }
+  return a;
+}
+
+// The backend: a route per held packet (its client's name in the test), and
+// every answer sent to a route.
+class FakeIo : public WorkerIo {
+ public:
+  ClientRoute HoldRoute(size_t index) override {
+    const uint64_t token = next_++;
+    held_[token] = current_[index];
+    return {0, Transport::kUdp, token};
+  }
+  void SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) override {
+    auto it = held_.find(route.token);
+    ASSERT_NE(it, held_.end()) << "a route sent twice or never held";
+    if (!answer.empty()) sent[it->second].push_back(Bytes(answer.begin(), answer.end()));
+    held_.erase(it);
+  }
+  std::vector<std::string> current_;  // the client of each packet of the burst being handled
+  std::map<std::string, std::vector<Bytes>> sent;
+  size_t held() const { return held_.size(); }
+
+ private:
+  uint64_t next_ = 1;
+  std::map<uint64_t, std::string> held_;
+};
+
+class WorkerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Published before this thread becomes an RCU reader.
+    auto tags = partitions::TagTable::FromText("cdn.example weight=on ecs=on answer=single level=city\n");
+    ASSERT_TRUE(tags.ok()) << tags.status();
+    shared_.tags.Publish(*std::move(tags));
+    auto cm = partitions::CityMap::FromCsv(
+        "198.18.0.0/16,alpha,198.18.0.0/24\n"
+        "198.19.0.0/16,beta,198.19.0.0/24\n");
+    ASSERT_TRUE(cm.ok()) << cm.status();
+    shared_.citymap.Publish(*std::move(cm));
+    shared_.clock = &clock_;
+    partitions::CacheOptions co;
+    co.stale_window = 3600;
+    shared_.cache = std::make_unique<partitions::Cache>(co, clock_);
+    rcu_ = std::make_unique<partitions::RcuThread>();
+    partitions::Cidr allow;
+    ASSERT_TRUE(partitions::ParseCidr("198.18.0.0/15", &allow).ok());
+    options_.allow = {allow};
+    core_ = std::make_unique<WorkerCore>(0, options_, &shared_, &channel_, [this] { ++notified_; });
+  }
+  void TearDown() override {
+    core_.reset();
+    rcu_.reset();
+  }
+
+  // One burst of (client, query) packets; the replies sent at once by the
+  // backend are recorded like held ones.
+  void Burst(const std::vector<std::pair<std::string, Bytes>>& in) {
+    std::vector<QueryHandler::BurstPacket> p(in.size());
+    std::vector<Bytes> out(in.size(), Bytes(4096));
+    io_.current_.clear();
+    for (size_t i = 0; i < in.size(); ++i) {
+      p[i].pkt = in[i].second.data();
+      p[i].len = in[i].second.size();
+      p[i].client = ClientInfo{Ip(in[i].first), false};
+      p[i].out = out[i].data();
+      p[i].out_cap = out[i].size();
+      io_.current_.push_back(in[i].first);
+    }
+    core_->HandleBurst(p.data(), p.size(), clock_.NowSeconds(), io_);
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (p[i].verdict == Verdict::kReply || p[i].verdict == Verdict::kReplyAndPrefetch) {
+        io_.sent[in[i].first].push_back(Bytes(out[i].begin(), out[i].begin() + p[i].out_len));
+      }
+    }
+  }
+
+  // The upstream side: every miss the worker handed over.
+  std::vector<PendingClient> TakeMisses() {
+    std::vector<PendingClient> v;
+    PendingClient c;
+    while (channel_.misses.Pop(&c)) v.push_back(std::move(c));
+    return v;
+  }
+
+  void Fill(const MissRequest& m, std::vector<std::array<uint8_t, 4>> addrs, uint32_t ttl,
+            std::vector<uint8_t> weights = {}) {
+    partitions::CacheEntryBuilder b({m.partition, m.qname.span(), m.qtype, m.qclass});
+    for (const auto& a : addrs) b.AddAddress(m.qname.span(), a, ttl);
+    if (!weights.empty()) b.SetWeights(weights);
+    auto e = b.Build(partitions::EntryKind::kPositive, clock_.NowSeconds());
+    ASSERT_TRUE(e.ok()) << e.status();
+    shared_.cache->Insert(*std::move(e));
+  }
+
+  void Return(PendingClient&& c, HandleMode mode, std::shared_ptr<const RelayedAnswer> relay = nullptr) {
+    ReturnedQuery r;
+    r.client = std::move(c);
+    r.mode = mode;
+    r.relay = std::move(relay);
+    ASSERT_TRUE(channel_.returns.Push(std::move(r)));
+  }
+
+  partitions::FakeClock clock_{1000};
+  SharedState shared_;
+  HandlerOptions options_;
+  MissChannel channel_;
+  FakeIo io_;
+  int notified_ = 0;
+  std::unique_ptr<partitions::RcuThread> rcu_;
+  std::unique_ptr<WorkerCore> core_;
+};
+
+TEST_F(WorkerCoreTest, HitIsAnsweredInTheBurstWithoutGoingUpstream) {
+  const dns::NameKey q = Name("plain.example");
+  MissRequest m;
+  m.qname = q;
+  m.qtype = dns::type::kA;
+  m.qclass = dns::klass::kIn;
+  Fill(m, {{203, 0, 113, 7}}, 300);
+  Burst({{"198.18.1.1", Query(7, "plain.example")}});
+  ASSERT_EQ(io_.sent["198.18.1.1"].size(), 1u);
+  const Answer a = Read(io_.sent["198.18.1.1"][0]);
+  EXPECT_EQ(a.id, 7);
+  EXPECT_EQ(a.addrs, std::vector<std::string>{"203.0.113.7"});
+  EXPECT_TRUE(TakeMisses().empty());
+  EXPECT_EQ(io_.held(), 0u);
+  EXPECT_EQ(notified_, 0);
+  EXPECT_EQ(core_->counters().hits.Read(), 1u);
+}
+
+TEST_F(WorkerCoreTest, MissGoesUpstreamAndIsAnsweredFromTheFilledCache) {
+  Burst({{"198.18.1.1", Query(11, "www.cdn.example")}});
+  EXPECT_TRUE(io_.sent.empty());
+  EXPECT_EQ(io_.held(), 1u);
+  EXPECT_EQ(notified_, 1);
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 1u);
+  const MissRequest m = misses[0].miss;
+  // Tagged, per city, weighted, with alpha's own ECS source (never the subscriber's).
+  EXPECT_TRUE(m.tagged && m.weighted && m.send_ecs);
+  EXPECT_EQ(partitions::LevelOf(m.partition), partitions::CacheLevel::kCity);
+  EXPECT_EQ(m.ecs.source_prefix, 24);
+  EXPECT_EQ(m.ecs.address[0], 198);
+  EXPECT_EQ(m.ecs.address[1], 18);
+  EXPECT_EQ(m.ecs.address[2], 0);
+  EXPECT_EQ(dns::NameKeyToText(misses[0].miss.qname.span()), "www.cdn.example.");
+  Fill(m, {{192, 0, 2, 1}, {192, 0, 2, 2}}, 300, {1, 1});
+  Return(std::move(misses[0]), HandleMode::kAfterFill);
+  EXPECT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 1u);
+  ASSERT_EQ(io_.sent["198.18.1.1"].size(), 1u);
+  const Answer a = Read(io_.sent["198.18.1.1"][0]);
+  EXPECT_EQ(a.id, 11);
+  EXPECT_EQ(a.rcode, 0);
+  ASSERT_EQ(a.addrs.size(), 1u);  // answer=single: one address by SWRR
+  EXPECT_EQ(io_.held(), 0u);
+}
+
+TEST_F(WorkerCoreTest, CoalescedMissAnswersEveryWaiterWithItsOwnIdAndSwrrTurn) {
+  // Three subscribers of one city miss the same name; the upstream side
+  // resolves it once and hands all three back.
+  Burst({{"198.18.1.1", Query(21, "www.cdn.example")},
+         {"198.18.1.2", Query(22, "www.cdn.example")},
+         {"198.18.1.3", Query(23, "www.cdn.example")}});
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 3u);
+  for (const PendingClient& c : misses) EXPECT_EQ(c.miss.partition, misses[0].miss.partition);
+  Fill(misses[0].miss, {{192, 0, 2, 1}, {192, 0, 2, 2}, {192, 0, 2, 3}}, 300, {1, 1, 1});
+  for (PendingClient& c : misses) Return(std::move(c), HandleMode::kAfterFill);
+  EXPECT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 3u);
+  std::map<std::string, int> seen;
+  for (const auto& [client, id] : std::vector<std::pair<std::string, uint16_t>>{
+           {"198.18.1.1", 21}, {"198.18.1.2", 22}, {"198.18.1.3", 23}}) {
+    ASSERT_EQ(io_.sent[client].size(), 1u) << client;
+    const Answer a = Read(io_.sent[client][0]);
+    EXPECT_EQ(a.id, id);
+    ASSERT_EQ(a.addrs.size(), 1u);
+    ++seen[a.addrs[0]];
+  }
+  // Equal weights, three answers in a row: each address once.
+  EXPECT_EQ(seen.size(), 3u);
+}
+
+TEST_F(WorkerCoreTest, FailedUpstreamServesTheStaleEntryElseServfail) {
+  MissRequest m;
+  m.qname = Name("plain.example");
+  m.qtype = dns::type::kA;
+  m.qclass = dns::klass::kIn;
+  Fill(m, {{203, 0, 113, 9}}, 60);
+  clock_.Advance(120);  // expired, inside the stale window
+  Burst({{"198.18.1.1", Query(31, "plain.example")}, {"198.18.1.2", Query(32, "other.example")}});
+  EXPECT_TRUE(io_.sent.empty()) << "a stale entry is not served before the upstream is asked";
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 2u);
+  for (PendingClient& c : misses) Return(std::move(c), HandleMode::kStaleOk);  // every upstream failed
+  core_->DrainReturns(clock_.NowSeconds(), io_);
+  ASSERT_EQ(io_.sent["198.18.1.1"].size(), 1u);
+  const Answer stale = Read(io_.sent["198.18.1.1"][0]);
+  EXPECT_EQ(stale.addrs, std::vector<std::string>{"203.0.113.9"});
+  EXPECT_EQ(stale.ttl, options_.stale_answer_ttl);  // RFC 8767 4
+  ASSERT_EQ(io_.sent["198.18.1.2"].size(), 1u);
+  const Answer fail = Read(io_.sent["198.18.1.2"][0]);
+  EXPECT_EQ(fail.id, 32);
+  EXPECT_EQ(fail.rcode, static_cast<uint16_t>(dns::Rcode::kServFail));
+  EXPECT_EQ(core_->counters().stale_served.Read(), 1u);
+  EXPECT_EQ(core_->counters().drops[static_cast<size_t>(DropReason::kUpstreamFailure)].Read(), 1u);
+}
+
+TEST_F(WorkerCoreTest, UncacheableAnswerIsRelayedWithTheClientsIdAndOpt) {
+  // A DNSSEC-aware query is never answered from the cache: the upstream's
+  // answer is relayed, its DNSSEC records kept for a client with DO.
+  Burst({{"198.18.1.1", Query(41, "signed.example", /*do_bit=*/true)}});
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 1u);
+  EXPECT_TRUE(misses[0].miss.do_bit);
+  Bytes up(512);
+  dns::ResponseWriter w(up.data(), up.size());
+  const dns::NameKey q = Name("signed.example");
+  w.Begin(0x5555, dns::flag::kQr | dns::flag::kRd | dns::flag::kRa | dns::flag::kAd, q.span(), dns::type::kA,
+          dns::klass::kIn);
+  const uint8_t addr[4] = {192, 0, 2, 77};
+  w.AppendRecord(dns::Section::kAnswer, q.span(), dns::type::kA, dns::klass::kIn, 120, addr);
+  w.BeginOpt(1232, true);
+  up.resize(w.Finish(up.size()));
+  dns::Message m;
+  ASSERT_EQ(m.Parse(up, dns::ParseOptions{}), dns::ParseError::kOk);
+  Return(std::move(misses[0]), HandleMode::kAfterFill,
+         PrepareRelay(m, dns::type::kA, /*strip_dnssec=*/false));
+  core_->DrainReturns(clock_.NowSeconds(), io_);
+  ASSERT_EQ(io_.sent["198.18.1.1"].size(), 1u);
+  const Bytes& got = io_.sent["198.18.1.1"][0];
+  const Answer a = Read(got);
+  EXPECT_EQ(a.id, 41);
+  EXPECT_EQ(a.addrs, std::vector<std::string>{"192.0.2.77"});
+  dns::Message gm;
+  ASSERT_EQ(gm.Parse(got, dns::ParseOptions{}), dns::ParseError::kOk);
+  EXPECT_TRUE(gm.flags() & dns::flag::kAd) << "AD to a client that set DO";
+  EXPECT_TRUE(gm.edns().present && gm.edns().do_bit);
+  EXPECT_EQ(gm.edns().udp_size, 1232);
+}
+
+TEST_F(WorkerCoreTest, NameTaggedThroughItsChainIsAskedAgainAsTaggedThenAnswered) {
+  Burst({{"198.19.4.4", Query(51, "alias.example")}});
+  std::vector<PendingClient> first = TakeMisses();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_FALSE(first[0].miss.tagged);
+  EXPECT_EQ(first[0].miss.partition, partitions::kCommonPartition);
+  // The upstream side saw alias.example CNAME into cdn.example: it learns the tag.
+  const partitions::TagTable* tags = shared_.tags.Get();
+  const partitions::Tag* tag = tags->Lookup(Name("www.cdn.example").span());
+  ASSERT_NE(tag, nullptr);
+  const LearnedTags empty;
+  shared_.learned.PublishDeferred(
+      empty.With(Name("alias.example").span(), *tag, clock_.NowSeconds() + 300, clock_.NowSeconds(), 100));
+  Return(std::move(first[0]), HandleMode::kRetry);
+  EXPECT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 1u);
+  EXPECT_TRUE(io_.sent.empty());
+  EXPECT_EQ(io_.held(), 1u) << "the client still waits, under the same route";
+  std::vector<PendingClient> again = TakeMisses();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].miss.tagged);
+  EXPECT_EQ(partitions::LevelOf(again[0].miss.partition), partitions::CacheLevel::kCity);
+  EXPECT_EQ(again[0].miss.ecs.address[1], 19) << "beta's ECS source";
+  Fill(again[0].miss, {{192, 0, 2, 99}}, 300, {1});
+  Return(std::move(again[0]), HandleMode::kAfterFill);
+  core_->DrainReturns(clock_.NowSeconds(), io_);
+  ASSERT_EQ(io_.sent["198.19.4.4"].size(), 1u);
+  const Answer a = Read(io_.sent["198.19.4.4"][0]);
+  EXPECT_EQ(a.id, 51);
+  EXPECT_EQ(a.addrs, std::vector<std::string>{"192.0.2.99"});
+  EXPECT_EQ(io_.held(), 0u);
+}
+
+TEST_F(WorkerCoreTest, FullChannelDropsTheMissAndForgetsItsRoute) {
+  // Fill the ring the way a stalled upstream side would.
+  size_t pushed = 0;
+  for (;; ++pushed) {
+    PendingClient c;
+    if (!channel_.misses.Push(std::move(c))) break;
+  }
+  ASSERT_EQ(pushed, MissChannel::kSize);
+  Burst({{"198.18.1.1", Query(61, "www.cdn.example")}});
+  EXPECT_TRUE(io_.sent.empty());
+  EXPECT_EQ(io_.held(), 0u) << "the route of a miss that could not go upstream is released";
+  EXPECT_EQ(core_->counters().drops[static_cast<size_t>(DropReason::kMissQueueFull)].Read(), 1u);
+  EXPECT_EQ(notified_, 0);
+}
+
+}  // namespace
+}  // namespace weir::fastpath
