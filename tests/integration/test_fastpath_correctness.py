@@ -24,78 +24,25 @@ import os
 import socket
 import struct
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 W = 65001  # the default weight option code
 T_A, T_SOA, T_AAAA, T_RRSIG, T_NSEC, T_NSEC3 = 1, 6, 28, 46, 47, 50
 DNSSEC_TYPES = {T_RRSIG, T_NSEC, T_NSEC3}
 
-ZONES = """\
-[defaults]
-empty_weight_option = false
-
-[[zone]]
-origin = "cdn.test."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 40
-ttl = 3600
-
-[[zone.name]]
-name = "x"
-ttl = 300
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.11", "192.0.2.12"]
-  weights = [2, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = ["192.0.2.21"]
-  weights = [1]
-
-[[zone.name]]
-name = "slow1"
-latency_ms = 400
-[[zone.name]]
-name = "slow2"
-latency_ms = 400
-[[zone.name]]
-name = "slow3"
-latency_ms = 400
-
-[[zone.record]]
-name = "slow1"
-type = "A"
-data = "192.0.2.31"
-[[zone.record]]
-name = "slow2"
-type = "A"
-data = "192.0.2.32"
-[[zone.record]]
-name = "slow3"
-type = "A"
-data = "192.0.2.33"
-
-[[zone]]
-origin = "plain.test."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-
-[[zone.record]]
-name = "www"
-type = "CNAME"
-data = "x.cdn.test."
-"""
+ZONES = (no_empty_weight_option() + zone("cdn.test.", rname="admin", minimum=40) +
+         gslb_name("x", view("198.51.100.0/24", ["192.0.2.11", "192.0.2.12"], [2, 1], scope=24),
+                   view("203.0.113.0/24", ["192.0.2.21"], [1], scope=24), ttl=300) +
+         "".join(gslb_name(f"slow{i}", latency_ms=400) for i in (1, 2, 3)) +
+         "".join(record(f"slow{i}", "A", f"192.0.2.3{i}") for i in (1, 2, 3)) +
+         zone("plain.test.", rname="admin", minimum=None, ttl=None) +
+         record("www", "CNAME", "x.cdn.test."))
 
 CITYMAP = """\
 127.1.0.0/16,city-a,198.51.100.0/24
@@ -119,19 +66,6 @@ def query(server, port, payload, source=None, timeout=3.0):
             return None
 
 
-class PartitionFiles:
-    """City map and tag files in a temporary directory."""
-
-    def __init__(self, tags=TAGS, citymap=CITYMAP):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.citymap = os.path.join(self.tmp.name, "citymap.csv")
-        self.tags = os.path.join(self.tmp.name, "tags.txt")
-        with open(self.citymap, "w") as f:
-            f.write(citymap)
-        with open(self.tags, "w") as f:
-            f.write(tags)
-
-
 def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
@@ -140,8 +74,8 @@ class NegativeTaggedTest(unittest.TestCase):
     """Issue item 1: NXDOMAIN/NODATA of tagged names."""
 
     def start(self, cache=None):
-        files = PartitionFiles()
-        self.addCleanup(files.tmp.cleanup)
+        files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        self.addCleanup(files.cleanup)
         self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
         self.addCleanup(self.sim.stop)
         up = f"{self.sim.host}:{self.sim.port}"
@@ -219,8 +153,8 @@ class ScriptedUpstreamTest(unittest.TestCase):
         self.auth = weirtest.ScriptedAuthority(handler)
         self.addCleanup(self.auth.stop)
         up = f"{self.auth.host}:{self.auth.port}"
-        files = PartitionFiles(tags=tags if tags is not None else TAGS)
-        self.addCleanup(files.tmp.cleanup)
+        files = weirtest.PartitionFiles(CITYMAP, tags if tags is not None else TAGS)
+        self.addCleanup(files.cleanup)
         conf = weirtest.fastpath_config(ordinary or [up], weighted=[up], citymap=files.citymap,
                                         tags=files.tags, cache=cache,
                                         upstream=upstream or {"timeout_ms": 1000})

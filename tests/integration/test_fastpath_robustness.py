@@ -13,27 +13,14 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 HERE = os.path.dirname(os.path.abspath(__file__))
 # A query dig sent over TCP for www.example.com A (tests/dns/golden).
 QUERY = open(os.path.join(HERE, "..", "dns", "golden", "q_dig_tcp.bin"), "rb").read()
 
-ZONES = """\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
-"""
+ZONES = zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300)
 
 
 def framed(qid):
