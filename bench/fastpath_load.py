@@ -31,7 +31,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ import urllib.request
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from weirtest import proc_cpu_us  # noqa: E402  ((user, system) microseconds of a process)
+import weirtest  # noqa: E402
 from weirtest.zones import record, zone  # noqa: E402
 
 
@@ -94,23 +93,15 @@ def free_port():
 
 
 def dns_query(port, name, qtype=1, timeout=1.0):
-    """One UDP query; returns (rcode, ancount) or None on timeout."""
-    qid = os.getpid() & 0xFFFF
-    wire = b"".join(bytes([len(l)]) + l.encode() for l in name.rstrip(".").split(".")) + b"\0"
-    pkt = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + wire + struct.pack(">HH", qtype, 1)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(timeout)
+    """One UDP query (RD, no EDNS); returns (rcode, answer records) or None
+    when nothing (readable) came back."""
+    query = weirtest.make_query(name, qtype, qid=os.getpid() & 0xFFFF, edns=False)
     try:
-        s.sendto(pkt, ("127.0.0.1", port))
-        data, _ = s.recvfrom(4096)
-    except OSError:
+        data = weirtest.udp_exchange("127.0.0.1", port, query, timeout)
+        m = weirtest.parse_message(data) if data else None
+    except (OSError, weirtest.DecodeError):
         return None
-    finally:
-        s.close()
-    if len(data) < 12:
-        return None
-    _, flags, _, an, _, _ = struct.unpack(">HHHHHH", data[:12])
-    return flags & 0xF, an
+    return None if m is None else (m.rcode, len(m.answer))
 
 
 def wait_answer(port, name, timeout=10.0):
@@ -312,7 +303,7 @@ def run_dnsperf(port, queries, duration, rate, cpus, clients, outstanding, threa
                    "-l", str(duration), "-c", str(clients), "-T", str(threads), "-q", str(outstanding), "-t", "1"]
     if rate:
         argv += ["-Q", str(rate)]
-    cpu0 = proc_cpu_us(server.pid) if server else (0, 0)
+    cpu0 = weirtest.proc_cpu_us(server.pid) if server else (0, 0)
     sch0 = proc_sched_ns(server.pid) if server else None
     busy0 = machine_busy_us()
     t0 = time.monotonic()
@@ -321,7 +312,7 @@ def run_dnsperf(port, queries, duration, rate, cpus, clients, outstanding, threa
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
-    cpu1 = proc_cpu_us(server.pid) if server else (0, 0)
+    cpu1 = weirtest.proc_cpu_us(server.pid) if server else (0, 0)
     sch1 = proc_sched_ns(server.pid) if server else None
     busy1 = machine_busy_us()
     with open(os.path.join(workdir, f"dnsperf-{label}.txt"), "w") as f:

@@ -24,8 +24,7 @@ ZONES = zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300)
 
 
 def framed(qid):
-    q = struct.pack("!H", qid) + QUERY[2:]
-    return struct.pack("!H", len(q)) + q
+    return weirtest.tcp_frame(struct.pack("!H", qid) + QUERY[2:])
 
 
 class FastpathRobustnessTest(unittest.TestCase):
@@ -63,11 +62,8 @@ class FastpathRobustnessTest(unittest.TestCase):
             chunk = s.recv(65536)
             if not chunk:
                 break
-            buf += chunk
-            while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
-                ln = struct.unpack("!H", buf[:2])[0]
-                msg = buf[2:2 + ln]
-                buf = buf[2 + ln:]
+            msgs, buf = weirtest.split_tcp_frames(buf + chunk)
+            for msg in msgs:
                 ids.add(struct.unpack("!H", msg[:2])[0])
                 self.assertEqual(msg[3] & 0x0F, 0, "NOERROR expected")
         s.close()

@@ -36,6 +36,8 @@ WEIGHT_OPTION = 65001  # the default code of weir's weight option (DESIGN 2)
 ECS = 8
 UDP_PAYLOAD = 1232
 
+DecodeError = dns.exception.DNSException  # what parse_message raises for a malformed message
+
 TYPE_CODES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "TXT": 16, "AAAA": 28, "OPT": 41}
 
 Option = Union[dns.edns.Option, tuple]  # a dnspython option, or (code, data bytes)
@@ -200,7 +202,7 @@ def _records(section: list) -> list:
 
 
 def parse_message(pkt: bytes) -> RawMessage:
-    """Decodes a whole response; raises dns.exception.DNSException (FormError,
+    """Decodes a whole response; raises DecodeError (dnspython's FormError,
     TrailingJunk...) when it is malformed."""
     m = dns.message.from_wire(pkt, one_rr_per_rrset=True)
     q = m.question[0] if m.question else None
