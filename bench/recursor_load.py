@@ -38,8 +38,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import weirtest  # noqa: E402
+from weirtest.zones import default, gslb_name, view  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 NET = "127.0.105"
 ECS_HEX = "00011800c63364"  # family 1, source 24, scope 0, 198.51.100
 
@@ -49,57 +49,18 @@ def log(msg):
 
 
 def proc_cpu_us(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        data = f.read()
-    fields = data[data.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) * 1_000_000 // CLK_TCK
+    return sum(weirtest.proc_cpu_us(pid))
 
 
 def gslb_zone(names):
-    out = []
-    for i in range(names):
-        out.append(f"""
-[[zone.name]]
-name = "x{i}"
-ttl = 3600
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11", "192.0.2.12"]
-  weights = [5, 3, 1]
-  [zone.name.default]
-  scope = 24
-  addresses = ["192.0.2.99"]
-  weights = [1]
-""")
-    return "".join(out)
+    return "".join(gslb_name(f"x{i}", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11", "192.0.2.12"], [5, 3, 1],
+                                           scope=24),
+                             default=default(["192.0.2.99"], [1], scope=24), ttl=3600, weights=True)
+                   for i in range(names))
 
 
-UNBOUND_CONF = """server:
-  interface: 127.0.0.1@{port}
-  port: {port}
-  do-daemonize: no
-  use-syslog: no
-  logfile: ""
-  username: ""
-  chroot: ""
-  directory: "{dir}"
-  pidfile: ""
-  num-threads: 1
-  verbosity: 0
-  access-control: 127.0.0.0/8 allow
-  do-not-query-localhost: no
-  do-ip6: no
-  root-hints: "{hints}"
-  module-config: "subnetcache iterator"
-  send-client-subnet: {net}.0/24
-  max-client-subnet-ipv4: 24
-  msg-cache-size: 64m
-  rrset-cache-size: 64m
-remote-control:
-  control-enable: no
-"""
+# What the benchmark adds to weirtest.unbound_config(): caches that hold every name.
+UNBOUND_EXTRA = ("msg-cache-size: 64m", "rrset-cache-size: 64m")
 
 
 def dnsperf(port, queries_path, duration, rate, load_core):
@@ -185,16 +146,10 @@ def main():
             log(f"weir stats: tagged_hits={stats['tagged_hits']} tagged_misses={stats['tagged_misses']}")
         finally:
             weir.stop()
-        port = weirtest.free_port()
-        conf = os.path.join(tmp, "unbound.conf")
-        with open(conf, "w") as f:
-            f.write(UNBOUND_CONF.format(port=port, dir=tmp, hints=h.root_hints, net=NET))
-        ub = weirtest.Process(["taskset", "-c", str(args.server_core), "unbound", "-d", "-c", conf], ready=None)
+        ub = weirtest.Unbound(tmp, h.root_hints, NET, extra=UNBOUND_EXTRA,
+                              prefix=("taskset", "-c", str(args.server_core)))
+        port = ub.port
         try:
-            deadline = time.monotonic() + 15
-            while weirtest.dig("127.0.0.1", port, ".", "NS", timeout=1).status is None:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"unbound did not start: {ub.stderr_text()}")
             warm("127.0.0.1", port, args.names)
             rows += measure("unbound 1.17 subnetcache", ub.pid, port, queries, args)
         finally:

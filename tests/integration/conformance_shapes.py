@@ -186,14 +186,21 @@ def _child_servers(kind: str) -> tuple:
 DELEG_KINDS = ("glue", "glueless", "sibling-glue", "parent-host")
 
 
-def _cname_into_child() -> list:
-    out = []
+def _per_delegation_kind(cases: tuple):
+    """(kind, the child's servers, the extra zones they need, case) for each
+    delegation kind and each of `cases`."""
     for kind in DELEG_KINDS:
         servers, extra = _child_servers(kind)
-        for label, qt, target in (("A", "A", "www"), ("AAAA", "AAAA", "www"), ("nodata", "MX", "www"),
-                                  ("nx", "A", "nothere")):
-            zs = [zone(R, rr(f"www.{R}", "CNAME", f"{target}.{C}")), child(C, *a_www(C), servers=servers)] + extra
-            out.append(Shape("cname-into-child", f"{kind}-{label}", zs, f"www.{R}", qt))
+        for case in cases:
+            yield kind, servers, extra, case
+
+
+def _cname_into_child() -> list:
+    out = []
+    for kind, servers, extra, (label, qt, target) in _per_delegation_kind(
+            (("A", "A", "www"), ("AAAA", "AAAA", "www"), ("nodata", "MX", "www"), ("nx", "A", "nothere"))):
+        zs = [zone(R, rr(f"www.{R}", "CNAME", f"{target}.{C}")), child(C, *a_www(C), servers=servers)] + extra
+        out.append(Shape("cname-into-child", f"{kind}-{label}", zs, f"www.{R}", qt))
     # Up and sideways: a name in the child points to the parent / to a sibling.
     for qt in ("A", "AAAA"):
         zs = [zone(R, *a_www(R)), child(C, rr(f"x.{C}", "CNAME", f"www.{R}"))]
@@ -217,25 +224,29 @@ def _zones_for(origins: set, bodies: dict, glueless: bool = False) -> list:
     return out
 
 
+def _links(n: int) -> tuple:
+    """A chain of n CNAMEs through the zones of CYCLE in turn: its names and
+    the zone of each."""
+    names = [f"l{i}.{CYCLE[i % 4]}" for i in range(n + 1)]
+    return names, {x: CYCLE[i % 4] for i, x in enumerate(names)}
+
+
 def _cname_across() -> list:
     out = []
     for glueless in (False, True):
         for n in range(2, 9):
-            names = [f"l{i}.{CYCLE[i % 4]}" for i in range(n + 1)]
-            where = {x: CYCLE[i % 4] for i, x in enumerate(names)}
+            names, where = _links(n)
             b = _chain(names, where)
             zs = _zones_for(set(where.values()), b, glueless)
             out.append(Shape("cname-across-cuts", f"{'glueless' if glueless else 'glue'}-links-{n}", zs,
                              names[0], "A"))
     for n in (2, 4, 6, 8):
-        names = [f"l{i}.{CYCLE[i % 4]}" for i in range(n + 1)]
-        where = {x: CYCLE[i % 4] for i, x in enumerate(names)}
+        names, where = _links(n)
         out.append(Shape("cname-across-cuts", f"glue-links-{n}-AAAA",
                          _zones_for(set(where.values()), _chain(names, where)), names[0], "AAAA"))
     for n in (3, 5):
         for final, qt in (("nodata", "A"), ("nx", "A")):
-            names = [f"l{i}.{CYCLE[i % 4]}" for i in range(n + 1)]
-            where = {x: CYCLE[i % 4] for i, x in enumerate(names)}
+            names, where = _links(n)
             b = _chain(names, where, final=final)
             out.append(Shape("cname-across-cuts", f"links-{n}-{final}", _zones_for(set(where.values()), b),
                              names[0], qt))
@@ -272,12 +283,10 @@ def _cname_dangling() -> list:
 
 def _delegations() -> list:
     out = []
-    for kind in DELEG_KINDS:
-        servers, extra = _child_servers(kind)
-        for label, qn, qt in (("A", "www", "A"), ("AAAA", "www", "AAAA"), ("nx", "nothere", "A"),
-                              ("nodata", "www", "MX")):
-            zs = [zone(R), child(C, *a_www(C), servers=servers)] + extra
-            out.append(Shape("delegation", f"{kind}-{label}", zs, f"{qn}.{C}", qt))
+    for kind, servers, extra, (label, qn, qt) in _per_delegation_kind(
+            (("A", "www", "A"), ("AAAA", "www", "AAAA"), ("nx", "nothere", "A"), ("nodata", "www", "MX"))):
+        zs = [zone(R), child(C, *a_www(C), servers=servers)] + extra
+        out.append(Shape("delegation", f"{kind}-{label}", zs, f"{qn}.{C}", qt))
     for kind in ("glue", "glueless"):
         for label, qn in (("A", "www"), ("nx", "nothere")):
             dservers = [Server(f"ns1.{D}")] if kind == "glue" else [Server(f"ns.{G}", glue=False)]
@@ -340,12 +349,10 @@ def _dname() -> list:
     out = []
     t_body = a_www(f"t.{R}")
     base = [rr(f"d.{R}", "DNAME", f"t.{R}")] + t_body
-    out.append(Shape("dname", "in-zone-A", [zone(R, *base)], f"www.d.{R}", "A"))
-    out.append(Shape("dname", "in-zone-AAAA", [zone(R, *base)], f"www.d.{R}", "AAAA"))
-    out.append(Shape("dname", "in-zone-nx", [zone(R, *base)], f"nothere.d.{R}", "A"))
-    out.append(Shape("dname", "in-zone-nodata", [zone(R, *base)], f"www.d.{R}", "MX"))
-    out.append(Shape("dname", "owner-A", [zone(R, *base)], f"d.{R}", "A"))
-    out.append(Shape("dname", "owner-DNAME", [zone(R, *base)], f"d.{R}", "DNAME"))
+    for label, qname, qtype in (("in-zone-A", f"www.d.{R}", "A"), ("in-zone-AAAA", f"www.d.{R}", "AAAA"),
+                                ("in-zone-nx", f"nothere.d.{R}", "A"), ("in-zone-nodata", f"www.d.{R}", "MX"),
+                                ("owner-A", f"d.{R}", "A"), ("owner-DNAME", f"d.{R}", "DNAME")):
+        out.append(Shape("dname", label, [zone(R, *base)], qname, qtype))
     out.append(Shape("dname", "deeper", [zone(R, *(base + [rr(f"x.www.t.{R}", "A", "192.0.2.8")]))],
                      f"x.www.d.{R}", "A"))
     cbase = [rr(f"d.{R}", "DNAME", C)]
@@ -370,16 +377,12 @@ def _wildcards() -> list:
     out = []
     w = [rr(f"*.w.{R}", "A", "192.0.2.50"), rr(f"*.w.{R}", "TXT", "wild"), rr(f"e.w.{R}", "A", "192.0.2.51"),
          rr(f"x.y.w.{R}", "A", "192.0.2.52")]
-    out.append(Shape("wildcard", "positive", [zone(R, *w)], f"any.w.{R}", "A"))
-    out.append(Shape("wildcard", "positive-TXT", [zone(R, *w)], f"any.w.{R}", "TXT"))
-    out.append(Shape("wildcard", "deeper", [zone(R, *w)], f"a.b.w.{R}", "A"))
-    out.append(Shape("wildcard", "nodata", [zone(R, *w)], f"any.w.{R}", "AAAA"))
-    out.append(Shape("wildcard", "exact-beats-wildcard", [zone(R, *w)], f"e.w.{R}", "A"))
-    out.append(Shape("wildcard", "exact-nodata", [zone(R, *w)], f"e.w.{R}", "TXT"))
-    out.append(Shape("wildcard", "ent-blocks", [zone(R, *w)], f"q.y.w.{R}", "A"))
-    out.append(Shape("wildcard", "ent-itself", [zone(R, *w)], f"y.w.{R}", "A"))
-    out.append(Shape("wildcard", "literal-star", [zone(R, *w)], f"*.w.{R}", "A"))
-    out.append(Shape("wildcard", "mixed-case", [zone(R, *w)], f"AnY.W.{R}", "A"))
+    for label, qname, qtype in (("positive", f"any.w.{R}", "A"), ("positive-TXT", f"any.w.{R}", "TXT"),
+                                ("deeper", f"a.b.w.{R}", "A"), ("nodata", f"any.w.{R}", "AAAA"),
+                                ("exact-beats-wildcard", f"e.w.{R}", "A"), ("exact-nodata", f"e.w.{R}", "TXT"),
+                                ("ent-blocks", f"q.y.w.{R}", "A"), ("ent-itself", f"y.w.{R}", "A"),
+                                ("literal-star", f"*.w.{R}", "A"), ("mixed-case", f"AnY.W.{R}", "A")):
+        out.append(Shape("wildcard", label, [zone(R, *w)], qname, qtype))
     cw = [rr(f"*.cw.{R}", "CNAME", f"www.{R}")] + a_www(R)
     out.append(Shape("wildcard", "cname-in-zone", [zone(R, *cw)], f"z.cw.{R}", "A"))
     out.append(Shape("wildcard", "cname-in-zone-AAAA", [zone(R, *cw)], f"z.cw.{R}", "AAAA"))

@@ -29,61 +29,18 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import socket
-import struct
 import sys
 import threading
 
-QR, AA, RD = 0x8000, 0x0400, 0x0100
+import weirtest  # this file's folder is on sys.path when it runs as a program
 
 
-def parse_query(pkt: bytes):
-    """(id, flags, qname labels as bytes incl. the root, qtype, qclass, has_opt), or None."""
-    if len(pkt) < 12:
-        return None
-    qid, flags, qd, an, ns, ar = struct.unpack("!6H", pkt[:12])
-    if qd != 1:
-        return None
-    i = 12
-    while True:
-        if i >= len(pkt):
-            return None
-        n = pkt[i]
-        if n & 0xC0:
-            return None  # queries have no compression in the question
-        i += 1 + n
-        if n == 0:
-            break
-    if i + 4 > len(pkt):
-        return None
-    qname = pkt[12:i]
-    qtype, qclass = struct.unpack("!HH", pkt[i:i + 4])
-    return qid, flags, qname, qtype, qclass, ar > 0
-
-
-def name_text(wire: bytes) -> str:
-    labels, i = [], 0
-    while wire[i]:
-        labels.append(wire[i + 1:i + 1 + wire[i]].decode("ascii", "replace"))
-        i += 1 + wire[i]
-    return ".".join(labels) + "."
-
-
-def name_wire(text: str) -> bytes:
-    out = b""
-    for label in text.rstrip(".").split("."):
-        out += bytes([len(label)]) + label.encode()
-    return out + b"\x00"
-
-
-def answer(qid: int, qflags: int, qname: bytes, qtype: int, qclass: int, address: str, with_opt: bool,
-           ttl: int = 300) -> bytes:
-    """An authoritative answer with one A record (owner compressed to the question)."""
-    flags = QR | AA | (qflags & RD)
-    header = struct.pack("!6H", qid, flags, 1, 1, 0, 1 if with_opt else 0)
-    question = qname + struct.pack("!HH", qtype, qclass)
-    rr = struct.pack("!HHHIH", 0xC00C, 1, 1, ttl, 4) + ipaddress.IPv4Address(address).packed
-    opt = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0) if with_opt else b""
-    return header + question + rr + opt
+def answer(q: weirtest.RawQuery, address: str, qid: int = None, qname: str = None, ttl: int = 300) -> bytes:
+    """An authoritative answer to `q` with one A record for the question
+    (`qid`/`qname` forge the ID or the question name), an OPT if `q` had one."""
+    owner = qname or q.name.to_text()
+    return weirtest.build_response(q, answer=[(owner, "A", ttl, weirtest.rdata_a(address))],
+                                   options=[] if q.edns else None, qid=qid, qname=qname)
 
 
 def run_spoofing(args) -> None:
@@ -95,24 +52,22 @@ def run_spoofing(args) -> None:
     print(f"spoof-from udp {args.host}:{spoof.getsockname()[1]}", flush=True)
     print("ready", flush=True)
     lock = threading.Lock()  # sendto from the timer threads and the loop
-    wrong_name = name_wire(args.wrong_name)
     while True:
         pkt, peer = main.recvfrom(65535)
-        q = parse_query(pkt)
+        q = weirtest.parse_raw_query(pkt)
         if q is None:
             print(f"garbage from={peer[0]}:{peer[1]} len={len(pkt)}", flush=True)
             continue
-        qid, qflags, qname, qtype, qclass, has_opt = q
-        print(f"query id={qid} qname={name_text(qname)} qtype={qtype} from={peer[0]}:{peer[1]}", flush=True)
+        print(f"query id={q.id} qname={q.name.to_text()} qtype={q.qtype} from={peer[0]}:{peer[1]}", flush=True)
         forged = [
-            (main, answer((qid + 1) & 0xFFFF, qflags, qname, qtype, qclass, args.poison, has_opt)),  # (a)
-            (main, answer(qid, qflags, wrong_name, qtype, qclass, args.poison, has_opt)),  # (b)
-            (spoof, answer(qid, qflags, qname, qtype, qclass, args.poison, has_opt)),  # (c)
+            (main, answer(q, args.poison, qid=(q.id + 1) & 0xFFFF)),  # (a)
+            (main, answer(q, args.poison, qname=args.wrong_name)),  # (b)
+            (spoof, answer(q, args.poison)),  # (c)
         ]
         with lock:
             for sock, data in forged:
                 sock.sendto(data, peer)
-        genuine = answer(qid, qflags, qname, qtype, qclass, args.answer, has_opt)
+        genuine = answer(q, args.answer)
 
         def send_genuine(data=genuine, to=peer):
             with lock:

@@ -23,23 +23,13 @@ from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conformance_shapes as cs  # noqa: E402
-import weirtest  # noqa: E402
-
-try:
-    import dns.edns
-    import dns.flags
-    import dns.message
-    import dns.query
-    import dns.rcode
-    import dns.rdatatype
-except ImportError:  # a Python that is not Debian's: use Debian's python3-dnspython
-    sys.path.append("/usr/lib/python3/dist-packages")
-    import dns.edns
-    import dns.flags
-    import dns.message
-    import dns.query
-    import dns.rcode
-    import dns.rdatatype
+import weirtest  # noqa: E402  (first: it makes Debian's dnspython importable)
+import dns.edns  # noqa: E402
+import dns.flags  # noqa: E402
+import dns.message  # noqa: E402
+import dns.query  # noqa: E402
+import dns.rcode  # noqa: E402
+import dns.rdatatype  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.130"
@@ -49,7 +39,7 @@ SERVE = "--serve" in sys.argv
 if SERVE:
     sys.argv.remove("--serve")
 ECS = ("198.51.100.7", 24)
-WEIGHT_CODE = 65001
+WEIGHT_CODE = weirtest.WEIGHT_OPTION
 WORKERS = 48
 # How long a client waits. Stub resolvers give up after a few seconds; an
 # answer later than this is no answer.
@@ -119,36 +109,16 @@ KNOWN_FASTPATH_BUGS: dict = {
                                  "every query (UDP and its TCP retry, or TCP alone) goes to the recursor"),
 }
 
-UNBOUND_CONF = """server:
-  interface: 127.0.0.1@{port}
-  port: {port}
-  do-daemonize: no
-  use-syslog: no
-  logfile: ""
-  username: ""
-  chroot: ""
-  directory: "{dir}"
-  pidfile: ""
-  num-threads: 1
-  verbosity: 0
-  access-control: 127.0.0.0/8 allow
-  do-not-query-localhost: no
-  do-ip6: no
-  # Its own source address: the servers' query logs then tell weir's queries apart.
-  outgoing-interface: {unbound_source}
-  root-hints: "{hints}"
-  module-config: "subnetcache iterator"
-  send-client-subnet: {net}.0/24
-  max-client-subnet-ipv4: 24
-  max-client-subnet-ipv6: 56
-  num-queries-per-thread: 1024
-  outgoing-range: 2048
-  # unbound 1.17 drops the reply to a client whose resolution took longer
-  # than 1.9 s (it expects a retry to hit its cache); the matrix asks once.
-  discard-timeout: 0
-remote-control:
-  control-enable: no
-"""
+# What the matrix adds to weirtest.unbound_config().
+UNBOUND_EXTRA = (
+    # Its own source address: the servers' query logs then tell weir's queries apart.
+    f"outgoing-interface: {UNBOUND_SOURCE}",
+    "num-queries-per-thread: 1024",
+    "outgoing-range: 2048",
+    # unbound 1.17 drops the reply to a client whose resolution took longer
+    # than 1.9 s (it expects a retry to hit its cache); the matrix asks once.
+    "discard-timeout: 0",
+)
 
 
 @dataclass
@@ -167,6 +137,46 @@ class Outcome:
     def brief(self) -> str:
         rrs = "; ".join(f"{n} {t} {d}" for n, t, d in sorted(self.answer))
         return f"{self.rcode} [{rrs}]{' +SOA' if self.soa else ''} ({'TCP, ' if self.tcp else ''}{self.seconds:.2f}s)"
+
+
+@dataclass
+class Tally:
+    """The outcomes of one pass over the matrix, by what they mean."""
+    bug_label: str  # how a known bug is named in the expected failures
+    passes: dict = field(default_factory=lambda: {"untagged": 0, "tagged": 0})
+    deliberate: list = field(default_factory=list)
+    expected_fail: list = field(default_factory=list)
+    unexpected_pass: list = field(default_factory=list)
+    mismatches: list = field(default_factory=list)
+
+    def add(self, shape: cs.Shape, variant: str, line: str, passed: bool, bug: Optional[str],
+            why: Optional[str] = None) -> None:
+        """`line` describes the outcome; `passed` if it matches (or differs
+        deliberately, `why`); `bug` the known bug the shape is listed with."""
+        if passed:
+            self.passes[variant] += 1
+            if why:
+                self.deliberate.append(f"{line}\n      deliberate: {why}")
+            if bug:
+                self.unexpected_pass.append(f"{shape.describe()} [{variant}] (known bug: {bug})")
+        elif bug:
+            self.expected_fail.append(f"{line}\n      {self.bug_label}: {bug}")
+        else:
+            self.mismatches.append(line)
+
+    def counts(self, n: int, seconds: float) -> str:
+        return (f"pass untagged {self.passes['untagged']}/{n}, tagged {self.passes['tagged']}/{n}; expected failures "
+                f"{len(self.expected_fail)}, unexpected passes {len(self.unexpected_pass)}, mismatches "
+                f"{len(self.mismatches)} ({seconds:.1f}s)")
+
+    @staticmethod
+    def print_lists(lists) -> None:
+        """Prints each non-empty (title, lines) of `lists`."""
+        for title, items in lists:
+            if items:
+                print(f"-- {title}: {len(items)}")
+                for x in items:
+                    print("   " + x)
 
 
 def ask(host: str, port: int, qname: str, qtype: str, tagged: bool, timeout: float,
@@ -266,17 +276,8 @@ class ConformanceMatrixTest(unittest.TestCase):
             # again, while a fastpath cache hit shows the fastpath's clock.
             cls.weir = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(
                 root_hints=hints, tags=tags, resolver={"do_ip6": False}), test_clock=True)
-            cls.ub_port = weirtest.free_port()
-            conf = os.path.join(cls.dir, "unbound.conf")
-            with open(conf, "w") as f:
-                f.write(UNBOUND_CONF.format(port=cls.ub_port, dir=cls.dir, hints=hints, net=NET,
-                                            unbound_source=UNBOUND_SOURCE))
-            cls.unbound = weirtest.Process(["unbound", "-d", "-c", conf], ready=None)
-            deadline = time.monotonic() + 15
-            while ask("127.0.0.1", cls.ub_port, ".", "NS", False, 1).rcode == "TIMEOUT":
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"unbound did not start: {cls.unbound.stderr_text()}")
-                time.sleep(0.1)
+            cls.unbound = weirtest.Unbound(cls.dir, hints, NET, extra=UNBOUND_EXTRA)
+            cls.ub_port = cls.unbound.port
         except Exception:
             cls.tearDownClass()
             raise
@@ -310,8 +311,7 @@ class ConformanceMatrixTest(unittest.TestCase):
                 jobs.append(lambda q=qname, t=s.qtype, g=tagged, to=timeout, d=s.dnssec_ok: (
                     ask("127.0.0.1", self.ub_port, q, t, g, to, dnssec_ok=d)))
         results = self._run_all(jobs)
-        passes = {"untagged": 0, "tagged": 0}
-        unexpected, expected_fail, deliberates, unexpected_pass = [], [], [], []
+        t = Tally("known weir bug")
         for i, (s, variant) in enumerate(keys):
             w, u = results[2 * i], results[2 * i + 1]
             diff = differences(w, u)
@@ -322,38 +322,22 @@ class ConformanceMatrixTest(unittest.TestCase):
             why = deliberate(s, variant, w, u) if diff else None
             line = (f"{s.describe()} [{variant}]: {'; '.join(diff)}\n      weir:    {w.brief()}\n"
                     f"      unbound: {u.brief()}")
-            if not diff or why:
-                passes[variant] += 1
-                if why:
-                    deliberates.append(f"{line}\n      deliberate: {why}")
-                if bug:
-                    unexpected_pass.append(f"{s.describe()} [{variant}] (known bug: {bug})")
-            elif bug:
-                expected_fail.append(f"{line}\n      known weir bug: {bug}")
-            else:
-                unexpected.append(line)
+            t.add(s, variant, line, not diff or bool(why), bug, why)
         n = len(self.shapes)
         st = self.weir.stats()
         print("\nweir-recursor counters: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items()) if v and not
                                                         isinstance(v, (dict, list))))
-        print(f"weir-recursor vs unbound: {n} shapes; pass untagged {passes['untagged']}/{n}, "
-              f"tagged {passes['tagged']}/{n}; expected failures {len(expected_fail)}, "
-              f"unexpected passes {len(unexpected_pass)}, mismatches {len(unexpected)} "
-              f"({time.monotonic() - t0:.1f}s)")
-        for title, items in (("deliberate differences (counted as passes)", deliberates),
-                             ("expected failures (KNOWN_WEIR_BUGS)", expected_fail),
-                             ("UNEXPECTED PASSES (remove from KNOWN_WEIR_BUGS)", unexpected_pass),
-                             ("MISMATCHES", unexpected)):
-            if items:
-                print(f"-- {title}: {len(items)}")
-                for x in items:
-                    print("   " + x)
+        print(f"weir-recursor vs unbound: {n} shapes; {t.counts(n, time.monotonic() - t0)}")
+        Tally.print_lists((("deliberate differences (counted as passes)", t.deliberate),
+                           ("expected failures (KNOWN_WEIR_BUGS)", t.expected_fail),
+                           ("UNEXPECTED PASSES (remove from KNOWN_WEIR_BUGS)", t.unexpected_pass),
+                           ("MISMATCHES", t.mismatches)))
         leaks, expected_leaks = self._ecs_sent_for_untagged_names()
         print(f"-- ECS sent by weir for untagged names: {len(leaks)} unexpected, {len(expected_leaks)} known")
         for x in leaks + expected_leaks:
             print("   " + x)
         sys.stdout.flush()
-        self.assertEqual(unexpected, [], f"{len(unexpected)} mismatches against unbound (listed above)")
+        self.assertEqual(t.mismatches, [], f"{len(t.mismatches)} mismatches against unbound (listed above)")
         self.assertEqual(leaks, [], f"weir sent ECS for {len(leaks)} untagged names (listed above)")
 
     def _ecs_sent_for_untagged_names(self) -> tuple:
@@ -411,8 +395,7 @@ class ConformanceMatrixTest(unittest.TestCase):
         first = self._run_all(jobs())
         fp.advance_clock(2)
         second = self._run_all(jobs())
-        passes = {"untagged": 0, "tagged": 0}
-        bad, expected_fail, unexpected_pass = [], [], []
+        t = Tally("known bug")
         for (s, v, _), a, b in zip(keys, first, second):
             diff = differences(b, a, ttl_slack=0)
             # DO queries are relayed, never cached (docs/fastpath-config.md).
@@ -424,28 +407,15 @@ class ConformanceMatrixTest(unittest.TestCase):
                         diff.append(f"not a cache hit: TTL {key} {a.ttls[key]} then {ttl} 2s later")
                         break
             line = f"{s.describe()} [{v}]: {'; '.join(diff)}\n      first:  {a.brief()}\n      second: {b.brief()}"
-            bug = lookup(KNOWN_FASTPATH_BUGS, s, v)
-            if not diff:
-                passes[v] += 1
-                if bug:
-                    unexpected_pass.append(f"{s.describe()} [{v}] (known bug: {bug})")
-            elif bug:
-                expected_fail.append(f"{line}\n      known bug: {bug}")
-            else:
-                bad.append(line)
+            t.add(s, v, line, not diff, lookup(KNOWN_FASTPATH_BUGS, s, v))
         n = len(self.shapes)
-        print(f"\nweir-fastpath replay (second answer = first, from the cache): pass untagged "
-              f"{passes['untagged']}/{n}, tagged {passes['tagged']}/{n}; expected failures {len(expected_fail)}, "
-              f"unexpected passes {len(unexpected_pass)}, mismatches {len(bad)} ({time.monotonic() - t0:.1f}s)")
-        for title, items in (("expected failures (KNOWN_FASTPATH_BUGS)", expected_fail),
-                             ("UNEXPECTED PASSES (remove from KNOWN_FASTPATH_BUGS)", unexpected_pass),
-                             ("MISMATCHES", bad)):
-            if items:
-                print(f"-- {title}: {len(items)}")
-                for x in items:
-                    print("   " + x)
+        print(f"\nweir-fastpath replay (second answer = first, from the cache): {t.counts(n, time.monotonic() - t0)}")
+        Tally.print_lists((("expected failures (KNOWN_FASTPATH_BUGS)", t.expected_fail),
+                           ("UNEXPECTED PASSES (remove from KNOWN_FASTPATH_BUGS)", t.unexpected_pass),
+                           ("MISMATCHES", t.mismatches)))
         sys.stdout.flush()
-        self.assertEqual(bad, [], f"{len(bad)} cache hits differ from the first answer (listed above)")
+        self.assertEqual(t.mismatches, [],
+                         f"{len(t.mismatches)} cache hits differ from the first answer (listed above)")
 
 
 def serve() -> None:

@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 W = 65001
@@ -25,40 +26,10 @@ CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 # 32 A records: 545 bytes as weir writes them (owners compressed), over 512;
 # gslb-sim writes owners uncompressed (1036 bytes), still under 1232.
 BIG_COUNT = 32
-ZONES = """\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
-
-[[zone.record]]
-name = "tcp"
-type = "A"
-ttl = 300
-data = "192.0.2.7"
-
-# The upstream answers this name over UDP with TC=1 and no records; over TCP
-# it answers in full.
-[[zone.name]]
-name = "tconly"
-truncate = true
-
-[[zone.record]]
-name = "tconly"
-type = "A"
-ttl = 300
-data = "192.0.2.4"
-""" + "".join(f'\n[[zone.record]]\nname = "big"\ntype = "A"\nttl = 300\ndata = "198.51.100.{i + 1}"\n'
-              for i in range(BIG_COUNT))
+ZONES = (zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300) + record("tcp", "A", "192.0.2.7", ttl=300) +
+         # The upstream answers this name over UDP with TC=1 and no records; over TCP it answers in full.
+         gslb_name("tconly", truncate=True) + record("tconly", "A", "192.0.2.4", ttl=300) +
+         "".join(record("big", "A", f"198.51.100.{i + 1}", ttl=300) for i in range(BIG_COUNT)))
 
 # Subscribers: 127.0.0.0/16 and 127.1.0.0/16; 127.9.0.0/16 is someone else.
 ALLOW = ["127.0.0.0/16", "127.1.0.0/16"]

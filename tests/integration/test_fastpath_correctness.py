@@ -20,82 +20,29 @@ kernel-chosen ports; the fastpath forwards tagged names to them directly.
 Run: python3 tests/integration/test_fastpath_correctness.py --build-dir build
 """
 
+import base64
 import os
 import socket
-import struct
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 W = 65001  # the default weight option code
 T_A, T_SOA, T_AAAA, T_RRSIG, T_NSEC, T_NSEC3 = 1, 6, 28, 46, 47, 50
 DNSSEC_TYPES = {T_RRSIG, T_NSEC, T_NSEC3}
 
-ZONES = """\
-[defaults]
-empty_weight_option = false
-
-[[zone]]
-origin = "cdn.test."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 40
-ttl = 3600
-
-[[zone.name]]
-name = "x"
-ttl = 300
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.11", "192.0.2.12"]
-  weights = [2, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = ["192.0.2.21"]
-  weights = [1]
-
-[[zone.name]]
-name = "slow1"
-latency_ms = 400
-[[zone.name]]
-name = "slow2"
-latency_ms = 400
-[[zone.name]]
-name = "slow3"
-latency_ms = 400
-
-[[zone.record]]
-name = "slow1"
-type = "A"
-data = "192.0.2.31"
-[[zone.record]]
-name = "slow2"
-type = "A"
-data = "192.0.2.32"
-[[zone.record]]
-name = "slow3"
-type = "A"
-data = "192.0.2.33"
-
-[[zone]]
-origin = "plain.test."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-
-[[zone.record]]
-name = "www"
-type = "CNAME"
-data = "x.cdn.test."
-"""
+ZONES = (no_empty_weight_option() + zone("cdn.test.", rname="admin", minimum=40) +
+         gslb_name("x", view("198.51.100.0/24", ["192.0.2.11", "192.0.2.12"], [2, 1], scope=24),
+                   view("203.0.113.0/24", ["192.0.2.21"], [1], scope=24), ttl=300) +
+         "".join(gslb_name(f"slow{i}", latency_ms=400) for i in (1, 2, 3)) +
+         "".join(record(f"slow{i}", "A", f"192.0.2.3{i}") for i in (1, 2, 3)) +
+         zone("plain.test.", rname="admin", minimum=None, ttl=None) +
+         record("www", "CNAME", "x.cdn.test."))
 
 CITYMAP = """\
 127.1.0.0/16,city-a,198.51.100.0/24
@@ -119,19 +66,6 @@ def query(server, port, payload, source=None, timeout=3.0):
             return None
 
 
-class PartitionFiles:
-    """City map and tag files in a temporary directory."""
-
-    def __init__(self, tags=TAGS, citymap=CITYMAP):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.citymap = os.path.join(self.tmp.name, "citymap.csv")
-        self.tags = os.path.join(self.tmp.name, "tags.txt")
-        with open(self.citymap, "w") as f:
-            f.write(citymap)
-        with open(self.tags, "w") as f:
-            f.write(tags)
-
-
 def upstream_queries(sim, qname):
     return sum(sim.stats().get("by_qname_qtype", {}).get(qname, {}).values())
 
@@ -140,8 +74,8 @@ class NegativeTaggedTest(unittest.TestCase):
     """Issue item 1: NXDOMAIN/NODATA of tagged names."""
 
     def start(self, cache=None):
-        files = PartitionFiles()
-        self.addCleanup(files.tmp.cleanup)
+        files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        self.addCleanup(files.cleanup)
         self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
         self.addCleanup(self.sim.stop)
         up = f"{self.sim.host}:{self.sim.port}"
@@ -219,8 +153,8 @@ class ScriptedUpstreamTest(unittest.TestCase):
         self.auth = weirtest.ScriptedAuthority(handler)
         self.addCleanup(self.auth.stop)
         up = f"{self.auth.host}:{self.auth.port}"
-        files = PartitionFiles(tags=tags if tags is not None else TAGS)
-        self.addCleanup(files.tmp.cleanup)
+        files = weirtest.PartitionFiles(CITYMAP, tags if tags is not None else TAGS)
+        self.addCleanup(files.cleanup)
         conf = weirtest.fastpath_config(ordinary or [up], weighted=[up], citymap=files.citymap,
                                         tags=files.tags, cache=cache,
                                         upstream=upstream or {"timeout_ms": 1000})
@@ -304,17 +238,19 @@ class ServfailTtlTest(ScriptedUpstreamTest):
             self.assertGreater(self.failed_queries(wire), first, f"{name}: SERVFAIL cached longer than servfail_ttl")
 
 
+SIGNATURE = base64.b64encode(b"\x55" * 64).decode()  # nobody checks it
+
+
 def rrsig(covered, signer):
-    return (struct.pack("!HBBIIIH", covered, 13, 3, 300, 2000000000, 1700000000, 12345) +
-            weirtest.wire_name(signer) + b"\x55" * 64)
+    return weirtest.rdata("RRSIG", f"{covered} 13 3 300 2000000000 1700000000 12345 {signer} {SIGNATURE}")
 
 
 def nsec(next_name):
-    return weirtest.wire_name(next_name) + bytes([0, 6, 0x40, 0x01, 0, 0, 0, 0x03])
+    return weirtest.rdata("NSEC", f"{next_name} A MX RRSIG NSEC")
 
 
 def nsec3():
-    return bytes([1, 0, 0, 0, 0, 20]) + b"\x11" * 20 + bytes([0, 1, 0x40])
+    return weirtest.rdata("NSEC3", f"1 0 0 - {base64.b32hexencode(bytes([0x11] * 20)).decode()} A")
 
 
 def set_ad(pkt):
@@ -329,18 +265,18 @@ class DnssecStrippingTest(ScriptedUpstreamTest):
         if q.qname.startswith("signed"):
             return set_ad(weirtest.build_response(
                 q, answer=[(q.qname, "A", 300, weirtest.rdata_a("192.0.2.80")),
-                           (q.qname, T_RRSIG, 300, rrsig(T_A, "example.org."))],
+                           (q.qname, T_RRSIG, 300, rrsig("A", "example.org."))],
                 authority=[("example.org.", "NS", 300, weirtest.wire_name("ns1.example.org.")),
-                           ("example.org.", T_RRSIG, 300, rrsig(2, "example.org."))],
+                           ("example.org.", T_RRSIG, 300, rrsig("NS", "example.org."))],
                 additional=[("ns1.example.org.", "A", 300, weirtest.rdata_a("192.0.2.53")),
-                            ("ns1.example.org.", T_RRSIG, 300, rrsig(T_A, "example.org."))],
+                            ("ns1.example.org.", T_RRSIG, 300, rrsig("A", "example.org."))],
                 options=[]))
         return set_ad(weirtest.build_response(
             q, rcode=3,
             authority=[("example.org.", "SOA", 300, weirtest.rdata_soa("ns1.example.org.", "a.example.org.")),
-                       ("example.org.", T_RRSIG, 300, rrsig(T_SOA, "example.org.")),
+                       ("example.org.", T_RRSIG, 300, rrsig("SOA", "example.org.")),
                        ("a.example.org.", T_NSEC, 300, nsec("z.example.org.")),
-                       ("a.example.org.", T_RRSIG, 300, rrsig(T_NSEC, "example.org.")),
+                       ("a.example.org.", T_RRSIG, 300, rrsig("NSEC", "example.org.")),
                        ("abcd.example.org.", T_NSEC3, 300, nsec3())],
             options=[]))
 
@@ -351,7 +287,7 @@ class DnssecStrippingTest(ScriptedUpstreamTest):
             if q.qname.startswith("nosoa"):
                 return weirtest.build_response(q, rcode=3, authority=[
                     ("a.example.org.", T_NSEC, 300, nsec("z.example.org.")),
-                    ("a.example.org.", T_RRSIG, 300, rrsig(T_NSEC, "example.org."))], options=[])
+                    ("a.example.org.", T_RRSIG, 300, rrsig("NSEC", "example.org."))], options=[])
             return self.handler(q)
 
         self.start(handler, tags="")
@@ -409,7 +345,7 @@ class DnssecStrippingTest(ScriptedUpstreamTest):
     def test_explicit_rrsig_query_is_answered(self):
         # A query for the RRSIG type itself gets the RRSIGs (RFC 4035 3.1.5 does not apply).
         self.start(lambda q: weirtest.build_response(
-            q, answer=[(q.qname, T_RRSIG, 300, rrsig(T_A, "example.org."))], options=[]), tags="")
+            q, answer=[(q.qname, T_RRSIG, 300, rrsig("A", "example.org."))], options=[]), tags="")
         r = self.ask(weirtest.make_query("sig.example.org", T_RRSIG))
         self.assertEqual([x.type for x in r.answer], [T_RRSIG])
 

@@ -12,19 +12,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
-ZONES = """\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-""" + "".join(f'\n[[zone.record]]\nname = "n{i}"\ntype = "A"\nttl = 300\ndata = "192.0.2.{i % 250 + 1}"\n'
-              for i in range(60))
+ZONES = zone("example.com.") + "".join(record(f"n{i}", "A", f"192.0.2.{i % 250 + 1}", ttl=300) for i in range(60))
 
 
 class HealthTest(unittest.TestCase):

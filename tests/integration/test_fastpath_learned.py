@@ -8,58 +8,24 @@ Run: python3 tests/integration/test_fastpath_learned.py --build-dir build
 import collections
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import default, gslb_name, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
 CITY_A = ["192.0.2.11", "192.0.2.12"]
 CITY_B = ["192.0.2.21", "192.0.2.22", "192.0.2.23"]
 
-ZONES = f"""\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-# The customer's name, untagged, a CNAME into the CDN's GSLB zone.
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn.example.net."
-
-[[zone]]
-origin = "cdn.example.net."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 30
-ttl = 60
-
-[[zone.name]]
-name = "x"
-ttl = 300
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_A)}
-  weights = [3, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_B)}
-  weights = [1, 1, 1]
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-"""
+ZONES = (zone("example.com.") +
+         # The customer's name, untagged, a CNAME into the CDN's GSLB zone.
+         record("video", "CNAME", "x.cdn.example.net.", ttl=600) +
+         zone("cdn.example.net.", rname="admin", minimum=30, ttl=60) +
+         gslb_name("x", view("198.51.100.0/24", CITY_A, [3, 1], scope=24),
+                   view("203.0.113.0/24", CITY_B, [1, 1, 1], scope=24), default=default(["192.0.2.99"], [1]),
+                   ttl=300))
 
 CITYMAP = """\
 127.1.0.0/16,city-a,198.51.100.0/24
@@ -70,12 +36,9 @@ TAGS = "cdn.example.net weight=on ecs=on answer=single level=city\n"
 
 class LearnedTagTest(unittest.TestCase):
     def setUp(self):
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        citymap = os.path.join(tmp.name, "citymap.csv")
-        tags = os.path.join(tmp.name, "tags.txt")
-        open(citymap, "w").write(CITYMAP)
-        open(tags, "w").write(TAGS)
+        files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        self.addCleanup(files.cleanup)
+        citymap, tags = files.citymap, files.tags
         self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, seed=1)
         self.addCleanup(self.sim.stop)
         up = f"{self.sim.host}:{self.sim.port}"

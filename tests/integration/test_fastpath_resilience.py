@@ -13,32 +13,14 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-SOA = """\
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-"""
 
-COALESCE_ZONES = f"""\
-[[zone]]
-origin = "example.com."
-{SOA}
-[[zone.name]]
-name = "slow"
-latency_ms = 500
-
-[[zone.record]]
-name = "slow"
-type = "A"
-ttl = 300
-data = "192.0.2.3"
-"""
+COALESCE_ZONES = (zone("example.com.") + gslb_name("slow", latency_ms=500) +
+                  record("slow", "A", "192.0.2.3", ttl=300))
 
 FAILOVER_NAMES = 300
 
@@ -46,28 +28,11 @@ FAILOVER_NAMES = 300
 def failover_zones():
     # Many names with TTL 1: on the real clock each one expires every second,
     # so the front keeps asking its recursors during the whole run.
-    out = [f'[[zone]]\norigin = "fo.example."\n{SOA}']
-    for i in range(FAILOVER_NAMES):
-        out.append(f'[[zone.record]]\nname = "n{i}"\ntype = "A"\nttl = 1\ndata = "192.0.2.{i % 250 + 1}"\n')
-    return "\n".join(out)
+    return zone("fo.example.") + "".join(record(f"n{i}", "A", f"192.0.2.{i % 250 + 1}", ttl=1)
+                                         for i in range(FAILOVER_NAMES))
 
 
-STALE_ZONES = f"""\
-[[zone]]
-origin = "example.com."
-{SOA}
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 60
-data = "192.0.2.1"
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 60
-data = "192.0.2.2"
-"""
+STALE_ZONES = zone("example.com.") + record("www", "A", "192.0.2.1", ttl=60) + record("www", "A", "192.0.2.2", ttl=60)
 
 
 def metric(fp, name, **labels):

@@ -13,32 +13,18 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 HERE = os.path.dirname(os.path.abspath(__file__))
 # A query dig sent over TCP for www.example.com A (tests/dns/golden).
 QUERY = open(os.path.join(HERE, "..", "dns", "golden", "q_dig_tcp.bin"), "rb").read()
 
-ZONES = """\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
-"""
+ZONES = zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300)
 
 
 def framed(qid):
-    q = struct.pack("!H", qid) + QUERY[2:]
-    return struct.pack("!H", len(q)) + q
+    return weirtest.tcp_frame(struct.pack("!H", qid) + QUERY[2:])
 
 
 class FastpathRobustnessTest(unittest.TestCase):
@@ -76,11 +62,8 @@ class FastpathRobustnessTest(unittest.TestCase):
             chunk = s.recv(65536)
             if not chunk:
                 break
-            buf += chunk
-            while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
-                ln = struct.unpack("!H", buf[:2])[0]
-                msg = buf[2:2 + ln]
-                buf = buf[2 + ln:]
+            msgs, buf = weirtest.split_tcp_frames(buf + chunk)
+            for msg in msgs:
                 ids.add(struct.unpack("!H", msg[:2])[0])
                 self.assertEqual(msg[3] & 0x0F, 0, "NOERROR expected")
         s.close()

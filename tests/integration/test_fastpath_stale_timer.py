@@ -13,29 +13,13 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, record, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
-ZONES = """\
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-# Every answer for this name takes 2.5 s.
-[[zone.name]]
-name = "slow"
-latency_ms = 2500
-
-[[zone.record]]
-name = "slow"
-type = "A"
-ttl = 60
-data = "192.0.2.7"
-"""
+ZONES = (zone("example.com.") +
+         gslb_name("slow", latency_ms=2500) +  # every answer for this name takes 2.5 s
+         record("slow", "A", "192.0.2.7", ttl=60))
 
 
 class StaleTimerTest(unittest.TestCase):

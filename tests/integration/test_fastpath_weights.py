@@ -7,11 +7,11 @@ Run: python3 tests/integration/test_fastpath_weights.py --build-dir build
 import collections
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 W = 65001  # the default weight option code
@@ -21,46 +21,10 @@ CITY_A_WEIGHTS = [5, 3, 1]
 CITY_B = ["192.0.2.21", "192.0.2.22"]
 CITY_B_WEIGHTS = [1, 1]
 
-ZONES = f"""\
-[defaults]
-empty_weight_option = false
-
-[[zone]]
-origin = "cdn.example.net."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 30
-ttl = 60
-
-[[zone.name]]
-name = "x"
-ttl = 300
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_A)}
-  weights = {CITY_A_WEIGHTS}
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_B)}
-  weights = {CITY_B_WEIGHTS}
-
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 60
-ttl = 3600
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
-"""
+ZONES = (no_empty_weight_option() + zone("cdn.example.net.", rname="admin", minimum=30, ttl=60) +
+         gslb_name("x", view("198.51.100.0/24", CITY_A, CITY_A_WEIGHTS, scope=24),
+                   view("203.0.113.0/24", CITY_B, CITY_B_WEIGHTS, scope=24), ttl=300) +
+         zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300))
 
 # No view for 127.0.0.0/8 and no default view: an upstream query that does
 # not carry a city's ECS address gets NODATA, so a leak cannot look right.
@@ -92,17 +56,12 @@ class FastpathWeightsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig")
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.citymap = os.path.join(cls.tmp.name, "citymap.csv")
-        cls.tags = os.path.join(cls.tmp.name, "tags.txt")
-        with open(cls.citymap, "w") as f:
-            f.write(CITYMAP)
-        with open(cls.tags, "w") as f:
-            f.write(TAGS)
+        cls.files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        cls.citymap, cls.tags = cls.files.citymap, cls.files.tags
 
     @classmethod
     def tearDownClass(cls):
-        cls.tmp.cleanup()
+        cls.files.cleanup()
 
     def setUp(self):
         # A fresh GSLB and front per test: counters, cache and SWRR state

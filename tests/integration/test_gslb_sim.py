@@ -11,131 +11,27 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import default, delegation, gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
-ZONES = """\
-[defaults]
-empty_weight_option = false
-
-[[zone]]
-origin = "example.com."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-serial = 7
-minimum = 45
-ttl = 3600
-
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
-
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn.test."
-
-[[zone.record]]
-name = "chain1"
-type = "CNAME"
-data = "chain2"
-
-[[zone.record]]
-name = "chain2"
-type = "CNAME"
-data = "www"
-
-[[zone.record]]
-name = "away"
-type = "CNAME"
-data = "www.example.org."
-
-[[zone.record]]
-name = "deep.ent"
-type = "TXT"
-data = "empty non-terminal above me"
-
-[[zone.name]]
-name = "broken"
-servfail = true
-
-[[zone.name]]
-name = "lost"
-loss = 1.0
-
-[[zone.record]]
-name = "lost"
-type = "A"
-data = "192.0.2.5"
-
-[[zone.name]]
-name = "slow"
-latency_ms = 300
-
-[[zone.record]]
-name = "slow"
-type = "A"
-data = "192.0.2.3"
-
-[[zone.name]]
-name = "big"
-truncate = true
-
-[[zone.record]]
-name = "big"
-type = "A"
-data = "192.0.2.4"
-
-[[zone.delegation]]
-name = "sub"
-ns = ["ns1.sub"]
-glue = [{ name = "ns1.sub", addresses = ["127.0.0.2"] }]
-
-[[zone]]
-origin = "cdn.test."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 30
-ttl = 20
-
-[[zone.name]]
-name = "x"
-ttl = 20
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  ttl = 30
-  addresses = ["192.0.2.10", "192.0.2.11"]
-  weights = [2, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 20
-  addresses = ["192.0.2.20", "192.0.2.21", "192.0.2.22"]
-  weights = [1, 3, 5]
-  [[zone.name.view]]
-  cidr = "2001:db8:100::/40"
-  addresses = ["2001:db8::30", "2001:db8::31"]
-  weights = [4, 6]
-  [[zone.name.view]]
-  cidr = "127.0.0.0/8"
-  scope = 8
-  addresses = ["192.0.2.40"]
-  weights = [9]
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-
-[[zone.name]]
-name = "plain"
-empty_weight_option = true
-  [zone.name.default]
-  addresses = ["192.0.2.50", "192.0.2.51"]
-"""
+ZONES = (no_empty_weight_option() + zone("example.com.", serial=7, minimum=45) +
+         record("www", "A", "192.0.2.1", ttl=300) + record("video", "CNAME", "x.cdn.test.", ttl=600) +
+         record("chain1", "CNAME", "chain2") + record("chain2", "CNAME", "www") +
+         record("away", "CNAME", "www.example.org.") +
+         record("deep.ent", "TXT", "empty non-terminal above me") +
+         gslb_name("broken", servfail=True) +
+         gslb_name("lost", loss=1.0) + record("lost", "A", "192.0.2.5") +
+         gslb_name("slow", latency_ms=300) + record("slow", "A", "192.0.2.3") +
+         gslb_name("big", truncate=True) + record("big", "A", "192.0.2.4") +
+         delegation("sub", "ns1.sub", ["127.0.0.2"]) +
+         zone("cdn.test.", rname="admin", minimum=30, ttl=20) +
+         gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11"], [2, 1], scope=24, ttl=30),
+                   view("203.0.113.0/24", ["192.0.2.20", "192.0.2.21", "192.0.2.22"], [1, 3, 5], scope=20),
+                   view("2001:db8:100::/40", ["2001:db8::30", "2001:db8::31"], [4, 6]),
+                   view("127.0.0.0/8", ["192.0.2.40"], [9], scope=8),
+                   default=default(["192.0.2.99"], [1]), ttl=20) +
+         gslb_name("plain", default=default(["192.0.2.50", "192.0.2.51"]), empty_weight_option=True))
 
 W = 65001  # the default weight option code
 
@@ -413,92 +309,17 @@ class WeightOptionCodeTest(unittest.TestCase):
             self.assertEqual(r.weights(65123), [2, 1], r.text)
             self.assertIsNone(r.option(W), "the default code is an unknown option now:\n" + r.text)
 
-SYNTH_ZONES = """\
-[[zone]]
-origin = "synth.test."
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-minimum = 45
-
-[[zone.record]]
-name = "old"
-type = "DNAME"
-ttl = 120
-data = "new"
-
-[[zone.record]]
-name = "www.new"
-type = "A"
-data = "192.0.2.1"
-
-[[zone.record]]
-name = "away"
-type = "DNAME"
-data = "elsewhere.example."
-
-[[zone.record]]
-name = "*.w"
-type = "A"
-ttl = 70
-data = "192.0.2.50"
-
-[[zone.record]]
-name = "*.w"
-type = "TXT"
-data = "wild"
-
-[[zone.record]]
-name = "e.w"
-type = "A"
-data = "192.0.2.51"
-
-[[zone.record]]
-name = "x.y.w"
-type = "A"
-data = "192.0.2.52"
-
-[[zone.record]]
-name = "*.cw"
-type = "CNAME"
-data = "www.new"
-
-[[zone.record]]
-name = "www.new"
-type = "RRSIG"
-ttl = 200
-data = "A 13 4 300 20300101000000 1577836800 4242 synth.test. c2lnbmF0dXJl"
-
-[[zone.record]]
-name = "@"
-type = "RRSIG"
-ttl = 200
-data = "SOA 13 2 3600 20300101000000 20200101000000 4242 synth.test. c29h"
-
-[[zone]]
-origin = "lame.test."
-lame = "refused"
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-
-[[zone.record]]
-name = "www"
-type = "A"
-data = "192.0.2.7"
-
-[[zone]]
-origin = "copy.test."
-lame = "no-aa"
-[zone.soa]
-mname = "ns1"
-rname = "hostmaster"
-
-[[zone.record]]
-name = "www"
-type = "A"
-data = "192.0.2.8"
-"""
+SYNTH_ZONES = (zone("synth.test.", minimum=45, ttl=None) +
+               record("old", "DNAME", "new", ttl=120) + record("www.new", "A", "192.0.2.1") +
+               record("away", "DNAME", "elsewhere.example.") +
+               record("*.w", "A", "192.0.2.50", ttl=70) + record("*.w", "TXT", "wild") +
+               record("e.w", "A", "192.0.2.51") + record("x.y.w", "A", "192.0.2.52") +
+               record("*.cw", "CNAME", "www.new") +
+               record("www.new", "RRSIG", "A 13 4 300 20300101000000 1577836800 4242 synth.test. c2lnbmF0dXJl",
+                      ttl=200) +
+               record("@", "RRSIG", "SOA 13 2 3600 20300101000000 20200101000000 4242 synth.test. c29h", ttl=200) +
+               zone("lame.test.", minimum=None, ttl=None, lame="refused") + record("www", "A", "192.0.2.7") +
+               zone("copy.test.", minimum=None, ttl=None, lame="no-aa") + record("www", "A", "192.0.2.8"))
 
 
 class SynthesisAndLameTest(unittest.TestCase):

@@ -14,38 +14,16 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
 CITY_A = ["192.0.2.11", "192.0.2.12", "192.0.2.13"]
 CITY_B = ["192.0.2.21", "192.0.2.22"]
 
-ZONES = f"""\
-[defaults]
-empty_weight_option = false
-
-[[zone]]
-origin = "cdn.example.net."
-[zone.soa]
-mname = "ns1"
-rname = "admin"
-minimum = 30
-ttl = 60
-
-[[zone.name]]
-name = "x"
-ttl = 300
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_A)}
-  weights = [5, 3, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = {weirtest._toml_value(CITY_B)}
-  weights = [1, 1]
-"""
+ZONES = (no_empty_weight_option() + zone("cdn.example.net.", rname="admin", minimum=30, ttl=60) +
+         gslb_name("x", view("198.51.100.0/24", CITY_A, [5, 3, 1], scope=24),
+                   view("203.0.113.0/24", CITY_B, [1, 1], scope=24), ttl=300))
 
 CITYMAP = """\
 # cidr,city,ecs_address/prefix

@@ -14,89 +14,23 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import default, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.101"
 
-SHOP = """
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
+SHOP = (record("www", "A", "192.0.2.1", ttl=300) + record("www", "AAAA", "2001:db8::1", ttl=300) +
+        record("video", "CNAME", "x.cdn-gslb.example.", ttl=600) +
+        record("big", "CNAME", "tcp.cdn-gslb.example.", ttl=600))
 
-[[zone.record]]
-name = "www"
-type = "AAAA"
-ttl = 300
-data = "2001:db8::1"
-
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn-gslb.example."
-
-[[zone.record]]
-name = "big"
-type = "CNAME"
-ttl = 600
-data = "tcp.cdn-gslb.example."
-"""
-
-CDN = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11", "192.0.2.12"]
-  weights = [5, 3, 1]
-
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 16
-  ttl = 120
-  addresses = ["192.0.2.20", "192.0.2.21"]
-  weights = [2, 1]
-
-  [[zone.name.view]]
-  cidr = "2001:db8:100::/48"
-  scope = 48
-  addresses = ["2001:db8::30", "192.0.2.30"]
-  weights = [4, 7]
-
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-
-[[zone.name]]
-name = "tcp"
-truncate = true
-weights = true
-  [zone.name.default]
-  addresses = ["192.0.2.77"]
-  weights = [3]
-
-[[zone.name]]
-name = "plain"
-weights = false
-empty_weight_option = true
-  [zone.name.default]
-  ttl = 60
-  addresses = ["192.0.2.50", "192.0.2.51"]
-
-[[zone.name]]
-name = "fwd"
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  addresses = ["192.0.2.60"]
-  weights = [9]
-"""
+CDN = (gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11", "192.0.2.12"], [5, 3, 1], scope=24),
+                 view("203.0.113.0/24", ["192.0.2.20", "192.0.2.21"], [2, 1], scope=16, ttl=120),
+                 view("2001:db8:100::/48", ["2001:db8::30", "192.0.2.30"], [4, 7], scope=48),
+                 default=default(["192.0.2.99"], [1]), ttl=60, weights=True) +
+       gslb_name("tcp", default=default(["192.0.2.77"], [3]), truncate=True, weights=True) +
+       gslb_name("plain", default=default(["192.0.2.50", "192.0.2.51"], ttl=60), weights=False,
+                 empty_weight_option=True) +
+       gslb_name("fwd", view("198.51.100.0/24", ["192.0.2.60"], [9]), weights=True))
 
 TAGS = """\
 video.shop.example weight=on ecs=on

@@ -18,32 +18,16 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 from weirtest import build_response, ecs_option, echo_ecs, rdata_a, weight_option, wire_name  # noqa: E402
+from weirtest.zones import default, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.103"
 POISON = "6.6.6.6"
 
-SHOP = """
-[[zone.record]]
-name = "www"
-type = "A"
-data = "192.0.2.1"
-"""
+SHOP = record("www", "A", "192.0.2.1")
 
-CDN = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11"]
-  weights = [3, 1]
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-"""
+CDN = gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11"], [3, 1], scope=24),
+                default=default(["192.0.2.99"], [1]), ttl=60, weights=True)
 
 GOOD = "192.0.2.200"
 
@@ -57,9 +41,11 @@ def handler(q):
         if q.transport == "udp":
             return build_response(q, tc=True, options=[echo_ecs(q, 24)])
         return build_response(q, answer=ok, options=opts)
+    # The two malformed replies are made from raw bytes on purpose: dnspython
+    # writes only well-formed messages.
     if label == "cut":  # a reply cut in the middle of a record, every time
         return build_response(q, answer=ok, options=opts)[:-9]
-    if label == "garbage":
+    if label == "garbage":  # the query's ID, QR and AA, then random bytes
         return struct.pack("!H", q.id) + b"\x84\x00" + os.urandom(40)
     if label == "wrongq":  # forged replies first, then the genuine one
         poison = [(n, "A", 60, rdata_a(POISON))]
@@ -91,21 +77,15 @@ class BadAnswersTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig")
-        cls.h = weirtest.FakeHierarchy(BUILD_DIR, net=NET, zones={"shop.example.": SHOP, "cdn-gslb.example.": CDN})
-        cls.auth = weirtest.ScriptedAuthority(handler)
+        weirtest.start_authorities(cls, BUILD_DIR, NET, {"shop.example.": SHOP, "cdn-gslb.example.": CDN}, handler)
         cls.tags = weirtest.write_temp(
             f"bad.example weight=on ecs=on policy=forward:127.0.0.1@{cls.auth.port}\n"
             "cdn-gslb.example weight=on ecs=on\n", suffix=".txt")
+        cls.addClassCleanup(os.unlink, cls.tags)
         cfg = weirtest.recursor_config(root_hints=cls.h.root_hints, tags=cls.tags,
                                        last_hop={"timeout_ms": 200, "attempts": 2})
         cls.r = weirtest.Recursor(BUILD_DIR, cfg)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.r.stop()
-        cls.auth.stop()
-        cls.h.stop()
-        os.unlink(cls.tags)
+        cls.addClassCleanup(cls.r.stop)
 
     def ask(self, name, ecs="198.51.100.7/24", **kw):
         return self.r.dig(name, "A", ecs=ecs, options=[65001], timeout=3, **kw)

@@ -17,119 +17,38 @@ Hierarchy (gslb-sim on port 53 of 127.0.110.x, one scripted server):
 Run: python3 tests/integration/test_recursor_correctness.py --build-dir build
 """
 
+import base64
 import os
-import socket
-import struct
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import default, delegation, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.110"
 W = 65001
 
-CORP = f"""
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn.corp.example."
+CORP = (record("video", "CNAME", "x.cdn.corp.example.", ttl=600) +
+        record("short", "CNAME", "x.cdn.corp.example.", ttl=20) + record("www", "A", "192.0.2.5", ttl=300) +
+        record("loop1", "CNAME", "loop2.cdn.corp.example.", ttl=300) +
+        record("gone", "CNAME", "nothing.cdn.corp.example.", ttl=300) +
+        "".join(record(f"c{i}", "CNAME", f"c{i + 1}.cdn.corp.example.", ttl=300) for i in range(1, 9, 2)) +
+        delegation("cdn", "ns1.cdn", [f"{NET}.4"], ttl=3600))
 
-[[zone.record]]
-name = "short"
-type = "CNAME"
-ttl = 20
-data = "x.cdn.corp.example."
+CDN_X = gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11"], [3, 1], scope=24),
+                  view("203.0.113.0/24", ["192.0.2.20"], [1], scope=24), default=default(["192.0.2.99"], [1]),
+                  ttl=60, weights=True)
 
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.5"
+CDN_CORP = (CDN_X + record("loop2", "CNAME", "loop1.corp.example.", ttl=300) +
+            "".join(record(f"c{i}", "CNAME", "x.cdn.corp.example." if i == 8 else f"c{i + 1}.corp.example.", ttl=300)
+                    for i in range(2, 9, 2)))
 
-[[zone.record]]
-name = "loop1"
-type = "CNAME"
-ttl = 300
-data = "loop2.cdn.corp.example."
+ORG = delegation("sub", "ns1.sub", [f"{NET}.7"], ttl=3600) + record("www", "CNAME", "www.sub.org.example.", ttl=300)
 
-[[zone.record]]
-name = "gone"
-type = "CNAME"
-ttl = 300
-data = "nothing.cdn.corp.example."
-""" + "".join(f"""
-[[zone.record]]
-name = "c{i}"
-type = "CNAME"
-ttl = 300
-data = "c{i + 1}.cdn.corp.example."
-""" for i in range(1, 9, 2)) + f"""
-[[zone.delegation]]
-name = "cdn"
-ttl = 3600
-ns = ["ns1.cdn"]
-glue = [{{ name = "ns1.cdn", addresses = ["{NET}.4"] }}]
-"""
-
-CDN_X = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11"]
-  weights = [3, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 24
-  addresses = ["192.0.2.20"]
-  weights = [1]
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-"""
-
-CDN_CORP = CDN_X + """
-[[zone.record]]
-name = "loop2"
-type = "CNAME"
-ttl = 300
-data = "loop1.corp.example."
-""" + "".join(f"""
-[[zone.record]]
-name = "c{i}"
-type = "CNAME"
-ttl = 300
-data = "{'x.cdn.corp.example.' if i == 8 else f'c{i + 1}.corp.example.'}"
-""" for i in range(2, 9, 2))
-
-ORG = f"""
-[[zone.delegation]]
-name = "sub"
-ttl = 3600
-ns = ["ns1.sub"]
-glue = [{{ name = "ns1.sub", addresses = ["{NET}.7"] }}]
-
-[[zone.record]]
-name = "www"
-type = "CNAME"
-ttl = 300
-data = "www.sub.org.example."
-"""
-
-SUB_ORG = """
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.77"
-"""
+SUB_ORG = record("www", "A", "192.0.2.77", ttl=300)
 
 ZONES = {
     "corp.example.": CORP,            # .3
@@ -479,9 +398,9 @@ class DnssecWithoutDo(Base):
     """Case 6: no RRSIG/NSEC/NSEC3 to a client that did not set DO."""
 
     def test_rrsig_only_with_do(self):
-        rrsig = struct.pack("!HBBIIIH", 1, 13, 3, 300, 2000000000, 1600000000, 12345) + \
-            weirtest.wire_name("sig.example.") + b"\x01" * 64
-        nsec = weirtest.wire_name("z.sig.example.") + b"\x00\x06\x40\x00\x00\x00\x00\x03"
+        signature = base64.b64encode(b"\x01" * 64).decode()  # nobody checks it
+        rrsig = weirtest.rdata("RRSIG", f"A 13 3 300 2000000000 1600000000 12345 sig.example. {signature}")
+        nsec = weirtest.rdata("NSEC", "z.sig.example. A RRSIG NSEC")
 
         def signed(q):
             return weirtest.build_response(q, answer=[(q.qname, "A", 300, weirtest.rdata_a("192.0.2.50")),

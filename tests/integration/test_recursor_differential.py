@@ -14,82 +14,22 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest.zones import default, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.104"
 
-SHOP = """
-[[zone.record]]
-name = "www"
-type = "A"
-ttl = 300
-data = "192.0.2.1"
+SHOP = record("www", "A", "192.0.2.1", ttl=300) + record("video", "CNAME", "x.cdn-gslb.example.", ttl=600)
 
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn-gslb.example."
-"""
-
-CDN = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11", "2001:db8::10"]
-  weights = [2, 1, 1]
-  [[zone.name.view]]
-  cidr = "203.0.113.0/24"
-  scope = 20
-  ttl = 120
-  addresses = ["192.0.2.20", "192.0.2.21"]
-  weights = [1, 3]
-  [[zone.name.view]]
-  cidr = "2001:db8:100::/48"
-  scope = 48
-  addresses = ["192.0.2.30", "2001:db8::30"]
-  weights = [4, 4]
-  [[zone.name.view]]
-  cidr = "198.51.100.128/25"
-  scope = 28
-  addresses = ["192.0.2.40"]
-  weights = [1]
-  # Not scope 0: unbound keeps scope-0 answers in its global message cache
-  # and prefers them over longer scopes it also holds (weir takes the longest
-  # match, RFC 7871 7.3.1), which would make the two differ by design.
-  [zone.name.default]
-  scope = 24
-  addresses = ["192.0.2.99"]
-  weights = [1]
-"""
-
-UNBOUND_CONF = """server:
-  interface: 127.0.0.1@{port}
-  port: {port}
-  do-daemonize: no
-  use-syslog: no
-  logfile: ""
-  username: ""
-  chroot: ""
-  directory: "{dir}"
-  pidfile: ""
-  num-threads: 1
-  verbosity: 0
-  access-control: 127.0.0.0/8 allow
-  do-not-query-localhost: no
-  do-ip6: no
-  root-hints: "{hints}"
-  module-config: "subnetcache iterator"
-  send-client-subnet: {net}.0/24
-  max-client-subnet-ipv4: 24
-  max-client-subnet-ipv6: 56
-remote-control:
-  control-enable: no
-"""
+CDN = gslb_name(
+    "x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11", "2001:db8::10"], [2, 1, 1], scope=24),
+    view("203.0.113.0/24", ["192.0.2.20", "192.0.2.21"], [1, 3], scope=20, ttl=120),
+    view("2001:db8:100::/48", ["192.0.2.30", "2001:db8::30"], [4, 4], scope=48),
+    view("198.51.100.128/25", ["192.0.2.40"], [1], scope=28),
+    # Not scope 0: unbound keeps scope-0 answers in its global message cache
+    # and prefers them over longer scopes it also holds (weir takes the longest
+    # match, RFC 7871 7.3.1), which would make the two differ by design.
+    default=default(["192.0.2.99"], [1], scope=24), ttl=60, weights=True)
 
 CASES = [
     ("video.shop.example", "A", "198.51.100.7/24"),
@@ -114,18 +54,8 @@ class DifferentialTest(unittest.TestCase):
         cls.weir = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(root_hints=cls.h.root_hints, tags=cls.tags,
                                                                           resolver={"do_ip6": False}))
         cls.dir = tempfile.mkdtemp(prefix="weir-unbound-")
-        cls.ub_port = weirtest.free_port()
-        conf = os.path.join(cls.dir, "unbound.conf")
-        with open(conf, "w") as f:
-            f.write(UNBOUND_CONF.format(port=cls.ub_port, dir=cls.dir, hints=cls.h.root_hints, net=NET))
-        cls.unbound = weirtest.Process(["unbound", "-d", "-c", conf], ready=None)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if weirtest.dig("127.0.0.1", cls.ub_port, ".", "NS", timeout=1).status is not None:
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"unbound did not start: {cls.unbound.stderr_text()}")
+        cls.unbound = weirtest.Unbound(cls.dir, cls.h.root_hints, NET)
+        cls.ub_port = cls.unbound.port
 
     @classmethod
     def tearDownClass(cls):

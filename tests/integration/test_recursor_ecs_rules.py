@@ -13,57 +13,18 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 from weirtest import build_response, echo_ecs, ecs_option, rdata_a, weight_option  # noqa: E402
+from weirtest.zones import default, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.102"
 
-SHOP = """
-[[zone.record]]
-name = "www"
-type = "A"
-data = "192.0.2.1"
+SHOP = record("www", "A", "192.0.2.1") + record("video", "CNAME", "x.cdn-gslb.example.", ttl=600)
 
-[[zone.record]]
-name = "video"
-type = "CNAME"
-ttl = 600
-data = "x.cdn-gslb.example."
-"""
-
-CDN = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 24
-  addresses = ["192.0.2.10", "192.0.2.11"]
-  weights = [3, 1]
-  [[zone.name.view]]
-  cidr = "2001:db8:100::/48"
-  scope = 48
-  addresses = ["2001:db8::10"]
-  weights = [2]
-  [[zone.name.view]]
-  cidr = "127.0.0.0/8"
-  scope = 8
-  addresses = ["192.0.2.40"]
-  weights = [1]
-  [zone.name.default]
-  addresses = ["192.0.2.99"]
-  weights = [1]
-
-[[zone.name]]
-name = "long"
-ttl = 60
-weights = true
-  [[zone.name.view]]
-  cidr = "198.51.100.0/24"
-  scope = 28
-  addresses = ["192.0.2.28"]
-  weights = [1]
-"""
+CDN = (gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11"], [3, 1], scope=24),
+                 view("2001:db8:100::/48", ["2001:db8::10"], [2], scope=48),
+                 view("127.0.0.0/8", ["192.0.2.40"], [1], scope=8),
+                 default=default(["192.0.2.99"], [1]), ttl=60, weights=True) +
+       gslb_name("long", view("198.51.100.0/24", ["192.0.2.28"], [1], scope=28), ttl=60, weights=True))
 
 SCRIPTED = "scripted.example."
 
@@ -94,21 +55,16 @@ class EcsRulesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig")
-        cls.h = weirtest.FakeHierarchy(BUILD_DIR, net=NET, zones={"shop.example.": SHOP, "cdn-gslb.example.": CDN})
+        weirtest.start_authorities(cls, BUILD_DIR, NET, {"shop.example.": SHOP, "cdn-gslb.example.": CDN},
+                                   scripted_handler)
         cls.gslb = cls.h.sim("cdn-gslb.example.")
-        cls.auth = weirtest.ScriptedAuthority(scripted_handler)
         cls.tags = weirtest.write_temp(
             "video.shop.example weight=on ecs=on\ncdn-gslb.example weight=on ecs=on\n"
             f"{SCRIPTED} weight=on ecs=on policy=forward:127.0.0.1@{cls.auth.port}\n", suffix=".txt")
+        cls.addClassCleanup(os.unlink, cls.tags)
         cls.cfg = dict(root_hints=cls.h.root_hints, tags=cls.tags, last_hop={"timeout_ms": 300, "attempts": 2})
         cls.r = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(**cls.cfg))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.r.stop()
-        cls.auth.stop()
-        cls.h.stop()
-        os.unlink(cls.tags)
+        cls.addClassCleanup(cls.r.stop)
 
     def setUp(self):
         self.r.flush()

@@ -21,40 +21,16 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
-from weirtest import build_response, rdata_a, weight_option, wire_name  # noqa: E402
+from weirtest import build_response, rdata_a, split_tcp_frames, tcp_frame, weight_option  # noqa: E402
+from weirtest.zones import default, gslb_name, record  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.105"
 
-SHOP = """
-[[zone.record]]
-name = "www"
-type = "A"
-data = "192.0.2.1"
+SHOP = record("www", "A", "192.0.2.1") + record("www", "AAAA", "2001:db8::1")
 
-[[zone.record]]
-name = "www"
-type = "AAAA"
-data = "2001:db8::1"
-"""
-
-CDN = """
-[[zone.name]]
-name = "x"
-ttl = 60
-weights = true
-  [zone.name.default]
-  addresses = ["192.0.2.10", "192.0.2.11"]
-  weights = [3, 1]
-
-[[zone.name]]
-name = "y"
-ttl = 60
-weights = true
-  [zone.name.default]
-  addresses = ["192.0.2.20"]
-  weights = [1]
-"""
+CDN = (gslb_name("x", default=default(["192.0.2.10", "192.0.2.11"], [3, 1]), ttl=60, weights=True) +
+       gslb_name("y", default=default(["192.0.2.20"], [1]), ttl=60, weights=True))
 
 BIG = 200  # A records in a "big" answer: about 3.4 KB
 
@@ -72,50 +48,25 @@ def handler(q):
 
 def raw_query(qid, name, qtype=1):
     """A query with RD and an empty OPT, as a front would send it."""
-    return (struct.pack("!6H", qid, 0x0100, 1, 0, 0, 1) + wire_name(name) + struct.pack("!HH", qtype, 1) +
-            b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0))
-
-
-def tcp_frame(msg):
-    return struct.pack("!H", len(msg)) + msg
-
-
-def read_frames(data):
-    """Splits a TCP byte stream into complete messages; returns (messages, rest)."""
-    out = []
-    while len(data) >= 2:
-        n = struct.unpack("!H", data[:2])[0]
-        if len(data) < 2 + n:
-            break
-        out.append(data[2:2 + n])
-        data = data[2 + n:]
-    return out, data
+    return weirtest.make_query(name, qtype, qid=qid)
 
 
 def cpu_seconds(pid):
     """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(weirtest.proc_cpu_us(pid)) / 1e6
 
 
 class LimitsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig")
-        cls.h = weirtest.FakeHierarchy(BUILD_DIR, net=NET, zones={"shop.example.": SHOP, "cdn-gslb.example.": CDN})
-        cls.auth = weirtest.ScriptedAuthority(handler)
+        weirtest.start_authorities(cls, BUILD_DIR, NET, {"shop.example.": SHOP, "cdn-gslb.example.": CDN}, handler)
         fwd = f"policy=forward:127.0.0.1@{cls.auth.port}"
         cls.tags = weirtest.write_temp(
             f"lim.example weight=on {fwd}\n"
             f"zs.example weight=on ecs=on {fwd}\n"
             "cdn-gslb.example weight=on ecs=on\n", suffix=".txt")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.auth.stop()
-        cls.h.stop()
-        os.unlink(cls.tags)
+        cls.addClassCleanup(os.unlink, cls.tags)
 
     def recursor(self, allow=("127.0.0.0/8",), **sections):
         cfg = weirtest.recursor_config(root_hints=self.h.root_hints, tags=self.tags, allow=list(allow), **sections)
@@ -208,7 +159,7 @@ class LimitsTest(unittest.TestCase):
                 if not chunk:
                     break
                 data += chunk
-        msgs, rest = read_frames(data)
+        msgs, rest = split_tcp_frames(data)
         self.assertEqual(rest, b"")
         self.assertEqual(sorted(struct.unpack("!H", m[:2])[0] for m in msgs), [300, 301, 302, 303])
         rcodes = {struct.unpack("!H", m[:2])[0]: m[3] & 0xF for m in msgs}
@@ -267,7 +218,7 @@ class LimitsTest(unittest.TestCase):
                     chunk = s.recv(1 << 20)
                     self.assertNotEqual(chunk, b"", "closed before all answers")
                     data += chunk
-                    msgs, data = read_frames(data)
+                    msgs, data = split_tcp_frames(data)
                     answers += len(msgs)
             self.assertEqual(answers, count)
         finally:
