@@ -297,7 +297,7 @@ void Forwarder::Impl::Send(Pending* p) {
   dns::ResponseWriter w(out, sizeof(out));
   w.Begin(p->id, dns::flag::kRd | (p->miss.cd_bit ? dns::flag::kCd : 0), p->miss.qname.span(), p->miss.qtype,
           p->miss.qclass);
-  w.BeginOpt(1232, p->miss.do_bit);
+  w.BeginOpt(kEdnsUdpSize, p->miss.do_bit);
   if (p->miss.send_ecs) w.AddEcs(p->miss.ecs);
   if (p->miss.weighted) w.AddWeights(config.weight_option_code, {});
   const size_t len = w.Finish(sizeof(out));

@@ -244,7 +244,7 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
   dns::Query& query = w->query;
   const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query);
   // Over TCP the whole answer goes (RFC 7766); over UDP the client's limit.
-  // Over UDP at most our own EDNS size (1232): larger datagrams fragment.
+  // Over UDP at most our own EDNS size (kEdnsUdpSize): larger datagrams fragment.
   response_limit_ = client.tcp
                         ? std::min<size_t>(out_cap, 65535)
                         : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));

@@ -116,13 +116,17 @@ class AnswerCounters {
   OwnedCounter overflow_;
 };
 
+// The EDNS UDP size weir advertises to clients and upstreams, and the most
+// it sends in one UDP answer (DNS flag day 2020: no fragments).
+inline constexpr uint16_t kEdnsUdpSize = 1232;
+
 struct HandlerOptions {
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
   std::vector<partitions::Cidr> allow;
   std::vector<partitions::Cidr> trusted_forwarders;
   uint32_t rate_limit_qps = 0;
   uint32_t rate_limit_burst = 0;
-  uint16_t edns_udp_size = 1232;  // what weir advertises (DNS flag day 2020)
+  uint16_t edns_udp_size = kEdnsUdpSize;
   uint32_t stale_answer_ttl = 30;
   uint32_t prefetch_percent = 10;  // refresh when less than this share of the TTL is left
 };
