@@ -114,7 +114,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "upstream")) {
     c.OnlyKeys(*s, "upstream",
                {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
-                "health_interval_ms", "load_factor"});
+                "health_interval_ms", "load_factor", "max_inflight", "max_inflight_per_upstream"});
     ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
     ParseUpstreams(c, *s, "weighted", &cfg.weighted);
     c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
@@ -123,6 +123,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "health_failures", &cfg.health_failures, 1, 100);
     c.Int(*s, "health_interval_ms", &cfg.health_interval_ms, 100, 600000);
     c.Double(*s, "load_factor", &cfg.ring_load_factor, 1.0, 10.0);
+    c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
+    c.Int(*s, "max_inflight_per_upstream", &cfg.max_inflight_per_upstream, 1, 1000000);
   }
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
 

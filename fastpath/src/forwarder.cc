@@ -265,6 +265,12 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
       stale_exists = f == partitions::Freshness::kStale;
     }
   }
+  if (inflight.size() >= static_cast<size_t>(config.max_inflight)) {
+    // Every socket we allow ourselves is in use: answer now (stale, else
+    // SERVFAIL) rather than queue behind questions that may never return.
+    self->counters_.Drop(DropReason::kInflightLimit);
+    return StaleOrServfail(c);
+  }
   auto p = std::make_unique<Pending>();
   p->key = key;
   p->miss = c.miss;
@@ -286,7 +292,19 @@ void Forwarder::Impl::Send(Pending* p) {
   uint8_t hashkey[8 + dns::kMaxNameWire];
   std::memcpy(hashkey, &p->miss.partition, 8);
   std::memcpy(hashkey + 8, p->miss.qname.bytes.data(), p->miss.qname.len);
-  const int u = g.ring->Pick(StableHash(hashkey, 8 + p->miss.qname.len), p->tried);
+  const uint64_t hash = StableHash(hashkey, 8 + p->miss.qname.len);
+  // The next recursor on the ring that has room for one more question (this
+  // question's own try there, if any, is about to end).
+  uint64_t exclude = p->tried;
+  int u;
+  bool full = false;
+  while ((u = g.ring->Pick(hash, exclude)) >= 0) {
+    const int own = p->fd >= 0 && p->upstream == u ? 1 : 0;
+    if (g.ring->load(u) - own < config.max_inflight_per_upstream) break;
+    exclude |= uint64_t{1} << u;
+    full = true;
+  }
+  if (u < 0 && full) self->counters_.Drop(DropReason::kInflightLimit);
   if (u < 0 || p->attempts >= config.upstream_attempts) return Fail(p);
   CloseSocket(p);
   const SocketAddress& dst = g.upstreams[u].address;

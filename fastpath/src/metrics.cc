@@ -23,6 +23,8 @@ std::string_view DropReasonName(DropReason r) {
       return "miss_queue_full";
     case DropReason::kSpoofedAnswer:
       return "spoofed_answer";
+    case DropReason::kInflightLimit:
+      return "inflight_limit";
     case DropReason::kUpstreamFailure:
       return "upstream_failure";
     case DropReason::kCount:

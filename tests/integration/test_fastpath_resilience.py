@@ -6,6 +6,7 @@ Run: python3 tests/integration/test_fastpath_resilience.py --build-dir build
 """
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -192,6 +193,62 @@ class AntiSpoofingTest(unittest.TestCase):
                          "wrong ID, wrong question and wrong source port must each be dropped:\n" + m.text)
         self.assertEqual(m.value("weir_cache_hits_total"), 1, m.text)
         self.assertEqual(m.value("weir_upstream_queries_total"), 1, m.text)
+
+
+class InflightLimitTest(unittest.TestCase):
+    """upstream.max_inflight / max_inflight_per_upstream: a question that
+    would go past either is answered at once (SERVFAIL here: nothing stale),
+    counted, and holds no socket; the questions already in flight go on."""
+
+    def held_questions(self, fp, hole, count):
+        # `count` distinct misses the blackholed recursor never answers; the
+        # clients are not waited for.
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(client.close)
+        for i in range(count):
+            client.sendto(weirtest.make_query(f"held{i}.example.com", qid=i + 1), (fp.host, fp.port))
+        self.assertTrue(weirtest.wait_until(lambda: metric(fp, "weir_upstream_queries_total") == count, 5.0),
+                        fp.metrics().text)
+
+    def over_limit_is_answered_at_once(self, fp, count):
+        for i in range(count):
+            start = time.monotonic()
+            r = fp.dig(f"over{i}.example.com")
+            elapsed = time.monotonic() - start
+            self.assertEqual(r.status, "SERVFAIL", r.text)
+            self.assertLess(elapsed, 1.0, f"over the limit must not wait for the deadline: {elapsed:.2f} s")
+
+    def fastpath(self, hole, **upstream):
+        up = f"127.0.0.1:{hole.getsockname()[1]}"
+        keys = {"timeout_ms": 20000, "answer_deadline_ms": 20000, "attempts": 1}
+        keys.update(upstream)
+        return weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([up], upstream=keys))
+
+    def test_total_limit(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:
+            hole.bind(("127.0.0.1", 0))  # bound, never read: a blackhole
+            with self.fastpath(hole, max_inflight=20) as fp:
+                self.held_questions(fp, hole, 20)
+                self.over_limit_is_answered_at_once(fp, 5)
+                m = fp.metrics()
+                self.assertEqual(m.value("weir_drops_total", reason="inflight_limit"), 5, m.text)
+                self.assertEqual(m.value("weir_upstream_queries_total"), 20, m.text)
+                # A question already in flight still takes more clients.
+                r = fp.dig("held0.example.com", extra=["+time=1", "+tries=1"])
+                self.assertEqual(metric(fp, "weir_coalesced_total"), 1, r.text)
+
+    def test_per_upstream_limit(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hole:
+            hole.bind(("127.0.0.1", 0))
+            with self.fastpath(hole, max_inflight_per_upstream=8) as fp:
+                self.held_questions(fp, hole, 8)
+                sockets_before = len(os.listdir(f"/proc/{fp.pid}/fd"))
+                self.over_limit_is_answered_at_once(fp, 4)
+                m = fp.metrics()
+                self.assertEqual(m.value("weir_drops_total", reason="inflight_limit"), 4, m.text)
+                self.assertEqual(m.value("weir_upstream_queries_total"), 8, m.text)
+                self.assertLessEqual(len(os.listdir(f"/proc/{fp.pid}/fd")), sockets_before,
+                                     "a refused question must not hold a socket")
 
 
 if __name__ == "__main__":

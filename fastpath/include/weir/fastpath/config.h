@@ -67,6 +67,11 @@ struct FastpathConfig {
   // 8767), else SERVFAIL; the tries go on and fill the cache. Under dig's
   // and stub resolvers' 5 s, so a client never times out on weir.
   int answer_deadline_ms = 3000;
+  // Questions in flight upstream at once (each holds one socket), in all
+  // and per recursor; a miss that would start one more is answered at once
+  // from stale, else SERVFAIL.
+  int max_inflight = 10000;
+  int max_inflight_per_upstream = 5000;
   int health_failures = 3;         // consecutive failures that mark an upstream down
   int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)

@@ -23,6 +23,8 @@ enum class DropReason : uint8_t {
   kMissQueueFull,    // no room to hand the miss to the upstream side
   kSpoofedAnswer,    // upstream answer with wrong ID/port/question: dropped
   kUpstreamFailure,  // every upstream failed and nothing stale: SERVFAIL
+  kInflightLimit,  // a new upstream question over upstream.max_inflight[_per_upstream]: stale or SERVFAIL at
+                   // once
   kCount,
 };
 std::string_view DropReasonName(DropReason r);
