@@ -22,6 +22,7 @@
 #include "authority.h"
 #include "query_record.h"
 #include "weir/net/dns_tcp.h"
+#include "weir/net/event_loop.h"
 
 namespace weir::gslb_sim {
 namespace {
@@ -137,10 +138,6 @@ bool BindSocket(const Fd& fd, const sockaddr_storage& sa, socklen_t len) {
   return bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) == 0;
 }
 
-enum class Kind : uint32_t { kSignal, kUdp, kTcpListen, kTcpConn, kControlListen, kControlConn };
-
-uint64_t Tag(Kind k, uint32_t id) { return (uint64_t{static_cast<uint32_t>(k)} << 32) | id; }
-
 // A DNS connection (framing, pipelining, half-close and the unread-answer
 // bound are net::DnsTcpStream's) or a control connection (one command, one
 // reply).
@@ -152,8 +149,7 @@ struct Connection {
   std::string out;
   size_t out_pos = 0;
   bool peer_closed = false;
-  bool replied = false;                    // control: the one reply is in `out`
-  uint32_t events = EPOLLIN | EPOLLRDHUP;  // what epoll watches now
+  bool replied = false;  // control: the one reply is in `out`
   sockaddr_storage peer{};
 };
 
@@ -188,12 +184,6 @@ class Server {
  private:
   bool Setup();
   bool AddListener(const std::string& text);
-  void Watch(int fd, uint32_t events, uint64_t tag) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = tag;
-    epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
-  }
   void OnUdp(uint32_t index);
   void Accept(int listen_fd, bool control);
   void OnConnection(uint32_t id, uint32_t events);
@@ -205,8 +195,11 @@ class Server {
   // every answer written), else watches what it waits for.
   void UpdateDns(uint32_t id, Connection& c);
   void Close(uint32_t id);
+  // Queues a response held back by injected latency.
+  void Delay(Delayed d);
   void SendDue();
-  int WaitTimeoutMs() const;
+  // Keeps one loop timer at the earliest delayed response.
+  void ArmDelayTimer();
   // Answers one message; returns the response size (0: nothing to send).
   size_t Answer(std::span<const uint8_t> msg, const sockaddr_storage& from, bool tcp, uint32_t* delay_ms);
 
@@ -216,7 +209,8 @@ class Server {
   QueryRing ring_;
   std::FILE* query_log_ = nullptr;
   std::vector<uint8_t> buf_;
-  Fd epfd_, sigfd_;
+  net::EventLoop loop_;
+  Fd sigfd_;
   std::vector<Fd> udp_;
   std::vector<Fd> tcp_listeners_;
   Fd control_;
@@ -224,6 +218,8 @@ class Server {
   uint32_t next_conn_ = 1;
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed_;
   uint64_t next_seq_ = 0;
+  net::EventLoop::TimerId delay_timer_ = 0;  // 0: none armed
+  Clock::time_point delay_timer_at_{};
   bool stop_ = false;
 };
 
@@ -260,8 +256,9 @@ bool Server::AddListener(const std::string& text) {
     }
     const std::string where = SockaddrText(bound);
     std::printf("listening udp %s tcp %s\n", where.c_str(), where.c_str());
-    Watch(udp.get(), EPOLLIN, Tag(Kind::kUdp, static_cast<uint32_t>(udp_.size())));
-    Watch(tcp.get(), EPOLLIN, Tag(Kind::kTcpListen, static_cast<uint32_t>(tcp_listeners_.size())));
+    const auto index = static_cast<uint32_t>(udp_.size());
+    loop_.Watch(udp.get(), EPOLLIN, [this, index](uint32_t) { OnUdp(index); });
+    loop_.Watch(tcp.get(), EPOLLIN, [this, fd = tcp.get()](uint32_t) { Accept(fd, false); });
     udp_.push_back(std::move(udp));
     tcp_listeners_.push_back(std::move(tcp));
     return true;
@@ -271,7 +268,10 @@ bool Server::AddListener(const std::string& text) {
 }
 
 bool Server::Setup() {
-  epfd_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+  if (absl::Status st = loop_.Init(); !st.ok()) {
+    std::fprintf(stderr, "gslb-sim: %s\n", std::string(st.message()).c_str());
+    return false;
+  }
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
@@ -279,7 +279,7 @@ bool Server::Setup() {
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
   sigfd_ = Fd(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
-  Watch(sigfd_.get(), EPOLLIN, Tag(Kind::kSignal, 0));
+  loop_.Watch(sigfd_.get(), EPOLLIN, [this](uint32_t) { stop_ = true; });
   if (!opts_.query_log_path.empty()) {
     query_log_ = std::fopen(opts_.query_log_path.c_str(), "a");
     if (query_log_ == nullptr) {
@@ -308,7 +308,7 @@ bool Server::Setup() {
     socklen_t blen = sizeof(sa);
     getsockname(control_.get(), reinterpret_cast<sockaddr*>(&sa), &blen);
     std::printf("control %s\n", SockaddrText(sa).c_str());
-    Watch(control_.get(), EPOLLIN, Tag(Kind::kControlListen, 0));
+    loop_.Watch(control_.get(), EPOLLIN, [this](uint32_t) { Accept(control_.get(), true); });
   }
   std::printf("ready\n");
   std::fflush(stdout);
@@ -348,8 +348,8 @@ void Server::OnUdp(uint32_t index) {
     if (delay == 0) {
       sendto(fd, resp, n, 0, reinterpret_cast<sockaddr*>(&from), from_len);
     } else {
-      delayed_.push({Clock::now() + std::chrono::milliseconds(delay), next_seq_++, false, index, from,
-                     from_len, std::string(reinterpret_cast<const char*>(resp), n)});
+      Delay({Clock::now() + std::chrono::milliseconds(delay), next_seq_++, false, index, from, from_len,
+             std::string(reinterpret_cast<const char*>(resp), n)});
     }
   }
 }
@@ -364,7 +364,7 @@ void Server::Accept(int listen_fd, bool control) {
     const int one = 1;
     setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     const uint32_t id = next_conn_++;
-    Watch(fd.get(), EPOLLIN | EPOLLRDHUP, Tag(control ? Kind::kControlConn : Kind::kTcpConn, id));
+    loop_.Watch(fd.get(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t events) { OnConnection(id, events); });
     Connection& c = conns_[id];
     c.fd = std::move(fd);
     c.control = control;
@@ -381,13 +381,13 @@ void Server::ServeDnsFrames(uint32_t id, Connection& c) {
     const std::span<const uint8_t> answer(buf_.data() + 2, n);
     if (n != 0 && delay != 0) {
       // Answered later (SendDue); pipelined answers may overtake it (RFC 7766 7).
-      delayed_.push({Clock::now() + std::chrono::milliseconds(delay),
-                     next_seq_++,
-                     true,
-                     id,
-                     {},
-                     0,
-                     std::string(reinterpret_cast<const char*>(answer.data()), n)});
+      Delay({Clock::now() + std::chrono::milliseconds(delay),
+             next_seq_++,
+             true,
+             id,
+             {},
+             0,
+             std::string(reinterpret_cast<const char*>(answer.data()), n)});
       continue;
     }
     if (c.stream->Answer(answer) != net::DnsTcpStream::Status::kOpen) {  // n == 0: dropped
@@ -401,12 +401,7 @@ void Server::UpdateDns(uint32_t id, Connection& c) {
   if (c.stream->Done()) return Close(id);
   uint32_t want = c.stream->WantedEvents();
   if (want & EPOLLIN) want |= EPOLLRDHUP;
-  if (want == c.events) return;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.u64 = Tag(Kind::kTcpConn, id);
-  epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-  c.events = want;
+  loop_.Modify(c.fd.get(), want);
 }
 
 std::string Server::RunCommand(const std::string& line) {
@@ -493,13 +488,7 @@ void Server::Flush(uint32_t id, Connection& c) {
   // Stop watching input once the peer has closed (it would fire forever).
   const uint32_t want =
       (c.peer_closed ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) | (pending ? uint32_t{EPOLLOUT} : 0u);
-  if (want != c.events) {
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = Tag(c.control ? Kind::kControlConn : Kind::kTcpConn, id);
-    epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-    c.events = want;
-  }
+  loop_.Modify(c.fd.get(), want);
 }
 
 void Server::OnConnection(uint32_t id, uint32_t events) {
@@ -537,8 +526,25 @@ void Server::OnConnection(uint32_t id, uint32_t events) {
 void Server::Close(uint32_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
-  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
+  loop_.Unwatch(it->second.fd.get());
   conns_.erase(it);
+}
+
+void Server::Delay(Delayed d) {
+  delayed_.push(std::move(d));
+  ArmDelayTimer();
+}
+
+void Server::ArmDelayTimer() {
+  if (delayed_.empty()) return;
+  const Clock::time_point due = delayed_.top().due;
+  if (delay_timer_ != 0 && delay_timer_at_ <= due) return;  // fires early enough
+  if (delay_timer_ != 0) loop_.Cancel(delay_timer_);
+  delay_timer_at_ = due;
+  delay_timer_ = loop_.At(due, [this] {
+    delay_timer_ = 0;
+    SendDue();
+  });
 }
 
 void Server::SendDue() {
@@ -558,48 +564,13 @@ void Server::SendDue() {
     }
     delayed_.pop();
   }
-}
-
-int Server::WaitTimeoutMs() const {
-  if (delayed_.empty()) return -1;
-  const auto left = delayed_.top().due - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  // Round up so we never wake before the response is due.
-  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  ArmDelayTimer();
 }
 
 int Server::Run() {
   if (!Setup()) return 1;
-  epoll_event events[64];
   while (!stop_) {
-    const int n = epoll_wait(epfd_.get(), events, 64, WaitTimeoutMs());
-    if (n < 0 && errno != EINTR) {
-      std::perror("gslb-sim: epoll_wait");
-      return 1;
-    }
-    for (int i = 0; i < n; ++i) {
-      const Kind kind = static_cast<Kind>(events[i].data.u64 >> 32);
-      const uint32_t id = static_cast<uint32_t>(events[i].data.u64);
-      switch (kind) {
-        case Kind::kSignal:
-          stop_ = true;
-          break;
-        case Kind::kUdp:
-          OnUdp(id);
-          break;
-        case Kind::kTcpListen:
-          Accept(tcp_listeners_[id].get(), false);
-          break;
-        case Kind::kControlListen:
-          Accept(control_.get(), true);
-          break;
-        case Kind::kTcpConn:
-        case Kind::kControlConn:
-          OnConnection(id, events[i].events);
-          break;
-      }
-    }
-    SendDue();
+    loop_.RunOnce(std::chrono::hours(1));
     if (query_log_ != nullptr) std::fflush(query_log_);
   }
   return 0;

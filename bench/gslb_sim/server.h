@@ -1,4 +1,4 @@
-// gslb-sim's network side: one epoll loop serving DNS over UDP and TCP on
+// gslb-sim's network side: one net::EventLoop serving DNS over UDP and TCP on
 // every listen address, the control listener (docs/gslb-sim.md, "Control
 // protocol"), delayed responses for injected latency, and the query log.
 #pragma once

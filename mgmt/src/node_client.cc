@@ -2,8 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +15,8 @@
 
 #include "weir/common/text.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/mgmt/protocol.h"
+#include "weir/net/event_loop.h"
 
 namespace weir::mgmt {
 
@@ -35,6 +36,14 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return line;
 }
 
+struct NodeClient::Session {
+  int fd = -1;
+  bool connected = false;
+  net::EventLoop::TimerId connect_timer = 0;
+  std::string out;
+  FrameReader reader;
+};
+
 NodeClient::NodeClient(NodeClientOptions options, ApplyFn apply)
     : options_(std::move(options)), apply_(std::move(apply)) {}
 
@@ -42,21 +51,30 @@ NodeClient::~NodeClient() { Stop(); }
 
 absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
   applied_origin_ = std::move(have_origin);
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return absl::InternalError(Cat("eventfd: ", std::strerror(errno)));
+  loop_ = std::make_unique<net::EventLoop>();
+  if (absl::Status st = loop_->Init(); !st.ok()) return st;
   applied_.store(have_version);
+  backoff_ms_ = options_.reconnect_min_ms;
   running_.store(true);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    Connect();
+    // Stop() wakes the loop; everything else is the socket or a timer.
+    while (running_.load()) loop_->RunOnce(std::chrono::seconds(1));
+    if (session_ != nullptr) {
+      loop_->Unwatch(session_->fd);
+      close(session_->fd);
+      session_.reset();
+    }
+    connected_.store(false);
+  });
   return absl::OkStatus();
 }
 
 void NodeClient::Stop() {
   if (!running_.exchange(false)) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  loop_->Wake();
   thread_.join();
-  close(wake_fd_);
-  wake_fd_ = -1;
+  loop_.reset();
 }
 
 std::string NodeClient::last_error() const {
@@ -69,101 +87,118 @@ void NodeClient::SetError(std::string e) {
   last_error_ = std::move(e);
 }
 
-void NodeClient::Run() {
-  int backoff = options_.reconnect_min_ms;
-  while (running_.load()) {
-    absl::Status st = Session();
-    connected_.store(false);
-    if (!running_.load()) break;
-    SetError(std::string(ToStd(st.message())));
-    std::fprintf(stderr, "weir-%s: mgmt %s: %s (retry in %d ms)\n", options_.kind.c_str(),
-                 options_.mgmt.ToString().c_str(), std::string(st.message()).c_str(), backoff);
-    pollfd p{wake_fd_, POLLIN, 0};
-    poll(&p, 1, backoff);
-    backoff = std::min(backoff * 2, options_.reconnect_max_ms);
-    if (st.code() == absl::StatusCode::kCancelled) backoff = options_.reconnect_min_ms;  // a clean close
+void NodeClient::End(const absl::Status& why) {
+  if (session_ != nullptr) {
+    if (session_->connect_timer != 0) loop_->Cancel(session_->connect_timer);
+    loop_->Unwatch(session_->fd);
+    close(session_->fd);
+    session_.reset();
   }
+  connected_.store(false);
+  if (!running_.load()) return;
+  SetError(std::string(ToStd(why.message())));
+  std::fprintf(stderr, "weir-%s: mgmt %s: %s (retry in %d ms)\n", options_.kind.c_str(),
+               options_.mgmt.ToString().c_str(), std::string(why.message()).c_str(), backoff_ms_);
+  loop_->After(std::chrono::milliseconds(backoff_ms_), [this] { Connect(); });
+  backoff_ms_ = std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
+  if (why.code() == absl::StatusCode::kCancelled) backoff_ms_ = options_.reconnect_min_ms;  // a clean close
 }
 
-absl::Status NodeClient::Session() {
-  int fd = socket(options_.mgmt.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
+void NodeClient::Connect() {
+  const int fd = socket(options_.mgmt.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return End(absl::InternalError(Cat("socket: ", std::strerror(errno))));
+  session_ = std::make_unique<Session>();
+  session_->fd = fd;
   if (connect(fd, options_.mgmt.sa(), options_.mgmt.len) != 0 && errno != EINPROGRESS) {
-    return absl::UnavailableError(Cat("connect: ", std::strerror(errno)));
+    return End(absl::UnavailableError(Cat("connect: ", std::strerror(errno))));
   }
-  pollfd pc[2] = {{fd, POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
-  if (poll(pc, 2, 5000) <= 0 || (pc[1].revents & POLLIN)) return absl::UnavailableError("connect: timed out");
+  session_->connect_timer = loop_->After(std::chrono::milliseconds(5000), [this] {
+    session_->connect_timer = 0;
+    End(absl::UnavailableError("connect: timed out"));
+  });
+  loop_->Watch(fd, EPOLLOUT, [this](uint32_t events) {
+    if (session_->connected) return OnSession(events);
+    OnConnected();
+  });
+}
+
+void NodeClient::OnConnected() {
+  Session& s = *session_;
+  loop_->Cancel(s.connect_timer);
+  s.connect_timer = 0;
   int err = 0;
   socklen_t len = sizeof(err);
-  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != 0) return absl::UnavailableError(Cat("connect: ", std::strerror(err)));
-  EnableKeepalive(fd);
+  getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return End(absl::UnavailableError(Cat("connect: ", std::strerror(err))));
+  EnableKeepalive(s.fd);
+  s.connected = true;
   connected_.store(true);
+  s.out = Encode(Message{MsgType::kHello,
+                         {std::string(kProtocol), options_.token, options_.node_id, options_.kind,
+                          std::to_string(applied_.load()), applied_origin_}});
+  OnSession(EPOLLOUT);  // HELLO goes out now; then watches the stream
+}
 
-  std::string out = Encode(Message{MsgType::kHello,
-                                   {std::string(kProtocol), options_.token, options_.node_id, options_.kind,
-                                    std::to_string(applied_.load()), applied_origin_}});
-  FrameReader reader;
-  char buf[65536];
-  while (running_.load()) {
-    pollfd p[2] = {{fd, static_cast<short>(POLLIN | (out.empty() ? 0 : POLLOUT)), 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(Cat("poll: ", std::strerror(errno)));
+void NodeClient::OnSession(uint32_t events) {
+  Session& s = *session_;
+  if ((events & EPOLLOUT) && !s.out.empty()) {
+    ssize_t n = send(s.fd, s.out.data(), s.out.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return End(absl::UnavailableError(Cat("send: ", std::strerror(errno))));
     }
-    if (p[1].revents & POLLIN) break;
-    if ((p[0].revents & POLLOUT) && !out.empty()) {
-      ssize_t n = send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN && errno != EINTR)
-        return absl::UnavailableError(Cat("send: ", std::strerror(errno)));
-      if (n > 0) out.erase(0, static_cast<size_t>(n));
+    if (n > 0) s.out.erase(0, static_cast<size_t>(n));
+  }
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    char buf[65536];
+    ssize_t n = recv(s.fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return End(absl::UnavailableError(Cat("recv: ", std::strerror(errno))));
     }
-    if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n < 0) return absl::UnavailableError(Cat("recv: ", std::strerror(errno)));
-    if (n == 0) return absl::CancelledError("connection closed by mgmt");
-    reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
-    for (;;) {
-      auto m = reader.Next();
-      if (!m.ok()) return absl::DataLossError(Cat("bad frame from mgmt: ", ToStd(m.status().message())));
-      if (!m->has_value()) break;
-      const Message& msg = **m;
-      if (msg.type == MsgType::kError) {
-        return absl::PermissionDeniedError(Cat("mgmt refused: ", msg.fields.empty() ? "" : msg.fields[0]));
-      }
-      if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
-      auto snap = SnapshotFromMessage(msg);
-      if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));
-      absl::Status st = apply_(*snap);
-      if (st.ok() && !options_.state_dir.empty()) {
-        if (absl::Status ps = PersistSnapshot(options_.state_dir, *snap); !ps.ok()) {
-          // Applied and answering; only a restart without mgmt would miss it.
-          std::fprintf(stderr, "weir-%s: cannot store snapshot %llu: %s\n", options_.kind.c_str(),
-                       static_cast<unsigned long long>(snap->version), std::string(ps.message()).c_str());
-        }
-      }
-      if (st.ok()) {
-        applied_.store(snap->version);
-        applied_origin_ = snap->origin;
-        out += Encode(Message{MsgType::kAck, {std::to_string(snap->version)}});
-        std::fprintf(stderr, "weir-%s: applied mgmt snapshot version %llu\n", options_.kind.c_str(),
-                     static_cast<unsigned long long>(snap->version));
-      } else {
-        rejected_.fetch_add(1);
-        SetError(Cat("rejected version ", snap->version, ": ", ToStd(st.message())));
-        out += Encode(
-            Message{MsgType::kNack, {std::to_string(snap->version), std::string(ToStd(st.message()))}});
-        std::fprintf(stderr, "weir-%s: rejected mgmt snapshot version %llu: %s\n", options_.kind.c_str(),
-                     static_cast<unsigned long long>(snap->version), std::string(st.message()).c_str());
-      }
+    if (n == 0) return End(absl::CancelledError("connection closed by mgmt"));
+    if (n > 0) {
+      s.reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
+      if (absl::Status st = HandleFrames(); !st.ok()) return End(st);
     }
   }
-  return absl::CancelledError("stopping");
+  loop_->Modify(s.fd, EPOLLIN | (s.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)));
+}
+
+absl::Status NodeClient::HandleFrames() {
+  Session& s = *session_;
+  for (;;) {
+    auto m = s.reader.Next();
+    if (!m.ok()) return absl::DataLossError(Cat("bad frame from mgmt: ", ToStd(m.status().message())));
+    if (!m->has_value()) return absl::OkStatus();
+    const Message& msg = **m;
+    if (msg.type == MsgType::kError) {
+      return absl::PermissionDeniedError(Cat("mgmt refused: ", msg.fields.empty() ? "" : msg.fields[0]));
+    }
+    if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
+    auto snap = SnapshotFromMessage(msg);
+    if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));
+    absl::Status st = apply_(*snap);
+    if (st.ok() && !options_.state_dir.empty()) {
+      if (absl::Status ps = PersistSnapshot(options_.state_dir, *snap); !ps.ok()) {
+        // Applied and answering; only a restart without mgmt would miss it.
+        std::fprintf(stderr, "weir-%s: cannot store snapshot %llu: %s\n", options_.kind.c_str(),
+                     static_cast<unsigned long long>(snap->version), std::string(ps.message()).c_str());
+      }
+    }
+    if (st.ok()) {
+      applied_.store(snap->version);
+      applied_origin_ = snap->origin;
+      s.out += Encode(Message{MsgType::kAck, {std::to_string(snap->version)}});
+      std::fprintf(stderr, "weir-%s: applied mgmt snapshot version %llu\n", options_.kind.c_str(),
+                   static_cast<unsigned long long>(snap->version));
+    } else {
+      rejected_.fetch_add(1);
+      SetError(Cat("rejected version ", snap->version, ": ", ToStd(st.message())));
+      s.out +=
+          Encode(Message{MsgType::kNack, {std::to_string(snap->version), std::string(ToStd(st.message()))}});
+      std::fprintf(stderr, "weir-%s: rejected mgmt snapshot version %llu: %s\n", options_.kind.c_str(),
+                   static_cast<unsigned long long>(snap->version), std::string(st.message()).c_str());
+    }
+  }
 }
 
 absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::string& kind) {

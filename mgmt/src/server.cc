@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,7 +13,6 @@
 #include <cstring>
 #include <ctime>
 #include <map>
-#include <optional>
 #include <thread>
 
 #include "weir/common/config_file.h"
@@ -23,6 +21,7 @@
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/store.h"
+#include "weir/net/event_loop.h"
 
 namespace weir::mgmt {
 
@@ -107,7 +106,9 @@ struct Conn {
   uint64_t sent_version = UINT64_MAX;
   std::string sent_origin;  // the database the node's version counts in
   bool close_after_write = false;
-  std::chrono::steady_clock::time_point deadline;
+  // weirctl connections and peers that never said who they are are closed
+  // after 30 s; this timer does it.
+  net::EventLoop::TimerId deadline = 0;
 };
 
 }  // namespace
@@ -117,18 +118,17 @@ struct MgmtServer::Impl {
   std::string token;
   std::unique_ptr<Store> store;
   int listen_fd = -1;
-  int epfd = -1;
-  int wakefd = -1;
+  net::EventLoop loop;
   common::SocketAddress bound;
   std::atomic<bool> running{false};
   std::thread thread;
   std::map<int, Conn> conns;
-  // accept() failed for lack of descriptors: the listen socket rests until then.
-  std::optional<std::chrono::steady_clock::time_point> accept_paused_until;
 
   absl::Status Start();
   void Loop();
+  void WatchListener();
   void Accept();
+  void OnEvents(int fd, uint32_t events);
   void OnReadable(Conn& c);
   void OnWritable(Conn& c);
   void Handle(Conn& c, const Message& m);
@@ -158,14 +158,15 @@ absl::Status MgmtServer::Start() {
 
 void MgmtServer::Stop() {
   if (!impl_->running.exchange(false)) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(impl_->wakefd, &one, sizeof(one));
+  impl_->loop.Wake();
   impl_->thread.join();
-  for (auto& [fd, c] : impl_->conns) close(fd);
+  for (auto& [fd, c] : impl_->conns) {
+    impl_->loop.Unwatch(fd);
+    close(fd);
+  }
   impl_->conns.clear();
+  impl_->loop.Unwatch(impl_->listen_fd);
   close(impl_->listen_fd);
-  close(impl_->epfd);
-  close(impl_->wakefd);
 }
 
 absl::Status MgmtServer::Impl::Start() {
@@ -187,49 +188,26 @@ absl::Status MgmtServer::Impl::Start() {
   socklen_t len = sizeof(ss);
   getsockname(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
   bound = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-  epfd = epoll_create1(EPOLL_CLOEXEC);
-  wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = listen_fd;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &ev);
-  ev.data.fd = wakefd;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &ev);
+  if (absl::Status st = loop.Init(); !st.ok()) return st;
+  WatchListener();
   return absl::OkStatus();
 }
 
 void MgmtServer::Impl::Loop() {
-  epoll_event evs[64];
-  while (running.load()) {
-    int n = epoll_wait(epfd, evs, 64, 1000);
-    for (int i = 0; i < n; ++i) {
-      const int fd = evs[i].data.fd;
-      if (fd == wakefd) continue;
-      if (fd == listen_fd) {
-        Accept();
-        continue;
-      }
-      auto it = conns.find(fd);
-      if (it == conns.end()) continue;
-      if (evs[i].events & EPOLLOUT) OnWritable(it->second);
-      it = conns.find(fd);
-      if (it != conns.end() && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) OnReadable(it->second);
-    }
-    // weirctl connections and peers that never said who they are get a deadline.
-    const auto now = std::chrono::steady_clock::now();
-    if (accept_paused_until && now > *accept_paused_until) {
-      accept_paused_until.reset();
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = listen_fd;
-      epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &ev);
-    }
-    std::vector<int> expired;
-    for (auto& [fd, c] : conns) {
-      if (c.role != Role::kNode && now > c.deadline) expired.push_back(fd);
-    }
-    for (int fd : expired) CloseConn(fd);
-  }
+  // Stop() wakes the loop; everything else is a descriptor or a timer.
+  while (running.load()) loop.RunOnce(std::chrono::seconds(1));
+}
+
+void MgmtServer::Impl::WatchListener() {
+  loop.Watch(listen_fd, EPOLLIN, [this](uint32_t) { Accept(); });
+}
+
+void MgmtServer::Impl::OnEvents(int fd, uint32_t events) {
+  auto it = conns.find(fd);
+  if (it == conns.end()) return;
+  if (events & EPOLLOUT) OnWritable(it->second);
+  it = conns.find(fd);
+  if (it != conns.end() && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) OnReadable(it->second);
 }
 
 void MgmtServer::Impl::Accept() {
@@ -241,8 +219,8 @@ void MgmtServer::Impl::Accept() {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The pending connection stays readable: without a pause the loop would spin.
         std::fprintf(stderr, "weir-mgmt: accept: %s (pausing accepts for 1 s)\n", std::strerror(errno));
-        epoll_ctl(epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
-        accept_paused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        loop.Unwatch(listen_fd);
+        loop.After(std::chrono::seconds(1), [this] { WatchListener(); });
       }
       return;
     }
@@ -255,11 +233,13 @@ void MgmtServer::Impl::Accept() {
     Conn& c = conns[fd];
     c.fd = fd;
     c.peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
-    c.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    c.deadline = loop.After(std::chrono::seconds(30), [this, fd] {
+      auto it = conns.find(fd);
+      if (it == conns.end()) return;
+      it->second.deadline = 0;
+      if (it->second.role != Role::kNode) CloseConn(fd);
+    });
+    loop.Watch(fd, EPOLLIN, [this, fd](uint32_t events) { OnEvents(fd, events); });
   }
 }
 
@@ -270,16 +250,14 @@ void MgmtServer::Impl::CloseConn(int fd) {
     std::fprintf(stderr, "weir-mgmt: node %s (%s) disconnected\n", it->second.node_id.c_str(),
                  it->second.peer.c_str());
   }
-  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  if (it->second.deadline != 0) loop.Cancel(it->second.deadline);
+  loop.Unwatch(fd);
   close(fd);
   conns.erase(it);
 }
 
 void MgmtServer::Impl::Watch(Conn& c) {
-  epoll_event ev{};
-  ev.events = EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
-  ev.data.fd = c.fd;
-  epoll_ctl(epfd, EPOLL_CTL_MOD, c.fd, &ev);
+  loop.Modify(c.fd, EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)));
 }
 
 void MgmtServer::Impl::Flush(Conn& c) {

@@ -133,6 +133,33 @@ TEST_F(DnsTcpStreamTest, HalfCloseGetsEveryAnswerThenIsDone) {
   EXPECT_EQ(Received(), Framed({9}));
 }
 
+TEST_F(DnsTcpStreamTest, AnswersGivenLaterAndOutOfOrderAreOwedAcrossHalfClose) {
+  // gslb-sim holds an answer back (injected latency) while later queries on
+  // the connection are answered at once (RFC 7766 7): the stream only counts
+  // what is owed, so a half-closed client still gets the late answer.
+  DnsTcpStream s(server_, 1 << 20, now_);
+  Send(Framed({1}));
+  Send(Framed({2}));
+  shutdown(client_, SHUT_WR);
+  ASSERT_EQ(s.Read(now_), DnsTcpStream::Status::kOpen);
+  std::span<const uint8_t> q;
+  ASSERT_TRUE(s.NextQuery(&q, now_));
+  const std::vector<uint8_t> held(q.begin(), q.end());  // answered later
+  ASSERT_TRUE(s.NextQuery(&q, now_));
+  ASSERT_EQ(s.Answer(std::vector<uint8_t>{20}), DnsTcpStream::Status::kOpen);  // the second, first
+  ASSERT_EQ(s.Read(now_), DnsTcpStream::Status::kOpen);                        // EOF
+  EXPECT_TRUE(s.read_closed());
+  EXPECT_EQ(s.pending(), 1u);
+  EXPECT_FALSE(s.Done());  // the held-back answer is still owed
+  EXPECT_EQ(s.WantedEvents(), 0u);
+  ASSERT_EQ(s.Answer(std::vector<uint8_t>{10, held[0]}), DnsTcpStream::Status::kOpen);
+  EXPECT_TRUE(s.Done());
+  std::vector<uint8_t> want = Framed({20});
+  const std::vector<uint8_t> late = Framed({10, 1});
+  want.insert(want.end(), late.begin(), late.end());
+  EXPECT_EQ(Received(), want);
+}
+
 TEST_F(DnsTcpStreamTest, UnreadAnswersPauseReadingThenOverflow) {
   // The client reads nothing and the socket buffer is full: answers queue.
   const std::vector<uint8_t> junk(65536, 0);

@@ -4,10 +4,14 @@
 // function (validate + RCU swap), stores the applied one on disk and ACKs
 // the version, or NACKs it with the reason and keeps the last good one.
 // Reconnects with backoff while mgmt is down; the node keeps answering.
+//
+// Threading: Start() and Stop() on the owner's thread; the connection runs on
+// the client's own net::EventLoop thread; the getters from any thread.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -16,6 +20,10 @@
 #include "absl/status/status.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/snapshot.h"
+
+namespace weir::net {
+class EventLoop;
+}
 
 namespace weir::mgmt {
 
@@ -54,15 +62,25 @@ class NodeClient {
   std::string last_error() const;
 
  private:
-  void Run();
-  // One connection's lifetime; returns why it ended.
-  absl::Status Session();
+  struct Session;
+
+  // One connection's lifetime, on the loop thread: Connect() opens it,
+  // OnConnected() sends HELLO, OnSession() moves the stream, End() closes it
+  // with the reason and schedules the next Connect() after the backoff.
+  void Connect();
+  void OnConnected();
+  void OnSession(uint32_t events);
+  // The snapshots and errors received; a non-OK status ends the session.
+  absl::Status HandleFrames();
+  void End(const absl::Status& why);
   void SetError(std::string e);
 
   NodeClientOptions options_;
   ApplyFn apply_;
   std::thread thread_;
-  int wake_fd_ = -1;
+  std::unique_ptr<net::EventLoop> loop_;
+  std::unique_ptr<Session> session_;  // none between connections
+  int backoff_ms_ = 0;
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> applied_{0};
   std::string applied_origin_;  // the client thread's, after Start
