@@ -3,111 +3,22 @@
 // or nothing), the server addresses, sharing, caching by zone and expiry.
 #include "weir/recursor/zone_cuts.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "weir/dns/writer.h"
+#include "scripted_resolver.h"
 
 namespace weir::recursor {
 namespace {
 
-dns::NameKey Key(const std::string& text) {
-  dns::NameKey k;
-  EXPECT_TRUE(dns::NameKeyFromText(text, &k)) << text;
-  return k;
-}
-
-struct Rr {
-  std::string owner;
-  uint16_t type;
-  uint32_t ttl;
-  std::vector<uint8_t> rdata;
-};
-
-std::vector<uint8_t> NameRdata(const std::string& text) {
-  const dns::NameKey k = Key(text);
-  return {k.bytes.begin(), k.bytes.begin() + k.len};
-}
-
-std::vector<uint8_t> SoaRdata(const std::string& zone) {
-  std::vector<uint8_t> r = NameRdata("ns1." + zone);
-  const std::vector<uint8_t> h = NameRdata("hostmaster." + zone);
-  r.insert(r.end(), h.begin(), h.end());
-  for (uint32_t v : {1u, 3600u, 600u, 86400u, 60u}) {
-    for (int sh = 24; sh >= 0; sh -= 8) r.push_back(static_cast<uint8_t>(v >> sh));
-  }
-  return r;
-}
-
-// Answers by (name, type); unscripted questions get SERVFAIL. Callbacks are
-// delivered later, from Deliver(), as libunbound delivers them.
-class ScriptedResolver : public Resolver {
- public:
-  struct Reply {
-    uint16_t rcode = 0;
-    std::vector<Rr> answer, authority;
-  };
-  void Script(const std::string& name, uint16_t type, Reply r) {
-    script_[{Lower(name), type}] = std::move(r);
-  }
-  bool Resolve(const std::string& name, uint16_t type, uint16_t, Callback cb) override {
-    asked.emplace_back(Lower(name), type);
-    pending_.emplace_back(Build(Lower(name), type), std::move(cb));
-    return true;
-  }
-  // Delivers until nothing is pending; returns how many were delivered.
-  size_t Deliver() {
-    size_t n = 0;
-    while (!pending_.empty()) {
-      auto [pkt, cb] = std::move(pending_.front());
-      pending_.pop_front();
-      cb(ResolverResult{0, pkt, false, false});
-      ++n;
-    }
-    return n;
-  }
-  std::vector<std::pair<std::string, uint16_t>> asked;
-
- private:
-  static std::string Lower(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (s.empty() || s.back() != '.') s.push_back('.');
-    return s;
-  }
-  std::vector<uint8_t> Build(const std::string& name, uint16_t type) {
-    Reply r;
-    auto it = script_.find({name, type});
-    if (it != script_.end()) {
-      r = it->second;
-    } else {
-      r.rcode = 2;
-    }
-    std::vector<uint8_t> buf(4096);
-    dns::ResponseWriter w(buf.data(), buf.size());
-    const dns::NameKey q = Key(name);
-    EXPECT_EQ(w.Begin(1, static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa | r.rcode), q.span(), type,
-                      dns::klass::kIn),
-              dns::ParseError::kOk);
-    for (auto [section, list] :
-         {std::pair{dns::Section::kAnswer, &r.answer}, std::pair{dns::Section::kAuthority, &r.authority}}) {
-      for (const Rr& rr : *list) {
-        const dns::NameKey o = Key(rr.owner);
-        EXPECT_EQ(w.AppendRecord(section, o.span(), rr.type, dns::klass::kIn, rr.ttl, rr.rdata),
-                  dns::ParseError::kOk);
-      }
-    }
-    buf.resize(w.Finish(buf.size()));
-    return buf;
-  }
-  std::map<std::pair<std::string, uint16_t>, Reply> script_;
-  std::deque<std::pair<std::vector<uint8_t>, Callback>> pending_;
-};
+using test_support::Key;
+using test_support::NameRdata;
+using test_support::Rr;
+using test_support::ScriptedResolver;
+using test_support::SoaRdata;
 
 class ZoneCutsTest : public ::testing::Test {
  protected:
@@ -116,14 +27,9 @@ class ZoneCutsTest : public ::testing::Test {
   ZoneCutFinder::Log Log() {
     return [this](const std::string& line) { log_.push_back(line); };
   }
-  // The zone `zone` with NS ns1.<zone> at `address`.
   void Zone(const std::string& zone, const std::string& address, uint32_t ns_ttl = 3600,
             uint32_t a_ttl = 3600) {
-    resolver_.Script(zone, dns::type::kNs,
-                     {0, {{zone, dns::type::kNs, ns_ttl, NameRdata("ns1." + zone)}}, {}});
-    std::vector<uint8_t> a(4);
-    EXPECT_EQ(inet_pton(AF_INET, address.c_str(), a.data()), 1);
-    resolver_.Script("ns1." + zone, dns::type::kA, {0, {{"ns1." + zone, dns::type::kA, a_ttl, a}}, {}});
+    resolver_.Zone(zone, address, ns_ttl, a_ttl);
   }
   // Find() and deliver everything; the cut's zone text and first server, or "none".
   std::string Find(const std::string& name) {

@@ -1,0 +1,61 @@
+#include "weir/recursor/cache_policy.h"
+
+#include <algorithm>
+
+namespace weir::recursor {
+
+std::string CacheKey(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
+  std::string k(reinterpret_cast<const char*>(name.bytes.data()), name.len);
+  k.push_back(static_cast<char>(qtype >> 8));
+  k.push_back(static_cast<char>(qtype));
+  k.push_back(static_cast<char>(qclass >> 8));
+  k.push_back(static_cast<char>(qclass));
+  return k;
+}
+
+std::string NameText(const dns::NameKey& name) { return dns::NameKeyToText(name.span()); }
+
+bool CnameTarget(const CachedRecord& cname, dns::NameKey* target) {
+  size_t end = 0;
+  return dns::ReadName(cname.rdata, 0, &end, target) == dns::ParseError::kOk;
+}
+
+bool OwnedBy(const CachedRecord& r, const dns::NameKey& name) {
+  return r.owner.size() == name.len && std::equal(r.owner.begin(), r.owner.end(), name.bytes.begin());
+}
+
+uint32_t MinTtl(const Answer& a) {
+  uint32_t t = UINT32_MAX;
+  for (const CachedRecord& r : a.answer) t = std::min(t, r.ttl);
+  return t;
+}
+
+CachePolicy CachePolicy::From(const RecursorConfig& cfg) {
+  CachePolicy p;
+  p.min_ttl = static_cast<uint32_t>(cfg.min_ttl);
+  p.max_ttl = static_cast<uint32_t>(cfg.max_ttl);
+  p.negative_max_ttl = static_cast<uint32_t>(cfg.negative_max_ttl);
+  p.stale_window = static_cast<uint32_t>(cfg.stale_window);
+  p.stale_answer_ttl = static_cast<uint32_t>(cfg.stale_answer_ttl);
+  p.prefetch_percent = static_cast<uint32_t>(cfg.prefetch_percent);
+  return p;
+}
+
+uint32_t CachePolicy::Clamp(uint32_t ttl) const { return std::clamp<uint32_t>(ttl, min_ttl, max_ttl); }
+
+bool CachePolicy::WantsPrefetch(const Answer& a, uint32_t now) const {
+  if (prefetch_percent == 0 || a.ttl < 10 || a.fresh_until <= now) return false;
+  return uint64_t{a.fresh_until - now} * 100 <= uint64_t{a.ttl} * prefetch_percent;
+}
+
+uint32_t CachePolicy::NegativeTtlOf(Answer& a) const {
+  for (CachedRecord& r : a.authority) {
+    if (r.type != dns::type::kSoa || r.rdata.size() < 20) continue;
+    const uint32_t minimum = dns::Load32(r.rdata.data() + r.rdata.size() - 4);
+    r.ttl = std::min({r.ttl, minimum, negative_max_ttl});
+    return r.ttl;
+  }
+  return 0;
+}
+
+}  // namespace weir::recursor

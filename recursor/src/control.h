@@ -1,0 +1,62 @@
+// The control port's commands (docs/recursor-config.md): stats, flush,
+// reload-tags, and advance-clock for tests; and the rate-limited log every
+// unit of the daemon writes to.
+//
+// Threading: the recursor's loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "front.h"
+#include "ordinary_resolver.h"
+#include "query_router.h"
+#include "socket_last_hop.h"
+#include "weir/partitions/clock.h"
+#include "weir/recursor/tagged_resolver.h"
+#include "weir/recursor/zone_cuts.h"
+
+namespace weir::recursor {
+
+// Log lines per second are bounded: a broken zone must not flood the log.
+class RateLimitedLog {
+ public:
+  void Write(const std::string& line);
+  uint64_t suppressed() const { return suppressed_; }
+
+ private:
+  std::chrono::steady_clock::time_point window_;
+  int lines_ = 0;
+  uint64_t suppressed_ = 0;
+};
+
+class Control {
+ public:
+  // What the commands read and act on.
+  struct Parts {
+    partitions::FakeClock* test_clock = nullptr;  // advance-clock; null without --test-clock
+    const Front* front = nullptr;
+    const FrontReplies* replies = nullptr;
+    const QueryRouter* router = nullptr;
+    OrdinaryResolver* ordinary = nullptr;
+    TaggedResolver* tagged = nullptr;
+    const SocketLastHop* last_hop = nullptr;
+    ZoneCutFinder* cuts = nullptr;
+    const RateLimitedLog* log = nullptr;
+    // Re-reads the tag file and applies it (an error when tags come from mgmt).
+    std::function<absl::Status()> reload_tags;
+  };
+  explicit Control(Parts parts) : p_(std::move(parts)) {}
+
+  // One command line; the reply without its newline.
+  std::string Handle(const std::string& line);
+  std::string StatsJson() const;
+
+ private:
+  Parts p_;
+};
+
+}  // namespace weir::recursor

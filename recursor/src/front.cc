@@ -1,0 +1,361 @@
+#include "front.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "query_router.h"
+#include "weir/common/text.h"
+
+namespace weir::recursor {
+
+using common::Cat;
+using common::SocketAddress;
+
+namespace {
+
+constexpr size_t kMaxControlLine = 4096;
+// Out of descriptors at accept: the listener is not polled for this long, so
+// a full process table does not turn the loop into a busy spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+
+absl::StatusOr<int> BindSocket(const SocketAddress& a, int type) {
+  const int fd = socket(a.family(), type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd, a.sa(), a.len) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::InternalError(Cat("bind ", a.ToString(), ": ", std::strerror(e)));
+  }
+  if (type == SOCK_STREAM && listen(fd, 256) != 0) {
+    close(fd);
+    return absl::InternalError(Cat("listen ", a.ToString(), ": ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+SocketAddress LocalAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t l = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &l);
+  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
+}
+
+}  // namespace
+
+partitions::IpAddress IpOf(const SocketAddress& a) {
+  partitions::IpAddress ip;
+  ip.family = a.family() == AF_INET ? 4 : 6;
+  if (a.len != 0) std::memcpy(ip.bytes.data(), a.addr_bytes(), a.addr_len());
+  return ip;
+}
+
+Front::Front(const RecursorConfig& cfg, net::EventLoop& loop) : cfg_(cfg), loop_(loop) {}
+
+Front::~Front() { CloseAll(); }
+
+void Front::CloseAll() {
+  for (auto& [id, c] : conns_) close(c.fd);
+  conns_.clear();
+  for (int fd : listen_fds_) close(fd);
+  listen_fds_.clear();
+}
+
+void Front::WatchListener(int fd, bool tcp, bool control) {
+  if (!tcp) return loop_.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnUdp(fd); });
+  loop_.Watch(fd, EPOLLIN, [this, fd, control](uint32_t) { OnAccept(fd, control); });
+}
+
+absl::Status Front::Listen() {
+  for (const SocketAddress& want : cfg_.listen) {
+    // Port 0: TCP takes the port UDP got; when that TCP port is taken, both
+    // try another one.
+    for (int attempt = 0;; ++attempt) {
+      auto u = BindSocket(want, SOCK_DGRAM);
+      if (!u.ok()) return u.status();
+      const SocketAddress bound = LocalAddress(*u);
+      std::optional<int> tcp_fd;
+      if (cfg_.tcp) {
+        SocketAddress same = want;
+        same.set_port(bound.port());
+        auto t = BindSocket(same, SOCK_STREAM);
+        if (!t.ok()) {
+          close(*u);
+          if (want.port() == 0 && attempt < 16) continue;
+          return t.status();
+        }
+        tcp_fd = *t;
+      }
+      int rcvbuf = 4 << 20;
+      setsockopt(*u, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+      listen_fds_.push_back(*u);
+      WatchListener(*u, false, false);
+      std::string line = Cat("listening udp ", bound.ToString());
+      if (tcp_fd) {
+        listen_fds_.push_back(*tcp_fd);
+        WatchListener(*tcp_fd, true, false);
+        line += Cat(" tcp ", LocalAddress(*tcp_fd).ToString());
+      }
+      describe_.push_back(line);
+      break;
+    }
+  }
+  if (cfg_.control_enabled) {
+    auto c = BindSocket(cfg_.control, SOCK_STREAM);
+    if (!c.ok()) return c.status();
+    listen_fds_.push_back(*c);
+    WatchListener(*c, true, true);
+    describe_.push_back(Cat("control ", LocalAddress(*c).ToString()));
+  }
+  return absl::OkStatus();
+}
+
+void Front::CloseIdle(SteadyClock::time_point now) {
+  const auto idle = std::chrono::milliseconds(cfg_.tcp_idle_timeout_ms);
+  std::vector<uint64_t> old;
+  for (auto& [id, c] : conns_) {
+    if (!c.stream) {
+      if (now - c.last > idle) old.push_back(id);
+      continue;
+    }
+    // Idle counts from the last whole query (trickling bytes do not reset
+    // it); a front that reads nothing while its answers pile up is closed
+    // after the idle timeout too.
+    const bool stuck = c.stream->paused() && now - c.stream->paused_since() > idle;
+    if (stuck) ++stats_.tcp_unsent_closed;
+    if ((now - c.stream->last_activity() > idle && c.stream->pending() == 0) || stuck) old.push_back(id);
+  }
+  for (uint64_t id : old) CloseConn(id);
+}
+
+size_t Front::unsent_bytes() const {
+  size_t unsent = 0;
+  for (const auto& [id, c] : conns_) unsent += c.stream ? c.stream->unsent() : c.out.size();
+  return unsent;
+}
+
+void Front::OnUdp(int fd) {
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage from{};
+    socklen_t fl = sizeof(from);
+    const ssize_t n = recvfrom(fd, buf_, sizeof(buf_), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    if (n < 0) return;
+    FrontRef to;
+    to.udp_fd = fd;
+    to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
+    ++stats_.udp;
+    router_->HandleQuery({buf_, static_cast<size_t>(n)}, to);
+  }
+}
+
+void Front::OnAccept(int fd, bool control) {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    const int c = accept4(fd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The connection stays in the backlog and the listener stays
+        // readable: polling it now would spin. Look again after a pause.
+        ++stats_.accept_paused;
+        loop_.Unwatch(fd);
+        loop_.After(kAcceptBackoff, [this, fd, control] { WatchListener(fd, true, control); });
+      }
+      return;
+    }
+    const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
+    if (control) {
+      bool allowed = false;
+      for (const partitions::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
+      if (!allowed) {
+        ++stats_.control_refused;
+        close(c);
+        continue;
+      }
+    } else if (static_cast<int>(conns_.size()) >= cfg_.tcp_max_connections) {
+      close(c);
+      continue;
+    }
+    const uint64_t id = next_conn_++;
+    Conn& conn = conns_[id];
+    conn.fd = c;
+    conn.control = control;
+    conn.peer = peer;
+    conn.last = SteadyClock::now();
+    conn.events = EPOLLIN;
+    if (!control) conn.stream.emplace(c, static_cast<size_t>(cfg_.tcp_max_unsent_bytes), conn.last);
+    loop_.Watch(c, EPOLLIN, [this, id](uint32_t events) { OnConn(id, events); });
+  }
+}
+
+void Front::CloseConn(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  loop_.Unwatch(it->second.fd);
+  close(it->second.fd);
+  conns_.erase(it);
+}
+
+void Front::WatchConn(Conn& c) {
+  uint32_t want = 0;
+  if (c.stream) {
+    want = c.stream->WantedEvents();
+  } else {
+    if (!c.closing) want |= EPOLLIN;
+    if (!c.out.empty()) want |= EPOLLOUT;
+  }
+  if (want == c.events) return;
+  c.events = want;
+  loop_.Modify(c.fd, want);
+}
+
+bool Front::CloseIfDone(uint64_t id, Conn& c) {
+  if (c.dispatching) return false;
+  const bool done = c.stream ? c.stream->Done() : c.closing && c.out.empty();
+  if (!done) return false;
+  CloseConn(id);
+  return true;
+}
+
+void Front::OnConn(uint64_t id, uint32_t events) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn* c = &it->second;
+  if (events & EPOLLERR) return CloseConn(id);
+  if (c->control) return OnControl(id, c, events);
+  net::DnsTcpStream& s = *c->stream;
+  if ((events & EPOLLOUT) && s.Flush() != net::DnsTcpStream::Status::kOpen) return CloseConn(id);
+  // EPOLLHUP without a readable half: the front is gone (reset), nothing
+  // more can be delivered.
+  if ((events & EPOLLHUP) && (s.read_closed() || s.paused())) return CloseConn(id);
+  if ((events & (EPOLLIN | EPOLLHUP)) && s.Read(SteadyClock::now()) != net::DnsTcpStream::Status::kOpen) {
+    return CloseConn(id);
+  }
+  DispatchFrames(id);
+  it = conns_.find(id);  // a handler may have closed it
+  if (it == conns_.end()) return;
+  if (CloseIfDone(id, it->second)) return;
+  WatchConn(it->second);
+}
+
+void Front::OnControl(uint64_t id, Conn* c, uint32_t events) {
+  c->last = SteadyClock::now();
+  if (events & EPOLLOUT) {
+    while (!c->out.empty()) {
+      const ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return CloseConn(id);
+      if (n <= 0) break;
+      c->out.erase(c->out.begin(), c->out.begin() + n);
+    }
+    if (CloseIfDone(id, *c)) return;
+  }
+  bool peer_closed = false;
+  if ((events & (EPOLLIN | EPOLLHUP)) && !c->closing) {
+    for (;;) {
+      const ssize_t n = recv(c->fd, buf_, sizeof(buf_), 0);
+      if (n == 0) {
+        peer_closed = true;
+        break;
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        return CloseConn(id);
+      }
+      c->in.insert(c->in.end(), buf_, buf_ + n);
+      if (c->in.size() > kMaxControlLine) return CloseConn(id);
+    }
+  }
+  const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
+  if (nl != c->in.end()) {
+    std::string line(c->in.begin(), nl);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    c->in.clear();
+    std::string reply = control_(line);
+    // The command may have closed connections, not this one (only the
+    // sweep and the front's own events close control connections).
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    c = &it->second;
+    reply.push_back('\n');
+    c->out.insert(c->out.end(), reply.begin(), reply.end());
+    c->closing = true;
+    return WatchConn(*c);
+  }
+  if (peer_closed) return CloseConn(id);
+  WatchConn(*c);
+}
+
+// RFC 7766: queries may be pipelined; each is answered when ready. The
+// stream hands out no more while the answers queued for the front are over
+// the limit.
+void Front::DispatchFrames(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn* c = &it->second;
+  c->dispatching = true;
+  std::span<const uint8_t> query;
+  std::vector<uint8_t> frame;
+  while (c->stream->NextQuery(&query, SteadyClock::now())) {
+    // A copy: the handler may close the connection, and with it the stream.
+    frame.assign(query.begin(), query.end());
+    FrontRef to;
+    to.tcp = true;
+    to.conn = id;
+    to.peer = c->peer;
+    ++stats_.tcp;
+    router_->HandleQuery(frame, to);
+    it = conns_.find(id);  // the handler may have closed it
+    if (it == conns_.end()) return;
+    c = &it->second;
+  }
+  c->dispatching = false;
+}
+
+void Front::Send(const FrontRef& to, const uint8_t* data, size_t len) {
+  if (!to.tcp) {
+    if (len != 0) sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
+    return;
+  }
+  auto it = conns_.find(to.conn);
+  if (it == conns_.end() || !it->second.stream) return;
+  Conn& c = it->second;
+  // Every TCP query gets one Send, len 0 when it is dropped.
+  const bool was_paused = c.stream->paused();
+  switch (c.stream->Answer({data, len})) {
+    case net::DnsTcpStream::Status::kOverflow:
+      ++stats_.tcp_unsent_closed;  // a front that lets that much pile up is cut off
+      return CloseConn(to.conn);
+    case net::DnsTcpStream::Status::kClose:
+      return CloseConn(to.conn);
+    case net::DnsTcpStream::Status::kOpen:
+      break;
+  }
+  if (!was_paused && c.stream->paused()) ++stats_.tcp_reads_paused;
+  if (CloseIfDone(to.conn, c)) return;
+  WatchConn(c);
+}
+
+void FrontReplies::Answer(const Waiter& w, const recursor::Answer& a, uint32_t age, int64_t fixed_ttl) {
+  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_};
+  front_.Send(w.to, out_, WriteAnswer(ctx, a, age, fixed_ttl, out_, capacity()));
+}
+
+void FrontReplies::Error(const Waiter& w, dns::Rcode rcode) {
+  if (rcode == dns::Rcode::kServFail) ++servfail_;
+  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_};
+  front_.Send(w.to, out_, WriteError(ctx, rcode, out_, capacity()));
+}
+
+}  // namespace weir::recursor

@@ -1,0 +1,76 @@
+#include "query_router.h"
+
+#include <cstring>
+#include <utility>
+
+#include "weir/dns/writer.h"
+
+namespace weir::recursor {
+
+QueryRouter::QueryRouter(const RecursorConfig& cfg, const TaggedResolver::Tags& tags, FrontReplies& replies,
+                         OrdinaryResolver& ordinary, TaggedResolver& tagged)
+    : cfg_(cfg), tags_(tags), replies_(replies), ordinary_(ordinary), tagged_(tagged) {
+  parse_options_.weight_option_code = cfg.weight_option_code;
+}
+
+void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) {
+  ++stats_.queries;
+  Waiter w;
+  w.to = to;
+  w.received = pkt;
+  const dns::ParseError err = dns::ParseQuery(pkt, parse_options_, &w.q);
+  bool allowed = false;
+  const partitions::IpAddress source = IpOf(w.to.peer);
+  for (const partitions::Cidr& c : cfg_.allow) allowed = allowed || c.Contains(source);
+  if (err != dns::ParseError::kOk) {
+    uint8_t* out = replies_.buffer();
+    if (err == dns::ParseError::kBadEdnsVersion) {
+      // The ACL comes first: a source that is not a front learns nothing,
+      // not even which EDNS versions weir speaks.
+      dns::ResponseWriter rw(out, replies_.capacity());
+      rw.BeginResponse(pkt, w.q, allowed ? dns::Rcode::kNoError : dns::Rcode::kRefused);
+      if (allowed) {
+        rw.BeginOpt(1232, false, 1);  // BADVERS (RFC 6891 6.1.3)
+      } else {
+        ++stats_.refused_acl;
+      }
+      replies_.Send(to, rw.Finish(to.tcp ? 65535 : 512));
+      return;
+    }
+    // A bare FORMERR header for anything that looks like a query from a
+    // front; garbage, and anything from others, is dropped.
+    if (pkt.size() < dns::kHeaderSize || (pkt[2] & 0x80) || !allowed) {
+      ++stats_.dropped;
+      replies_.Send(to, 0);  // a TCP front's query is done with
+      return;
+    }
+    ++stats_.formerr;
+    std::memset(out, 0, dns::kHeaderSize);
+    std::memcpy(out, pkt.data(), 2);
+    out[2] = static_cast<uint8_t>(0x80 | (pkt[2] & 0x79));
+    out[3] = static_cast<uint8_t>(dns::Rcode::kFormErr);
+    replies_.Send(to, dns::kHeaderSize);
+    return;
+  }
+  if (!allowed) {
+    ++stats_.refused_acl;
+    return replies_.Error(w, dns::Rcode::kRefused);
+  }
+  if (w.q.opcode() != 0) {
+    ++stats_.notimp;
+    return replies_.Error(w, dns::Rcode::kNotImp);
+  }
+  if (w.q.qclass != dns::klass::kIn) return replies_.Error(w, dns::Rcode::kRefused);
+  // Only a tag decides: a name no tag covers is resolved by libunbound and
+  // never sends ECS anywhere, whatever the query carried (a subscriber's
+  // subnet goes only where the operator sent it). A forward tag sends its
+  // names to its targets even without weight or ecs.
+  const partitions::Tag* tag = tags_->Lookup(w.q.qname.span());
+  const bool tagged =
+      tag != nullptr &&
+      (tag->weight || tag->ecs || (tag->policy == partitions::Policy::kForward && !tag->targets.empty()));
+  if (tagged) return tagged_.Query(std::move(w), tag);
+  ordinary_.Query(std::move(w));
+}
+
+}  // namespace weir::recursor
