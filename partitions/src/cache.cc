@@ -581,20 +581,9 @@ Cache::InsertResult Cache::TryInsert(CacheEntryPtr entry) {
 }
 
 size_t Cache::FindPositionLocked(const Index* idx, const CacheKey& key, uint64_t hash) const {
-  const uint64_t pattern = Tag8(hash) * kLowBits, tag = SlotTag(hash);
-  size_t b = hash & idx->mask;
-  for (size_t visited = 0; visited <= idx->mask; ++visited, b = (b + 1) & idx->mask) {
-    const Bucket& bucket = idx->buckets[b];
-    const uint64_t ctrl = bucket.ctrl.load(std::memory_order_relaxed);
-    for (uint64_t m = MatchTag(ctrl, pattern); m != 0; m &= m - 1) {
-      const size_t s = __builtin_ctzll(m) / 8;
-      const uint64_t v = bucket.slots[s].load(std::memory_order_relaxed);
-      if ((v >> 48) == tag && v != kEmpty && EntryOf(v)->Matches(key, hash))
-        return b * kPositionsPerBucket + s;
-    }
-    if (Overflow(ctrl) == 0) break;
-  }
-  return SIZE_MAX;
+  size_t position;
+  (void)Probe<std::memory_order_relaxed>(idx, key, hash, &position);
+  return position;
 }
 
 void Cache::PlaceLocked(Index* idx, uint64_t hash, uint64_t v) {

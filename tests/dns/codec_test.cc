@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dns/test_util.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -26,62 +27,18 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-NameKey Key(std::string_view text) {
-  NameKey k;
-  EXPECT_TRUE(NameKeyFromText(text, &k)) << text;
-  return k;
-}
-Bytes KeyBytes(std::string_view text) {
-  const NameKey k = Key(text);
-  return Bytes(k.bytes.begin(), k.bytes.begin() + k.len);
-}
-// Uncompressed wire form keeping the spelling's case ("WwW.Example.com").
-Bytes WireName(std::string_view dotted) {
-  Bytes out;
-  while (!dotted.empty()) {
-    const size_t dot = dotted.find('.');
-    const std::string_view label = dotted.substr(0, dot);
-    out.push_back(static_cast<uint8_t>(label.size()));
-    out.insert(out.end(), label.begin(), label.end());
-    dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
-  }
-  out.push_back(0);
-  return out;
-}
+using testing::Key;
+using testing::KeyBytes;
+using testing::MakeQuery;
+using testing::QuerySpec;
+using testing::WireName;
+
 std::string KeyText(std::span<const uint8_t> msg, size_t offset) {
   NameKey k;
   size_t end;
   const ParseError e = ReadName(msg, offset, &end, &k);
   if (e != ParseError::kOk) return std::string("error:") + std::string(ParseErrorName(e));
   return NameKeyToText(k.span());
-}
-
-// A query as a client sends it, written with ResponseWriter::Begin (QR clear).
-struct QuerySpec {
-  std::string qname = "www.example.com";
-  uint16_t qtype = type::kA;
-  uint16_t flags = flag::kRd;
-  bool edns = true;
-  uint16_t udp_size = 1232;
-  bool ecs = false;
-  ClientSubnet subnet;
-  bool weight = false;
-};
-Bytes MakeQuery(const QuerySpec& s) {
-  uint8_t buf[512];
-  ResponseWriter w(buf, sizeof buf);
-  EXPECT_EQ(w.Begin(0xBEEF, s.flags, WireName(s.qname), s.qtype, klass::kIn), ParseError::kOk);
-  if (s.edns) {
-    EXPECT_EQ(w.BeginOpt(s.udp_size, false), ParseError::kOk);
-    if (s.ecs) {
-      EXPECT_EQ(w.AddEcs(s.subnet), ParseError::kOk);
-    }
-    if (s.weight) {
-      EXPECT_EQ(w.AddWeights(kDefaultWeightOptionCode, {}), ParseError::kOk);
-    }
-  }
-  const size_t len = w.Finish(sizeof buf);
-  return Bytes(buf, buf + len);
 }
 
 // Records pre-encoded for a qname, with their TTL offsets.
@@ -287,7 +244,7 @@ TEST(Ecs, RoundTripsEveryPrefixWidth) {
   for (uint8_t p : {0, 1, 7, 8, 9, 24}) cases.push_back({kEcsFamilyIpv4, p});
   for (uint8_t p : {0, 1, 7, 8, 9, 24, 56, 128}) cases.push_back({kEcsFamilyIpv6, p});
   for (const EcsCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << "family " << c.family << " /" << int{c.prefix});
+    SCOPED_TRACE(::testing::Message() << "family " << c.family << " /" << int{c.prefix});
     const Bytes all_ones(c.family == kEcsFamilyIpv4 ? 4 : 16, 0xFF);
     ClientSubnet s;
     ASSERT_TRUE(MakeClientSubnet(all_ones, c.prefix, &s));
@@ -568,6 +525,20 @@ Bytes Answer(const Bytes& query, int addresses) {
   return Bytes(buf, buf + len);
 }
 
+// `response` parses into `m`, with TC set when `truncated` and `answers`
+// records in the answer section: what a client first looks at.
+::testing::AssertionResult Delivers(const Bytes& response, bool truncated, int answers, Message* m) {
+  const ParseError e = m->Parse(response, ParseOptions{});
+  if (e != ParseError::kOk) return ::testing::AssertionFailure() << "does not parse: " << ParseErrorName(e);
+  if (((m->flags() & flag::kTc) != 0) != truncated) {
+    return ::testing::AssertionFailure() << "TC is " << (truncated ? "clear" : "set");
+  }
+  if (m->count(Section::kAnswer) != answers) {
+    return ::testing::AssertionFailure() << m->count(Section::kAnswer) << " answers, not " << answers;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(ResponseWriterFinish, Truncates512WithoutEdns) {
   QuerySpec spec;
   spec.edns = false;
@@ -576,15 +547,11 @@ TEST(ResponseWriterFinish, Truncates512WithoutEdns) {
   const Bytes fits = Answer(query, 15);
   EXPECT_EQ(fits.size(), 498u);
   Message m;
-  ASSERT_EQ(m.Parse(fits, ParseOptions{}), ParseError::kOk);
-  EXPECT_EQ(m.flags() & flag::kTc, 0);
-  EXPECT_EQ(m.count(Section::kAnswer), 15);
+  EXPECT_TRUE(Delivers(fits, /*truncated=*/false, 15, &m));
 
   const Bytes cut = Answer(query, 29);
   EXPECT_EQ(cut.size(), 33u);
-  ASSERT_EQ(m.Parse(cut, ParseOptions{}), ParseError::kOk);
-  EXPECT_NE(m.flags() & flag::kTc, 0);
-  EXPECT_EQ(m.count(Section::kAnswer), 0);
+  ASSERT_TRUE(Delivers(cut, /*truncated=*/true, 0, &m));
   EXPECT_EQ(m.count(Section::kAdditional), 0);
   EXPECT_FALSE(m.edns().present);
   EXPECT_EQ(NameKeyToText(m.qname().span()), "www.example.com.");
@@ -598,16 +565,12 @@ TEST(ResponseWriterFinish, UsesTheClientsBufferWithEdns) {
   const Bytes whole = Answer(query, 29);
   EXPECT_EQ(whole.size(), 943u);
   Message m;
-  ASSERT_EQ(m.Parse(whole, ParseOptions{}), ParseError::kOk);
-  EXPECT_EQ(m.flags() & flag::kTc, 0);
-  EXPECT_EQ(m.count(Section::kAnswer), 29);
+  EXPECT_TRUE(Delivers(whole, /*truncated=*/false, 29, &m));
 
   // A client buffer below 512 still gets 512 (RFC 6891 6.2.5).
   spec.udp_size = 100;
   const Bytes small = Answer(MakeQuery(spec), 15);
-  ASSERT_EQ(m.Parse(small, ParseOptions{}), ParseError::kOk);
-  EXPECT_EQ(m.flags() & flag::kTc, 0);
-  EXPECT_EQ(m.count(Section::kAnswer), 15);
+  EXPECT_TRUE(Delivers(small, /*truncated=*/false, 15, &m));
 }
 
 TEST(ResponseWriterFinish, TruncationKeepsOpt) {
@@ -618,9 +581,7 @@ TEST(ResponseWriterFinish, TruncationKeepsOpt) {
   spec.weight = true;
   const Bytes cut = Answer(MakeQuery(spec), 60);  // 33 + 60 * 31 > 1232
   Message m;
-  ASSERT_EQ(m.Parse(cut, ParseOptions{}), ParseError::kOk);
-  EXPECT_NE(m.flags() & flag::kTc, 0);
-  EXPECT_EQ(m.count(Section::kAnswer), 0);
+  ASSERT_TRUE(Delivers(cut, /*truncated=*/true, 0, &m));
   EXPECT_EQ(m.count(Section::kAdditional), 1);
   ASSERT_TRUE(m.edns().present);
   EXPECT_EQ(m.edns().udp_size, 1232);
@@ -667,7 +628,7 @@ void ExpectAnswers(std::span<const uint8_t> msg, const std::vector<WantRr>& want
   RrView rr;
   size_t i = 0;
   while (it.Next(&rr)) {
-    SCOPED_TRACE(testing::Message() << "answer " << i);
+    SCOPED_TRACE(::testing::Message() << "answer " << i);
     ASSERT_LT(i, want.size());
     EXPECT_EQ(KeyText(msg, rr.name_offset), want[i].owner);
     EXPECT_EQ(rr.type, want[i].type);
@@ -709,7 +670,7 @@ TEST(RecordEncoder, CnameChainPlusFourACompresses) {
   EXPECT_EQ(Load16(blob), 0xC000 | 12);
 
   // A client that spelled the name in mixed case gets its own spelling back.
-  const Bytes query = MakeQuery(QuerySpec{.qname = "WWW.example.COM", .subnet = {}});
+  const Bytes query = MakeQuery({.qname = "WWW.example.COM"});
   Query pq;
   ASSERT_EQ(ParseQuery(query, ParseOptions{}, &pq), ParseError::kOk);
   uint8_t buf[512];
@@ -875,7 +836,7 @@ class RandomDns {
 TEST(RoundTrip, RandomQueriesAndAnswers) {
   RandomDns r(0x5eed);
   for (int iter = 0; iter < 500; ++iter) {
-    SCOPED_TRACE(testing::Message() << "iteration " << iter);
+    SCOPED_TRACE(::testing::Message() << "iteration " << iter);
     // The query.
     QuerySpec spec;
     const std::string zone = r.Name();

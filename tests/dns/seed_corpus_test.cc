@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dns/test_util.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -23,23 +24,10 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-Bytes Key(std::string_view text) {
-  NameKey k;
-  EXPECT_TRUE(NameKeyFromText(text, &k));
-  return Bytes(k.bytes.begin(), k.bytes.begin() + k.len);
-}
-Bytes WireName(std::string_view dotted) {
-  Bytes out;
-  while (!dotted.empty()) {
-    const size_t dot = dotted.find('.');
-    const std::string_view label = dotted.substr(0, dot);
-    out.push_back(static_cast<uint8_t>(label.size()));
-    out.insert(out.end(), label.begin(), label.end());
-    dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
-  }
-  out.push_back(0);
-  return out;
-}
+using testing::KeyBytes;
+using testing::QuerySpec;
+using testing::WireName;
+
 ClientSubnet Subnet(const Bytes& addr, uint8_t prefix, uint8_t scope = 0) {
   ClientSubnet s;
   EXPECT_TRUE(MakeClientSubnet(addr, prefix, &s));
@@ -50,39 +38,11 @@ const Bytes kCookie = {0x2f, 0x9e, 0xb6, 0x69, 0x89, 0xa6, 0xb2, 0x3c};
 const Bytes kV6 = {0x20, 0x01, 0x0d, 0xb8, 0xab, 0xcd, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 1};
 
 // What a query carries.
-struct QuerySeed {
-  std::string qname = "www.example.com";
-  uint16_t qtype = type::kA;
-  uint16_t flags = flag::kRd | flag::kAd;
-  bool edns = true;
-  bool do_bit = false;
-  bool cookie = false;
-  bool nsid = false;
-  const ClientSubnet* ecs = nullptr;
-  bool weight = false;
-};
-
-Bytes MakeQuery(const QuerySeed& s) {
-  uint8_t buf[512];
-  ResponseWriter w(buf, sizeof buf);
-  EXPECT_EQ(w.Begin(0x4d2e, s.flags, WireName(s.qname), s.qtype, klass::kIn), ParseError::kOk);
-  if (s.edns) {
-    EXPECT_EQ(w.BeginOpt(1232, s.do_bit), ParseError::kOk);
-    if (s.nsid) {
-      EXPECT_EQ(w.AddOption(option::kNsid, {}), ParseError::kOk);
-    }
-    if (s.ecs != nullptr) {
-      EXPECT_EQ(w.AddEcs(*s.ecs), ParseError::kOk);
-    }
-    if (s.cookie) {
-      EXPECT_EQ(w.AddOption(option::kCookie, kCookie), ParseError::kOk);
-    }
-    if (s.weight) {
-      EXPECT_EQ(w.AddWeights(kDefaultWeightOptionCode, {}), ParseError::kOk);
-    }
-  }
-  const size_t len = w.Finish(sizeof buf);
-  return Bytes(buf, buf + len);
+// The seeds' queries look like dig's: this ID, RD and AD set.
+Bytes DigQuery(QuerySpec s) {
+  s.id = 0x4d2e;
+  s.flags = flag::kRd | flag::kAd;
+  return testing::MakeQuery(s);
 }
 
 // A response to `query` with pre-encoded answers and an OPT echoing ECS and
@@ -102,7 +62,7 @@ Bytes MakeResponse(const Bytes& query, const std::vector<Rr>& answers, const std
   std::vector<uint16_t> ttls;
   for (const Rr& rr : answers) {
     uint16_t off;
-    EXPECT_EQ(enc.Append(Key(rr.owner), rr.type, klass::kIn, rr.ttl, rr.rdata, &off), ParseError::kOk);
+    EXPECT_EQ(enc.Append(KeyBytes(rr.owner), rr.type, klass::kIn, rr.ttl, rr.rdata, &off), ParseError::kOk);
     ttls.push_back(off);
   }
   uint8_t buf[4096];
@@ -111,7 +71,7 @@ Bytes MakeResponse(const Bytes& query, const std::vector<Rr>& answers, const std
   EXPECT_EQ(w.AppendRecords(Section::kAnswer, enc.blob(), static_cast<uint16_t>(answers.size()), ttls, 7),
             ParseError::kOk);
   for (const Rr& rr : authority) {
-    EXPECT_EQ(w.AppendRecord(Section::kAuthority, Key(rr.owner), rr.type, klass::kIn, rr.ttl, rr.rdata),
+    EXPECT_EQ(w.AppendRecord(Section::kAuthority, KeyBytes(rr.owner), rr.type, klass::kIn, rr.ttl, rr.rdata),
               ParseError::kOk);
   }
   if (q.edns.present) {
@@ -158,17 +118,19 @@ std::vector<Seed> Seeds() {
   const ClientSubnet v6 = Subnet(kV6, 56);
   std::vector<Seed> s;
   // Queries, as dig and kdig send them.
-  s.push_back({"query_fuzz", "query_noedns", MakeQuery({.edns = false})});
-  s.push_back({"query_fuzz", "query_dig", MakeQuery({.cookie = true})});
-  s.push_back({"query_fuzz", "query_mixedcase", MakeQuery({.qname = "WwW.ExAmPlE.CoM", .cookie = true})});
-  s.push_back({"query_fuzz", "query_ecs_v4", MakeQuery({.cookie = true, .ecs = &v4})});
-  s.push_back({"query_fuzz", "query_ecs_v6", MakeQuery({.qtype = type::kAaaa, .ecs = &v6})});
-  s.push_back({"query_fuzz", "query_weight", MakeQuery({.cookie = true, .weight = true})});
-  s.push_back({"query_fuzz", "query_all_options",
-               MakeQuery({.do_bit = true, .cookie = true, .nsid = true, .ecs = &v4, .weight = true})});
+  s.push_back({"query_fuzz", "query_noedns", DigQuery({.edns = false})});
+  s.push_back({"query_fuzz", "query_dig", DigQuery({.cookie = kCookie})});
+  s.push_back({"query_fuzz", "query_mixedcase", DigQuery({.qname = "WwW.ExAmPlE.CoM", .cookie = kCookie})});
+  s.push_back({"query_fuzz", "query_ecs_v4", DigQuery({.cookie = kCookie, .ecs = true, .subnet = v4})});
+  s.push_back({"query_fuzz", "query_ecs_v6", DigQuery({.qtype = type::kAaaa, .ecs = true, .subnet = v6})});
+  s.push_back({"query_fuzz", "query_weight", DigQuery({.cookie = kCookie, .weight = true})});
+  s.push_back(
+      {"query_fuzz", "query_all_options",
+       DigQuery(
+           {.do_bit = true, .cookie = kCookie, .nsid = true, .ecs = true, .subnet = v4, .weight = true})});
 
   // Responses.
-  const Bytes q4 = MakeQuery({.qname = "a4.example.com", .ecs = &v4, .weight = true});
+  const Bytes q4 = DigQuery({.qname = "a4.example.com", .ecs = true, .subnet = v4, .weight = true});
   s.push_back({"response_fuzz", "response_4a_ecs_weights",
                MakeResponse(q4,
                             {{"a4.example.com", type::kA, 300, A(1)},
@@ -176,29 +138,29 @@ std::vector<Seed> Seeds() {
                              {"a4.example.com", type::kA, 300, A(3)},
                              {"a4.example.com", type::kA, 300, A(4)}},
                             {}, {10, 20, 30, 40})});
-  const Bytes qc = MakeQuery({.cookie = true, .weight = true});
+  const Bytes qc = DigQuery({.cookie = kCookie, .weight = true});
   s.push_back({"response_fuzz", "response_cname_chain",
                MakeResponse(qc,
-                            {{"www.example.com", type::kCname, 300, Key("a.cdn.example.net")},
-                             {"a.cdn.example.net", type::kCname, 120, Key("b.cdn.example.net")},
+                            {{"www.example.com", type::kCname, 300, KeyBytes("a.cdn.example.net")},
+                             {"a.cdn.example.net", type::kCname, 120, KeyBytes("b.cdn.example.net")},
                              {"b.cdn.example.net", type::kA, 60, {198, 51, 100, 7}},
                              {"b.cdn.example.net", type::kAaaa, 60, kV6}},
                             {}, {5, 250})});
-  Bytes soa = Cat({Key("ns1.example.com"), Key("hostmaster.example.com")});
+  Bytes soa = Cat({KeyBytes("ns1.example.com"), KeyBytes("hostmaster.example.com")});
   for (int i = 0; i < 20; ++i) soa.push_back(static_cast<uint8_t>(i));
   s.push_back({"response_fuzz", "response_nxdomain_soa",
-               MakeResponse(MakeQuery({.qname = "nope.example.com"}), {},
+               MakeResponse(DigQuery({.qname = "nope.example.com"}), {},
                             {{"example.com", type::kSoa, 3600, soa}}, {}, Rcode::kNxDomain)});
   s.push_back({"response_fuzz", "response_ns_mx_ptr_txt",
-               MakeResponse(MakeQuery({.qname = "example.com", .qtype = type::kAny}),
-                            {{"example.com", type::kNs, 86400, Key("ns1.example.com")},
-                             {"example.com", type::kMx, 3600, Cat({{0, 10}, Key("mail.example.com")})},
-                             {"example.com", type::kPtr, 60, Key("host.example.org")},
+               MakeResponse(DigQuery({.qname = "example.com", .qtype = type::kAny}),
+                            {{"example.com", type::kNs, 86400, KeyBytes("ns1.example.com")},
+                             {"example.com", type::kMx, 3600, Cat({{0, 10}, KeyBytes("mail.example.com")})},
+                             {"example.com", type::kPtr, 60, KeyBytes("host.example.org")},
                              {"example.com", type::kTxt, 60, {5, 'h', 'e', 'l', 'l', 'o'}}},
                             {}, {})});
   std::vector<Rr> many;
   for (uint8_t i = 0; i < 40; ++i) many.push_back({"www.example.com", type::kA, 30, A(i)});
-  s.push_back({"response_fuzz", "response_tc", MakeResponse(MakeQuery({.edns = false}), many, {}, {})});
+  s.push_back({"response_fuzz", "response_tc", MakeResponse(DigQuery({.edns = false}), many, {}, {})});
 
   // OPT RDATA and bare option data.
   s.push_back({"options_fuzz", "opt_dig_cookie", Option(option::kCookie, kCookie)});

@@ -2,11 +2,10 @@
 // in query and response mode (every accepted ECS must re-encode to the same
 // bytes), and DecodeWeights with the address count taken from the first byte.
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <span>
 
+#include "fuzz_check.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -14,14 +13,6 @@
 namespace {
 
 using namespace weir::dns;
-
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 // ECS option data: decode both ways; what decodes must re-encode exactly.
 void CheckEcs(std::span<const uint8_t> d) {

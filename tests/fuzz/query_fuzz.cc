@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <span>
 
+#include "fuzz_check.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -14,14 +15,6 @@
 namespace {
 
 using namespace weir::dns;
-
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 // The largest response: a TCP message.
 uint8_t g_out[65535];

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <span>
 
+#include "fuzz_check.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -16,14 +17,6 @@
 namespace {
 
 using namespace weir::dns;
-
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 // Decompressed RDATA is at most 65535 octets, or two names and 20 octets (SOA).
 constexpr size_t kRdataCap = 65536 + 2 * kMaxNameWire + 20;

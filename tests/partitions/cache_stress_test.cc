@@ -24,7 +24,7 @@
 namespace weir::partitions {
 namespace {
 
-using testing::Name;
+using testing::Key;
 using testing::V4;
 
 constexpr size_t kNames = 20000;
@@ -83,7 +83,7 @@ TEST(CacheStress, ReadersWriterAndSnapshotSwaps) {
   FakeClock clock(1000);
   Cache cache({.byte_budget = 512 << 10, .stale_window = 2, .initial_slots = 64}, clock);
   std::vector<dns::NameKey> names;
-  for (size_t i = 0; i < kNames; ++i) names.push_back(Name("n" + std::to_string(i) + ".cdn.example.net"));
+  for (size_t i = 0; i < kNames; ++i) names.push_back(Key("n" + std::to_string(i) + ".cdn.example.net"));
 
   auto csv_a = CityMap::FromCsv("10.0.0.0/8,a,192.0.2.0\n2001:db8::/32,a,\n");
   auto csv_b = CityMap::FromCsv("10.0.0.0/8,b,198.51.100.0\n10.1.0.0/16,c,\n");

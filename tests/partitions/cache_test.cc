@@ -13,8 +13,8 @@
 namespace weir::partitions {
 namespace {
 
+using testing::Key;
 using testing::MakeAEntry;
-using testing::Name;
 using testing::V4;
 
 class CacheTest : public ::testing::Test {
@@ -25,7 +25,7 @@ class CacheTest : public ::testing::Test {
 
 TEST_F(CacheTest, InsertFindRefreshErase) {
   Cache cache({}, clock_);
-  const dns::NameKey q = Name("www.example.com");
+  const dns::NameKey q = Key("www.example.com");
   const CacheKey key{5, q.span(), dns::type::kA};
   Freshness f;
   EXPECT_EQ(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
@@ -43,7 +43,7 @@ TEST_F(CacheTest, InsertFindRefreshErase) {
   EXPECT_EQ(cache.Find({5, q.span(), dns::type::kAaaa}, clock_.NowSeconds(), &f), nullptr);
   EXPECT_EQ(cache.Find({5, q.span(), dns::type::kA, 3}, clock_.NowSeconds(), &f), nullptr);
   EXPECT_EQ(cache.Find({6, q.span(), dns::type::kA}, clock_.NowSeconds(), &f), nullptr);
-  const dns::NameKey q2 = Name("www.example.org");
+  const dns::NameKey q2 = Key("www.example.org");
   EXPECT_EQ(cache.Find({5, q2.span(), dns::type::kA}, clock_.NowSeconds(), &f), nullptr);
 
   EXPECT_EQ(cache.Insert(MakeAEntry(5, q, {1, 2, 3}, {}, clock_.NowSeconds())),
@@ -62,7 +62,7 @@ TEST_F(CacheTest, InsertFindRefreshErase) {
 
 TEST_F(CacheTest, TtlStaleWindowAndServfail) {
   Cache cache({.stale_window = 100}, clock_);
-  const dns::NameKey q = Name("a.example");
+  const dns::NameKey q = Key("a.example");
   const CacheKey key{0, q.span(), dns::type::kA};
   cache.Insert(MakeAEntry(0, q, {1}, {}, clock_.NowSeconds(), 60));
   Freshness f;
@@ -98,7 +98,7 @@ TEST_F(CacheTest, TtlStaleWindowAndServfail) {
 }
 
 TEST_F(CacheTest, TtlClamps) {
-  const dns::NameKey q = Name("a.example");
+  const dns::NameKey q = Key("a.example");
   CacheEntryBuilder b({0, q.span(), dns::type::kA});
   b.AddAddress(q.span(), V4(1), 5).AddAddress(q.span(), V4(2), 999999);
   auto e = b.Build(EntryKind::kPositive, 1, {.min_ttl = 30, .max_ttl = 3600});
@@ -114,7 +114,7 @@ TEST_F(CacheTest, TtlClamps) {
 }
 
 std::vector<uint8_t> SoaRdata(uint32_t minimum) {
-  dns::NameKey m = Name("ns.example"), r = Name("host.example");
+  dns::NameKey m = Key("ns.example"), r = Key("host.example");
   std::vector<uint8_t> out(m.bytes.begin(), m.bytes.begin() + m.len);
   out.insert(out.end(), r.bytes.begin(), r.bytes.begin() + r.len);
   for (uint32_t v : {2024010101u, 3600u, 600u, 86400u, minimum}) {
@@ -127,8 +127,8 @@ std::vector<uint8_t> SoaRdata(uint32_t minimum) {
 
 TEST_F(CacheTest, NegativeEntriesFollowRfc2308) {
   Cache cache({}, clock_);
-  const dns::NameKey q = Name("nope.www.example"), zone = Name("example");
-  const dns::NameKey target = Name("gone.example");
+  const dns::NameKey q = Key("nope.www.example"), zone = Key("example");
+  const dns::NameKey target = Key("gone.example");
   CacheEntryBuilder b({0, q.span(), dns::type::kA});
   b.AddCname(q.span(), target.span(), 3000);
   b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 900, SoaRdata(300));
@@ -169,7 +169,7 @@ TEST_F(CacheTest, NegativeEntriesFollowRfc2308) {
 }
 
 TEST_F(CacheTest, BuilderRejectsBrokenChains) {
-  const dns::NameKey q = Name("a.example"), other = Name("b.example"), t = Name("t.example");
+  const dns::NameKey q = Key("a.example"), other = Key("b.example"), t = Key("t.example");
   CacheEntryBuilder b({0, q.span(), dns::type::kA});
   b.AddCname(other.span(), t.span(), 60);
   EXPECT_FALSE(b.Build(EntryKind::kPositive, 1).ok());
@@ -183,7 +183,7 @@ TEST_F(CacheTest, BuilderRejectsBrokenChains) {
 }
 
 TEST_F(CacheTest, InvalidWeightsMeanEqualWeights) {
-  const dns::NameKey q = Name("a.example");
+  const dns::NameKey q = Key("a.example");
   auto e = MakeAEntry(0, q, {1, 2, 3}, {5, 0, 1}, 1);  // a zero weight
   EXPECT_FALSE(e->has_weights());
   EXPECT_EQ(std::vector<uint8_t>(e->weights().begin(), e->weights().end()), (std::vector<uint8_t>{1, 1, 1}));
@@ -200,7 +200,7 @@ TEST_F(CacheTest, PartitionsNeverMix) {
   std::mt19937_64 rng(5);
   Cache cache({}, clock_);
   std::vector<dns::NameKey> names;
-  for (int i = 0; i < 200; ++i) names.push_back(Name("n" + std::to_string(i) + ".cdn.example"));
+  for (int i = 0; i < 200; ++i) names.push_back(Key("n" + std::to_string(i) + ".cdn.example"));
   const IpAddress client = IpAddress::V4(0x0a010203);
   std::vector<Partition> parts;
   for (PartitionId c = 0; c < 20; ++c) parts.push_back(PartitionKey(CacheLevel::kCity, c, client));
@@ -233,7 +233,7 @@ TEST_F(CacheTest, ByteBudgetEvictsColdEntriesFirst) {
   Cache cache({.byte_budget = budget}, clock_);
   const size_t hot = 1000;
   std::vector<dns::NameKey> names;
-  for (size_t i = 0; i < 40000; ++i) names.push_back(Name("host" + std::to_string(i) + ".example.com"));
+  for (size_t i = 0; i < 40000; ++i) names.push_back(Key("host" + std::to_string(i) + ".example.com"));
   Freshness f;
   for (size_t i = 0; i < names.size(); ++i) {
     cache.Insert(MakeAEntry(0, names[i], {1, 2, 3, 4}, {1, 2, 3, 4}, clock_.NowSeconds()));
@@ -268,7 +268,7 @@ dns::NameKey VariedName(size_t i) {
   if (i % 3 == 1) s += ".example";
   if (i % 3 == 2)
     s += "." + std::string(20 + i % 40, 'x') + "." + std::string(1 + i % 50, 'y') + ".example.com";
-  return Name(s);
+  return Key(s);
 }
 
 // Insert, refresh and erase at random against a model, through the index's
@@ -336,7 +336,7 @@ TEST_F(CacheTest, FindAndFindBurstMatchAModel) {
 // exactly like the entry that was built.
 TEST_F(CacheTest, CachedCopyEqualsBuiltEntry) {
   Cache cache({}, clock_);
-  const dns::NameKey q = VariedName(200), t = Name("target.example.net");
+  const dns::NameKey q = VariedName(200), t = Key("target.example.net");
   for (int records : {2, 40}) {  // 40 TXT records of 200 bytes: beyond the slab's block sizes
     CacheEntryBuilder b({3, q.span(), dns::type::kTxt});
     b.AddCname(q.span(), t.span(), 500);
@@ -429,7 +429,7 @@ TEST_F(CacheTest, WeightedEntryWithFourARecordsFitsIn256Bytes) {
   Cache cache({.byte_budget = size_t{1} << 30}, clock_);
   const size_t n = 100000;
   for (size_t i = 0; i < n; ++i) {
-    const dns::NameKey q = Name("www" + std::to_string(i) + ".example.com");
+    const dns::NameKey q = Key("www" + std::to_string(i) + ".example.com");
     cache.Insert(MakeAEntry(PartitionKey(CacheLevel::kCity, static_cast<PartitionId>(i % 300), {}), q,
                             {0x0a000001, 0x0a000002, 0x0a000003, 0x0a000004}, {10, 20, 30, 40},
                             clock_.NowSeconds()));

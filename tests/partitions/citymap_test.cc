@@ -7,14 +7,12 @@
 #include <string>
 #include <thread>
 
+#include "test_util.h"
+
 namespace weir::partitions {
 namespace {
 
-IpAddress Ip(const char* s) {
-  IpAddress a;
-  EXPECT_TRUE(ParseIp(s, &a)) << s;
-  return a;
-}
+using testing::Ip;
 
 constexpr char kCsv[] = R"(# operator city map
 10.0.0.0/8, beijing, 192.0.2.0/24

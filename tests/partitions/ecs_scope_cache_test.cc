@@ -8,11 +8,11 @@
 namespace weir::partitions {
 namespace {
 
-using testing::Name;
+using testing::Ip;
+using testing::Key;
 
 dns::ClientSubnet Subnet(const char* addr, uint8_t source) {
-  IpAddress a;
-  EXPECT_TRUE(ParseIp(addr, &a));
+  const IpAddress a = Ip(addr);
   dns::ClientSubnet s;
   s.family = a.family == 4 ? dns::kEcsFamilyIpv4 : dns::kEcsFamilyIpv6;
   s.source_prefix = source;
@@ -22,7 +22,7 @@ dns::ClientSubnet Subnet(const char* addr, uint8_t source) {
 
 TEST(EcsScopeCache, LongestScopeWinsAndScopeZeroIsGlobal) {
   EcsScopeCache<std::string> c;
-  const dns::NameKey q = Name("cdn.example");
+  const dns::NameKey q = Key("cdn.example");
   c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 0, 0, 100, "global");
   c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 16, 0, 100, "slash16");
   c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 24, 0, 100, "slash24");
@@ -42,7 +42,7 @@ TEST(EcsScopeCache, LongestScopeWinsAndScopeZeroIsGlobal) {
 
 TEST(EcsScopeCache, ScopeLongerThanSourceIsStoredAtSource) {
   EcsScopeCache<int> c;
-  const dns::NameKey q = Name("cdn.example");
+  const dns::NameKey q = Key("cdn.example");
   c.Insert(q.span(), 1, Subnet("192.0.2.0", 24), 32, 0, 100, 7);
   uint8_t scope = 0;
   // Another address of the same /24 uses it: stored at /24, not /32.
@@ -53,7 +53,7 @@ TEST(EcsScopeCache, ScopeLongerThanSourceIsStoredAtSource) {
 
 TEST(EcsScopeCache, AtMostNSubnetsPerNameEvictingSoonestExpiry) {
   EcsScopeCache<int> c(100);
-  const dns::NameKey q = Name("cdn.example");
+  const dns::NameKey q = Key("cdn.example");
   for (int i = 0; i < 150; ++i) {
     dns::ClientSubnet s = Subnet("10.0.0.0", 24);
     s.address[1] = static_cast<uint8_t>(i);

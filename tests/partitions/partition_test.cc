@@ -4,14 +4,12 @@
 
 #include <set>
 
+#include "test_util.h"
+
 namespace weir::partitions {
 namespace {
 
-IpAddress Ip(const char* s) {
-  IpAddress a;
-  EXPECT_TRUE(ParseIp(s, &a)) << s;
-  return a;
-}
+using testing::Ip;
 
 TEST(PartitionKey, LevelsAreDisjoint) {
   const IpAddress v4 = Ip("10.1.2.3"), v6 = Ip("2001:db8:1:2:3::1");

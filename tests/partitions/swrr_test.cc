@@ -10,8 +10,8 @@
 namespace weir::partitions {
 namespace {
 
+using testing::Key;
 using testing::MakeAEntry;
-using testing::Name;
 
 std::vector<uint8_t> RandomWeights(std::mt19937_64& rng) {
   std::vector<uint8_t> w(1 + rng() % 16);
@@ -92,7 +92,7 @@ TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
 TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
   std::mt19937_64 rng(13);
   FakeClock clock;
-  const dns::NameKey q = Name("cdn.example.com");
+  const dns::NameKey q = Key("cdn.example.com");
   for (int round = 0; round < 100; ++round) {
     std::vector<uint8_t> w = RandomWeights(rng);
     std::vector<uint32_t> addrs;
@@ -180,7 +180,7 @@ Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, uint32_t age,
 
 TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
   FakeClock clock;
-  const dns::NameKey q = Name("www.example.com");
+  const dns::NameKey q = Key("www.example.com");
   auto e = MakeAEntry(3, q, {0x0a000001, 0x0a000002, 0x0a000003}, {3, 2, 1}, clock.NowSeconds(), 300,
                       {"www.example.com.cdn.net", "edge.gslb.cdn.net"});
   ASSERT_EQ(e->address_count(), 3);
@@ -204,7 +204,7 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
     dns::NameKey owner;
     size_t end;
     ASSERT_EQ(dns::ReadName(p.pkt, p.answers[2].name_offset, &end, &owner), dns::ParseError::kOk);
-    EXPECT_EQ(owner, Name("edge.gslb.cdn.net"));
+    EXPECT_EQ(owner, Key("edge.gslb.cdn.net"));
   }
   EXPECT_EQ(count, (std::vector<int>{6, 4, 2}));
 
@@ -220,7 +220,7 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
       dns::NameKey owner;
       size_t end;
       ASSERT_EQ(dns::ReadName(p.pkt, p.answers[j].name_offset, &end, &owner), dns::ParseError::kOk);
-      EXPECT_EQ(owner, Name("edge.gslb.cdn.net"));
+      EXPECT_EQ(owner, Key("edge.gslb.cdn.net"));
     }
     EXPECT_LT(rest[0], rest[1]);  // the others keep their order
     EXPECT_EQ(weights[1], e->weights()[rest[0]]);
@@ -234,7 +234,7 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
 }
 
 TEST(WriteAnswer, NoChainOwnerIsTheQname) {
-  const dns::NameKey q = Name("a.example");
+  const dns::NameKey q = Key("a.example");
   auto e = MakeAEntry(0, q, {1, 2}, {}, 1);
   EXPECT_FALSE(e->has_weights());
   SwrrTable t;
@@ -251,7 +251,7 @@ TEST(WriteAnswer, NoChainOwnerIsTheQname) {
 }
 
 TEST(WriteAnswer, TooSmallBufferFails) {
-  const dns::NameKey q = Name("a.example");
+  const dns::NameKey q = Key("a.example");
   auto e = MakeAEntry(0, q, {1, 2}, {1, 1}, 1);
   SwrrTable t;
   AnswerWrite w;

@@ -9,14 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace weir::partitions {
 namespace {
 
-dns::NameKey Name(std::string_view s) {
-  dns::NameKey k;
-  EXPECT_TRUE(dns::NameKeyFromText(s, &k)) << s;
-  return k;
-}
+using testing::Key;
 
 TEST(TagLine, DefaultsAndEcsImpliesCity) {
   auto t = ParseTagLine("cdn.example.com");
@@ -43,7 +41,7 @@ TEST(TagLine, FullLine) {
       "CDN.Example.com.  weight=on ecs=on\tpolicy=forward:127.0.0.1@5300,[2001:db8::53]@53,192.0.2.1 "
       "answer=ordered level=city");
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(t->suffix, Name("cdn.example.com"));
+  EXPECT_EQ(t->suffix, Key("cdn.example.com"));
   EXPECT_TRUE(t->weight);
   EXPECT_TRUE(t->ecs);
   EXPECT_EQ(t->policy, Policy::kForward);
@@ -98,7 +96,7 @@ net answer=ordered
   ASSERT_TRUE(t.ok()) << t.status();
   const TagTable& tt = **t;
   auto find = [&](const char* n) {
-    dns::NameKey k = Name(n);
+    dns::NameKey k = Key(n);
     return tt.Lookup(k.span());
   };
   ASSERT_NE(find("www.example.com"), nullptr);
@@ -119,7 +117,7 @@ net answer=ordered
 TEST(TagTable, RootTagMatchesEverything) {
   auto t = TagTable::FromText(". weight=on\nexample.com ecs=on\n");
   ASSERT_TRUE(t.ok());
-  dns::NameKey a = Name("foo.org"), b = Name("a.example.com");
+  dns::NameKey a = Key("foo.org"), b = Key("a.example.com");
   ASSERT_NE((*t)->Lookup(a.span()), nullptr);
   EXPECT_TRUE((*t)->Lookup(a.span())->weight);
   EXPECT_TRUE((*t)->Lookup(b.span())->ecs);
@@ -151,10 +149,10 @@ TEST(TagTableProperty, AgreesWithLinearScan) {
   auto t = TagTable::FromText(text);
   ASSERT_TRUE(t.ok()) << t.status();
   std::vector<dns::NameKey> keys;
-  for (const auto& s : suffixes) keys.push_back(Name(s));
+  for (const auto& s : suffixes) keys.push_back(Key(s));
 
   for (int i = 0; i < 20000; ++i) {
-    dns::NameKey q = Name(random_name(7));
+    dns::NameKey q = Key(random_name(7));
     const dns::NameKey* best = nullptr;
     for (const auto& k : keys) {
       // k is a label-aligned suffix of q?
@@ -285,7 +283,7 @@ TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
     std::vector<std::vector<std::string>> tag_list(tag_labels.begin(), tag_labels.end());
     for (const auto& l : tag_list) {
       Tag t;
-      t.suffix = Name(to_text(l));
+      t.suffix = Key(to_text(l));
       keys.push_back(t.suffix);
       tags.push_back(std::move(t));
     }
@@ -332,7 +330,7 @@ TEST(TagTableProperty, AgreesWithBruteForceOnRandomShapes) {
           break;
       }
       if (wire_size(q) > dns::kMaxNameWire) continue;
-      const dns::NameKey key = Name(to_text(q));
+      const dns::NameKey key = Key(to_text(q));
       const dns::NameKey* best = BruteForceMostSpecific(keys, key);
       const Tag* got = tt.Lookup(key.span());
       // The same with the label starts given (as the fastpath passes the
@@ -396,13 +394,13 @@ TEST(TagTable, LooksUpNamesAtTheEndOfTheirBuffer) {
   ASSERT_TRUE(t.ok()) << t.status();
   for (const char* text : {".", "a.", "x.a.", "b.c.", "c.", "cdn0123456789.example.com",
                            "y.cdn0123456789.example.com", "dn0123456789.example.com"}) {
-    const dns::NameKey k = Name(text);
+    const dns::NameKey k = Key(text);
     std::vector<uint8_t> exact(k.bytes.begin(), k.bytes.begin() + k.len);  // heap block of exactly len bytes
     const Tag* got = (*t)->Lookup(exact);
     const Tag* want = (*t)->Lookup(k.span());
     EXPECT_EQ(got, want) << text;
   }
-  const dns::NameKey a = Name("x.a"), bc = Name("z.b.c"), cdn = Name("cdn0123456789.example.com");
+  const dns::NameKey a = Key("x.a"), bc = Key("z.b.c"), cdn = Key("cdn0123456789.example.com");
   std::vector<uint8_t> buf(a.bytes.begin(), a.bytes.begin() + a.len);
   ASSERT_NE((*t)->Lookup(buf), nullptr);
   EXPECT_TRUE((*t)->Lookup(buf)->weight);

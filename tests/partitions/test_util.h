@@ -1,4 +1,5 @@
-// Helpers shared by the partitions tests.
+// Helpers shared by the partitions tests and the tests of the folders above
+// partitions: include as "partitions/test_util.h".
 #pragma once
 
 #include <gtest/gtest.h>
@@ -6,16 +7,22 @@
 #include <string>
 #include <vector>
 
+#include "dns/test_util.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
 #include "weir/partitions/cache.h"
+#include "weir/partitions/partition.h"
 
 namespace weir::partitions::testing {
 
-inline dns::NameKey Name(std::string_view s) {
-  dns::NameKey k;
-  EXPECT_TRUE(dns::NameKeyFromText(s, &k)) << s;
-  return k;
+using dns::testing::Key;
+
+// An address from its text ("10.1.2.3", "2001:db8::1"); a bad one fails the
+// calling test.
+inline IpAddress Ip(std::string_view text) {
+  IpAddress a;
+  EXPECT_TRUE(ParseIp(text, &a)) << text;
+  return a;
 }
 
 inline std::vector<uint8_t> V4(uint32_t a) {
@@ -31,7 +38,7 @@ inline CacheEntryPtr MakeAEntry(Partition partition, const dns::NameKey& qname,
   CacheEntryBuilder b(key);
   dns::NameKey owner = qname;
   for (const std::string& c : chain) {
-    dns::NameKey target = Name(c);
+    dns::NameKey target = Key(c);
     b.AddCname(owner.span(), target.span(), ttl + 100);
     owner = target;
   }

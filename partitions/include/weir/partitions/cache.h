@@ -446,21 +446,37 @@ class Cache {
     e->Touch();
     return e;
   }
-  const CacheEntry* FindIn(const Index* idx, const CacheKey& key, uint64_t hash, uint32_t now,
-                           Freshness* freshness) const {
+  // The slot value of the entry for `key` (kEmpty when there is none) and,
+  // in `*position`, where it sits. Readers probe with acquire loads, the
+  // writer (under mu_) with relaxed ones; both walk this one probe sequence,
+  // the one PlaceLocked fills.
+  template <std::memory_order kOrder>
+  [[gnu::always_inline]] uint64_t Probe(const Index* idx, const CacheKey& key, uint64_t hash,
+                                        size_t* position) const {
     const uint64_t pattern = Tag8(hash) * kLowBits, tag = SlotTag(hash);
     size_t b = hash & idx->mask;
     for (size_t visited = 0; visited <= idx->mask; ++visited, b = (b + 1) & idx->mask) {
       const Bucket& bucket = idx->buckets[b];
-      const uint64_t ctrl = bucket.ctrl.load(std::memory_order_acquire);
+      const uint64_t ctrl = bucket.ctrl.load(kOrder);
       for (uint64_t m = MatchTag(ctrl, pattern); m != 0; m &= m - 1) {
-        const uint64_t v = bucket.slots[__builtin_ctzll(m) / 8].load(std::memory_order_acquire);
+        const size_t s = __builtin_ctzll(m) / 8;
+        const uint64_t v = bucket.slots[s].load(kOrder);
         if ((v >> 48) != tag || v == kEmpty) continue;
-        const CacheEntry* e = EntryOf(v);
-        if (e->Matches(key, hash)) return Accept(e, now, freshness);
+        if (EntryOf(v)->Matches(key, hash)) {
+          *position = b * kPositionsPerBucket + s;
+          return v;
+        }
       }
       if (Overflow(ctrl) == 0) break;
     }
+    *position = SIZE_MAX;
+    return kEmpty;
+  }
+  const CacheEntry* FindIn(const Index* idx, const CacheKey& key, uint64_t hash, uint32_t now,
+                           Freshness* freshness) const {
+    size_t position;
+    const uint64_t v = Probe<std::memory_order_acquire>(idx, key, hash, &position);
+    if (v != kEmpty) return Accept(EntryOf(v), now, freshness);
     *freshness = Freshness::kMiss;
     return nullptr;
   }
