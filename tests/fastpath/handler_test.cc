@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "dns/test_util.h"
+#include "partitions/test_util.h"
+#include "test_util.h"
 #include "weir/dns/writer.h"
 #include "weir/partitions/rcu.h"
 
@@ -19,17 +22,8 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-dns::NameKey Name(std::string_view text) {
-  dns::NameKey k;
-  EXPECT_TRUE(dns::NameKeyFromText(text, &k)) << text;
-  return k;
-}
-
-partitions::IpAddress Ip(std::string_view text) {
-  partitions::IpAddress a;
-  EXPECT_TRUE(partitions::ParseIp(text, &a)) << text;
-  return a;
-}
+using dns::testing::Key;
+using partitions::testing::Ip;
 
 // A query for `name`/`qtype`; flags_extra ORed into the header flags;
 // `do_bit` adds an OPT record with DO set.
@@ -47,7 +41,7 @@ Bytes Query(uint16_t id, std::string_view name, uint16_t qtype, uint16_t flags_e
              0,
              0,
              static_cast<uint8_t>(do_bit ? 1 : 0)};
-  const dns::NameKey k = Name(name);
+  const dns::NameKey k = Key(name);
   q.insert(q.end(), k.bytes.begin(), k.bytes.begin() + k.len);
   q.insert(q.end(), {static_cast<uint8_t>(qtype >> 8), static_cast<uint8_t>(qtype), 0, 1});
   if (do_bit) q.insert(q.end(), {0, 0, 41, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0});  // OPT 1232, DO
@@ -85,17 +79,11 @@ class HandlerBurstTest : public ::testing::Test {
   void SetUp() override {
     // Published before this thread becomes an RCU reader (Publish waits for
     // a grace period).
-    auto tags = partitions::TagTable::FromText(
-        "cdn.example weight=on ecs=on answer=single\n"
-        "ord.example weight=on answer=ordered level=city\n"
-        "sub.example ecs=on level=subnet\n");
-    ASSERT_TRUE(tags.ok()) << tags.status();
-    shared_.tags.Publish(*std::move(tags));
-    auto cm = partitions::CityMap::FromCsv(
-        "198.18.0.0/16,alpha,198.18.0.0/24\n"
-        "198.19.0.0/16,beta,198.19.0.0/24\n");
-    ASSERT_TRUE(cm.ok()) << cm.status();
-    shared_.citymap.Publish(*std::move(cm));
+    testing::PublishPartitions(&shared_,
+                               "cdn.example weight=on ecs=on answer=single\n"
+                               "ord.example weight=on answer=ordered level=city\n"
+                               "sub.example ecs=on level=subnet\n",
+                               testing::kTwoCities);
     shared_.clock = &clock_;
     shared_.cache = std::make_unique<partitions::Cache>(partitions::CacheOptions{}, clock_);
     rcu_ = std::make_unique<partitions::RcuThread>();
@@ -112,7 +100,7 @@ class HandlerBurstTest : public ::testing::Test {
                           City{"198.19.1.1", {{192, 0, 2, 11}, {192, 0, 2, 12}}, {1, 1}}}) {
       const partitions::IpAddress who = Ip(c.source);
       for (const char* name : {"www.cdn.example", "www.ord.example"}) {
-        const dns::NameKey q = Name(name);
+        const dns::NameKey q = Key(name);
         const partitions::Partition p =
             partitions::PartitionKey(partitions::CacheLevel::kCity, map->Lookup(who), who);
         partitions::CacheEntryBuilder b({p, q.span(), dns::type::kA, dns::klass::kIn});
@@ -123,7 +111,7 @@ class HandlerBurstTest : public ::testing::Test {
         shared_.cache->Insert(*std::move(e));
       }
     }
-    const dns::NameKey plain = Name("plain.example");
+    const dns::NameKey plain = Key("plain.example");
     partitions::CacheEntryBuilder b(
         {partitions::kCommonPartition, plain.span(), dns::type::kA, dns::klass::kIn});
     b.AddAddress(plain.span(), std::array<uint8_t, 4>{203, 0, 113, 7}, 300);

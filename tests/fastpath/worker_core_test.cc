@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "dns/test_util.h"
+#include "partitions/test_util.h"
+#include "test_util.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
 #include "weir/fastpath/relay.h"
@@ -21,23 +24,14 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-dns::NameKey Name(std::string_view text) {
-  dns::NameKey k;
-  EXPECT_TRUE(dns::NameKeyFromText(text, &k)) << text;
-  return k;
-}
-
-partitions::IpAddress Ip(std::string_view text) {
-  partitions::IpAddress a;
-  EXPECT_TRUE(partitions::ParseIp(text, &a)) << text;
-  return a;
-}
+using dns::testing::Key;
+using partitions::testing::Ip;
 
 // A query with RD; `do_bit` adds OPT 1232 with DO.
 Bytes Query(uint16_t id, std::string_view name, bool do_bit = false) {
   Bytes q(512);
   dns::ResponseWriter w(q.data(), q.size());
-  const dns::NameKey k = Name(name);
+  const dns::NameKey k = Key(name);
   w.Begin(id, dns::flag::kRd, k.span(), dns::type::kA, dns::klass::kIn);
   if (do_bit) w.BeginOpt(1232, true);
   q.resize(w.Finish(q.size()));
@@ -98,14 +92,8 @@ class WorkerCoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Published before this thread becomes an RCU reader.
-    auto tags = partitions::TagTable::FromText("cdn.example weight=on ecs=on answer=single level=city\n");
-    ASSERT_TRUE(tags.ok()) << tags.status();
-    shared_.tags.Publish(*std::move(tags));
-    auto cm = partitions::CityMap::FromCsv(
-        "198.18.0.0/16,alpha,198.18.0.0/24\n"
-        "198.19.0.0/16,beta,198.19.0.0/24\n");
-    ASSERT_TRUE(cm.ok()) << cm.status();
-    shared_.citymap.Publish(*std::move(cm));
+    testing::PublishPartitions(&shared_, "cdn.example weight=on ecs=on answer=single level=city\n",
+                               testing::kTwoCities);
     shared_.clock = &clock_;
     partitions::CacheOptions co;
     co.stale_window = 3600;
@@ -180,7 +168,7 @@ class WorkerCoreTest : public ::testing::Test {
 };
 
 TEST_F(WorkerCoreTest, HitIsAnsweredInTheBurstWithoutGoingUpstream) {
-  const dns::NameKey q = Name("plain.example");
+  const dns::NameKey q = Key("plain.example");
   MissRequest m;
   m.qname = q;
   m.qtype = dns::type::kA;
@@ -251,7 +239,7 @@ TEST_F(WorkerCoreTest, CoalescedMissAnswersEveryWaiterWithItsOwnIdAndSwrrTurn) {
 
 TEST_F(WorkerCoreTest, FailedUpstreamServesTheStaleEntryElseServfail) {
   MissRequest m;
-  m.qname = Name("plain.example");
+  m.qname = Key("plain.example");
   m.qtype = dns::type::kA;
   m.qclass = dns::klass::kIn;
   Fill(m, {{203, 0, 113, 9}}, 60);
@@ -283,7 +271,7 @@ TEST_F(WorkerCoreTest, UncacheableAnswerIsRelayedWithTheClientsIdAndOpt) {
   EXPECT_TRUE(misses[0].miss.do_bit);
   Bytes up(512);
   dns::ResponseWriter w(up.data(), up.size());
-  const dns::NameKey q = Name("signed.example");
+  const dns::NameKey q = Key("signed.example");
   w.Begin(0x5555, dns::flag::kQr | dns::flag::kRd | dns::flag::kRa | dns::flag::kAd, q.span(), dns::type::kA,
           dns::klass::kIn);
   const uint8_t addr[4] = {192, 0, 2, 77};
@@ -315,11 +303,11 @@ TEST_F(WorkerCoreTest, NameTaggedThroughItsChainIsAskedAgainAsTaggedThenAnswered
   EXPECT_EQ(first[0].miss.partition, partitions::kCommonPartition);
   // The upstream side saw alias.example CNAME into cdn.example: it learns the tag.
   const partitions::TagTable* tags = shared_.tags.Get();
-  const partitions::Tag* tag = tags->Lookup(Name("www.cdn.example").span());
+  const partitions::Tag* tag = tags->Lookup(Key("www.cdn.example").span());
   ASSERT_NE(tag, nullptr);
   const LearnedTags empty;
   shared_.learned.PublishDeferred(
-      empty.With(Name("alias.example").span(), *tag, clock_.NowSeconds() + 300, clock_.NowSeconds(), 100));
+      empty.With(Key("alias.example").span(), *tag, clock_.NowSeconds() + 300, clock_.NowSeconds(), 100));
   Return(std::move(first[0]), HandleMode::kRetry);
   EXPECT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 1u);
   EXPECT_TRUE(io_.sent.empty());

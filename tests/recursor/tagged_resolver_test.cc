@@ -23,10 +23,7 @@
 namespace weir::recursor {
 namespace {
 
-using test_support::Key;
-using test_support::NameRdata;
-using test_support::Rr;
-using test_support::ScriptedResolver;
+using namespace test_support;  // the scripted resolver and its record builders
 
 constexpr uint16_t kWeightCode = dns::kDefaultWeightOptionCode;
 

@@ -14,11 +14,7 @@
 namespace weir::recursor {
 namespace {
 
-using test_support::Key;
-using test_support::NameRdata;
-using test_support::Rr;
-using test_support::ScriptedResolver;
-using test_support::SoaRdata;
+using namespace test_support;  // the scripted resolver and its record builders
 
 class ZoneCutsTest : public ::testing::Test {
  protected:
