@@ -1,6 +1,5 @@
 #include "weir/fastpath/server.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,12 +13,13 @@
 #include "metrics_endpoint.h"
 #include "weir/common/text.h"
 #include "weir/fastpath/node.h"
+#include "weir/net/socket.h"
 
 namespace weir::fastpath {
 
 using common::Cat;
-using kernel::BindSocket;
-using kernel::LocalAddress;
+using net::BindSocket;
+using net::LocalAddress;
 
 struct Server::Impl {
   FastpathConfig config;
@@ -66,13 +66,13 @@ absl::Status Server::Impl::Bind() {
     for (int attempt = 0;; ++attempt) {
       SocketAddress addr = want;
       for (int w = 0; w < workers; ++w) {
-        auto fd = BindSocket(addr, SOCK_DGRAM, true);
+        auto fd = BindSocket(addr, SOCK_DGRAM, {.reuseport = true});
         if (!fd.ok()) return fd.status();
         if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
         worker_fds[w].push_back(*fd);
       }
       if (config.tcp) {
-        auto fd = BindSocket(addr, SOCK_STREAM, false);
+        auto fd = BindSocket(addr, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024});
         if (!fd.ok() && want.port() == 0 && attempt < 16) {
           for (auto& v : worker_fds) {
             close(v.back());
@@ -81,8 +81,6 @@ absl::Status Server::Impl::Bind() {
           continue;
         }
         if (!fd.ok()) return fd.status();
-        listen(*fd, 1024);
-        fcntl(*fd, F_SETFL, O_NONBLOCK);
         tcp_fds.push_back(*fd);
       }
       bound.push_back(addr);
@@ -90,9 +88,8 @@ absl::Status Server::Impl::Bind() {
     }
   }
   if (config.metrics_enabled) {
-    auto fd = BindSocket(config.metrics_listen, SOCK_STREAM, false);
+    auto fd = BindSocket(config.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
     if (!fd.ok()) return fd.status();
-    listen(*fd, 64);
     metrics_fd = *fd;
     config.metrics_listen = LocalAddress(*fd);
   }

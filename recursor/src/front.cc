@@ -13,6 +13,7 @@
 
 #include "query_router.h"
 #include "weir/common/text.h"
+#include "weir/net/socket.h"
 
 namespace weir::recursor {
 
@@ -27,28 +28,7 @@ constexpr size_t kMaxControlLine = 4096;
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 absl::StatusOr<int> BindSocket(const SocketAddress& a, int type) {
-  const int fd = socket(a.family(), type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-  if (bind(fd, a.sa(), a.len) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::InternalError(Cat("bind ", a.ToString(), ": ", std::strerror(e)));
-  }
-  if (type == SOCK_STREAM && listen(fd, 256) != 0) {
-    close(fd);
-    return absl::InternalError(Cat("listen ", a.ToString(), ": ", std::strerror(errno)));
-  }
-  return fd;
-}
-
-SocketAddress LocalAddress(int fd) {
-  sockaddr_storage ss{};
-  socklen_t l = sizeof(ss);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &l);
-  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), l);
+  return net::BindSocket(a, type, {.nonblocking = true, .listen_backlog = type == SOCK_STREAM ? 256 : 0});
 }
 
 }  // namespace
@@ -83,7 +63,7 @@ absl::Status Front::Listen() {
     for (int attempt = 0;; ++attempt) {
       auto u = BindSocket(want, SOCK_DGRAM);
       if (!u.ok()) return u.status();
-      const SocketAddress bound = LocalAddress(*u);
+      const SocketAddress bound = net::LocalAddress(*u);
       std::optional<int> tcp_fd;
       if (cfg_.tcp) {
         SocketAddress same = want;
@@ -104,7 +84,7 @@ absl::Status Front::Listen() {
       if (tcp_fd) {
         listen_fds_.push_back(*tcp_fd);
         WatchListener(*tcp_fd, true, false);
-        line += Cat(" tcp ", LocalAddress(*tcp_fd).ToString());
+        line += Cat(" tcp ", net::LocalAddress(*tcp_fd).ToString());
       }
       describe_.push_back(line);
       break;
@@ -115,7 +95,7 @@ absl::Status Front::Listen() {
     if (!c.ok()) return c.status();
     listen_fds_.push_back(*c);
     WatchListener(*c, true, true);
-    describe_.push_back(Cat("control ", LocalAddress(*c).ToString()));
+    describe_.push_back(Cat("control ", net::LocalAddress(*c).ToString()));
   }
   return absl::OkStatus();
 }
