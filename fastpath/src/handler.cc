@@ -197,6 +197,19 @@ size_t QueryHandler::WriteRelayed(const uint8_t* pkt, const Work& w, const Relay
   return n;
 }
 
+size_t QueryHandler::WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap) {
+  dns::ResponseWriter w(out, out_cap);
+  const uint16_t flags = static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
+                                               (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd)));
+  const std::span<const uint8_t> qname{pkt + dns::kHeaderSize, q.qname.len};
+  if (w.Begin(q.id, flags, qname, q.qtype, q.qclass) != dns::ParseError::kOk) return 0;
+  // HINFO "RFC8482" "", with the TTL RFC 8482 suggests (one hour or more).
+  static constexpr uint8_t kRdata[] = {7, 'R', 'F', 'C', '8', '4', '8', '2', 0};
+  w.AppendRecord(dns::Section::kAnswer, qname, dns::type::kHinfo, dns::klass::kIn, kMinimalAnyTtl, kRdata);
+  if (q.edns.present) w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
+  return w.Finish(response_limit_);
+}
+
 Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
                                      HandleMode mode, const RelayedAnswer* relay, uint8_t* out,
                                      size_t out_cap, size_t* out_len, MissRequest* miss) {
@@ -277,6 +290,14 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
   if (query.qclass != dns::klass::kIn) {
     counters_->rcodes[static_cast<size_t>(dns::Rcode::kRefused)].Add();
     return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap));
+  }
+  if (query.qtype == dns::type::kAny && !client.tcp) {
+    // ANY over UDP is the classic amplification query: a minimal answer
+    // (RFC 8482 4.2) from here, never the upstream's whole name. Over TCP
+    // (no spoofed sources) it is resolved as any other type.
+    counters_->any_minimal.Add();
+    counters_->rcodes[0].Add();
+    return reply(WriteMinimalAny(pkt, query, out, out_cap));
   }
   return true;
 }

@@ -200,6 +200,10 @@ std::string Node::RenderMetrics() const {
   out += Cat("weir_cache_hits_total ", sum([](const WorkerCounters& c) { return c.hits.Read(); }), "\n");
   out += "# TYPE weir_cache_misses_total counter\n";
   out += Cat("weir_cache_misses_total ", sum([](const WorkerCounters& c) { return c.misses.Read(); }), "\n");
+  out += "# HELP weir_any_minimal_total ANY queries over UDP answered with the RFC 8482 HINFO.\n";
+  out += "# TYPE weir_any_minimal_total counter\n";
+  out +=
+      Cat("weir_any_minimal_total ", sum([](const WorkerCounters& c) { return c.any_minimal.Read(); }), "\n");
   out += "# TYPE weir_stale_served_total counter\n";
   out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
              "\n");

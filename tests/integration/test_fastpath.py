@@ -189,6 +189,26 @@ class FastpathTest(unittest.TestCase):
         self.assertEqual(sorted(r.addresses()), want, r.text)
         self.assertEqual(self.upstream_queries("big.example.com."), 1)
 
+    def test_any_over_udp_gets_the_rfc8482_answer_and_never_goes_upstream(self):
+        # ANY is the amplification query: over UDP the answer is one small
+        # HINFO (RFC 8482 4.2), whatever the name holds, and costs nothing upstream.
+        for _ in range(2):
+            # +notcp: dig asks ANY over TCP unless told otherwise.
+            r = self.fp.dig("big.example.com", "ANY", extra=["+notcp", "+bufsize=4096"])
+            self.assertEqual((r.status, r.tc, r.transport), ("NOERROR", False, "UDP"), r.text)
+            self.assertEqual([(a.name, a.type, a.data) for a in r.answer],
+                             [("big.example.com.", "HINFO", '"RFC8482" ""')], r.text)
+            self.assertGreaterEqual(r.answer[0].ttl, 3600, r.text)
+        self.assertEqual(self.upstream_queries("big.example.com."), 0)
+        self.assertEqual(self.fp.metrics().value("weir_any_minimal_total"), 2)
+        # Over TCP (no spoofed sources) ANY is resolved like any other type.
+        r = self.fp.dig("www.example.com", "ANY", tcp=True)
+        self.assertEqual(r.transport, "TCP", r.text)
+        self.assertNotEqual([a.type for a in r.answer], ["HINFO"], r.text)
+        self.assertEqual(self.sim.stats()["by_qname_qtype"].get("www.example.com.", {}).get("ANY"), 1,
+                         self.sim.stats())
+        self.assertEqual(self.fp.metrics().value("weir_any_minimal_total"), 2)
+
     def test_tcp_answers_are_never_truncated(self):
         # TC exists to send the client to TCP; over TCP the whole answer goes
         # (up to 65535 bytes), whatever the EDNS buffer size says.

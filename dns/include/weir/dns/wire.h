@@ -20,6 +20,7 @@ inline constexpr uint16_t kNs = 2;
 inline constexpr uint16_t kCname = 5;
 inline constexpr uint16_t kSoa = 6;
 inline constexpr uint16_t kPtr = 12;
+inline constexpr uint16_t kHinfo = 13;
 inline constexpr uint16_t kMx = 15;
 inline constexpr uint16_t kTxt = 16;
 inline constexpr uint16_t kAaaa = 28;

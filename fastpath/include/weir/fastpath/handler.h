@@ -222,6 +222,9 @@ class QueryHandler {
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
                      uint32_t age, uint8_t* out, size_t out_cap);
+  // The RFC 8482 answer to ANY over UDP.
+  static constexpr uint32_t kMinimalAnyTtl = 3600;
+  size_t WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap);
   // The relayed upstream answer for the query of `w`.
   size_t WriteRelayed(const uint8_t* pkt, const Work& w, const RelayedAnswer& r, uint8_t* out,
                       size_t out_cap);

@@ -46,6 +46,7 @@ struct alignas(64) WorkerCounters {
   OwnedCounter misses;
   OwnedCounter stale_served;
   OwnedCounter truncated;
+  OwnedCounter any_minimal;  // ANY over UDP answered with the RFC 8482 HINFO
   std::array<OwnedCounter, static_cast<size_t>(DropReason::kCount)> drops;
   std::array<OwnedCounter, 24> rcodes;  // responses by RCODE (0..23)
 
