@@ -1,0 +1,375 @@
+// The poll-mode backend's framing: which frames are queries, which go to the
+// kernel, which are dropped, and the reply headers (checksums against a
+// reference computation written here independently of frame.cc).
+#include "weir/fastpath/frame.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace weir::fastpath::frame {
+namespace {
+
+const Mac kPortMac = {0x02, 0, 0, 0, 0, 0x01};
+const Mac kClientMac = {0x02, 0, 0, 0, 0, 0x02};
+constexpr std::array<uint8_t, 4> kOwned4 = {198, 18, 0, 1};
+constexpr std::array<uint8_t, 4> kClient4 = {198, 18, 1, 10};
+constexpr std::array<uint8_t, 16> kOwned6 = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+constexpr std::array<uint8_t, 16> kClient6 = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+
+PortAddresses Port() {
+  PortAddresses p;
+  p.mac = kPortMac;
+  p.v4 = {kOwned4};
+  p.v6 = {kOwned6};
+  return p;
+}
+
+// RFC 1071 the slow, obvious way: 16-bit big-endian words, end-around carry.
+uint16_t ReferenceChecksum(const std::vector<uint8_t>& bytes) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < bytes.size(); i += 2) {
+    uint16_t w = static_cast<uint16_t>(bytes[i] << 8);
+    if (i + 1 < bytes.size()) w |= bytes[i + 1];
+    sum += w;
+    sum = (sum & 0xffff) + (sum >> 16);
+  }
+  return static_cast<uint16_t>(~sum & 0xffff);
+}
+
+void Put16(std::vector<uint8_t>& v, uint16_t x) {
+  v.push_back(static_cast<uint8_t>(x >> 8));
+  v.push_back(static_cast<uint8_t>(x));
+}
+template <size_t N>
+void PutBytes(std::vector<uint8_t>& v, const std::array<uint8_t, N>& a) {
+  v.insert(v.end(), a.begin(), a.end());
+}
+
+struct FrameSpec {
+  bool v6 = false;
+  int vlan = -1;  // tag TCI, or none
+  Mac dst = kPortMac;
+  uint8_t proto = 17;
+  uint16_t dport = 53;
+  uint16_t sport = 40000;
+  uint16_t frag = 0;  // IPv4 flags/offset field
+  uint8_t ihl = 5;
+  std::array<uint8_t, 4> dst4 = kOwned4;
+  std::array<uint8_t, 4> src4 = kClient4;
+  std::vector<uint8_t> payload = std::vector<uint8_t>(29, 0xab);
+  int ip_len_delta = 0;   // added to the IP length field
+  int udp_len_delta = 0;  // added to the UDP length field
+  size_t pad = 0;         // Ethernet padding after the IP packet
+};
+
+std::vector<uint8_t> Build(const FrameSpec& s) {
+  std::vector<uint8_t> f;
+  PutBytes(f, s.dst);
+  PutBytes(f, kClientMac);
+  if (s.vlan >= 0) {
+    Put16(f, kEtherVlan);
+    Put16(f, static_cast<uint16_t>(s.vlan));
+  }
+  const size_t udp_len = 8 + s.payload.size();
+  const size_t opts = (s.ihl - 5) * 4u;
+  if (s.v6) {
+    Put16(f, kEtherIpv6);
+    Put16(f, 0x6000);
+    Put16(f, 0);
+    Put16(f, static_cast<uint16_t>(udp_len + s.ip_len_delta));
+    f.push_back(s.proto);
+    f.push_back(64);
+    PutBytes(f, kClient6);
+    PutBytes(f, kOwned6);
+  } else {
+    Put16(f, kEtherIpv4);
+    f.push_back(static_cast<uint8_t>(0x40 | s.ihl));
+    f.push_back(0);
+    Put16(f, static_cast<uint16_t>(20 + opts + udp_len + s.ip_len_delta));
+    Put16(f, 0x1234);
+    Put16(f, s.frag);
+    f.push_back(64);
+    f.push_back(s.proto);
+    Put16(f, 0);
+    PutBytes(f, s.src4);
+    PutBytes(f, s.dst4);
+    f.insert(f.end(), opts, 1);  // NOP options
+  }
+  Put16(f, s.sport);
+  Put16(f, s.dport);
+  Put16(f, static_cast<uint16_t>(udp_len + s.udp_len_delta));
+  Put16(f, 0);
+  f.insert(f.end(), s.payload.begin(), s.payload.end());
+  f.insert(f.end(), s.pad, 0);
+  return f;
+}
+
+Parsed Classify(const std::vector<uint8_t>& f) { return frame::Classify(f.data(), f.size(), Port()); }
+
+TEST(FrameTest, Ipv4QueryToAnOwnedAddress) {
+  const auto f = Build({});
+  const Parsed p = Classify(f);
+  ASSERT_EQ(p.cls, FrameClass::kQuery);
+  EXPECT_FALSE(p.ipv6);
+  EXPECT_FALSE(p.vlan);
+  EXPECT_EQ(p.dns_offset(), 14 + 20 + 8);
+  EXPECT_EQ(p.dns_len, 29);
+  const partitions::IpAddress c = ClientOf(f.data(), p);
+  EXPECT_EQ(c.family, 4);
+  EXPECT_EQ(std::memcmp(c.bytes.data(), kClient4.data(), 4), 0);
+}
+
+TEST(FrameTest, Ipv6AndVlanQueries) {
+  FrameSpec s;
+  s.v6 = true;
+  Parsed p = Classify(Build(s));
+  ASSERT_EQ(p.cls, FrameClass::kQuery);
+  EXPECT_TRUE(p.ipv6);
+  EXPECT_EQ(p.dns_offset(), 14 + 40 + 8);
+  s.vlan = 0x0064;
+  const auto f = Build(s);
+  p = Classify(f);
+  ASSERT_EQ(p.cls, FrameClass::kQuery);
+  EXPECT_TRUE(p.vlan);
+  EXPECT_EQ(p.dns_offset(), 18 + 40 + 8);
+  const partitions::IpAddress c = ClientOf(f.data(), p);
+  EXPECT_EQ(c.family, 6);
+  EXPECT_EQ(std::memcmp(c.bytes.data(), kClient6.data(), 16), 0);
+  FrameSpec v4;
+  v4.vlan = 7;
+  EXPECT_EQ(Classify(Build(v4)).cls, FrameClass::kQuery);
+}
+
+TEST(FrameTest, EthernetPaddingIsNotPartOfTheQuery) {
+  FrameSpec s;
+  s.payload.assign(4, 1);
+  s.pad = 14;  // a 60-byte minimum frame
+  const Parsed p = Classify(Build(s));
+  ASSERT_EQ(p.cls, FrameClass::kQuery);
+  EXPECT_EQ(p.dns_len, 4);
+}
+
+TEST(FrameTest, TheKernelGetsEverythingElseForUs) {
+  std::vector<uint8_t> arp = Build({});
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  EXPECT_EQ(Classify(arp).cls, FrameClass::kException) << "ARP";
+  FrameSpec bcast;
+  bcast.dst = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  EXPECT_EQ(Classify(Build(bcast)).cls, FrameClass::kException) << "broadcast";
+  FrameSpec nd;
+  nd.v6 = true;
+  nd.dst = {0x33, 0x33, 0xff, 0, 0, 1};
+  nd.proto = 58;
+  EXPECT_EQ(Classify(Build(nd)).cls, FrameClass::kException) << "ND to a multicast MAC";
+  FrameSpec icmp6;
+  icmp6.v6 = true;
+  icmp6.proto = 58;
+  EXPECT_EQ(Classify(Build(icmp6)).cls, FrameClass::kException) << "ICMPv6 echo";
+  FrameSpec tcp;
+  tcp.proto = 6;
+  EXPECT_EQ(Classify(Build(tcp)).cls, FrameClass::kException) << "TCP";
+  FrameSpec other_port;
+  other_port.dport = 123;
+  EXPECT_EQ(Classify(Build(other_port)).cls, FrameClass::kException) << "NTP";
+  FrameSpec other_addr;
+  other_addr.dst4 = {198, 18, 0, 9};
+  EXPECT_EQ(Classify(Build(other_addr)).cls, FrameClass::kException) << "a kernel address";
+  FrameSpec frag;
+  frag.frag = 0x2000;  // more fragments
+  EXPECT_EQ(Classify(Build(frag)).cls, FrameClass::kException) << "first fragment";
+  frag.frag = 0x0010;  // offset 128
+  EXPECT_EQ(Classify(Build(frag)).cls, FrameClass::kException) << "later fragment";
+  FrameSpec df;
+  df.frag = 0x4000;  // don't fragment is fine
+  EXPECT_EQ(Classify(Build(df)).cls, FrameClass::kQuery);
+  FrameSpec options;
+  options.ihl = 6;
+  EXPECT_EQ(Classify(Build(options)).cls, FrameClass::kException) << "IPv4 options";
+  FrameSpec ext;
+  ext.v6 = true;
+  ext.proto = 44;  // fragment header
+  EXPECT_EQ(Classify(Build(ext)).cls, FrameClass::kException) << "IPv6 extension header";
+  FrameSpec qinq;
+  qinq.vlan = 5;
+  auto q = Build(qinq);
+  q[16] = 0x81;
+  q[17] = 0x00;  // a second tag
+  EXPECT_EQ(Classify(q).cls, FrameClass::kException) << "QinQ";
+}
+
+TEST(FrameTest, OthersFramesAndBadSourcesAreDropped) {
+  FrameSpec other_mac;
+  other_mac.dst = {0x02, 0, 0, 0, 0, 0x77};
+  EXPECT_EQ(Classify(Build(other_mac)).cls, FrameClass::kNotOurs);
+  for (const auto& src : {std::array<uint8_t, 4>{224, 0, 0, 1}, std::array<uint8_t, 4>{255, 255, 255, 255},
+                          std::array<uint8_t, 4>{0, 0, 0, 0}}) {
+    FrameSpec s;
+    s.src4 = src;
+    EXPECT_EQ(Classify(Build(s)).cls, FrameClass::kNotOurs) << int{src[0]};
+  }
+  FrameSpec zero_port;
+  zero_port.sport = 0;
+  EXPECT_EQ(Classify(Build(zero_port)).cls, FrameClass::kMalformed);
+}
+
+TEST(FrameTest, BadLengthsAreMalformed) {
+  const auto good = Build({});
+  for (size_t cut : {0, 5, 13, 20, 33, 41}) {
+    std::vector<uint8_t> f(good.begin(), good.begin() + cut);
+    EXPECT_EQ(Classify(f).cls, FrameClass::kMalformed) << cut;
+  }
+  FrameSpec long_ip;
+  long_ip.ip_len_delta = 1;  // claims a byte the frame does not have
+  EXPECT_EQ(Classify(Build(long_ip)).cls, FrameClass::kMalformed);
+  FrameSpec short_ip;
+  short_ip.ip_len_delta = -30;  // shorter than its own UDP header
+  EXPECT_EQ(Classify(Build(short_ip)).cls, FrameClass::kMalformed);
+  FrameSpec long_udp;
+  long_udp.udp_len_delta = 1;
+  EXPECT_EQ(Classify(Build(long_udp)).cls, FrameClass::kMalformed);
+  FrameSpec tiny_udp;
+  tiny_udp.udp_len_delta = -30;  // below 8
+  EXPECT_EQ(Classify(Build(tiny_udp)).cls, FrameClass::kMalformed);
+  FrameSpec long6;
+  long6.v6 = true;
+  long6.ip_len_delta = 3;
+  EXPECT_EQ(Classify(Build(long6)).cls, FrameClass::kMalformed);
+  auto bad_version = Build({});
+  bad_version[14] = 0x65;
+  EXPECT_EQ(Classify(bad_version).cls, FrameClass::kMalformed);
+  auto bad_ihl = Build({});
+  bad_ihl[14] = 0x44;
+  EXPECT_EQ(Classify(bad_ihl).cls, FrameClass::kMalformed);
+  FrameSpec vlan;
+  vlan.vlan = 1;
+  auto cut_tag = Build(vlan);
+  cut_tag.resize(16);
+  EXPECT_EQ(Classify(cut_tag).cls, FrameClass::kMalformed);
+}
+
+// The reply to `query` with `answer` as its DNS message, built in place.
+std::vector<uint8_t> Reply(const std::vector<uint8_t>& query, const std::vector<uint8_t>& answer,
+                           const ReplyOptions& o = {}) {
+  const Parsed p = Classify(query);
+  EXPECT_EQ(p.cls, FrameClass::kQuery);
+  std::vector<uint8_t> r(query.begin(), query.begin() + p.dns_offset());
+  r.insert(r.end(), answer.begin(), answer.end());
+  const size_t n = WriteReply(r.data(), p, kPortMac, r.data(), answer.size(), o);
+  EXPECT_EQ(n, r.size());
+  return r;
+}
+
+std::vector<uint8_t> Slice(const std::vector<uint8_t>& v, size_t from, size_t len) {
+  return {v.begin() + from, v.begin() + from + len};
+}
+
+// The UDP checksum of a reply by the reference: pseudo-header + segment.
+uint16_t ReferenceUdpChecksum(const std::vector<uint8_t>& f, size_t ip, bool v6) {
+  const size_t udp = ip + (v6 ? 40 : 20);
+  const size_t udp_len = (f[udp + 4] << 8) | f[udp + 5];
+  std::vector<uint8_t> pseudo;
+  const size_t alen = v6 ? 16 : 4;
+  auto addrs = Slice(f, ip + (v6 ? 8 : 12), 2 * alen);
+  pseudo.insert(pseudo.end(), addrs.begin(), addrs.end());
+  if (v6) {
+    Put16(pseudo, 0);
+    Put16(pseudo, static_cast<uint16_t>(udp_len));
+    Put16(pseudo, 0);
+    Put16(pseudo, 17);
+  } else {
+    pseudo.push_back(0);
+    pseudo.push_back(17);
+    Put16(pseudo, static_cast<uint16_t>(udp_len));
+  }
+  auto seg = Slice(f, udp, udp_len);
+  seg[6] = seg[7] = 0;
+  pseudo.insert(pseudo.end(), seg.begin(), seg.end());
+  const uint16_t c = ReferenceChecksum(pseudo);
+  return c == 0 ? 0xffff : c;
+}
+
+TEST(FrameTest, Ipv4ReplySwapsAndChecksums) {
+  FrameSpec s;
+  s.sport = 51234;
+  const auto q = Build(s);
+  const std::vector<uint8_t> answer(77, 0x5a);  // odd length: the padding byte matters
+  const auto r = Reply(q, answer);
+  ASSERT_EQ(r.size(), 14 + 20 + 8 + 77u);
+  EXPECT_EQ(Slice(r, 0, 6), Slice(q, 6, 6)) << "to the client's MAC";
+  EXPECT_EQ(Slice(r, 6, 6), std::vector<uint8_t>(kPortMac.begin(), kPortMac.end()));
+  EXPECT_EQ(Slice(r, 26, 4), std::vector<uint8_t>(kOwned4.begin(), kOwned4.end()));
+  EXPECT_EQ(Slice(r, 30, 4), std::vector<uint8_t>(kClient4.begin(), kClient4.end()));
+  EXPECT_EQ((r[16] << 8) | r[17], 20 + 8 + 77);
+  EXPECT_EQ((r[34] << 8) | r[35], 53);
+  EXPECT_EQ((r[36] << 8) | r[37], 51234);
+  EXPECT_EQ((r[38] << 8) | r[39], 8 + 77);
+  EXPECT_EQ(ReferenceChecksum(Slice(r, 14, 20)), 0) << "IPv4 header checksum verifies";
+  EXPECT_EQ((r[40] << 8) | r[41], ReferenceUdpChecksum(r, 14, false));
+  EXPECT_EQ(Slice(r, 42, 77), answer);
+
+  const auto no_udp_sum = Reply(q, answer, {.udp_checksum_v4 = false});
+  EXPECT_EQ((no_udp_sum[40] << 8) | no_udp_sum[41], 0);
+  EXPECT_EQ(ReferenceChecksum(Slice(no_udp_sum, 14, 20)), 0);
+}
+
+TEST(FrameTest, Ipv6VlanReplyKeepsTheTag) {
+  FrameSpec s;
+  s.v6 = true;
+  s.vlan = 0x2064;  // priority 1, VLAN 100
+  const auto q = Build(s);
+  const std::vector<uint8_t> answer(120, 0x33);
+  const auto r = Reply(q, answer);
+  ASSERT_EQ(r.size(), 18 + 40 + 8 + 120u);
+  EXPECT_EQ((r[12] << 8) | r[13], kEtherVlan);
+  EXPECT_EQ((r[14] << 8) | r[15], 0x2064);
+  EXPECT_EQ((r[16] << 8) | r[17], kEtherIpv6);
+  EXPECT_EQ((r[22] << 8) | r[23], 8 + 120) << "payload length";
+  EXPECT_EQ(Slice(r, 26, 16), std::vector<uint8_t>(kOwned6.begin(), kOwned6.end()));
+  EXPECT_EQ(Slice(r, 42, 16), std::vector<uint8_t>(kClient6.begin(), kClient6.end()));
+  const size_t udp = 18 + 40;
+  EXPECT_EQ((r[udp + 6] << 8) | r[udp + 7], ReferenceUdpChecksum(r, 18, true));
+  // IPv6 always carries a UDP checksum.
+  const auto r2 = Reply(q, answer, {.udp_checksum_v4 = false});
+  EXPECT_EQ((r2[udp + 6] << 8) | r2[udp + 7], ReferenceUdpChecksum(r2, 18, true));
+}
+
+TEST(FrameTest, OffloadLeavesThePseudoHeaderSum) {
+  const auto q = Build({});
+  const std::vector<uint8_t> answer(40, 1);
+  const auto r = Reply(q, answer, {.offload_ip_checksum = true, .offload_udp_checksum = true});
+  EXPECT_EQ((r[24] << 8) | r[25], 0) << "IPv4 checksum left to the NIC";
+  // What the NIC expects in the UDP field: the folded, uninverted pseudo-header sum.
+  std::vector<uint8_t> pseudo = Slice(r, 26, 8);
+  pseudo.push_back(0);
+  pseudo.push_back(17);
+  Put16(pseudo, 8 + 40);
+  EXPECT_EQ((r[40] << 8) | r[41], static_cast<uint16_t>(~ReferenceChecksum(pseudo) & 0xffff));
+}
+
+TEST(FrameTest, ReplyIntoASeparateBuffer) {
+  FrameSpec s;
+  s.vlan = 3;
+  const auto q = Build(s);
+  const Parsed p = Classify(q);
+  std::vector<uint8_t> out(p.dns_offset() + 10, 0xee);
+  const size_t n = WriteReply(q.data(), p, kPortMac, out.data(), 10, {});
+  EXPECT_EQ(n, out.size());
+  std::vector<uint8_t> in_place = Reply(q, std::vector<uint8_t>(10, 0xee));
+  EXPECT_EQ(out, in_place);
+}
+
+TEST(FrameTest, ChecksumMatchesTheReference) {
+  std::vector<uint8_t> data;
+  for (int n = 0; n < 300; ++n) {
+    EXPECT_EQ(static_cast<uint16_t>(~ChecksumFold(ChecksumAdd(data)) & 0xffff), ReferenceChecksum(data)) << n;
+    data.push_back(static_cast<uint8_t>(n * 37 + 11));
+  }
+  std::vector<uint8_t> ones(4000, 0xff);  // every carry path
+  EXPECT_EQ(static_cast<uint16_t>(~ChecksumFold(ChecksumAdd(ones)) & 0xffff), ReferenceChecksum(ones));
+}
+
+}  // namespace
+}  // namespace weir::fastpath::frame
