@@ -45,7 +45,96 @@ void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key,
   }
 }
 
+// "198.18.0.1/16" or "2001:db8::1/64"; without a prefix, the whole address.
+absl::StatusOr<OwnedAddress> ParseOwnedAddress(const std::string& text) {
+  OwnedAddress a;
+  const size_t slash = text.find('/');
+  const std::string ip = text.substr(0, slash);
+  if (!partitions::ParseIp(ip, &a.address))
+    return absl::InvalidArgumentError(Cat("'", text, "' is not an IP address with an optional /prefix"));
+  const int max = a.address.family == 4 ? 32 : 128;
+  a.prefix = max;
+  if (slash != std::string::npos) {
+    const std::string p = text.substr(slash + 1);
+    int v = -1;
+    if (!p.empty() && p.size() <= 3 && p.find_first_not_of("0123456789") == std::string::npos)
+      v = std::stoi(p);
+    if (v < 1 || v > max)
+      return absl::InvalidArgumentError(Cat("'", text, "': the prefix must be 1 to ", max));
+    a.prefix = v;
+  }
+  return a;
+}
+
+void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
+  c.OnlyKeys(t, "dpdk",
+             {"eal_args", "lcores", "mbufs", "rx_descriptors", "tx_descriptors", "dns_port",
+              "udp_checksum_v4", "idle_sleep_us", "port"});
+  c.List(t, "eal_args", &d->eal_args, [](const std::string& v) { return absl::StatusOr<std::string>(v); });
+  if (const toml::node* n = t.get("lcores")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) return c.Fail(n->source(), "'lcores' must be an array of lcore ids");
+    for (const auto& e : *arr) {
+      auto v = e.value<int64_t>();
+      if (!e.is_integer() || !v || *v < 0 || *v >= 1024)
+        return c.Fail(e.source(), "'lcores' entries must be lcore ids (0 to 1023)");
+      for (int l : d->lcores)
+        if (l == *v) return c.Fail(e.source(), Cat("lcore ", *v, " is listed twice"));
+      d->lcores.push_back(static_cast<int>(*v));
+    }
+  }
+  c.Int(t, "mbufs", &d->mbufs, 0, 16 << 20);
+  c.Int(t, "rx_descriptors", &d->rx_descriptors, 64, 32768);
+  c.Int(t, "tx_descriptors", &d->tx_descriptors, 64, 32768);
+  c.Int(t, "dns_port", &d->dns_port, 1, 65535);
+  c.Bool(t, "udp_checksum_v4", &d->udp_checksum_v4);
+  c.Int(t, "idle_sleep_us", &d->idle_sleep_us, 0, 100000);
+  const toml::node* ports = t.get("port");
+  if (ports == nullptr) return;
+  const toml::array* arr = ports->as_array();
+  if (arr == nullptr) return c.Fail(ports->source(), "'port' must be an array of tables ([[dpdk.port]])");
+  for (const auto& e : *arr) {
+    const toml::table* pt = e.as_table();
+    if (pt == nullptr) return c.Fail(e.source(), "each [[dpdk.port]] must be a table");
+    DpdkPortConfig port;
+    c.OnlyKeys(*pt, "dpdk.port", {"device", "addresses", "exception", "tap_name"});
+    c.String(*pt, "device", &port.device);
+    c.List(*pt, "addresses", &port.addresses, ParseOwnedAddress);
+    c.String(*pt, "exception", &port.exception);
+    c.String(*pt, "tap_name", &port.tap_name);
+    if (!c.ok()) return;
+    if (port.device.empty()) return c.Fail(pt->source(), "[[dpdk.port]] needs 'device' (its devargs)");
+    if (port.addresses.empty())
+      return c.Fail(pt->source(), "[[dpdk.port]] needs 'addresses': the addresses it answers DNS on");
+    if (port.exception != "tap" && port.exception != "none") {
+      return c.Fail(pt->get("exception")->source(),
+                    Cat("'exception' is \"tap\" or \"none\", not \"", port.exception, "\""));
+    }
+    if (port.tap_name.empty()) port.tap_name = Cat("weir", d->ports.size());
+    if (port.tap_name.size() > 15 || port.tap_name.find_first_of("/ \t,=") != std::string::npos) {
+      return c.Fail(
+          pt->get("tap_name") ? pt->get("tap_name")->source() : pt->source(),
+          Cat("'tap_name' \"", port.tap_name, "\" is not an interface name (at most 15 characters)"));
+    }
+    for (const auto& other : d->ports) {
+      if (other.device == port.device)
+        return c.Fail(pt->source(), Cat("device \"", port.device, "\" is configured twice"));
+      if (other.exception == "tap" && port.exception == "tap" && other.tap_name == port.tap_name)
+        return c.Fail(pt->source(), Cat("tap_name \"", port.tap_name, "\" is used by two ports"));
+    }
+    d->ports.push_back(std::move(port));
+  }
+}
+
 }  // namespace
+
+bool HaveDpdk() {
+#ifdef WEIR_HAVE_DPDK
+  return true;
+#else
+  return false;
+#endif
+}
 
 absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
   auto parsed = common::ParseToml(text, name);
@@ -54,13 +143,33 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
-  c.OnlyKeys(root, "top level", {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt"});
+  c.OnlyKeys(root, "top level",
+             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
-               {"listen", "workers", "tcp", "weight_option_code", "metrics_listen", "tcp_idle_timeout_ms",
-                "tcp_max_connections"});
+               {"backend", "listen", "workers", "tcp", "weight_option_code", "metrics_listen",
+                "tcp_idle_timeout_ms", "tcp_max_connections"});
+    c.String(*s, "backend", &cfg.backend);
+    if (c.ok() && cfg.backend != "kernel" && cfg.backend != "dpdk") {
+      c.Fail(s->get("backend")->source(),
+             Cat("'backend' is \"kernel\" (sockets) or \"dpdk\" (poll mode), not \"", cfg.backend, "\""));
+    }
+    if (c.ok() && cfg.backend == "dpdk" && !HaveDpdk()) {
+      c.Fail(s->get("backend")->source(),
+             "this weir-fastpath was built without DPDK (WEIR_WITH_DPDK=OFF, or libdpdk-dev missing)");
+    }
+    if (c.ok() && cfg.backend == "dpdk") {
+      for (const char* key : {"listen", "workers"}) {
+        if (const toml::node* n = s->get(key)) {
+          c.Fail(n->source(),
+                 Cat("'", key,
+                     "' is for the kernel backend; with backend = \"dpdk\" the addresses are those "
+                     "of [[dpdk.port]] and there is one worker per [dpdk] lcore"));
+        }
+      }
+    }
     c.List(*s, "listen", &cfg.listen, [](const std::string& v) { return SocketAddress::Parse(v, 53); });
     c.Int(*s, "workers", &cfg.workers, 1, 64);
     c.Bool(*s, "tcp", &cfg.tcp);
@@ -126,13 +235,18 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "max_inflight_per_upstream", &cfg.max_inflight_per_upstream, 1, 1000000);
   }
+  if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
 
   // Whole-file rules, reported at line 1 since they involve several keys.
   auto whole = [&](std::string_view reason) {
     return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
   };
-  if (cfg.listen.empty()) return whole("[server] listen must name at least one address");
+  if (cfg.backend == "dpdk") {
+    if (cfg.dpdk.ports.empty()) return whole("backend = \"dpdk\" needs at least one [[dpdk.port]]");
+  } else if (cfg.listen.empty()) {
+    return whole("[server] listen must name at least one address");
+  }
   if (cfg.allow.empty())
     return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
   if (cfg.ordinary.empty()) return whole("[upstream] ordinary must list at least one recursor");

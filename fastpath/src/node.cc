@@ -296,6 +296,7 @@ std::string Node::RenderMetrics() const {
       out += Cat("weir_upstream_timeouts_total{", labels, "} ", u->timeouts.Read(), "\n");
     }
   }
+  if (backend_metrics_) out += backend_metrics_();
   return out;
 }
 

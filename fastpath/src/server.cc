@@ -14,6 +14,9 @@
 #include "weir/common/text.h"
 #include "weir/fastpath/node.h"
 #include "weir/net/socket.h"
+#ifdef WEIR_HAVE_DPDK
+#include "dpdk/backend.h"
+#endif
 
 namespace weir::fastpath {
 
@@ -32,10 +35,17 @@ struct Server::Impl {
   std::vector<std::unique_ptr<kernel::UdpWorker>> udp;
   std::unique_ptr<kernel::TcpServer> tcp;
   std::unique_ptr<MetricsEndpoint> metrics;
+#ifdef WEIR_HAVE_DPDK
+  std::unique_ptr<dpdk::Backend> dpdk;  // backend = "dpdk": the UDP path, in place of `udp`
+#endif
   std::vector<std::thread> threads;
   std::atomic<bool> running{false};
 
-  absl::Status Bind();
+  bool poll_mode() const { return config.backend == "dpdk"; }
+  absl::Status Bind(int workers);
+  // The DPDK backend's DNS over TCP: the kernel's, on the addresses its
+  // exception interfaces get (bound before they have them).
+  absl::Status BindPollModeTcp();
   void CloseSockets();
 };
 
@@ -57,10 +67,30 @@ void Server::Impl::CloseSockets() {
   metrics_fd = -1;
 }
 
-absl::Status Server::Impl::Bind() {
-  const int workers = config.workers;
+absl::Status Server::Impl::BindPollModeTcp() {
+  if (!config.tcp) return absl::OkStatus();
+  for (const DpdkPortConfig& port : config.dpdk.ports) {
+    if (port.exception != "tap") continue;  // no kernel path to reach a listener
+    for (const OwnedAddress& a : port.addresses) {
+      const std::string ip = partitions::IpToString(a.address);
+      auto addr = SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
+      if (!addr.ok()) return addr.status();
+      auto fd =
+          BindSocket(*addr, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024, .freebind = true});
+      if (!fd.ok()) return fd.status();
+      tcp_fds.push_back(*fd);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::Bind(int workers) {
+  if (poll_mode()) {
+    if (absl::Status st = BindPollModeTcp(); !st.ok()) return st;
+    workers = 0;  // no UDP sockets
+  }
   worker_fds.assign(workers, {});
-  for (const SocketAddress& want : config.listen) {
+  for (const SocketAddress& want : poll_mode() ? std::vector<SocketAddress>{} : config.listen) {
     // Port 0 takes the port the kernel gives the first UDP socket; when TCP
     // cannot have the same one (a connection uses it), try another.
     for (int attempt = 0;; ++attempt) {
@@ -101,16 +131,32 @@ absl::Status Server::Start() {
   auto fail = [&](absl::Status st) {
     s.udp.clear();
     s.tcp.reset();
+#ifdef WEIR_HAVE_DPDK
+    s.dpdk.reset();  // its workers use the node's cores
+#endif
     s.node.reset();
     s.CloseSockets();
     return st;
   };
-  if (absl::Status st = s.Bind(); !st.ok()) return fail(st);
-  const int workers = s.config.workers;
+  int workers = s.config.workers;
+#ifdef WEIR_HAVE_DPDK
+  if (s.poll_mode()) {
+    s.dpdk = std::make_unique<dpdk::Backend>(s.config);
+    if (absl::Status st = s.dpdk->InitEal(); !st.ok()) return fail(st);
+    workers = s.dpdk->workers();
+  }
+#endif
+  if (absl::Status st = s.Bind(workers); !st.ok()) return fail(st);
   // Slots 0..workers-1 are the UDP workers, slot `workers` the TCP thread.
   s.node = std::make_unique<Node>(s.config, s.test_clock);
   if (absl::Status st = s.node->Prepare(workers + 1); !st.ok()) return fail(st);
-  for (int w = 0; w < workers; ++w)
+#ifdef WEIR_HAVE_DPDK
+  if (s.dpdk) {
+    if (absl::Status st = s.dpdk->OpenPorts(*s.node); !st.ok()) return fail(st);
+    s.node->SetBackendMetrics([d = s.dpdk.get()] { return d->RenderMetrics(); });
+  }
+#endif
+  for (int w = 0; w < static_cast<int>(s.worker_fds.size()); ++w)
     s.udp.push_back(std::make_unique<kernel::UdpWorker>(*s.node, w, s.worker_fds[w]));
   if (s.config.tcp) {
     s.tcp = std::make_unique<kernel::TcpServer>(*s.node, workers, s.tcp_fds);
@@ -120,6 +166,9 @@ absl::Status Server::Start() {
   s.running = true;
   absl::Status started = s.node->Start();  // the forwarder, then the mgmt client
   for (auto& u : s.udp) s.threads.emplace_back([&s, w = u.get()] { w->Run(s.running); });
+#ifdef WEIR_HAVE_DPDK
+  if (s.dpdk) s.dpdk->Launch(s.running);
+#endif
   if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
   if (s.metrics) s.threads.emplace_back([&s] { s.metrics->Run(s.running); });
   return started;
@@ -131,9 +180,15 @@ void Server::Stop() {
   s.node->StopMgmt();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
+#ifdef WEIR_HAVE_DPDK
+  if (s.dpdk) s.dpdk->Wait();
+#endif
   s.node->Stop();  // the forwarder, once no worker hands it anything
   s.udp.clear();
   s.tcp.reset();
+#ifdef WEIR_HAVE_DPDK
+  s.dpdk.reset();  // ports closed (the taps go away), EAL cleaned up
+#endif
   s.CloseSockets();
 }
 
@@ -144,6 +199,9 @@ absl::Status Server::Reload() {
 
 std::string Server::DescribeListeners() const {
   std::string out;
+#ifdef WEIR_HAVE_DPDK
+  if (impl_->dpdk) out += impl_->dpdk->Describe(impl_->config.tcp);
+#endif
   for (const auto& a : impl_->bound) {
     out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(),
                "\n");

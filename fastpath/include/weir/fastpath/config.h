@@ -21,8 +21,41 @@ struct UpstreamConfig {
   std::string name;  // for metrics; defaults to "ip:port"
 };
 
+// An address the DPDK backend owns on a port, with the prefix length the
+// exception interface gets it with (the kernel's on-link route).
+struct OwnedAddress {
+  partitions::IpAddress address;
+  int prefix = 32;
+};
+
+// [[dpdk.port]]: one wire port and the addresses it answers for.
+struct DpdkPortConfig {
+  std::string device;  // devargs: a PCI address, or a vdev such as "net_af_packet0,iface=eth1"
+  std::vector<OwnedAddress> addresses;
+  // What is not a DNS query over UDP to an owned address: "tap" hands it to
+  // the kernel through a tap interface with the port's MAC, "none" drops it.
+  std::string exception = "tap";
+  std::string tap_name;  // the kernel's name of the exception interface; default "weir<index>"
+};
+
+// [dpdk]: the poll-mode backend (server.backend = "dpdk").
+struct DpdkConfig {
+  std::vector<std::string> eal_args;  // as for any DPDK application, without the program name
+  std::vector<int> lcores;            // worker lcores, one per worker; empty: every EAL worker lcore
+  uint32_t mbufs = 0;                 // packet buffers in the pool; 0: sized from ports and queues
+  int rx_descriptors = 1024;
+  int tx_descriptors = 1024;
+  uint16_t dns_port = 53;
+  bool udp_checksum_v4 = true;  // false: IPv4 answers carry UDP checksum 0
+  // After 100 empty polls in a row a worker sleeps this long (0: it spins,
+  // the lowest latency on a dedicated core).
+  int idle_sleep_us = 0;
+  std::vector<DpdkPortConfig> ports;
+};
+
 struct FastpathConfig {
   // [server]
+  std::string backend = "kernel";     // "kernel" (sockets) or "dpdk"
   std::vector<SocketAddress> listen;  // UDP and TCP on each
   int workers = 1;
   bool tcp = true;
@@ -76,11 +109,16 @@ struct FastpathConfig {
   int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 
+  DpdkConfig dpdk;
+
   // [mgmt]: tags and city map pushed by weir-mgmt instead of the files.
   mgmt::NodeMgmtConfig mgmt;
   // Where the config came from, for reloads and messages.
   std::string path;
 };
+
+// True when this build has the DPDK backend.
+bool HaveDpdk();
 
 // Parses and validates `path`. Errors read "path:line:column: reason".
 absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path);

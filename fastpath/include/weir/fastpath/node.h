@@ -9,6 +9,7 @@
 // metrics thread, an RCU reader.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,10 +60,13 @@ class Node {
   MissChannel& channel(int slot) { return *channels_[slot]; }
   const FastpathConfig& config() const { return config_; }
   uint32_t NowSeconds() const { return shared_.clock->NowSeconds(); }
+  const partitions::Clock& clock() const { return *shared_.clock; }
   partitions::FakeClock* test_clock() const { return test_clock_; }
 
-  // The Prometheus text of every counter.
+  // The Prometheus text of every counter, the backend's appended.
   std::string RenderMetrics() const;
+  // The backend's own counters (set before Start; called on the metrics thread).
+  void SetBackendMetrics(std::function<std::string()> render) { backend_metrics_ = std::move(render); }
 
  private:
   absl::Status LoadPartitions();
@@ -81,6 +85,7 @@ class Node {
   // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
+  std::function<std::string()> backend_metrics_;
 };
 
 }  // namespace weir::fastpath

@@ -10,6 +10,9 @@ struct BindOptions {
   bool nonblocking = false;
   bool reuseport = false;  // SO_REUSEPORT: one socket per worker on the same address
   int listen_backlog = 0;  // stream sockets: listen() with this backlog; 0 does not listen
+  // IP_FREEBIND / IPV6_FREEBIND: bind an address no interface has yet (the
+  // DPDK backend's exception interface gets its addresses after the bind).
+  bool freebind = false;
 };
 
 // A socket of `type` (SOCK_DGRAM, SOCK_STREAM) bound to `addr` with

@@ -1,0 +1,244 @@
+#include "dpdk/worker.h"
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "weir/partitions/rcu.h"
+
+namespace weir::fastpath::dpdk {
+namespace {
+
+// An answer is written here first (the handler reads the query while it
+// writes), then copied over the query in the same mbuf.
+constexpr size_t kAnswerMax = 1500;
+// Empty passes in a row before an idle worker sleeps (with idle_sleep_us).
+constexpr int kIdlePasses = 100;
+
+}  // namespace
+
+std::string_view FrameDropName(FrameDrop d) {
+  switch (d) {
+    case FrameDrop::kNotOurs:
+      return "not_ours";
+    case FrameDrop::kMalformed:
+      return "malformed";
+    case FrameDrop::kTxFull:
+      return "tx_full";
+    case FrameDrop::kNoMbuf:
+      return "no_mbuf";
+    case FrameDrop::kNoException:
+      return "no_exception_path";
+    case FrameDrop::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+struct DpdkWorker::Burst {
+  rte_mbuf* rx[kBurst];
+  rte_mbuf* queries[kBurst];  // the DNS queries of rx, in order
+  frame::Parsed parsed[kBurst];
+  rte_mbuf* exceptions[kBurst];
+  rte_mbuf* tx[kBurst];
+  QueryHandler::BurstPacket packets[kBurst];
+  alignas(64) uint8_t answers[kBurst][kAnswerMax];
+};
+
+DpdkWorker::DpdkWorker(WorkerCore& core, const partitions::Clock& clock, int slot,
+                       std::vector<WorkerPort> ports, rte_mempool* pool, int idle_sleep_us)
+    : core_(core),
+      clock_(clock),
+      slot_(slot),
+      ports_(std::move(ports)),
+      counters_(new PortCounters[ports_.size()]),
+      pool_(pool),
+      idle_sleep_us_(idle_sleep_us),
+      b_(std::make_unique<Burst>()) {}
+
+DpdkWorker::~DpdkWorker() = default;
+
+void DpdkWorker::PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len) {
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+  m->ol_flags = p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4;
+  if (m->ol_flags != 0) {
+    m->l2_len = p.l2_len;
+    m->l3_len = p.l3_len;
+  }
+}
+
+ClientRoute DpdkWorker::HoldRoute(size_t index) {
+  Held h;
+  const frame::Parsed& p = b_->parsed[index];
+  h.parsed = p;
+  h.port_index = static_cast<uint16_t>(burst_port_);
+  std::memcpy(h.headers.data(), rte_pktmbuf_mtod(b_->queries[index], const uint8_t*), p.dns_offset());
+  return {slot_, Transport::kUdp, routes_.Put(h)};
+}
+
+void DpdkWorker::SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) {
+  Held h;
+  if (!routes_.Take(route.token, &h) || answer.empty()) return;
+  const WorkerPort& wp = ports_[h.port_index];
+  PortCounters& c = counters_[h.port_index];
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) return c.Drop(FrameDrop::kNoMbuf);
+  const size_t off = h.parsed.dns_offset();
+  if (off + answer.size() > rte_pktmbuf_tailroom(m)) {
+    rte_pktmbuf_free(m);
+    return c.Drop(FrameDrop::kMalformed);  // larger than any UDP answer the handler writes
+  }
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  std::memcpy(data + off, answer.data(), answer.size());
+  const size_t len =
+      frame::WriteReply(h.headers.data(), h.parsed, wp.addresses->mac, data, answer.size(), wp.reply);
+  PrepareTx(m, wp, h.parsed, len);
+  if (rte_eth_tx_burst(wp.port, wp.queue, &m, 1) == 1) {
+    c.tx_packets.Add();
+  } else {
+    rte_pktmbuf_free(m);
+    c.Drop(FrameDrop::kTxFull);
+  }
+}
+
+size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
+  const WorkerPort& wp = ports_[i];
+  PortCounters& c = counters_[i];
+  Burst& b = *b_;
+  const uint16_t n = rte_eth_rx_burst(wp.port, wp.queue, b.rx, kBurst);
+  if (n == 0) {
+    c.empty_polls.Add();
+    return 0;
+  }
+  c.rx_bursts.Add();
+  c.rx_packets.Add(n);
+  size_t nq = 0, nexc = 0, nfree = 0;
+  rte_mbuf* drop[kBurst];
+  for (uint16_t j = 0; j < n; ++j) {
+    rte_mbuf* m = b.rx[j];
+    if (m->nb_segs != 1) {
+      c.Drop(FrameDrop::kMalformed);
+      drop[nfree++] = m;
+      continue;
+    }
+    const uint8_t* data = rte_pktmbuf_mtod(m, const uint8_t*);
+    const frame::Parsed p = frame::Classify(data, m->data_len, *wp.addresses);
+    switch (p.cls) {
+      case frame::FrameClass::kQuery: {
+        b.queries[nq] = m;
+        b.parsed[nq] = p;
+        QueryHandler::BurstPacket& q = b.packets[nq];
+        q.pkt = data + p.dns_offset();
+        q.len = p.dns_len;
+        q.client = ClientInfo{frame::ClientOf(data, p), false};
+        q.out = b.answers[nq];
+        q.out_cap = kAnswerMax;
+        ++nq;
+        break;
+      }
+      case frame::FrameClass::kException:
+        if (wp.exception >= 0) {
+          b.exceptions[nexc++] = m;
+        } else {
+          c.Drop(FrameDrop::kNoException);
+          drop[nfree++] = m;
+        }
+        break;
+      case frame::FrameClass::kNotOurs:
+        c.Drop(FrameDrop::kNotOurs);
+        drop[nfree++] = m;
+        break;
+      case frame::FrameClass::kMalformed:
+        c.Drop(FrameDrop::kMalformed);
+        drop[nfree++] = m;
+        break;
+    }
+  }
+  if (nexc > 0) {
+    const uint16_t sent = rte_eth_tx_burst(static_cast<uint16_t>(wp.exception), wp.queue, b.exceptions,
+                                           static_cast<uint16_t>(nexc));
+    c.to_kernel.Add(sent);
+    if (sent < nexc) {
+      c.Drop(FrameDrop::kTxFull, nexc - sent);
+      rte_pktmbuf_free_bulk(b.exceptions + sent, static_cast<unsigned>(nexc - sent));
+    }
+  }
+  if (nq > 0) {
+    burst_port_ = i;
+    core_.HandleBurst(b.packets, nq, now, *this);
+    size_t ntx = 0;
+    for (size_t j = 0; j < nq; ++j) {
+      rte_mbuf* m = b.queries[j];
+      const QueryHandler::BurstPacket& q = b.packets[j];
+      const frame::Parsed& p = b.parsed[j];
+      const bool reply = q.verdict == Verdict::kReply || q.verdict == Verdict::kReplyAndPrefetch;
+      if (!reply || size_t{p.dns_offset()} + q.out_len > size_t{m->buf_len} - m->data_off) {
+        drop[nfree++] = m;  // a miss (its headers are held), a drop the handler counted
+        continue;
+      }
+      // In place: the answer over the query, then the swapped headers.
+      uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+      std::memcpy(data + p.dns_offset(), q.out, q.out_len);
+      const size_t len = frame::WriteReply(data, p, wp.addresses->mac, data, q.out_len, wp.reply);
+      PrepareTx(m, wp, p, len);
+      b.tx[ntx++] = m;
+    }
+    if (ntx > 0) {
+      const uint16_t sent = rte_eth_tx_burst(wp.port, wp.queue, b.tx, static_cast<uint16_t>(ntx));
+      c.tx_packets.Add(sent);
+      if (sent < ntx) {
+        c.Drop(FrameDrop::kTxFull, ntx - sent);
+        rte_pktmbuf_free_bulk(b.tx + sent, static_cast<unsigned>(ntx - sent));
+      }
+    }
+  }
+  if (nfree > 0) rte_pktmbuf_free_bulk(drop, static_cast<unsigned>(nfree));
+  return n;
+}
+
+void DpdkWorker::PassFromKernel(size_t i) {
+  const WorkerPort& wp = ports_[i];
+  if (wp.exception < 0) return;
+  rte_mbuf* m[kBurst];
+  const uint16_t n = rte_eth_rx_burst(static_cast<uint16_t>(wp.exception), wp.queue, m, kBurst);
+  if (n == 0) return;
+  const uint16_t sent = rte_eth_tx_burst(wp.port, wp.queue, m, n);
+  counters_[i].from_kernel.Add(sent);
+  if (sent < n) {
+    counters_[i].Drop(FrameDrop::kTxFull, n - sent);
+    rte_pktmbuf_free_bulk(m + sent, n - sent);
+  }
+}
+
+size_t DpdkWorker::Poll() {
+  const uint32_t now = clock_.NowSeconds();
+  size_t received = 0;
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    received += PollPort(i, now);
+    PassFromKernel(i);
+  }
+  core_.DrainReturns(now, *this);
+  return received;
+}
+
+void DpdkWorker::Run(const std::atomic<bool>& running) {
+  partitions::RcuThread rcu;
+  int idle = 0;
+  while (running.load(std::memory_order_relaxed)) {
+    const size_t n = Poll();
+    rcu.Quiescent();
+    if (n > 0 || idle_sleep_us_ == 0) {
+      idle = 0;
+      continue;
+    }
+    if (++idle >= kIdlePasses) {
+      partitions::RcuOfflineScope offline;
+      usleep(static_cast<useconds_t>(idle_sleep_us_));
+    }
+  }
+}
+
+}  // namespace weir::fastpath::dpdk
