@@ -13,6 +13,10 @@ clients (dig, kdig, dnsperf). Modules:
   authorities  FakeHierarchy (gslb-sim delegation tree), ScriptedAuthority
   wire         messages in wire form on dnspython: make_query, parse_message,
                build_response, rdata_*, ecs_option, weight_option
+  netns        NetnsPair (two network namespaces and a veth between them, for
+               the DPDK backend), build_udp_frame, parse_udp_frame
+  rawframe     a standalone script (standard library only) that sends one raw
+               Ethernet frame and prints the UDP frame answering it
 
 Typical use::
 
@@ -29,6 +33,8 @@ Typical use::
         unittest.main()
 
 Processes are stopped by PID (terminate, wait, kill), never by name.
+Tests use loopback only, or addresses inside network namespaces they
+create themselves (NetnsPair: 198.18.0.0/15 and 2001:2::/48).
 """
 
 import sys
@@ -51,6 +57,7 @@ from .clients import (DnsperfResult, Ecs, Metrics, Record, Response, control_com
 from .config import (PartitionFiles, fastpath_config, mgmt_node_section, recursor_config,  # noqa: E402,F401
                      toml_tables, toml_value, unbound_config)
 from .daemons import Fastpath, GslbSim, Mgmt, Recursor, Unbound  # noqa: E402,F401
+from .netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402,F401
 from .process import (Process, binary, collect_lines, free_port, netns_argv, parse_build_dir,  # noqa: E402,F401
                       proc_cpu_us, require_tools, run, split_hostport, stop_pid, wait_until, write_temp)
 from .wire import (TYPE_CODES, WEIGHT_OPTION, DecodeError, RawMessage, RawQuery, RawRecord, build_response,  # noqa: E402,F401
