@@ -4,7 +4,8 @@ and the load benchmarks (bench/*.py).
 The tests start the real binaries on loopback and query them with real
 clients (dig, kdig, dnsperf). Modules:
 
-  process      the binaries, free ports, temp files, Process, stop_pid, wait_until
+  process      the binaries, free ports, temp files, Process, stop_pid, wait_until,
+               netns_argv (a command inside a network namespace)
   clients      dig/kdig/dnsperf and their output parsers, raw UDP/TCP exchanges, metrics
   config       config texts: fastpath_config, recursor_config, unbound_config
   zones        gslb-sim zone files: zone, record, gslb_name, view, delegation
@@ -12,6 +13,10 @@ clients (dig, kdig, dnsperf). Modules:
   authorities  FakeHierarchy (gslb-sim delegation tree), ScriptedAuthority
   wire         messages in wire form on dnspython: make_query, parse_message,
                build_response, rdata_*, ecs_option, weight_option
+  netns        NetnsPair (two network namespaces and a veth between them, for
+               the DPDK backend), build_udp_frame, parse_udp_frame
+  rawframe     a standalone script (standard library only) that sends one raw
+               Ethernet frame and prints the UDP frame answering it
 
 Typical use::
 
@@ -28,6 +33,8 @@ Typical use::
         unittest.main()
 
 Processes are stopped by PID (terminate, wait, kill), never by name.
+Tests use loopback only, or addresses inside network namespaces they
+create themselves (NetnsPair: 198.18.0.0/15 and 2001:2::/48).
 """
 
 import sys
@@ -50,8 +57,9 @@ from .clients import (DnsperfResult, Ecs, Metrics, Record, Response, control_com
 from .config import (PartitionFiles, fastpath_config, mgmt_node_section, recursor_config,  # noqa: E402,F401
                      toml_tables, toml_value, unbound_config)
 from .daemons import Fastpath, GslbSim, Mgmt, Recursor, Unbound  # noqa: E402,F401
-from .process import (Process, binary, collect_lines, free_port, parse_build_dir, proc_cpu_us,  # noqa: E402,F401
-                      require_tools, run, split_hostport, stop_pid, wait_until, write_temp)
+from .netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402,F401
+from .process import (Process, binary, collect_lines, free_port, netns_argv, parse_build_dir,  # noqa: E402,F401
+                      proc_cpu_us, require_tools, run, split_hostport, stop_pid, wait_until, write_temp)
 from .wire import (TYPE_CODES, WEIGHT_OPTION, DecodeError, RawMessage, RawQuery, RawRecord, build_response,  # noqa: E402,F401
                    ecs_option, echo_ecs, make_query, options_as_sent, parse_message, parse_raw_query, rdata,
                    rdata_a, rdata_soa, split_tcp_frames, tcp_frame, weight_option, wire_name)

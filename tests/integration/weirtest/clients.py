@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from .process import run, write_temp
+from .process import netns_argv, run, write_temp
 from .wire import WEIGHT_OPTION, split_tcp_frames, tcp_frame
 
 
@@ -216,32 +216,35 @@ def _client_args(ecs: Optional[str], options: Iterable, tcp: bool, edns: Optiona
 
 def _client(argv0: Sequence[str], parse, server: str, port: int, qname: str, qtype: str, ecs: Optional[str],
             options: Iterable, tcp: bool, edns: Optional[int], bufsize: Optional[int], norec: bool, timeout: float,
-            tries: int, extra: Sequence[str]) -> Response:
+            tries: int, extra: Sequence[str], netns: Optional[str]) -> Response:
     argv = [argv0[0], f"@{server}", "-p", str(port), qname, qtype, f"+time={max(1, int(timeout))}"] + list(argv0[1:])
     argv += _client_args(ecs, options, tcp, edns, bufsize, norec)
     argv += list(extra)
-    out = run(argv, timeout=timeout * tries + 10)
+    out = run(netns_argv(netns, argv), timeout=timeout * tries + 10)
     return parse(out.stdout + out.stderr)
 
 
 def dig(server: str, port: int, qname: str, qtype: str = "A", *, ecs: Optional[str] = None,
         options: Iterable = (), tcp: bool = False, edns: Optional[int] = None, bufsize: Optional[int] = None,
-        norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = ()) -> Response:
+        norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = (),
+        netns: Optional[str] = None) -> Response:
     """Queries with dig and parses its full output.
 
     ecs: "198.51.100.7/24" (dig's +subnet). options: EDNS options, each a
     code (length 0) or (code, bytes-or-hex). extra: more dig arguments.
+    netns: run dig inside this network namespace (NetnsPair.client_ns).
     """
     return _client(["dig", f"+tries={tries}"], parse_dig, server, port, qname, qtype, ecs, options, tcp, edns,
-                   bufsize, norec, timeout, tries, extra)
+                   bufsize, norec, timeout, tries, extra, netns)
 
 
 def kdig(server: str, port: int, qname: str, qtype: str = "A", *, ecs: Optional[str] = None,
          options: Iterable = (), tcp: bool = False, edns: Optional[int] = None, bufsize: Optional[int] = None,
-         norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = ()) -> Response:
+         norec: bool = True, timeout: float = 2.0, tries: int = 1, extra: Sequence[str] = (),
+         netns: Optional[str] = None) -> Response:
     """Queries with kdig (Knot); same arguments as dig()."""
     return _client(["kdig", f"+retry={max(0, tries - 1)}"], parse_kdig, server, port, qname, qtype, ecs, options,
-                   tcp, edns, bufsize, norec, timeout, tries, extra)
+                   tcp, edns, bufsize, norec, timeout, tries, extra, netns)
 
 
 def udp_exchange(server: str, port: int, payload: bytes, timeout: float = 2.0) -> Optional[bytes]:
@@ -261,11 +264,12 @@ _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 
 
 def dig_many(server: str, port: int, qname: str, count: int, *, source: Optional[str] = None,
-             qtype: str = "A", batch: int = 100, extra: Sequence[str] = (), timeout: float = 2.0) -> list:
+             qtype: str = "A", batch: int = 100, extra: Sequence[str] = (), timeout: float = 2.0,
+             netns: Optional[str] = None) -> list:
     """Sends `count` queries for one name with `dig +short` (up to `batch`
     questions per dig process, one after another) and returns every address
     line printed, in order. A lost query prints no address, so
-    len(result) < count reveals losses."""
+    len(result) < count reveals losses. netns: as for dig()."""
     out = []
     left = count
     while left > 0:
@@ -276,7 +280,7 @@ def dig_many(server: str, port: int, qname: str, count: int, *, source: Optional
         argv += list(extra)
         for _ in range(n):
             argv += [qname, qtype]
-        res = run(argv, timeout=timeout * n + 30)
+        res = run(netns_argv(netns, argv), timeout=timeout * n + 30)
         out += [l.strip() for l in res.stdout.splitlines() if _IPV4.match(l.strip()) or
                 (qtype == "AAAA" and ":" in l and not l.startswith(";"))]
         left -= n

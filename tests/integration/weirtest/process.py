@@ -87,6 +87,13 @@ def run(argv: Sequence[str], timeout: float = 30.0, check: bool = False) -> subp
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
 
 
+def netns_argv(netns: Optional[str], argv: Sequence[str]) -> list:
+    """`argv` run inside the named network namespace (`ip netns exec`), or
+    `argv` itself when netns is None: how a client reaches a server that
+    listens only inside a namespace the test created (weirtest.netns)."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
 class Process:
     """A child process whose stdout is read line by line in the background.
 
