@@ -15,6 +15,8 @@ PKGS=(
   # test peers and clients
   knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3 python3-dnspython
+  # the DPDK backend's tests: the client namespace pings, veth offloads
+  iputils-ping ethtool
 )
 
 missing=()

@@ -1,0 +1,234 @@
+"""Black-box tests of weir-fastpath's DPDK backend, for real: EAL without
+hugepages, net_af_packet on the server end of a veth between two network
+namespaces the test creates, net_tap as the exception path to the kernel.
+From the client namespace: ping and ping -6 (the kernel behind the tap),
+dig/kdig over UDP (the poll-mode workers: weighted per-city answers with
+exact shares, misses resolved through gslb-sim), DNS over TCP (the kernel's
+stack on the tap), IPv6, and a VLAN-tagged query answered with its tag.
+Plus a start refused with the device's name when the port cannot open.
+
+Needs root (namespaces, af_packet, tap). Addresses: 198.18.0.0/15 and
+2001:2::/48 inside the namespaces only.
+
+Run: python3 tests/integration/test_fastpath_dpdk.py --build-dir build
+"""
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+from weirtest.netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+
+OWNED_V4 = "198.18.0.1"
+OWNED_V6 = "2001:2::1"
+CITY_A_CLIENT = "198.18.1.10"
+CITY_B_CLIENT = "198.18.2.10"
+
+CITY_A = ["192.0.2.11", "192.0.2.12", "192.0.2.13"]
+CITY_A_WEIGHTS = [5, 3, 1]
+CITY_B = ["192.0.2.21", "192.0.2.22"]
+CITY_B_WEIGHTS = [1, 1]
+
+ZONES = (no_empty_weight_option() + zone("cdn.example.net.", rname="admin", minimum=30, ttl=60) +
+         gslb_name("x", view("198.51.100.0/24", CITY_A, CITY_A_WEIGHTS, scope=24),
+                   view("203.0.113.0/24", CITY_B, CITY_B_WEIGHTS, scope=24), ttl=300) +
+         zone("example.com.") + record("www", "A", "192.0.2.1", ttl=300) +
+         record("v6", "A", "192.0.2.6", ttl=300) + record("tcp", "A", "192.0.2.7", ttl=300) +
+         record("tagged", "A", "192.0.2.8", ttl=300))
+
+CITYMAP = """\
+# cidr,city,ecs_address/prefix
+198.18.1.0/24,city-a,198.51.100.0/24
+198.18.2.0/24,city-b,203.0.113.0/24
+"""
+TAGS = "cdn.example.net weight=on ecs=on answer=single level=city\n"
+
+
+def swrr_sequence(weights, n):
+    """nginx smooth weighted round-robin: the indexes of n picks."""
+    current = [0] * len(weights)
+    total = sum(weights)
+    out = []
+    for _ in range(n):
+        for i, w in enumerate(weights):
+            current[i] += w
+        best = max(range(len(weights)), key=lambda i: (current[i], -i))
+        current[best] -= total
+        out.append(best)
+    return out
+
+
+def toml_list(values):
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def dpdk_config(upstream, citymap, tags, device, prefix, extra_port=""):
+    eal = ["-l", "0,1", "--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--no-telemetry",
+           "--log-level=error", f"--file-prefix={prefix}"]
+    return f"""
+[server]
+backend = "dpdk"
+metrics_listen = "127.0.0.1:0"
+[acl]
+allow = ["198.18.0.0/15", "2001:2::/48"]
+[partitions]
+citymap = "{citymap}"
+tags = "{tags}"
+[upstream]
+ordinary = ["{upstream}"]
+weighted = ["{upstream}"]
+timeout_ms = 1000
+[dpdk]
+eal_args = {toml_list(eal)}
+idle_sleep_us = 50
+[[dpdk.port]]
+device = "{device}"
+addresses = ["{OWNED_V4}/16", "{OWNED_V6}/64"]
+{extra_port}
+"""
+
+
+def remove_runtime_dir(prefix):
+    shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the DPDK backend test needs root (namespaces, af_packet, tap)")
+class FastpathDpdkTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig", "kdig", "ping", "ip", "ethtool")
+        cls.files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        cls.pair = NetnsPair(client_v4=[CITY_A_CLIENT, CITY_B_CLIENT])
+        cls.prefix = f"weir-it-{os.getpid()}"
+        try:
+            with cls.pair.enter_server():
+                cls.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, seed=1)
+                upstream = f"{cls.sim.host}:{cls.sim.port}"
+                config = dpdk_config(upstream, cls.files.citymap, cls.files.tags,
+                                     f"net_af_packet0,iface={cls.pair.server_if}", cls.prefix)
+                cls.fp = weirtest.Fastpath(BUILD_DIR, config, timeout=30)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for name in ("fp", "sim"):
+            if hasattr(cls, name):
+                getattr(cls, name).stop()
+        cls.pair.close()
+        remove_runtime_dir(cls.prefix)
+        cls.files.cleanup()
+
+    def metrics(self):
+        with self.pair.enter_server():
+            return self.fp.metrics()
+
+    def dig(self, server, qname, qtype="A", source=None, extra=()):
+        return weirtest.dig(server, 53, qname, qtype, extra=list(extra) + (["-b", source] if source else []),
+                            netns=self.pair.client_ns)
+
+    def test_the_kernel_answers_ping_through_the_exception_path(self):
+        self.assertTrue(self.pair.ping(OWNED_V4, count=2), "ping 198.18.0.1")
+        self.assertTrue(self.pair.ping(OWNED_V6, count=2, v6=True), "ping -6 2001:2::1")
+        m = self.metrics()
+        self.assertGreater(m.value("weir_dpdk_exception_to_kernel_total"), 0)
+        self.assertGreater(m.value("weir_dpdk_exception_from_kernel_total"), 0)
+
+    def test_weighted_city_answers_follow_the_weights_exactly(self):
+        # Ten full SWRR windows per city (weights 5,3,1 and 1,1), the cities
+        # taking turns; one worker, so the shares are exact.
+        a, b = [], []
+        for _ in range(3):
+            a += weirtest.dig_many(OWNED_V4, 53, "x.cdn.example.net", 30, source=CITY_A_CLIENT,
+                                   netns=self.pair.client_ns)
+            b += weirtest.dig_many(OWNED_V4, 53, "x.cdn.example.net", 30, source=CITY_B_CLIENT,
+                                   netns=self.pair.client_ns)
+        self.assertEqual(len(a), 90, f"city A: {90 - len(a)} queries got no address")
+        self.assertEqual(len(b), 90, f"city B: {90 - len(b)} queries got no address")
+        self.assertEqual(dict(collections.Counter(a)), {CITY_A[0]: 50, CITY_A[1]: 30, CITY_A[2]: 10})
+        self.assertEqual(dict(collections.Counter(b)), {CITY_B[0]: 45, CITY_B[1]: 45})
+        self.assertEqual(a, [CITY_A[i] for i in swrr_sequence(CITY_A_WEIGHTS, 90)], "city A's SWRR sequence")
+        self.assertFalse(set(a) & set(CITY_B), "city A was given city B's addresses")
+        self.assertFalse(set(b) & set(CITY_A), "city B was given city A's addresses")
+        # kdig from city B continues the same sequence (another client, same city).
+        r = weirtest.kdig(OWNED_V4, 53, "x.cdn.example.net", "A", extra=["-b", CITY_B_CLIENT],
+                          netns=self.pair.client_ns)
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertIn(r.addresses()[0], CITY_B)
+
+    def test_a_miss_is_resolved_upstream_then_answered_from_the_cache(self):
+        before = self.metrics()
+        r = self.dig(OWNED_V4, "www.example.com", source=CITY_A_CLIENT)
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.1"])
+        r = self.dig(OWNED_V4, "www.example.com", source=CITY_A_CLIENT)
+        self.assertEqual(r.addresses(), ["192.0.2.1"])
+        after = self.metrics()
+        self.assertGreaterEqual(after.value("weir_cache_misses_total") - before.value("weir_cache_misses_total"), 1)
+        self.assertGreaterEqual(after.value("weir_cache_hits_total") - before.value("weir_cache_hits_total"), 1)
+        self.assertGreaterEqual(after.value("weir_dpdk_tx_packets_total") - before.value("weir_dpdk_tx_packets_total"),
+                                2)
+
+    def test_dns_over_tcp_is_served_by_the_kernel_on_the_same_address(self):
+        r = self.dig(OWNED_V4, "tcp.example.com", extra=["+tcp"])
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.7"])
+        self.assertGreaterEqual(self.metrics().value("weir_queries_total", transport="tcp"), 1)
+
+    def test_ipv6_queries_are_answered(self):
+        r = self.dig(OWNED_V6, "v6.example.com")
+        self.assertEqual(r.status, "NOERROR", r.text)
+        self.assertEqual(r.addresses(), ["192.0.2.6"])
+        r = weirtest.kdig(OWNED_V6, 53, "v6.example.com", "A", netns=self.pair.client_ns)
+        self.assertEqual(r.addresses(), ["192.0.2.6"], r.text)
+        r = self.dig(OWNED_V6, "v6.example.com", extra=["+tcp"])
+        self.assertEqual(r.addresses(), ["192.0.2.6"], r.text)
+
+    def test_a_vlan_tagged_query_is_answered_with_its_tag(self):
+        import dns.message
+        import dns.rdatatype
+
+        self.dig(OWNED_V4, "tagged.example.com")  # cached: the tagged query is a hit
+        q = dns.message.make_query("tagged.example.com", "A", use_edns=0, payload=1232)
+        q.id = 4242
+        frame = build_udp_frame(self.pair.server_mac, self.pair.client_mac, CITY_A_CLIENT, OWNED_V4, 41000, 53,
+                                q.to_wire(), vlan=0x2064)
+        got, tci = self.pair.raw_exchange(frame, 41000)
+        self.assertEqual(tci, 0x2064, "the answer must carry the query's 802.1Q tag")
+        f = parse_udp_frame(got)
+        self.assertEqual((f["src_ip"], f["sport"], f["dst_ip"], f["dport"]), (OWNED_V4, 53, CITY_A_CLIENT, 41000))
+        self.assertTrue(f["ip_checksum_ok"] and f["udp_checksum_ok"], f)
+        a = dns.message.from_wire(f["payload"])
+        self.assertEqual(a.id, 4242)
+        self.assertEqual([r.address for rr in a.answer if rr.rdtype == dns.rdatatype.A for r in rr], ["192.0.2.8"])
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the DPDK backend test needs root")
+class FastpathDpdkStartTest(unittest.TestCase):
+    def test_a_port_that_cannot_open_refuses_the_start_naming_the_device(self):
+        files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        self.addCleanup(files.cleanup)
+        prefix = f"weir-it-bad-{os.getpid()}"
+        self.addCleanup(remove_runtime_dir, prefix)
+        config = dpdk_config("127.0.0.1:9", files.citymap, files.tags, "net_af_packet7,iface=weirnosuch0", prefix)
+        path = weirtest.write_temp(config)
+        self.addCleanup(os.unlink, path)
+        res = subprocess.run([weirtest.binary(BUILD_DIR, "fastpath/weir-fastpath"), "-c", path],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(res.returncode, 0, res.stdout)
+        self.assertIn("net_af_packet7", res.stderr)
+        self.assertIn("cannot be opened", res.stderr)
+        self.assertNotIn("ready", res.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
