@@ -11,7 +11,7 @@ PKGS=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev
-  libdpdk-dev
+  libdpdk-dev libbpf-dev linux-libc-dev
   # test peers and clients
   knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3 python3-dnspython

@@ -70,7 +70,7 @@ void Server::Impl::CloseSockets() {
 absl::Status Server::Impl::BindPollModeTcp() {
   if (!config.tcp) return absl::OkStatus();
   for (const DpdkPortConfig& port : config.dpdk.ports) {
-    if (port.exception != "tap") continue;  // no kernel path to reach a listener
+    if (port.exception == "none") continue;  // no kernel path to reach a listener
     for (const OwnedAddress& a : port.addresses) {
       const std::string ip = partitions::IpToString(a.address);
       auto addr = SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);

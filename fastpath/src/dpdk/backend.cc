@@ -88,6 +88,7 @@ struct Backend::Impl {
     uint16_t id = 0;
     bool opened = false;
     std::string mac;
+    std::string exception;  // "tap", "kernel", "none"
     std::string tap_name;
     int32_t tap = -1;
     bool tap_opened = false;
@@ -242,6 +243,7 @@ absl::Status Backend::OpenPorts(Node& node) {
     p.device = pc.device;
     p.name = DeviceName(pc.device);
     p.owned = pc.addresses;
+    p.exception = pc.exception;
     if (absl::Status st = s.Probe(pc.device, &p.id); !st.ok()) return fail(st);
     for (const auto& other : s.ports) {
       if (other.get() != &p && other->opened && other->id == p.id)
@@ -337,7 +339,7 @@ std::string Backend::Describe(bool tcp) const {
   std::string out;
   for (const auto& p : s.ports) {
     out += Cat("dpdk port ", p->name, " mac ", p->mac, " queues ", s.lcores.size(), " exception ",
-               p->tap >= 0 ? Cat("tap ", p->tap_name) : std::string("none"), "\n");
+               p->tap >= 0 ? Cat("tap ", p->tap_name) : p->exception, "\n");
     for (const OwnedAddress& a : p->owned) {
       const std::string ip = partitions::IpToString(a.address);
       const std::string hostport = a.address.family == 6 ? Cat("[", ip, "]:", s.config.dpdk.dns_port)

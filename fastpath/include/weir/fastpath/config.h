@@ -33,7 +33,9 @@ struct DpdkPortConfig {
   std::string device;  // devargs: a PCI address, or a vdev such as "net_af_packet0,iface=eth1"
   std::vector<OwnedAddress> addresses;
   // What is not a DNS query over UDP to an owned address: "tap" hands it to
-  // the kernel through a tap interface with the port's MAC, "none" drops it.
+  // the kernel through a tap interface with the port's MAC; "kernel": the
+  // kernel never gave it to the port (net_af_xdp with weir's XDP split
+  // program, which passes all but UDP to the DNS port); "none" drops it.
   std::string exception = "tap";
   std::string tap_name;  // the kernel's name of the exception interface; default "weir<index>"
 };
