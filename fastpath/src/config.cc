@@ -107,8 +107,8 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
     if (port.addresses.empty())
       return c.Fail(pt->source(), "[[dpdk.port]] needs 'addresses': the addresses it answers DNS on");
     if (port.exception != "tap" && port.exception != "kernel" && port.exception != "none") {
-      return c.Fail(pt->get("exception")->source(), Cat("'exception' is \"tap\", \"kernel\" or \"none\", not \"",
-                                                        port.exception, "\""));
+      return c.Fail(pt->get("exception")->source(),
+                    Cat("'exception' is \"tap\", \"kernel\" or \"none\", not \"", port.exception, "\""));
     }
     if (port.tap_name.empty()) port.tap_name = Cat("weir", d->ports.size());
     if (port.tap_name.size() > 15 || port.tap_name.find_first_of("/ \t,=") != std::string::npos) {
