@@ -84,6 +84,84 @@ TEST(FastpathConfig, MissingRequiredSectionsAreErrors) {
   EXPECT_NE(Message(no_up.status()).find("ordinary"), std::string::npos);
 }
 
+constexpr char kDpdk[] = R"(
+[server]
+backend = "dpdk"
+[acl]
+allow = ["198.18.0.0/15"]
+[upstream]
+ordinary = ["127.0.0.1:5301"]
+[dpdk]
+eal_args = ["-l", "0,1", "--no-huge"]
+lcores = [1]
+udp_checksum_v4 = false
+[[dpdk.port]]
+device = "net_af_packet0,iface=veth0"
+addresses = ["198.18.0.1/16", "2001:2::1"]
+[[dpdk.port]]
+device = "0000:03:00.0"
+addresses = ["198.19.0.1/24"]
+exception = "none"
+)";
+
+TEST(FastpathConfig, DpdkBackendTakesItsPortsAndAddresses) {
+  auto c = ParseConfig(kDpdk, "t.toml");
+  ASSERT_EQ(c.ok(), HaveDpdk()) << c.status();
+  if (!HaveDpdk()) {
+    EXPECT_NE(Message(c.status()).find("built without DPDK"), std::string::npos) << c.status();
+    return;
+  }
+  EXPECT_EQ(c->backend, "dpdk");
+  EXPECT_TRUE(c->listen.empty());
+  EXPECT_EQ(c->dpdk.eal_args, (std::vector<std::string>{"-l", "0,1", "--no-huge"}));
+  EXPECT_EQ(c->dpdk.lcores, std::vector<int>{1});
+  EXPECT_FALSE(c->dpdk.udp_checksum_v4);
+  EXPECT_EQ(c->dpdk.dns_port, 53);
+  ASSERT_EQ(c->dpdk.ports.size(), 2u);
+  const DpdkPortConfig& p = c->dpdk.ports[0];
+  EXPECT_EQ(p.exception, "tap");
+  EXPECT_EQ(p.tap_name, "weir0");
+  ASSERT_EQ(p.addresses.size(), 2u);
+  EXPECT_EQ(partitions::IpToString(p.addresses[0].address), "198.18.0.1");
+  EXPECT_EQ(p.addresses[0].prefix, 16);
+  EXPECT_EQ(p.addresses[1].prefix, 128) << "no prefix: the address alone";
+  EXPECT_EQ(c->dpdk.ports[1].exception, "none");
+}
+
+TEST(FastpathConfig, BadDpdkConfigsNameFileLineAndReason) {
+  if (!HaveDpdk()) GTEST_SKIP() << "built without DPDK";
+  const std::string base = kDpdk;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = base;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  const std::pair<std::string, const char*> cases[] = {
+      {with("backend = \"dpdk\"", "backend = \"xdp\""), "t.toml:3:11: 'backend' is \"kernel\""},
+      {with("backend = \"dpdk\"", "backend = \"dpdk\"\nlisten = [\"127.0.0.1:53\"]"),
+       "'listen' is for the kernel backend"},
+      {with("backend = \"dpdk\"", "backend = \"dpdk\"\nworkers = 2"), "'workers' is for the kernel backend"},
+      {with("lcores = [1]", "lcores = [1, 1]"), "lcore 1 is listed twice"},
+      {with("lcores = [1]", "lcores = [\"1\"]"), "'lcores' entries must be lcore ids"},
+      {with("\"198.18.0.1/16\"", "\"198.18.0.1/33\""), "t.toml:14:"},
+      {with("\"198.18.0.1/16\"", "\"198.18.0.1/33\""), "the prefix must be 1 to 32"},
+      {with("\"198.18.0.1/16\"", "\"eth0\""), "is not an IP address"},
+      {with("exception = \"none\"", "exception = \"kni\""), "'exception' is \"tap\", \"kernel\" or \"none\""},
+      {with("exception = \"none\"", "tap_name = \"a-name-longer-than-15\""), "at most 15 characters"},
+      {with("exception = \"none\"", "exception = \"tap\"\ntap_name = \"weir0\""), "used by two ports"},
+      {with("device = \"0000:03:00.0\"", "device = \"net_af_packet0,iface=veth0\""), "configured twice"},
+      {with("device = \"0000:03:00.0\"\n", ""), "needs 'device'"},
+      {with("addresses = [\"198.19.0.1/24\"]\n", ""), "needs 'addresses'"},
+      {with("udp_checksum_v4 = false", "udp_checksum = false"), "unknown key 'udp_checksum' in [dpdk]"},
+      {base.substr(0, base.find("[[dpdk.port]]")), "needs at least one [[dpdk.port]]"},
+  };
+  for (const auto& [text, expect] : cases) {
+    auto c = ParseConfig(text, "t.toml");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(Message(c.status()).find(expect), std::string::npos) << "got: " << c.status() << "\nwant: " << expect;
+  }
+}
+
 TEST(FastpathConfig, MissingFileIsNotFound) {
   auto c = LoadConfig("/nonexistent/weir.toml");
   ASSERT_FALSE(c.ok());
