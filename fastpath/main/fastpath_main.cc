@@ -1,4 +1,4 @@
-// weir-fastpath: the front cache on kernel sockets.
+// weir-fastpath: the front cache, on kernel sockets or the DPDK poll-mode backend.
 #include "weir/common/daemon.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/server.h"

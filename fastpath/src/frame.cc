@@ -46,7 +46,8 @@ Parsed Classify(const uint8_t* f, size_t len, const PortAddresses& port) {
   Parsed p;
   if (len < kEthHeader) return p;  // kMalformed
   const bool to_group = IsMulticastMac(f);
-  if (!to_group && std::memcmp(f, port.mac.data(), 6) != 0) {
+  // A group source MAC is never a station's: an answer would go to a group.
+  if ((!to_group && std::memcmp(f, port.mac.data(), 6) != 0) || IsMulticastMac(f + 6)) {
     p.cls = FrameClass::kNotOurs;
     return p;
   }

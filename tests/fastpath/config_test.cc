@@ -158,7 +158,8 @@ TEST(FastpathConfig, BadDpdkConfigsNameFileLineAndReason) {
   for (const auto& [text, expect] : cases) {
     auto c = ParseConfig(text, "t.toml");
     ASSERT_FALSE(c.ok()) << text;
-    EXPECT_NE(Message(c.status()).find(expect), std::string::npos) << "got: " << c.status() << "\nwant: " << expect;
+    EXPECT_NE(Message(c.status()).find(expect), std::string::npos)
+        << "got: " << c.status() << "\nwant: " << expect;
   }
 }
 

@@ -119,6 +119,9 @@ TEST(FrameTest, OthersFramesAndBadSourcesAreDropped) {
     s.src4 = src;
     EXPECT_EQ(Classify(Build(s)).cls, FrameClass::kNotOurs) << int{src[0]};
   }
+  std::vector<uint8_t> group_source = Build({});
+  group_source[6] |= 1;
+  EXPECT_EQ(Classify(group_source).cls, FrameClass::kNotOurs) << "a group source MAC";
   FrameSpec zero_port;
   zero_port.sport = 0;
   EXPECT_EQ(Classify(Build(zero_port)).cls, FrameClass::kMalformed);

@@ -1,14 +1,16 @@
 """Black-box tests of weir-fastpath's DPDK backend, for real: EAL without
-hugepages, net_af_packet on the server end of a veth between two network
-namespaces the test creates, net_tap as the exception path to the kernel.
-From the client namespace: ping and ping -6 (the kernel behind the tap),
-dig/kdig over UDP (the poll-mode workers: weighted per-city answers with
-exact shares, misses resolved through gslb-sim), DNS over TCP (the kernel's
-stack on the tap), IPv6, and a VLAN-tagged query answered with its tag.
-Plus a start refused with the device's name when the port cannot open.
+hugepages on the server end of a veth between two network namespaces the
+test creates, once with net_af_packet and net_tap as the exception path to
+the kernel, once with net_af_xdp in native mode and weir's XDP split (the
+kernel keeps all but UDP to port 53). From the client namespace, on both:
+ping and ping -6 (the kernel), dig/kdig over UDP (the poll-mode workers:
+weighted per-city answers with exact shares, misses resolved through
+gslb-sim), DNS over TCP (the kernel's stack), IPv6, and a VLAN-tagged query
+answered with its tag. Plus a start refused with the device's name when the
+port cannot open.
 
-Needs root (namespaces, af_packet, tap). Addresses: 198.18.0.0/15 and
-2001:2::/48 inside the namespaces only.
+Needs root (namespaces, af_packet, tap, af_xdp). Addresses: 198.18.0.0/15
+and 2001:2::/48 inside the namespaces only.
 
 Run: python3 tests/integration/test_fastpath_dpdk.py --build-dir build
 """

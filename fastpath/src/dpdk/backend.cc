@@ -344,7 +344,9 @@ std::string Backend::Describe(bool tcp) const {
       const std::string ip = partitions::IpToString(a.address);
       const std::string hostport = a.address.family == 6 ? Cat("[", ip, "]:", s.config.dpdk.dns_port)
                                                          : Cat(ip, ":", s.config.dpdk.dns_port);
-      out += Cat("listening udp ", hostport, tcp ? Cat(" tcp ", hostport) : std::string(), "\n");
+      // DNS over TCP is the kernel's: there is none without an exception path.
+      const bool has_tcp = tcp && p->exception != "none";
+      out += Cat("listening udp ", hostport, has_tcp ? Cat(" tcp ", hostport) : std::string(), "\n");
     }
   }
   return out;

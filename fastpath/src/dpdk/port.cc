@@ -3,6 +3,8 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 
+#include <cstdio>
+
 #include "weir/common/text.h"
 
 namespace weir::fastpath::dpdk {
@@ -27,12 +29,17 @@ absl::Status StartPort(const std::string& name, uint16_t id, const PortSetup& se
   rte_eth_conf conf{};
   if (queues > 1) {
     const uint64_t hash = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
-    if (hash == 0) {
-      return absl::FailedPreconditionError(Cat(
-          "dpdk port ", name, ": several worker lcores need RSS to spread queries, which the device lacks"));
+    if (hash != 0) {
+      conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+      conf.rx_adv_conf.rss_conf.rss_hf = hash;
+    } else {
+      // Virtual devices spread frames over their queues themselves
+      // (net_af_packet: the kernel's packet fanout by flow hash).
+      std::fprintf(stderr,
+                   "weir-fastpath: dpdk port %s has no RSS: the device itself decides which worker's queue a "
+                   "frame arrives on\n",
+                   name.c_str());
     }
-    conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-    conf.rx_adv_conf.rss_conf.rss_hf = hash;
   }
   *tx_offloads = 0;
   if (setup.checksum_offload)

@@ -31,6 +31,8 @@ std::string_view FrameDropName(FrameDrop d) {
       return "no_mbuf";
     case FrameDrop::kNoException:
       return "no_exception_path";
+    case FrameDrop::kTooBig:
+      return "too_big";
     case FrameDrop::kCount:
       break;
   }
@@ -89,7 +91,7 @@ void DpdkWorker::SendHeld(const ClientRoute& route, std::span<const uint8_t> ans
   const size_t off = h.parsed.dns_offset();
   if (off + answer.size() > rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
-    return c.Drop(FrameDrop::kMalformed);  // larger than any UDP answer the handler writes
+    return c.Drop(FrameDrop::kTooBig);  // larger than any UDP answer the handler writes
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   std::memcpy(data + off, answer.data(), answer.size());
@@ -175,8 +177,13 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
       const QueryHandler::BurstPacket& q = b.packets[j];
       const frame::Parsed& p = b.parsed[j];
       const bool reply = q.verdict == Verdict::kReply || q.verdict == Verdict::kReplyAndPrefetch;
-      if (!reply || size_t{p.dns_offset()} + q.out_len > size_t{m->buf_len} - m->data_off) {
+      if (!reply) {
         drop[nfree++] = m;  // a miss (its headers are held), a drop the handler counted
+        continue;
+      }
+      if (size_t{p.dns_offset()} + q.out_len > size_t{m->buf_len} - m->data_off) {
+        c.Drop(FrameDrop::kTooBig);
+        drop[nfree++] = m;
         continue;
       }
       // In place: the answer over the query, then the swapped headers.
@@ -199,18 +206,19 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
   return n;
 }
 
-void DpdkWorker::PassFromKernel(size_t i) {
+size_t DpdkWorker::PassFromKernel(size_t i) {
   const WorkerPort& wp = ports_[i];
-  if (wp.exception < 0) return;
+  if (wp.exception < 0) return 0;
   rte_mbuf* m[kBurst];
   const uint16_t n = rte_eth_rx_burst(static_cast<uint16_t>(wp.exception), wp.queue, m, kBurst);
-  if (n == 0) return;
+  if (n == 0) return 0;
   const uint16_t sent = rte_eth_tx_burst(wp.port, wp.queue, m, n);
   counters_[i].from_kernel.Add(sent);
   if (sent < n) {
     counters_[i].Drop(FrameDrop::kTxFull, n - sent);
     rte_pktmbuf_free_bulk(m + sent, n - sent);
   }
+  return n;
 }
 
 size_t DpdkWorker::Poll() {
@@ -218,7 +226,7 @@ size_t DpdkWorker::Poll() {
   size_t received = 0;
   for (size_t i = 0; i < ports_.size(); ++i) {
     received += PollPort(i, now);
-    PassFromKernel(i);
+    received += PassFromKernel(i);
   }
   core_.DrainReturns(now, *this);
   return received;

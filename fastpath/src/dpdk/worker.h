@@ -39,6 +39,7 @@ enum class FrameDrop : uint8_t {
   kTxFull,       // the TX queue took fewer than offered
   kNoMbuf,       // the pool was empty when an answer to a miss needed one
   kNoException,  // for the kernel, but the port has no exception path
+  kTooBig,       // an answer larger than the mbuf it must go out in
   kCount,
 };
 std::string_view FrameDropName(FrameDrop d);
@@ -77,7 +78,7 @@ class DpdkWorker final : public WorkerIo {
   DpdkWorker& operator=(const DpdkWorker&) = delete;
 
   // One pass over every port and the returned misses; returns the frames
-  // received. The caller is an RCU reader.
+  // received (from the wire and from the kernel). The caller is an RCU reader.
   size_t Poll();
   // Polls until `running` turns false, a quiescent state after each pass
   // (and offline while it sleeps when idle).
@@ -100,7 +101,9 @@ class DpdkWorker final : public WorkerIo {
     uint16_t port_index = 0;
   };
   size_t PollPort(size_t i, uint32_t now);
-  void PassFromKernel(size_t i);
+  // Sends what the kernel sent on port i's exception port out of port i;
+  // returns how many frames came.
+  size_t PassFromKernel(size_t i);
   // Sets the answer's length and offload fields, for a frame of `len` bytes.
   void PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len);
 

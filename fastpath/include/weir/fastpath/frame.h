@@ -50,7 +50,7 @@ struct PortAddresses {
 enum class FrameClass : uint8_t {
   kQuery,      // a DNS query for the handler: its message is at Parsed::dns_offset()
   kException,  // for the kernel: ARP, ND, ICMP, TCP, fragments, IP options, other ports or addresses
-  kNotOurs,    // unicast to another MAC, or from a multicast/broadcast source: dropped
+  kNotOurs,    // unicast to another MAC, or from a group MAC or a multicast/broadcast IP: dropped
   kMalformed,  // truncated, or lengths that do not add up: dropped
 };
 
