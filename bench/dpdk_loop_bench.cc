@@ -1,0 +1,653 @@
+// The DPDK worker loop in one process, on one lcore, against HandleBurst
+// alone. Figures and commands are in bench/RESULTS.md ("fastpath, DPDK
+// worker loop").
+//
+// A plain program, not a Google Benchmark: the phases share one EAL, one
+// cache and one worker and are compared with each other. The cache is
+// filled up front with plain names (common partition) and weighted tagged
+// names in two city partitions; prebuilt Ethernet/IPv4/UDP query frames mix
+// them, with sources from both cities. Every query is a cache hit: a first
+// pass checks that each one is answered, and the program stops otherwise.
+//
+// Phases, each on bursts of 32 (DpdkWorker::kBurst):
+//   loop     32 mbufs allocated and the prebuilt frames copied in, put on the
+//            wire port's RX ring (net_ring); DpdkWorker::Poll() and the RCU
+//            quiescent state, as DpdkWorker::Run does; the answers taken off
+//            the TX ring and freed.
+//   feed     the same without Poll: the mbufs taken back off the RX ring and
+//            freed. loop - feed is the worker's own cost per answer.
+//   core     WorkerCore::HandleBurst on the same DNS payloads (what the
+//            worker calls; the kernel backend calls it the same way).
+//   handler  QueryHandler::HandleBurst on them.
+//
+// --seconds S: each phase for S seconds per round (--repeat rounds, phases
+// interleaved), medians printed. --iterations N: each phase for N bursts
+// once, for callgrind: the counts are zeroed before and dumped after each
+// phase (CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT), so under
+//   valgrind --tool=callgrind --instr-atstart=no dpdk_loop_bench --iterations N
+// each phase's dump holds its instructions alone (EAL start and the cache
+// fill are not counted); divide by the answers printed.
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_ZERO_STATS
+#define CALLGRIND_DUMP_STATS_AT(name)
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
+
+#include "dpdk/port.h"
+#include "dpdk/worker.h"
+#include "fastpath/frame_util.h"
+#include "weir/dns/message.h"
+#include "weir/dns/writer.h"
+#include "weir/partitions/cache.h"
+#include "weir/partitions/citymap.h"
+#include "weir/partitions/clock.h"
+#include "weir/partitions/rcu.h"
+#include "weir/partitions/tagtable.h"
+
+namespace weir::fastpath::dpdk {
+namespace {
+
+constexpr uint16_t kBurst = DpdkWorker::kBurst;
+constexpr size_t kFrameSlot = 128;  // bytes per prebuilt frame (each fits)
+constexpr uint32_t kTtl = 3600;     // no entry ages into its prefetch window during a run
+
+constexpr std::string_view kTags = "cdn.example weight=on ecs=on answer=single level=city\n";
+constexpr std::string_view kCities =
+    "198.18.0.0/16,alpha,198.18.0.0/24\n"
+    "198.19.0.0/16,beta,198.19.0.0/24\n";
+// A source address in each city (the last octet varies per query).
+constexpr std::array<uint8_t, 4> kCitySource[2] = {{198, 18, 1, 0}, {198, 19, 1, 0}};
+
+enum Phase { kLoop, kFeed, kCore, kHandler, kPhases };
+constexpr const char* kPhaseName[kPhases] = {"loop", "feed", "core", "handler"};
+
+struct Options {
+  double seconds = 2;
+  int repeat = 3;
+  uint64_t iterations = 0;  // > 0: the fixed-count (callgrind) mode
+  size_t plain = 1000;
+  size_t weighted = 1000;
+  int only = -1;  // one phase only (for a profiler), or all
+};
+
+[[noreturn]] void Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--seconds S] [--repeat R] [--iterations N] [--plain N] [--weighted N]\n"
+               "  --seconds S     time per phase per round (default 2)\n"
+               "  --repeat R      rounds, phases interleaved; medians printed (default 3)\n"
+               "  --iterations N  run each phase for N bursts of 32 once (callgrind mode)\n"
+               "  --plain N       plain names, common partition (default 1000)\n"
+               "  --weighted N    weighted tagged names, each in 2 city partitions (default 1000)\n"
+               "  --only PHASE    run one phase only (loop, feed, core, handler), e.g. under perf\n",
+               argv0);
+  std::exit(2);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (i + 1 >= argc) Usage(argv[0]);
+    const char* v = argv[++i];
+    if (a == "--seconds") {
+      o.seconds = std::atof(v);
+    } else if (a == "--repeat") {
+      o.repeat = std::max(1, std::atoi(v));
+    } else if (a == "--iterations") {
+      o.iterations = std::strtoull(v, nullptr, 10);
+    } else if (a == "--plain") {
+      o.plain = std::strtoull(v, nullptr, 10);
+    } else if (a == "--weighted") {
+      o.weighted = std::strtoull(v, nullptr, 10);
+    } else if (a == "--only") {
+      for (int ph = 0; ph < 4; ++ph) {
+        if (v == std::string_view(kPhaseName[ph])) o.only = ph;
+      }
+      if (o.only < 0) Usage(argv[0]);
+    } else {
+      Usage(argv[0]);
+    }
+  }
+  if (o.plain + o.weighted == 0 || o.seconds <= 0) Usage(argv[0]);
+  return o;
+}
+
+// ---------------------------------------------------------------- EAL
+
+struct Dpdk {
+  std::string prefix;
+  bool eal = false;
+  rte_mempool* pool = nullptr;
+  rte_ring* wire_rx = nullptr;  // the bench enqueues queries here
+  rte_ring* wire_tx = nullptr;  // the worker's answers
+  rte_ring* kernel_rx = nullptr;
+  rte_ring* kernel_tx = nullptr;
+  int wire = -1;
+  int kernel = -1;
+  bool started = false;
+};
+Dpdk g_dpdk;
+
+void Cleanup() {
+  if (g_dpdk.started) {
+    rte_eth_dev_stop(static_cast<uint16_t>(g_dpdk.wire));
+    rte_eth_dev_stop(static_cast<uint16_t>(g_dpdk.kernel));
+    g_dpdk.started = false;
+  }
+  if (g_dpdk.eal) {
+    rte_eal_cleanup();
+    g_dpdk.eal = false;
+  }
+  std::error_code ec;
+  for (const char* base : {"/var/run/dpdk/", "/tmp/dpdk/"}) std::filesystem::remove_all(base + g_dpdk.prefix, ec);
+}
+
+[[noreturn]] void Fail(const std::string& why) {
+  std::fprintf(stderr, "dpdk_loop_bench: %s\n", why.c_str());
+  Cleanup();
+  std::exit(1);
+}
+
+// EAL as the unit test starts it: main lcore 0 only, no hugepages, no PCI;
+// the wire port and the exception port made of rings.
+void StartDpdk(const char* argv0) {
+  g_dpdk.prefix = "weir-bench-" + std::to_string(getpid());
+  std::vector<std::string> args = {argv0,
+                                   "-l",
+                                   "0",
+                                   "--no-huge",
+                                   "-m",
+                                   "256",
+                                   "--no-pci",
+                                   "--no-shconf",
+                                   "--no-telemetry",
+                                   "--log-level=error",
+                                   "--file-prefix=" + g_dpdk.prefix};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0)
+    Fail(std::string("rte_eal_init: ") + rte_strerror(rte_errno));
+  g_dpdk.eal = true;
+  g_dpdk.pool = rte_pktmbuf_pool_create("bench_pool", 4095, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  if (g_dpdk.pool == nullptr) Fail(std::string("mbuf pool: ") + rte_strerror(rte_errno));
+  auto ring = [](const char* name) {
+    rte_ring* r = rte_ring_create(name, 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (r == nullptr) Fail(std::string("ring ") + name + ": " + rte_strerror(rte_errno));
+    return r;
+  };
+  g_dpdk.wire_rx = ring("wire_rx");
+  g_dpdk.wire_tx = ring("wire_tx");
+  g_dpdk.kernel_rx = ring("kernel_rx");
+  g_dpdk.kernel_tx = ring("kernel_tx");
+  g_dpdk.wire = rte_eth_from_rings("wire", &g_dpdk.wire_rx, 1, &g_dpdk.wire_tx, 1, SOCKET_ID_ANY);
+  g_dpdk.kernel = rte_eth_from_rings("kernel", &g_dpdk.kernel_rx, 1, &g_dpdk.kernel_tx, 1, SOCKET_ID_ANY);
+  if (g_dpdk.wire < 0 || g_dpdk.kernel < 0) Fail("rte_eth_from_rings failed");
+  PortSetup setup;
+  setup.pool = g_dpdk.pool;
+  setup.rx_descriptors = setup.tx_descriptors = 512;
+  uint64_t offloads = 0;
+  for (auto [name, id] : {std::pair{"wire", g_dpdk.wire}, std::pair{"kernel", g_dpdk.kernel}}) {
+    if (absl::Status st = StartPort(name, static_cast<uint16_t>(id), setup, &offloads); !st.ok())
+      Fail(std::string(st.message()));
+  }
+  g_dpdk.started = true;
+}
+
+// ---------------------------------------------------------------- data
+
+dns::NameKey Key(const std::string& text) {
+  dns::NameKey k;
+  if (!dns::NameKeyFromText(text, &k)) Fail("bad name " + text);
+  return k;
+}
+
+// A query as a stub resolver sends it: RD, EDNS 1232.
+std::vector<uint8_t> Query(uint16_t id, const dns::NameKey& k) {
+  std::vector<uint8_t> q(512);
+  dns::ResponseWriter w(q.data(), q.size());
+  w.Begin(id, dns::flag::kRd, k.span(), dns::type::kA, dns::klass::kIn);
+  w.BeginOpt(1232, false);
+  q.resize(w.Finish(q.size()));
+  return q;
+}
+
+void Insert(partitions::Cache& cache, partitions::Partition p, const dns::NameKey& q,
+            const std::vector<std::array<uint8_t, 4>>& addrs, const std::vector<uint8_t>& weights,
+            uint32_t now) {
+  partitions::CacheEntryBuilder b({p, q.span(), dns::type::kA, dns::klass::kIn});
+  for (const auto& a : addrs) b.AddAddress(q.span(), a, kTtl);
+  if (!weights.empty()) b.SetWeights(weights);
+  auto e = b.Build(partitions::EntryKind::kPositive, now);
+  if (!e.ok()) Fail("cache entry: " + std::string(e.status().message()));
+  cache.Insert(*std::move(e));
+}
+
+// The prebuilt query frames, kFrameSlot bytes apart.
+struct Frames {
+  std::vector<uint8_t> bytes;
+  std::vector<uint16_t> len;
+  size_t count() const { return len.size(); }
+  const uint8_t* frame(size_t i) const { return bytes.data() + i * kFrameSlot; }
+};
+
+// Fills the cache and builds the mixed query set: each plain name once
+// (from either city) and each weighted name once from each city, shuffled.
+Frames Populate(partitions::Cache& cache, const partitions::CityMap& map, uint32_t now, const Options& o) {
+  std::mt19937_64 rng(42);
+  struct Q {
+    dns::NameKey name;
+    std::array<uint8_t, 4> src;
+  };
+  std::vector<Q> queries;
+  auto source = [&](int city) {
+    std::array<uint8_t, 4> a = kCitySource[city];
+    a[3] = static_cast<uint8_t>(1 + rng() % 250);
+    return a;
+  };
+  for (size_t i = 0; i < o.plain; ++i) {
+    const dns::NameKey q = Key("h" + std::to_string(i) + ".plain.example");
+    std::vector<std::array<uint8_t, 4>> addrs;
+    for (size_t j = 0; j <= i % 4; ++j) addrs.push_back({203, 0, 113, static_cast<uint8_t>((i + j) % 250 + 1)});
+    Insert(cache, partitions::kCommonPartition, q, addrs, {}, now);
+    queries.push_back({q, source(static_cast<int>(i % 2))});
+  }
+  for (size_t i = 0; i < o.weighted; ++i) {
+    const dns::NameKey q = Key("w" + std::to_string(i) + ".cdn.example");
+    for (int city = 0; city < 2; ++city) {
+      const std::array<uint8_t, 4> src = source(city);
+      const partitions::IpAddress who = partitions::IpAddress::V4(dns::Load32(src.data()));
+      const partitions::Partition p = partitions::PartitionKey(partitions::CacheLevel::kCity, map.Lookup(who), who);
+      if (partitions::LevelOf(p) != partitions::CacheLevel::kCity) Fail("the city partition is not a city's");
+      const size_t n = 2 + (i + city) % 3;  // 2-4 addresses
+      std::vector<std::array<uint8_t, 4>> addrs;
+      std::vector<uint8_t> weights;
+      for (size_t j = 0; j < n; ++j) {
+        addrs.push_back({static_cast<uint8_t>(city == 0 ? 192 : 198), static_cast<uint8_t>(city == 0 ? 0 : 51),
+                         static_cast<uint8_t>(city == 0 ? 2 : 100), static_cast<uint8_t>((i * 4 + j) % 250 + 1)});
+        weights.push_back(static_cast<uint8_t>(1 + (i + j) % 4));
+      }
+      Insert(cache, p, q, addrs, weights, now);
+      queries.push_back({q, src});
+    }
+  }
+  std::shuffle(queries.begin(), queries.end(), rng);
+
+  Frames f;
+  f.bytes.resize(queries.size() * kFrameSlot);
+  for (size_t i = 0; i < queries.size(); ++i) {
+    frame::testing::FrameSpec s;
+    s.src4 = queries[i].src;
+    s.sport = static_cast<uint16_t>(1024 + rng() % 64000);
+    s.payload = Query(static_cast<uint16_t>(rng()), queries[i].name);
+    const std::vector<uint8_t> b = frame::testing::Build(s);
+    if (b.size() > kFrameSlot) Fail("a query frame is longer than its slot");
+    std::memcpy(f.bytes.data() + i * kFrameSlot, b.data(), b.size());
+    f.len.push_back(static_cast<uint16_t>(b.size()));
+  }
+  return f;
+}
+
+// ---------------------------------------------------------------- phases
+
+// Hits never ask the backend for a route; anything else is a setup error.
+class NullIo final : public WorkerIo {
+ public:
+  ClientRoute HoldRoute(size_t) override {
+    ++calls;
+    return {};
+  }
+  void SendHeld(const ClientRoute&, std::span<const uint8_t>) override { ++calls; }
+  uint64_t calls = 0;
+};
+
+struct Bench {
+  const Frames* frames = nullptr;
+  size_t next = 0;  // the next frame to feed
+  DpdkWorker* worker = nullptr;
+  WorkerCore* core = nullptr;
+  partitions::RcuThread* rcu = nullptr;
+  const partitions::Clock* clock = nullptr;
+  NullIo io;
+  // The handler phases' view of the same frames.
+  std::vector<QueryHandler::BurstPacket> packets;
+  std::unique_ptr<MissRequest[]> misses{new MissRequest[kBurst]};
+  std::unique_ptr<uint8_t[]> outs{new uint8_t[size_t{kBurst} * 1500]};
+
+  // 32 mbufs with the next frames, on the wire port's RX ring.
+  void Refill() {
+    rte_mbuf* m[kBurst];
+    if (rte_pktmbuf_alloc_bulk(g_dpdk.pool, m, kBurst) != 0) Fail("the mbuf pool ran dry");
+    const size_t n = frames->count();
+    for (uint16_t j = 0; j < kBurst; ++j) {
+      const uint16_t len = frames->len[next];
+      std::memcpy(rte_pktmbuf_mtod(m[j], uint8_t*), frames->frame(next), len);
+      m[j]->data_len = len;
+      m[j]->pkt_len = len;
+      if (++next == n) next = 0;
+    }
+    if (rte_ring_enqueue_bulk(g_dpdk.wire_rx, reinterpret_cast<void* const*>(m), kBurst, nullptr) != kBurst)
+      Fail("the RX ring is full");
+  }
+  // Frees what is on `ring`; returns how many.
+  static size_t Drain(rte_ring* ring) {
+    void* objs[2 * kBurst];
+    size_t total = 0;
+    unsigned n;
+    while ((n = rte_ring_dequeue_burst(ring, objs, 2 * kBurst, nullptr)) > 0) {
+      rte_pktmbuf_free_bulk(reinterpret_cast<rte_mbuf**>(objs), n);
+      total += n;
+    }
+    return total;
+  }
+
+  // Each returns the answers (or frames, for the feed) of `bursts` bursts.
+  uint64_t Loop(uint64_t bursts) {
+    uint64_t answers = 0;
+    for (uint64_t i = 0; i < bursts; ++i) {
+      Refill();
+      worker->Poll();
+      rcu->Quiescent();
+      answers += Drain(g_dpdk.wire_tx);
+    }
+    return answers;
+  }
+  uint64_t Feed(uint64_t bursts) {
+    uint64_t frames_fed = 0;
+    for (uint64_t i = 0; i < bursts; ++i) {
+      Refill();
+      frames_fed += Drain(g_dpdk.wire_rx);
+    }
+    return frames_fed;
+  }
+  // The next burst's packets, with this burst's answer buffers.
+  QueryHandler::BurstPacket* NextPackets(QueryHandler::BurstPacket* p) {
+    const size_t n = packets.size();
+    for (uint16_t j = 0; j < kBurst; ++j) {
+      p[j] = packets[next];
+      p[j].out = outs.get() + size_t{j} * 1500;
+      p[j].miss = &misses[j];
+      if (++next == n) next = 0;
+    }
+    return p;
+  }
+  static uint64_t Replies(const QueryHandler::BurstPacket* p) {
+    uint64_t r = 0;
+    for (uint16_t j = 0; j < kBurst; ++j)
+      r += p[j].verdict == Verdict::kReply || p[j].verdict == Verdict::kReplyAndPrefetch;
+    return r;
+  }
+  uint64_t Core(uint64_t bursts) {
+    uint64_t answers = 0;
+    QueryHandler::BurstPacket p[kBurst];
+    for (uint64_t i = 0; i < bursts; ++i) {
+      core->HandleBurst(NextPackets(p), kBurst, clock->NowSeconds(), io);
+      answers += Replies(p);
+    }
+    return answers;
+  }
+  uint64_t Handler(uint64_t bursts) {
+    uint64_t answers = 0;
+    QueryHandler::BurstPacket p[kBurst];
+    for (uint64_t i = 0; i < bursts; ++i) {
+      core->handler().HandleBurst(NextPackets(p), kBurst, clock->NowSeconds());
+      answers += Replies(p);
+    }
+    return answers;
+  }
+};
+
+uint64_t RunPhase(Bench& b, Phase ph, uint64_t bursts) {
+  switch (ph) {
+    case kLoop:
+      return b.Loop(bursts);
+    case kFeed:
+      return b.Feed(bursts);
+    case kCore:
+      return b.Core(bursts);
+    case kHandler:
+      return b.Handler(bursts);
+    case kPhases:
+      break;
+  }
+  return 0;
+}
+
+double ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e9 + double(ts.tv_nsec);
+}
+
+struct Sample {
+  uint64_t answers = 0;
+  double wall_ns = 0;
+  double cpu_ns = 0;
+  double ns_per_answer() const { return answers ? cpu_ns / double(answers) : 0; }
+};
+
+Sample Timed(Bench& b, Phase ph, double seconds, uint64_t fixed_bursts) {
+  Sample s;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = ThreadCpuNs();
+  if (fixed_bursts > 0) {
+    s.answers = RunPhase(b, ph, fixed_bursts);
+  } else {
+    const auto end = t0 + std::chrono::duration<double>(seconds);
+    do {
+      s.answers += RunPhase(b, ph, 256);
+    } while (std::chrono::steady_clock::now() < end);
+  }
+  s.cpu_ns = ThreadCpuNs() - c0;
+  s.wall_ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return s;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One pass over every query through the worker: each one answered with
+// NOERROR and at least one record, as a hit, and nothing left over.
+void Verify(Bench& b) {
+  const WorkerCounters& wc = b.core->counters();
+  const uint64_t hits0 = wc.hits.Read(), misses0 = wc.misses.Read();
+  const size_t bursts = (b.frames->count() + kBurst - 1) / kBurst;
+  b.next = 0;
+  uint64_t answered = 0;
+  for (size_t i = 0; i < bursts; ++i) {
+    b.Refill();
+    b.worker->Poll();
+    b.rcu->Quiescent();
+    void* objs[2 * kBurst];
+    unsigned n;
+    while ((n = rte_ring_dequeue_burst(g_dpdk.wire_tx, objs, 2 * kBurst, nullptr)) > 0) {
+      for (unsigned j = 0; j < n; ++j) {
+        auto* m = static_cast<rte_mbuf*>(objs[j]);
+        const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
+        constexpr size_t kDns = frame::kEthHeader + frame::kIpv4Header + frame::kUdpHeader;
+        if (m->data_len < kDns + 12) Fail("a short answer frame");
+        const uint8_t* h = d + kDns;
+        const bool qr = (h[2] & 0x80) != 0;
+        const int rcode = h[3] & 0x0f;
+        const int ancount = (h[6] << 8) | h[7];
+        if (!qr || rcode != 0 || ancount < 1)
+          Fail("an answer is not a NOERROR response with records (rcode " + std::to_string(rcode) + ")");
+      }
+      rte_pktmbuf_free_bulk(reinterpret_cast<rte_mbuf**>(objs), n);
+      answered += n;
+    }
+  }
+  const uint64_t sent = bursts * kBurst;
+  const PortCounters& pc = b.worker->counters(0);
+  uint64_t drops = 0;
+  for (const auto& d : pc.drops) drops += d.Read();
+  if (answered != sent || wc.hits.Read() - hits0 != sent || wc.misses.Read() != misses0 || b.worker->held() != 0 ||
+      drops != 0 || pc.to_kernel.Read() != 0) {
+    Fail("not every query was a cache hit answered by the worker: " + std::to_string(sent) + " sent, " +
+         std::to_string(answered) + " answered, " + std::to_string(wc.hits.Read() - hits0) + " hits, " +
+         std::to_string(wc.misses.Read() - misses0) + " misses, " + std::to_string(drops) + " drops, " +
+         std::to_string(pc.to_kernel.Read()) + " to the kernel");
+  }
+  // And the handler phases' packets, once round.
+  b.next = 0;
+  const uint64_t handled = b.Core(bursts);
+  if (handled != sent || b.io.calls != 0) Fail("WorkerCore::HandleBurst did not answer every query");
+  b.next = 0;
+  std::printf("checked: %llu queries, all answered from the cache by the worker and by HandleBurst\n",
+              static_cast<unsigned long long>(sent));
+}
+
+int Main(int argc, char** argv) {
+  const Options o = ParseArgs(argc, argv);
+  StartDpdk(argv[0]);
+
+  const partitions::Clock& clock = partitions::SystemClock::Instance();
+  SharedState shared;
+  {
+    auto tags = partitions::TagTable::FromText(kTags);
+    if (!tags.ok()) Fail("tags: " + std::string(tags.status().message()));
+    shared.tags.Publish(*std::move(tags));
+    auto cm = partitions::CityMap::FromCsv(kCities);
+    if (!cm.ok()) Fail("city map: " + std::string(cm.status().message()));
+    shared.citymap.Publish(*std::move(cm));
+  }
+  shared.clock = &clock;
+  shared.cache = std::make_unique<partitions::Cache>(partitions::CacheOptions{}, clock);
+  auto rcu = std::make_unique<partitions::RcuThread>();
+  const Frames frames = Populate(*shared.cache, *shared.citymap.Get(), clock.NowSeconds(), o);
+
+  HandlerOptions options;
+  partitions::Cidr allow;
+  if (!partitions::ParseCidr("198.18.0.0/15", &allow).ok()) Fail("acl");
+  options.allow = {allow};
+  MissChannel channel;
+  WorkerCore core(0, options, &shared, &channel, [] {});
+  const frame::PortAddresses port = frame::testing::Port();
+  WorkerPort wp;
+  wp.port = static_cast<uint16_t>(g_dpdk.wire);
+  wp.exception = g_dpdk.kernel;
+  wp.addresses = &port;
+  auto worker = std::make_unique<DpdkWorker>(core, clock, 0, std::vector<WorkerPort>{wp}, g_dpdk.pool, 0);
+
+  Bench b;
+  b.frames = &frames;
+  b.worker = worker.get();
+  b.core = &core;
+  b.rcu = rcu.get();
+  b.clock = &clock;
+  for (size_t i = 0; i < frames.count(); ++i) {
+    const uint8_t* f = frames.frame(i);
+    const frame::Parsed p = frame::Classify(f, frames.len[i], port);
+    if (p.cls != frame::FrameClass::kQuery) Fail("a prebuilt frame is not a query");
+    QueryHandler::BurstPacket q;
+    q.pkt = f + p.dns_offset();
+    q.len = p.dns_len;
+    q.client = ClientInfo{frame::ClientOf(f, p), false};
+    q.out_cap = 1500;
+    b.packets.push_back(q);
+  }
+
+  std::printf("dpdk_loop_bench: %zu plain names + %zu weighted names x 2 cities = %zu queries, bursts of %u, "
+              "one lcore\n",
+              o.plain, o.weighted, frames.count(), unsigned{kBurst});
+  Verify(b);
+  if (PendingClient pc; channel.misses.Pop(&pc)) Fail("the verification pass handed a query upstream (a prefetch?)");
+
+  const char* what[kPhases] = {
+      "loop     (refill RX ring, Poll, drain TX ring)",
+      "feed     (refill RX ring, drain it; no Poll)",
+      "core     (WorkerCore::HandleBurst alone)",
+      "handler  (QueryHandler::HandleBurst alone)",
+  };
+  double ns[kPhases] = {};
+  if (o.iterations > 0) {
+    // Callgrind mode: each phase once, its counts alone in its own dump.
+    CALLGRIND_START_INSTRUMENTATION;
+    for (int ph = 0; ph < kPhases; ++ph) {
+      if (o.only >= 0 && ph != o.only) continue;
+      b.next = 0;
+      CALLGRIND_ZERO_STATS;
+      const Sample s = Timed(b, static_cast<Phase>(ph), 0, o.iterations);
+      CALLGRIND_DUMP_STATS_AT(kPhaseName[ph]);
+      ns[ph] = s.ns_per_answer();
+      std::printf("%s: %llu answers in %llu bursts, %.1f ns/answer\n", what[ph],
+                  static_cast<unsigned long long>(s.answers), static_cast<unsigned long long>(o.iterations), ns[ph]);
+    }
+    CALLGRIND_STOP_INSTRUMENTATION;
+  } else {
+    std::vector<double> per[kPhases];
+    for (int r = 0; r < o.repeat; ++r) {
+      std::printf("round %d:", r + 1);
+      for (int ph = 0; ph < kPhases; ++ph) {
+        if (o.only >= 0 && ph != o.only) continue;
+        const Sample s = Timed(b, static_cast<Phase>(ph), o.seconds, 0);
+        per[ph].push_back(s.ns_per_answer());
+        std::printf("  %s %.1f ns (cpu/wall %.2f)", kPhaseName[ph], s.ns_per_answer(), s.cpu_ns / s.wall_ns);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    for (int ph = 0; ph < kPhases; ++ph) ns[ph] = per[ph].empty() ? 0 : Median(per[ph]);
+    std::printf("medians of %d rounds of %.1f s per phase, thread CPU time:\n", o.repeat, o.seconds);
+  }
+  if (PendingClient pc; core.counters().misses.Read() != 0 || b.io.calls != 0 || channel.misses.Pop(&pc))
+    Fail("a measured query missed the cache or was handed upstream");
+
+  if (o.only >= 0) {
+    std::printf("  %s: %.1f ns/answer  %.2f M answers/s\n", what[o.only], ns[o.only], 1e3 / ns[o.only]);
+    worker.reset();
+    rcu.reset();
+    Cleanup();
+    return 0;
+  }
+  const double loop = ns[kLoop], feed = ns[kFeed], hb = ns[kCore], qh = ns[kHandler];
+  const double worker_ns = loop - feed;
+  auto mps = [](double n) { return n > 0 ? 1e3 / n : 0; };
+  for (int ph = 0; ph < kPhases; ++ph)
+    std::printf("  (%c) %-50s %7.1f ns/answer  %6.2f M answers/s\n", 'a' + ph, what[ph], ns[ph], mps(ns[ph]));
+  std::printf("  answers/s per core, full loop (a):                 %6.2f M/s\n", mps(loop));
+  std::printf("  worker loop per answer (a) - (b):                  %7.1f ns  = %6.2f M answers/s per core\n",
+              worker_ns, mps(worker_ns));
+  std::printf("  WorkerCore::HandleBurst per answer (c):            %7.1f ns\n", hb);
+  std::printf("  the loop's cost over HandleBurst (a) - (b) - (c):  %7.1f ns  (%.0f %% of the worker's cost)\n",
+              worker_ns - hb, worker_ns > 0 ? 100 * (worker_ns - hb) / worker_ns : 0);
+  std::printf("  WorkerCore over QueryHandler::HandleBurst (c) - (d): %5.1f ns\n", hb - qh);
+
+  worker.reset();
+  rcu.reset();
+  Cleanup();
+  return 0;
+}
+
+}  // namespace
+}  // namespace weir::fastpath::dpdk
+
+int main(int argc, char** argv) { return weir::fastpath::dpdk::Main(argc, argv); }
