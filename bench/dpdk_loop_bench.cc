@@ -621,6 +621,15 @@ int Main(int argc, char** argv) {
   if (PendingClient pc; core.counters().misses.Read() != 0 || b.io.calls != 0 || channel.misses.Pop(&pc))
     Fail("a measured query missed the cache or was handed upstream");
 
+  {
+    // The per-(name, partition, address) answer counters the handler keeps:
+    // once they are full, each further key probes the table and counts overflow.
+    const AnswerCounters& ac = core.handler().answer_counters();
+    size_t used = 0;
+    for (size_t i = 0; i < AnswerCounters::kSlots; ++i) used += ac.slots()[i].key.load(std::memory_order_relaxed) != 0;
+    std::printf("answer counters: %zu of %zu slots used, %llu answers counted as overflow\n", used,
+                AnswerCounters::kSlots, static_cast<unsigned long long>(ac.overflow()));
+  }
   if (o.only >= 0) {
     std::printf("  %s: %.1f ns/answer  %.2f M answers/s\n", what[o.only], ns[o.only], 1e3 / ns[o.only]);
     worker.reset();
