@@ -94,6 +94,11 @@ struct Options {
   size_t plain = 1000;
   size_t weighted = 1000;
   int only = -1;  // one phase only (for a profiler), or all
+  // The answers' checksums: "software" (what the worker does on net_ring,
+  // which offers no offloads), "offload" (as on a NIC with IPv4 and UDP
+  // TX checksum offload: the worker writes the pseudo-header sum only),
+  // "off" (udp_checksum_v4 = false: no UDP checksum over IPv4).
+  std::string checksums = "software";
 };
 
 [[noreturn]] void Usage(const char* argv0) {
@@ -104,7 +109,9 @@ struct Options {
                "  --iterations N  run each phase for N bursts of 32 once (callgrind mode)\n"
                "  --plain N       plain names, common partition (default 1000)\n"
                "  --weighted N    weighted tagged names, each in 2 city partitions (default 1000)\n"
-               "  --only PHASE    run one phase only (loop, feed, core, handler), e.g. under perf\n",
+               "  --only PHASE    run one phase only (loop, feed, core, handler), e.g. under perf\n"
+               "  --checksums M   software (default: net_ring has no offloads), offload (as a NIC\n"
+               "                  with IPv4/UDP TX checksum offload), off (no IPv4 UDP checksum)\n",
                argv0);
   std::exit(2);
 }
@@ -125,6 +132,9 @@ Options ParseArgs(int argc, char** argv) {
       o.plain = std::strtoull(v, nullptr, 10);
     } else if (a == "--weighted") {
       o.weighted = std::strtoull(v, nullptr, 10);
+    } else if (a == "--checksums") {
+      o.checksums = v;
+      if (o.checksums != "software" && o.checksums != "offload" && o.checksums != "off") Usage(argv[0]);
     } else if (a == "--only") {
       for (int ph = 0; ph < 4; ++ph) {
         if (v == std::string_view(kPhaseName[ph])) o.only = ph;
@@ -481,7 +491,8 @@ void Verify(Bench& b) {
   const uint64_t hits0 = wc.hits.Read(), misses0 = wc.misses.Read();
   const size_t bursts = (b.frames->count() + kBurst - 1) / kBurst;
   b.next = 0;
-  uint64_t answered = 0;
+  uint64_t answered = 0, answer_bytes = 0, query_bytes = 0;
+  for (size_t i = 0; i < b.frames->count(); ++i) query_bytes += b.frames->len[i];
   for (size_t i = 0; i < bursts; ++i) {
     b.Refill();
     b.worker->Poll();
@@ -498,6 +509,7 @@ void Verify(Bench& b) {
         const bool qr = (h[2] & 0x80) != 0;
         const int rcode = h[3] & 0x0f;
         const int ancount = (h[6] << 8) | h[7];
+        answer_bytes += m->data_len;
         if (!qr || rcode != 0 || ancount < 1)
           Fail("an answer is not a NOERROR response with records (rcode " + std::to_string(rcode) + ")");
       }
@@ -521,8 +533,10 @@ void Verify(Bench& b) {
   const uint64_t handled = b.Core(bursts);
   if (handled != sent || b.io.calls != 0) Fail("WorkerCore::HandleBurst did not answer every query");
   b.next = 0;
-  std::printf("checked: %llu queries, all answered from the cache by the worker and by HandleBurst\n",
-              static_cast<unsigned long long>(sent));
+  std::printf("checked: %llu queries, all answered from the cache by the worker and by HandleBurst; "
+              "frames of %.1f bytes (query) and %.1f bytes (answer) on average\n",
+              static_cast<unsigned long long>(sent), double(query_bytes) / double(b.frames->count()),
+              double(answer_bytes) / double(answered));
 }
 
 int Main(int argc, char** argv) {
@@ -555,6 +569,13 @@ int Main(int argc, char** argv) {
   wp.port = static_cast<uint16_t>(g_dpdk.wire);
   wp.exception = g_dpdk.kernel;
   wp.addresses = &port;
+  if (o.checksums == "offload") {  // what OpenPorts sets for a port with both offloads
+    wp.reply.offload_ip_checksum = wp.reply.offload_udp_checksum = true;
+    wp.tx_flags_v4 = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+    wp.tx_flags_v6 = RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_UDP_CKSUM;
+  } else if (o.checksums == "off") {
+    wp.reply.udp_checksum_v4 = false;
+  }
   auto worker = std::make_unique<DpdkWorker>(core, clock, 0, std::vector<WorkerPort>{wp}, g_dpdk.pool, 0);
 
   Bench b;
@@ -576,8 +597,8 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("dpdk_loop_bench: %zu plain names + %zu weighted names x 2 cities = %zu queries, bursts of %u, "
-              "one lcore\n",
-              o.plain, o.weighted, frames.count(), unsigned{kBurst});
+              "one lcore, %s checksums\n",
+              o.plain, o.weighted, frames.count(), unsigned{kBurst}, o.checksums.c_str());
   Verify(b);
   if (PendingClient pc; channel.misses.Pop(&pc)) Fail("the verification pass handed a query upstream (a prefetch?)");
 
