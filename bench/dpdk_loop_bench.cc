@@ -175,7 +175,8 @@ void Cleanup() {
     g_dpdk.eal = false;
   }
   std::error_code ec;
-  for (const char* base : {"/var/run/dpdk/", "/tmp/dpdk/"}) std::filesystem::remove_all(base + g_dpdk.prefix, ec);
+  for (const char* base : {"/var/run/dpdk/", "/tmp/dpdk/"})
+    std::filesystem::remove_all(base + g_dpdk.prefix, ec);
 }
 
 [[noreturn]] void Fail(const std::string& why) {
@@ -283,7 +284,8 @@ Frames Populate(partitions::Cache& cache, const partitions::CityMap& map, uint32
   for (size_t i = 0; i < o.plain; ++i) {
     const dns::NameKey q = Key("h" + std::to_string(i) + ".plain.example");
     std::vector<std::array<uint8_t, 4>> addrs;
-    for (size_t j = 0; j <= i % 4; ++j) addrs.push_back({203, 0, 113, static_cast<uint8_t>((i + j) % 250 + 1)});
+    for (size_t j = 0; j <= i % 4; ++j)
+      addrs.push_back({203, 0, 113, static_cast<uint8_t>((i + j) % 250 + 1)});
     Insert(cache, partitions::kCommonPartition, q, addrs, {}, now);
     queries.push_back({q, source(static_cast<int>(i % 2))});
   }
@@ -292,14 +294,16 @@ Frames Populate(partitions::Cache& cache, const partitions::CityMap& map, uint32
     for (int city = 0; city < 2; ++city) {
       const std::array<uint8_t, 4> src = source(city);
       const partitions::IpAddress who = partitions::IpAddress::V4(dns::Load32(src.data()));
-      const partitions::Partition p = partitions::PartitionKey(partitions::CacheLevel::kCity, map.Lookup(who), who);
+      const partitions::Partition p =
+          partitions::PartitionKey(partitions::CacheLevel::kCity, map.Lookup(who), who);
       if (partitions::LevelOf(p) != partitions::CacheLevel::kCity) Fail("the city partition is not a city's");
       const size_t n = 2 + (i + city) % 3;  // 2-4 addresses
       std::vector<std::array<uint8_t, 4>> addrs;
       std::vector<uint8_t> weights;
       for (size_t j = 0; j < n; ++j) {
-        addrs.push_back({static_cast<uint8_t>(city == 0 ? 192 : 198), static_cast<uint8_t>(city == 0 ? 0 : 51),
-                         static_cast<uint8_t>(city == 0 ? 2 : 100), static_cast<uint8_t>((i * 4 + j) % 250 + 1)});
+        addrs.push_back({static_cast<uint8_t>(city == 0 ? 192 : 198),
+                         static_cast<uint8_t>(city == 0 ? 0 : 51), static_cast<uint8_t>(city == 0 ? 2 : 100),
+                         static_cast<uint8_t>((i * 4 + j) % 250 + 1)});
         weights.push_back(static_cast<uint8_t>(1 + (i + j) % 4));
       }
       Insert(cache, p, q, addrs, weights, now);
@@ -474,7 +478,8 @@ Sample Timed(Bench& b, Phase ph, double seconds, uint64_t fixed_bursts) {
     } while (std::chrono::steady_clock::now() < end);
   }
   s.cpu_ns = ThreadCpuNs() - c0;
-  s.wall_ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  s.wall_ns = double(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }
 
@@ -521,8 +526,8 @@ void Verify(Bench& b) {
   const PortCounters& pc = b.worker->counters(0);
   uint64_t drops = 0;
   for (const auto& d : pc.drops) drops += d.Read();
-  if (answered != sent || wc.hits.Read() - hits0 != sent || wc.misses.Read() != misses0 || b.worker->held() != 0 ||
-      drops != 0 || pc.to_kernel.Read() != 0) {
+  if (answered != sent || wc.hits.Read() - hits0 != sent || wc.misses.Read() != misses0 ||
+      b.worker->held() != 0 || drops != 0 || pc.to_kernel.Read() != 0) {
     Fail("not every query was a cache hit answered by the worker: " + std::to_string(sent) + " sent, " +
          std::to_string(answered) + " answered, " + std::to_string(wc.hits.Read() - hits0) + " hits, " +
          std::to_string(wc.misses.Read() - misses0) + " misses, " + std::to_string(drops) + " drops, " +
@@ -533,10 +538,11 @@ void Verify(Bench& b) {
   const uint64_t handled = b.Core(bursts);
   if (handled != sent || b.io.calls != 0) Fail("WorkerCore::HandleBurst did not answer every query");
   b.next = 0;
-  std::printf("checked: %llu queries, all answered from the cache by the worker and by HandleBurst; "
-              "frames of %.1f bytes (query) and %.1f bytes (answer) on average\n",
-              static_cast<unsigned long long>(sent), double(query_bytes) / double(b.frames->count()),
-              double(answer_bytes) / double(answered));
+  std::printf(
+      "checked: %llu queries, all answered from the cache by the worker and by HandleBurst; "
+      "frames of %.1f bytes (query) and %.1f bytes (answer) on average\n",
+      static_cast<unsigned long long>(sent), double(query_bytes) / double(b.frames->count()),
+      double(answer_bytes) / double(answered));
 }
 
 int Main(int argc, char** argv) {
@@ -596,11 +602,13 @@ int Main(int argc, char** argv) {
     b.packets.push_back(q);
   }
 
-  std::printf("dpdk_loop_bench: %zu plain names + %zu weighted names x 2 cities = %zu queries, bursts of %u, "
-              "one lcore, %s checksums\n",
-              o.plain, o.weighted, frames.count(), unsigned{kBurst}, o.checksums.c_str());
+  std::printf(
+      "dpdk_loop_bench: %zu plain names + %zu weighted names x 2 cities = %zu queries, bursts of %u, "
+      "one lcore, %s checksums\n",
+      o.plain, o.weighted, frames.count(), unsigned{kBurst}, o.checksums.c_str());
   Verify(b);
-  if (PendingClient pc; channel.misses.Pop(&pc)) Fail("the verification pass handed a query upstream (a prefetch?)");
+  if (PendingClient pc; channel.misses.Pop(&pc))
+    Fail("the verification pass handed a query upstream (a prefetch?)");
 
   const char* what[kPhases] = {
       "loop     (refill RX ring, Poll, drain TX ring)",
@@ -620,7 +628,8 @@ int Main(int argc, char** argv) {
       CALLGRIND_DUMP_STATS_AT(kPhaseName[ph]);
       ns[ph] = s.ns_per_answer();
       std::printf("%s: %llu answers in %llu bursts, %.1f ns/answer\n", what[ph],
-                  static_cast<unsigned long long>(s.answers), static_cast<unsigned long long>(o.iterations), ns[ph]);
+                  static_cast<unsigned long long>(s.answers), static_cast<unsigned long long>(o.iterations),
+                  ns[ph]);
     }
     CALLGRIND_STOP_INSTRUMENTATION;
   } else {
@@ -647,7 +656,8 @@ int Main(int argc, char** argv) {
     // once they are full, each further key probes the table and counts overflow.
     const AnswerCounters& ac = core.handler().answer_counters();
     size_t used = 0;
-    for (size_t i = 0; i < AnswerCounters::kSlots; ++i) used += ac.slots()[i].key.load(std::memory_order_relaxed) != 0;
+    for (size_t i = 0; i < AnswerCounters::kSlots; ++i)
+      used += ac.slots()[i].key.load(std::memory_order_relaxed) != 0;
     std::printf("answer counters: %zu of %zu slots used, %llu answers counted as overflow\n", used,
                 AnswerCounters::kSlots, static_cast<unsigned long long>(ac.overflow()));
   }
@@ -667,8 +677,9 @@ int Main(int argc, char** argv) {
   std::printf("  worker loop per answer (a) - (b):                  %7.1f ns  = %6.2f M answers/s per core\n",
               worker_ns, mps(worker_ns));
   std::printf("  WorkerCore::HandleBurst per answer (c):            %7.1f ns\n", hb);
-  std::printf("  the loop's cost over HandleBurst (a) - (b) - (c):  %7.1f ns  (%.0f %% of the worker's cost)\n",
-              worker_ns - hb, worker_ns > 0 ? 100 * (worker_ns - hb) / worker_ns : 0);
+  std::printf(
+      "  the loop's cost over HandleBurst (a) - (b) - (c):  %7.1f ns  (%.0f %% of the worker's cost)\n",
+      worker_ns - hb, worker_ns > 0 ? 100 * (worker_ns - hb) / worker_ns : 0);
   std::printf("  WorkerCore over QueryHandler::HandleBurst (c) - (d): %5.1f ns\n", hb - qh);
 
   worker.reset();
