@@ -1,5 +1,6 @@
 #include "weir/fastpath/frame.h"
 
+#include <bit>
 #include <cstring>
 
 #include "weir/dns/wire.h"
@@ -116,20 +117,32 @@ partitions::IpAddress ClientOf(const uint8_t* f, const Parsed& p) {
 }
 
 uint32_t ChecksumAdd(std::span<const uint8_t> data, uint32_t sum) {
-  uint64_t acc = sum;
+  // Eight bytes per step in the host's byte order with end-around carry: the
+  // ones'-complement sum commutes with swapping the bytes of every word
+  // (RFC 1071 2.B), so one swap of the folded result gives the big-endian
+  // sum. An odd last byte is the high byte of a zero-padded word.
+  static_assert(std::endian::native == std::endian::little, "the byte swap below assumes a little-endian host");
   const uint8_t* d = data.data();
   size_t n = data.size();
-  // Four bytes at a time as two big-endian words; the 64-bit accumulator
-  // cannot overflow for any DNS frame.
-  for (; n >= 4; d += 4, n -= 4) acc += (uint32_t{d[0]} << 8 | d[1]) + (uint32_t{d[2]} << 8 | d[3]);
-  if (n >= 2) {
-    acc += uint32_t{d[0]} << 8 | d[1];
-    d += 2;
-    n -= 2;
+  uint64_t acc = 0;
+  for (; n >= 8; d += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, d, 8);
+    acc += w;
+    acc += acc < w;  // the carry out of bit 63 goes back in
   }
-  if (n == 1) acc += uint32_t{d[0]} << 8;
-  while (acc >> 16) acc = (acc & 0xffff) + (acc >> 16);
-  return static_cast<uint32_t>(acc);
+  uint64_t tail = 0;
+  std::memcpy(&tail, d, n);  // the remaining 0-7 bytes, zero-padded in place
+  acc += tail;
+  acc += acc < tail;
+  acc = (acc & 0xffffffff) + (acc >> 32);
+  acc = (acc & 0xffffffff) + (acc >> 32);
+  acc = (acc & 0xffff) + (acc >> 16);
+  acc = (acc & 0xffff) + (acc >> 16);
+  uint32_t be = __builtin_bswap16(static_cast<uint16_t>(acc));
+  be += sum;
+  be = (be & 0xffff) + (be >> 16);
+  return (be & 0xffff) + (be >> 16);
 }
 
 uint16_t ChecksumFold(uint32_t sum) {

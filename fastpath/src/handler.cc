@@ -24,23 +24,32 @@ bool RateLimiter::Allow(const partitions::IpAddress& src, uint32_t now) {
   return true;
 }
 
-void AnswerCounters::Count(partitions::Partition partition, std::span<const uint8_t> qname,
-                           const uint8_t* addr, uint8_t addr_len) {
-  uint64_t key = StableHash(qname.data(), qname.size(), partition) ^ StableHash(addr, addr_len, 0x61);
+void AnswerCounters::Count(uint64_t entry_hash, partitions::Partition partition,
+                           std::span<const uint8_t> qname, const uint8_t* addr, uint8_t addr_len) {
+  // The entry's hash with the address mixed in (an entry's addresses change
+  // when it is refreshed, so the address is part of the key).
+  uint64_t lo = 0, hi = 0;
+  std::memcpy(&lo, addr, std::min<size_t>(addr_len, 8));
+  if (addr_len > 8) std::memcpy(&hi, addr + 8, std::min<size_t>(addr_len - 8, 8));
+  uint64_t key = entry_hash ^ (lo * 0x9e3779b97f4a7c15ull) ^ (hi * 0xc2b2ae3d27d4eb4full);
+  key ^= key >> 29;
   key |= 1;  // never 0 (empty)
+  const size_t home = static_cast<size_t>(key >> 40);
   for (size_t probe = 0; probe < 16; ++probe) {
-    Slot& s = slots_[(key + probe) & (kSlots - 1)];
+    const size_t i = (home + probe) & (kSlots - 1);
+    Slot& s = slots_[i];
     const uint64_t k = s.key.load(std::memory_order_relaxed);
     if (k == key) {
       s.count.Add();
       return;
     }
     if (k == 0) {
-      s.partition = partition;
-      s.qname_len = static_cast<uint8_t>(qname.size());
-      std::copy(qname.begin(), qname.end(), s.qname.begin());
-      s.addr_len = addr_len;
-      std::copy(addr, addr + addr_len, s.addr.begin());
+      Labels& l = labels_[i];
+      l.partition = partition;
+      l.qname_len = static_cast<uint8_t>(qname.size());
+      std::copy(qname.begin(), qname.end(), l.qname.begin());
+      l.addr_len = addr_len;
+      std::copy(addr, addr + addr_len, l.addr.begin());
       s.count.Add();
       s.key.store(key, std::memory_order_release);  // publish to the metrics thread
       return;
@@ -97,8 +106,8 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
 
 size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q,
                                  const partitions::CacheEntry& e, const partitions::Tag* tag,
-                                 partitions::Partition partition, bool trusted_ecs, uint32_t age,
-                                 uint8_t* out, size_t out_cap) {
+                                 partitions::Partition partition, uint64_t entry_hash, bool trusted_ecs,
+                                 uint32_t age, uint8_t* out, size_t out_cap) {
   dns::ResponseWriter w(out, out_cap);
   const uint16_t rcode = static_cast<uint16_t>(e.rcode());
   const uint16_t flags =
@@ -124,7 +133,8 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
       // The picked record's RDATA: owner pointer (2) + type, class, TTL,
       // RDLENGTH (10), then the address.
       const uint8_t* rec = e.records().data() + e.chain_bytes() + size_t{aw.picked} * e.address_record_size();
-      answers_.Count(partition, q.qname.span(), rec + 12, static_cast<uint8_t>(e.address_record_size() - 12));
+      answers_.Count(entry_hash, partition, q.qname.span(), rec + 12,
+                     static_cast<uint8_t>(e.address_record_size() - 12));
     }
   }
   if (q.edns.present) {
@@ -364,7 +374,7 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
-      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->trusted_ecs, age, out, out_cap);
+      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, age, out, out_cap);
       if (*out_len == 0) return Verdict::kDrop;
       if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
         // Fill `miss` below and let the caller refresh the entry.

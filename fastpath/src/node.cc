@@ -270,8 +270,9 @@ std::string Node::RenderMetrics() const {
       const AnswerCounters& ac = c->handler().answer_counters();
       overflow += ac.overflow();
       for (size_t i = 0; i < AnswerCounters::kSlots; ++i) {
-        const AnswerCounters::Slot& sl = ac.slots()[i];
-        if (sl.key.load(std::memory_order_acquire) == 0) continue;
+        const AnswerCounters::Slot& slot_counter = ac.slots()[i];
+        if (slot_counter.key.load(std::memory_order_acquire) == 0) continue;
+        const AnswerCounters::Labels& sl = ac.labels(i);
         char addr[INET6_ADDRSTRLEN] = {0};
         inet_ntop(sl.addr_len == 4 ? AF_INET : AF_INET6, sl.addr.data(), addr, sizeof(addr));
         const partitions::Partition p = sl.partition;
@@ -280,7 +281,7 @@ std::string Node::RenderMetrics() const {
                                                               : partition_name(slot);
         const std::string labels = Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}),
                                        "\",partition=\"", pname, "\",address=\"", addr, "\"");
-        answers[labels] += sl.count.Read();
+        answers[labels] += slot_counter.count.Read();
       }
     }
     for (const auto& [labels, v] : answers) out += Cat("weir_answers_total{", labels, "} ", v, "\n");

@@ -93,26 +93,38 @@ class RateLimiter {
 // the observed share with the weights. A fixed table per worker: the worker
 // fills slots (publishing each with a release store), the metrics thread
 // reads them. When it is full, answers are counted in `overflow`.
+//
+// Counting is on every weighted answer: the probe touches only a compact
+// 16-byte slot (key, count) keyed by the cache entry's hash and the
+// address, and the name and address for the metrics sit apart, written
+// once when a slot is taken.
 class AnswerCounters {
  public:
-  static constexpr size_t kSlots = 4096;
+  static constexpr size_t kSlots = 16384;
   struct Slot {
     std::atomic<uint64_t> key{0};  // 0 = empty; published last
+    OwnedCounter count;
+  };
+  struct Labels {
     partitions::Partition partition = 0;
     uint8_t qname_len = 0;
     uint8_t addr_len = 0;
     std::array<uint8_t, dns::kMaxNameWire> qname;
     std::array<uint8_t, 16> addr;
-    OwnedCounter count;
   };
-  AnswerCounters() : slots_(new Slot[kSlots]) {}
-  void Count(partitions::Partition partition, std::span<const uint8_t> qname, const uint8_t* addr,
-             uint8_t addr_len);
+  AnswerCounters() : slots_(new Slot[kSlots]), labels_(new Labels[kSlots]) {}
+  // `entry_hash`: the hash of the answered cache entry's key (partition,
+  // name, type, class), which the handler computed for the lookup.
+  void Count(uint64_t entry_hash, partitions::Partition partition, std::span<const uint8_t> qname,
+             const uint8_t* addr, uint8_t addr_len);
   const Slot* slots() const { return slots_.get(); }
+  // What slot i counts; valid once slots()[i].key reads non-zero (acquire).
+  const Labels& labels(size_t i) const { return labels_[i]; }
   uint64_t overflow() const { return overflow_.Read(); }
 
  private:
   std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<Labels[]> labels_;
   OwnedCounter overflow_;
 };
 
@@ -220,8 +232,8 @@ class QueryHandler {
   Verdict Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
                  MissRequest* miss, HandleMode mode, Work* w);
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
-                     const partitions::Tag* tag, partitions::Partition partition, bool trusted_ecs,
-                     uint32_t age, uint8_t* out, size_t out_cap);
+                     const partitions::Tag* tag, partitions::Partition partition, uint64_t entry_hash,
+                     bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap);
   // The RFC 8482 answer to ANY over UDP.
   static constexpr uint32_t kMinimalAnyTtl = 3600;
   size_t WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap);
