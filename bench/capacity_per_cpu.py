@@ -14,8 +14,11 @@ gslb-sim (inside the server namespace, outside the quota) serves:
   unbound             unbound, 1 thread
 The server runs on core SERVER_CPU (the DPDK worker lcore there, its main
 lcore on the load core), dnsperf on LOAD_CPU. The quota covers every thread
-of the server process; the kernel's softirq work of the veth is charged to
-whoever runs when it happens (mostly the sender), the same for every server.
+of the server process. A veth delivers a frame in the sender's context: the
+receiving stack's work (the client's, for an answer) would be charged to
+the server's quota. Receive packet steering on both veth ends moves that
+work to LOAD_CPU, so each server pays for what it does itself (its
+receive syscalls or ring reads, its transmit path), as with a real NIC.
 
 A benchmark, not a test: it prints figures (and --json) and exits non-zero
 only when the setup fails. Needs root.
@@ -53,12 +56,12 @@ class CpuQuota:
     """A cgroup (v1 cpu controller, else v2) limiting its processes to
     `percent` of one core."""
 
-    def __init__(self, name, percent):
+    def __init__(self, name, percent, period_us):
         self.v2 = not os.path.isdir(CGROUP_CPU)
         base = "/sys/fs/cgroup/unified" if self.v2 else CGROUP_CPU
         self.path = os.path.join(base, name)
         os.makedirs(self.path, exist_ok=True)
-        period = 100000
+        period = period_us
         quota = int(period * percent / 100)
         if self.v2:
             with open(os.path.join(self.path, "cpu.max"), "w") as f:
@@ -213,6 +216,10 @@ def dnsperf(pair, queries, args, duration, rate=None, label="", workdir=""):
 def measure(kind, args, workdir, zone_path, queries, names, xdp_program):
     res = {"server": kind}
     with NetnsPair() as pair:
+        mask = format(1 << args.load_cpu, "x")
+        for ns, dev in ((pair.server_ns, pair.server_if), (pair.client_ns, pair.client_if)):
+            subprocess.run(["ip", "netns", "exec", ns, "sh", "-c",
+                            f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"], check=True, timeout=10)
         if kind != "weir-dpdk-afpacket":
             # The kernel owns the address on the veth itself.
             subprocess.run(["ip", "-n", pair.server_ns, "addr", "add", f"{OWNED_V4}/16", "dev", pair.server_if],
@@ -227,17 +234,18 @@ def measure(kind, args, workdir, zone_path, queries, names, xdp_program):
                 procs.append(server)
             # Warm the cache without a quota, then check every name answers.
             deadline = time.time() + 15
+            r = None
             while time.time() < deadline:
-                r = weirtest.dig(OWNED_V4, 53, "h0.bench.test", "A", netns=pair.client_ns)
+                r = weirtest.dig(OWNED_V4, 53, "h0.bench.test", "A", norec=False, netns=pair.client_ns)
                 if r.status == "NOERROR" and r.addresses():
                     break
                 time.sleep(0.3)
             else:
-                raise SetupError(f"{kind}: no answer to h0.bench.test")
+                raise SetupError(f"{kind}: no answer to h0.bench.test: {r.status if r else None} {r.text[-300:] if r else ''}")
             warm = dnsperf(pair, queries, args, 3, rate=5000, label=f"{kind}-warm", workdir=workdir)
             if (warm["noerror"] or 0) < names:
                 raise SetupError(f"{kind}: warm-up answered {warm['noerror']} NOERROR; see {workdir}")
-            quota = CpuQuota(f"weir-capacity-{os.getpid()}", args.quota)
+            quota = CpuQuota(f"weir-capacity-{os.getpid()}", args.quota, args.period_us)
             quota.add(server.pid)
             cpu0 = weirtest.proc_cpu_us(server.pid)
             thr0 = quota.throttled_s()
@@ -268,9 +276,12 @@ def perf_top(pid, pair, queries, args, workdir, kind):
                             str(args.perf_seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dnsperf(pair, queries, args, args.perf_seconds + 1, label=f"{kind}-perf", workdir=workdir)
     rec.wait(timeout=60)
-    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol", "--stdio",
-                          "--percent-limit", "2"], capture_output=True, text=True, timeout=120).stdout
-    return [l.strip() for l in rep.splitlines() if l.strip() and not l.startswith("#") and "%" in l][:15]
+    out = []
+    for sort, limit in (("dso", "1"), ("dso,symbol", "2")):
+        rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", sort, "--stdio", "-g", "none",
+                              "--percent-limit", limit], capture_output=True, text=True, timeout=120).stdout
+        out += [" ".join(l.split()) for l in rep.splitlines() if l.strip() and not l.startswith("#") and "%" in l][:14]
+    return out
 
 
 def main():
@@ -278,6 +289,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--servers", default=",".join(SERVERS))
     ap.add_argument("--quota", type=float, default=25.0, help="percent of one core for each server")
+    ap.add_argument("--period-us", type=int, default=10000,
+                    help="cgroup CFS period; a short one keeps the throttled pauses short for every server")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--names", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=8, help="dnsperf -c")
