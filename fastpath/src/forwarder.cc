@@ -163,18 +163,18 @@ Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> cha
 
 Forwarder::~Forwarder() { Stop(); }
 
-void Forwarder::Start() {
+absl::Status Forwarder::Start() {
   Impl& f = *impl_;
   if (!f.loop_ready) {
     if (absl::Status st = f.loop.Init(); !st.ok()) {
-      std::fprintf(stderr, "weir-fastpath: forwarder: %s\n", std::string(st.message()).c_str());
-      return;
+      return absl::Status(st.code(), common::Cat("forwarder: ", st.message()));
     }
     f.loop_ready = true;
   }
   f.loop.SetWakeHandler([&f] { f.Drain(); });
   f.running = true;
   f.thread = std::thread([&f] { f.Run(); });
+  return absl::OkStatus();
 }
 
 void Forwarder::Stop() {

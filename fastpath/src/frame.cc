@@ -121,7 +121,8 @@ uint32_t ChecksumAdd(std::span<const uint8_t> data, uint32_t sum) {
   // ones'-complement sum commutes with swapping the bytes of every word
   // (RFC 1071 2.B), so one swap of the folded result gives the big-endian
   // sum. An odd last byte is the high byte of a zero-padded word.
-  static_assert(std::endian::native == std::endian::little, "the byte swap below assumes a little-endian host");
+  static_assert(std::endian::native == std::endian::little,
+                "the byte swap below assumes a little-endian host");
   const uint8_t* d = data.data();
   size_t n = data.size();
   uint64_t acc = 0;

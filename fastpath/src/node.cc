@@ -71,7 +71,7 @@ absl::Status Node::Prepare(int slots) {
 }
 
 absl::Status Node::Start() {
-  forwarder_->Start();
+  if (absl::Status st = forwarder_->Start(); !st.ok()) return st;
   if (!node_start_) return absl::OkStatus();
   // A push may be applied from here on; everything it touches exists by now.
   mgmt_client_ = std::make_unique<mgmt::NodeClient>(

@@ -164,14 +164,19 @@ absl::Status Server::Start() {
   }
   if (s.metrics_fd >= 0) s.metrics = std::make_unique<MetricsEndpoint>(*s.node, s.metrics_fd);
   s.running = true;
-  absl::Status started = s.node->Start();  // the forwarder, then the mgmt client
+  // The forwarder, then the mgmt client; nothing else runs yet if they fail.
+  if (absl::Status st = s.node->Start(); !st.ok()) {
+    s.running = false;
+    s.node->StopMgmt();
+    return fail(st);
+  }
   for (auto& u : s.udp) s.threads.emplace_back([&s, w = u.get()] { w->Run(s.running); });
 #ifdef WEIR_HAVE_DPDK
   if (s.dpdk) s.dpdk->Launch(s.running);
 #endif
   if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
   if (s.metrics) s.threads.emplace_back([&s] { s.metrics->Run(s.running); });
-  return started;
+  return absl::OkStatus();
 }
 
 void Server::Stop() {

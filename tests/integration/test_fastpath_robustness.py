@@ -85,5 +85,33 @@ class FastpathRobustnessTest(unittest.TestCase):
         self.assertEqual(self.fp.dig("www.example.com", extra=("+tcp",)).status, "NOERROR")
 
 
+class FastpathStartFailureTest(unittest.TestCase):
+    def test_a_forwarder_that_cannot_start_fails_the_start(self):
+        # Out of file descriptors when the forwarder sets up its event loop:
+        # the start must fail with the reason, never serve without a forwarder
+        # (every miss would wait forever). The limit at which that happens
+        # depends on how many descriptors the start needs before, so look
+        # for it from below.
+        import resource
+        import subprocess
+
+        path = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:9"]))
+        self.addCleanup(os.unlink, path)
+        exe = weirtest.binary(BUILD_DIR, "fastpath/weir-fastpath")
+        for limit in range(4, 64):
+            def lower(limit=limit):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            res = subprocess.run([exe, "-c", path], capture_output=True, text=True, timeout=20, preexec_fn=lower,
+                                 input="")
+            if "forwarder:" in res.stderr:
+                self.assertNotEqual(res.returncode, 0, res.stderr)
+                self.assertNotIn("metrics http", res.stdout)
+                self.assertIn("Too many open files", res.stderr)
+                return
+            if res.returncode == 0 or "metrics http" in res.stdout:
+                self.fail(f"started with {limit} descriptors without the forwarder failing first: {res.stderr}")
+        self.fail("no descriptor limit made the forwarder fail")
+
+
 if __name__ == "__main__":
     unittest.main()

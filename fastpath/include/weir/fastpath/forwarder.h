@@ -43,7 +43,8 @@ class Forwarder {
   Forwarder(const FastpathConfig& config, std::vector<MissChannel*> channels, SharedState* shared);
   ~Forwarder();
 
-  void Start();
+  // Fails (nothing started) when its event loop cannot be set up.
+  absl::Status Start();
   void Stop();
 
   // Wakes the forwarder after a worker pushed misses (one syscall a burst).
