@@ -83,7 +83,7 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
   return false;
 }
 
-size_t WorkerCore::DrainReturns(uint32_t now, WorkerIo& io) {
+size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
   ReturnedQuery q;
   size_t handled = 0;
   bool resubmitted = false;

@@ -34,8 +34,6 @@ absl::Status TcpServer::Init() {
   return absl::OkStatus();
 }
 
-ClientRoute TcpServer::HoldRoute(size_t) { return {slot_, Transport::kTcp, 0}; }
-
 void TcpServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) {
   if (conns_.contains(route.token)) Answer(route.token, answer);  // else the client went away
 }

@@ -23,7 +23,7 @@
 
 namespace weir::fastpath::kernel {
 
-class TcpServer final : public WorkerIo {
+class TcpServer final : public AnswerSink {
  public:
   // `listen_fds`: bound, listening, non-blocking (owned by the caller).
   TcpServer(Node& node, int slot, std::vector<int> listen_fds);
@@ -32,7 +32,6 @@ class TcpServer final : public WorkerIo {
   absl::Status Init();
   void Run(const std::atomic<bool>& running);
 
-  ClientRoute HoldRoute(size_t index) override;  // unused: TCP names its routes itself
   void SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) override;
 
  private:

@@ -20,17 +20,24 @@
 
 namespace weir::fastpath {
 
-// What a backend does for its worker core.
-class WorkerIo {
+// Where a backend takes the answers to clients whose queries went upstream.
+class AnswerSink {
  public:
-  virtual ~WorkerIo() = default;
+  virtual ~AnswerSink() = default;
+  // Sends `answer` to the client behind `route` and forgets the route; an
+  // empty answer only forgets it (the query is dropped).
+  virtual void SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) = 0;
+};
+
+// What a datagram backend (kernel UDP sockets, DPDK) does for its worker
+// core. A stream backend (TCP) names its routes itself and is only an
+// AnswerSink.
+class WorkerIo : public AnswerSink {
+ public:
   // Packet `index` of the burst being handled missed the cache: keep what
   // is needed to answer its client later and name it by a route. Called on
   // misses only, never on hits.
   virtual ClientRoute HoldRoute(size_t index) = 0;
-  // Sends `answer` to the client behind `route` and forgets the route; an
-  // empty answer only forgets it (the query is dropped).
-  virtual void SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) = 0;
 };
 
 class alignas(64) WorkerCore {
@@ -55,7 +62,7 @@ class alignas(64) WorkerCore {
 
   // Answers every query the upstream side has handed back (through
   // io.SendHeld); returns how many. The common case, nothing, is one load.
-  size_t DrainReturns(uint32_t now, WorkerIo& io);
+  size_t DrainReturns(uint32_t now, AnswerSink& io);
 
   int index() const { return index_; }
   QueryHandler& handler() { return handler_; }
