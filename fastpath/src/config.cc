@@ -69,7 +69,7 @@ absl::StatusOr<OwnedAddress> ParseOwnedAddress(const std::string& text) {
 void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
   c.OnlyKeys(t, "dpdk",
              {"eal_args", "lcores", "mbufs", "rx_descriptors", "tx_descriptors", "dns_port",
-              "udp_checksum_v4", "idle_sleep_us", "port"});
+              "udp_checksum_v4", "idle_sleep_us", "exception_pps", "port"});
   c.List(t, "eal_args", &d->eal_args, [](const std::string& v) { return absl::StatusOr<std::string>(v); });
   if (const toml::node* n = t.get("lcores")) {
     const toml::array* arr = n->as_array();
@@ -89,6 +89,7 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
   c.Int(t, "dns_port", &d->dns_port, 1, 65535);
   c.Bool(t, "udp_checksum_v4", &d->udp_checksum_v4);
   c.Int(t, "idle_sleep_us", &d->idle_sleep_us, 0, 100000);
+  c.Int(t, "exception_pps", &d->exception_pps, 0, 100000000);
   const toml::node* ports = t.get("port");
   if (ports == nullptr) return;
   const toml::array* arr = ports->as_array();
@@ -109,6 +110,25 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
     if (port.exception != "tap" && port.exception != "kernel" && port.exception != "none") {
       return c.Fail(pt->get("exception")->source(),
                     Cat("'exception' is \"tap\", \"kernel\" or \"none\", not \"", port.exception, "\""));
+    }
+    if (port.exception == "kernel" &&
+        (port.device.rfind("net_af_xdp", 0) != 0 || port.device.find("xdp_prog=") == std::string::npos ||
+         d->dns_port != 53)) {
+      // Only weir's XDP split leaves the rest to the kernel; with any other
+      // device ARP and ND would never reach it and the addresses go dark.
+      return c.Fail(
+          pt->get("exception")->source(),
+          "exception = \"kernel\" is for net_af_xdp with weir's XDP split program "
+          "(xdp_prog=.../weir_xdp_split.o in its devargs, dns_port 53); use \"tap\" for other devices");
+    }
+    for (size_t a = 0; a < port.addresses.size(); ++a) {
+      for (size_t b = 0; b < a; ++b) {
+        if (port.addresses[a].address == port.addresses[b].address) {
+          return c.Fail(
+              pt->get("addresses")->source(),
+              Cat("address ", partitions::IpToString(port.addresses[a].address), " is listed twice"));
+        }
+      }
     }
     if (port.tap_name.empty()) port.tap_name = Cat("weir", d->ports.size());
     if (port.tap_name.size() > 15 || port.tap_name.find_first_of("/ \t,=") != std::string::npos) {

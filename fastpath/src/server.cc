@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -69,9 +70,13 @@ void Server::Impl::CloseSockets() {
 
 absl::Status Server::Impl::BindPollModeTcp() {
   if (!config.tcp) return absl::OkStatus();
+  std::vector<partitions::IpAddress> bound_addresses;  // an address on two ports (anycast) is bound once
   for (const DpdkPortConfig& port : config.dpdk.ports) {
     if (port.exception == "none") continue;  // no kernel path to reach a listener
     for (const OwnedAddress& a : port.addresses) {
+      if (std::find(bound_addresses.begin(), bound_addresses.end(), a.address) != bound_addresses.end())
+        continue;
+      bound_addresses.push_back(a.address);
       const std::string ip = partitions::IpToString(a.address);
       auto addr = SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
       if (!addr.ok()) return addr.status();
@@ -172,7 +177,12 @@ absl::Status Server::Start() {
   }
   for (auto& u : s.udp) s.threads.emplace_back([&s, w = u.get()] { w->Run(s.running); });
 #ifdef WEIR_HAVE_DPDK
-  if (s.dpdk) s.dpdk->Launch(s.running);
+  if (s.dpdk) {
+    if (absl::Status st = s.dpdk->Launch(s.running); !st.ok()) {
+      Stop();  // the workers that did start, the forwarder, the threads
+      return st;
+    }
+  }
 #endif
   if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
   if (s.metrics) s.threads.emplace_back([&s] { s.metrics->Run(s.running); });

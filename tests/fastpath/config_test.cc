@@ -117,6 +117,7 @@ TEST(FastpathConfig, DpdkBackendTakesItsPortsAndAddresses) {
   EXPECT_EQ(c->dpdk.lcores, std::vector<int>{1});
   EXPECT_FALSE(c->dpdk.udp_checksum_v4);
   EXPECT_EQ(c->dpdk.dns_port, 53);
+  EXPECT_EQ(c->dpdk.exception_pps, 20000u);
   ASSERT_EQ(c->dpdk.ports.size(), 2u);
   const DpdkPortConfig& p = c->dpdk.ports[0];
   EXPECT_EQ(p.exception, "tap");
@@ -154,6 +155,10 @@ TEST(FastpathConfig, BadDpdkConfigsNameFileLineAndReason) {
       {with("addresses = [\"198.19.0.1/24\"]\n", ""), "needs 'addresses'"},
       {with("udp_checksum_v4 = false", "udp_checksum = false"), "unknown key 'udp_checksum' in [dpdk]"},
       {base.substr(0, base.find("[[dpdk.port]]")), "needs at least one [[dpdk.port]]"},
+      {with("exception = \"none\"", "exception = \"kernel\""), "exception = \"kernel\" is for net_af_xdp"},
+      {with("\"198.18.0.1/16\", \"2001:2::1\"", "\"198.18.0.1/16\", \"198.18.0.1/24\""),
+       "address 198.18.0.1 is listed twice"},
+      {with("udp_checksum_v4 = false", "exception_pps = -1"), "'exception_pps' must be between"},
   };
   for (const auto& [text, expect] : cases) {
     auto c = ParseConfig(text, "t.toml");

@@ -323,6 +323,26 @@ TEST_F(DpdkWorkerTest, BadFramesAndOtherMacsAreDroppedAndCounted) {
   EXPECT_EQ(rte_mempool_in_use_count(g_dpdk->pool), 0u);
 }
 
+TEST_F(DpdkWorkerTest, TheKernelsShareIsRateLimited) {
+  worker_.reset();
+  WorkerPort wp;
+  wp.port = g_dpdk->wire;
+  wp.exception = g_dpdk->kernel;
+  wp.addresses = &port_;
+  wp.exception_pps = 3;  // a bucket of three, refilled 3 per second
+  worker_ = std::make_unique<DpdkWorker>(*core_, clock_, 0, std::vector<WorkerPort>{wp}, g_dpdk->pool, 0);
+  FrameSpec tcp;
+  tcp.proto = 6;
+  for (int i = 0; i < 8; ++i) Enqueue(g_dpdk->wire_rx, Build(tcp));
+  Fill("plain.example", {203, 0, 113, 7});
+  Enqueue(g_dpdk->wire_rx, QueryFrame({}, 5, "plain.example"));
+  worker_->Poll();
+  EXPECT_EQ(Dequeue(g_dpdk->kernel_tx).size(), 3u);
+  EXPECT_EQ(counters().drops[static_cast<size_t>(FrameDrop::kExceptionRate)].Read(), 5u);
+  EXPECT_EQ(Dequeue(g_dpdk->wire_tx).size(), 1u) << "queries are not limited";
+  EXPECT_EQ(rte_mempool_in_use_count(g_dpdk->pool), 0u);
+}
+
 TEST_F(DpdkWorkerTest, WithoutAnExceptionPortTheKernelsFramesAreDropped) {
   worker_.reset();
   WorkerPort wp;

@@ -1,5 +1,6 @@
 #include "dpdk/backend.h"
 
+#include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -7,6 +8,7 @@
 #include <rte_lcore.h>
 #include <rte_log.h>
 #include <rte_mbuf.h>
+#include <sched.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,13 @@ class LogCapture {
   }
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
+
+  // Writes what was logged to stderr (after a start that worked).
+  void Echo() {
+    if (stream_ == nullptr) return;
+    std::fflush(stream_);
+    if (len_ > 0) std::fwrite(buf_, 1, len_, stderr);
+  }
 
   // The last few lines logged, on one line, for an error message.
   std::string Tail() {
@@ -169,14 +178,21 @@ absl::Status Backend::InitEal() {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The EAL pins the calling thread to the main lcore; the control threads
+  // started after it (forwarder, TCP, metrics, mgmt) keep the process's
+  // CPUs instead.
+  cpu_set_t cpus;
+  const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus) == 0;
   {
     LogCapture log;
     if (rte_eal_init(static_cast<int>(args.size()), argv.data()) < 0) {
       return absl::FailedPreconditionError(
           Cat("dpdk: the EAL did not start (", Strerror(rte_errno), "; [dpdk] eal_args)", log.Tail()));
     }
+    log.Echo();  // its warnings (IOMMU, copy mode, ...) still reach the operator
   }
   s.eal_up = true;
+  if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
   const unsigned main = rte_get_main_lcore();
   if (s.config.dpdk.lcores.empty()) {
     unsigned l;
@@ -302,6 +318,7 @@ absl::Status Backend::OpenPorts(Node& node) {
       wp.reply = p->reply;
       wp.tx_flags_v4 = p->flags_v4;
       wp.tx_flags_v6 = p->flags_v6;
+      wp.exception_pps = d.exception_pps;
       wps.push_back(wp);
     }
     s.workers.push_back(std::make_unique<DpdkWorker>(node.core(static_cast<int>(w)), node.clock(),
@@ -311,20 +328,24 @@ absl::Status Backend::OpenPorts(Node& node) {
   return absl::OkStatus();
 }
 
-void Backend::Launch(const std::atomic<bool>& running) {
+absl::Status Backend::Launch(const std::atomic<bool>& running) {
   Impl& s = *impl_;
   s.launch.clear();
   for (auto& w : s.workers) s.launch.push_back({w.get(), &running});
   for (size_t w = 0; w < s.workers.size(); ++w) {
-    rte_eal_remote_launch(
+    const int r = rte_eal_remote_launch(
         [](void* arg) -> int {
           auto* a = static_cast<Impl::LaunchArgs*>(arg);
           a->worker->Run(*a->running);
           return 0;
         },
         &s.launch[w], s.lcores[w]);
+    if (r != 0) {
+      return absl::InternalError(Cat("dpdk: worker lcore ", s.lcores[w], " did not start: ", Strerror(r)));
+    }
+    s.launched = true;
   }
-  s.launched = true;
+  return absl::OkStatus();
 }
 
 void Backend::Wait() {

@@ -35,7 +35,8 @@ class Backend {
   // opened so far is closed again.
   absl::Status OpenPorts(Node& node);
   // Starts the workers on their lcores; they poll until `running` is false.
-  void Launch(const std::atomic<bool>& running);
+  // An error means a worker did not start (those that did run until Wait).
+  absl::Status Launch(const std::atomic<bool>& running);
   // Waits for every worker to return (after `running` turned false).
   void Wait();
 

@@ -62,7 +62,13 @@ absl::Status StartPort(const std::string& name, uint16_t id, const PortSetup& se
   if (int r = rte_eth_dev_start(id); r != 0)
     return absl::FailedPreconditionError(Cat("dpdk port ", name, ": start failed: ", Strerror(r)));
   // Neighbour solicitations go to multicast MACs a NIC filters out otherwise.
-  rte_eth_allmulticast_enable(id);
+  if (int r = rte_eth_allmulticast_enable(id); r != 0) {
+    std::fprintf(
+        stderr,
+        "weir-fastpath: dpdk port %s: all-multicast refused (%s): IPv6 neighbour solicitations to it may "
+        "not arrive\n",
+        name.c_str(), Strerror(r).c_str());
+  }
   return absl::OkStatus();
 }
 

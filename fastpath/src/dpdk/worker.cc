@@ -1,9 +1,11 @@
 #include "dpdk/worker.h"
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "weir/partitions/rcu.h"
@@ -33,6 +35,8 @@ std::string_view FrameDropName(FrameDrop d) {
       return "no_exception_path";
     case FrameDrop::kTooBig:
       return "too_big";
+    case FrameDrop::kExceptionRate:
+      return "exception_rate";
     case FrameDrop::kCount:
       break;
   }
@@ -58,15 +62,38 @@ DpdkWorker::DpdkWorker(WorkerCore& core, const partitions::Clock& clock, int slo
       counters_(new PortCounters[ports_.size()]),
       pool_(pool),
       idle_sleep_us_(idle_sleep_us),
+      buckets_(ports_.size()),
       b_(std::make_unique<Burst>()) {}
 
 DpdkWorker::~DpdkWorker() = default;
 
+bool DpdkWorker::ExceptionAllowed(size_t i) {
+  const uint32_t rate = ports_[i].exception_pps;
+  if (rate == 0) return true;
+  Bucket& k = buckets_[i];
+  const uint64_t now = rte_rdtsc();
+  if (k.last == 0) {
+    k.last = now;
+    k.tokens = rate;
+  }
+  // Refilled at `rate` per second, at most one second's worth banked.
+  const double add = static_cast<double>(now - k.last) * rate / static_cast<double>(rte_get_tsc_hz());
+  if (add >= 1.0) {
+    k.tokens = std::min<double>(rate, k.tokens + add);
+    k.last = now;
+  }
+  if (k.tokens < 1.0) return false;
+  k.tokens -= 1.0;
+  return true;
+}
+
 void DpdkWorker::PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len) {
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);
-  m->ol_flags = p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4;
-  if (m->ol_flags != 0) {
+  // The receive flags go, except what says whose buffer this is.
+  m->ol_flags = (m->ol_flags & (RTE_MBUF_F_EXTERNAL | RTE_MBUF_F_INDIRECT)) |
+                (p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4);
+  if ((p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4) != 0) {
     m->l2_len = p.l2_len;
     m->l3_len = p.l3_len;
   }
@@ -126,6 +153,13 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
       drop[nfree++] = m;
       continue;
     }
+    // A device that strips tags whatever we asked: the tag goes back in
+    // place, so the frame is classified and answered as it came.
+    if ((m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) != 0 && rte_vlan_insert(&m) != 0) {
+      c.Drop(FrameDrop::kMalformed);
+      drop[nfree++] = m;
+      continue;
+    }
     const uint8_t* data = rte_pktmbuf_mtod(m, const uint8_t*);
     const frame::Parsed p = frame::Classify(data, m->data_len, *wp.addresses);
     switch (p.cls) {
@@ -142,8 +176,11 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
         break;
       }
       case frame::FrameClass::kException:
-        if (wp.exception >= 0) {
+        if (wp.exception >= 0 && ExceptionAllowed(i)) {
           b.exceptions[nexc++] = m;
+        } else if (wp.exception >= 0) {
+          c.Drop(FrameDrop::kExceptionRate);
+          drop[nfree++] = m;
         } else {
           c.Drop(FrameDrop::kNoException);
           drop[nfree++] = m;
@@ -186,12 +223,26 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
         drop[nfree++] = m;
         continue;
       }
-      // In place: the answer over the query, then the swapped headers.
       uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
-      std::memcpy(data + p.dns_offset(), q.out, q.out_len);
-      const size_t len = frame::WriteReply(data, p, wp.addresses->mac, data, q.out_len, wp.reply);
-      PrepareTx(m, wp, p, len);
-      b.tx[ntx++] = m;
+      if (RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1) {
+        // In place: the answer over the query, then the swapped headers.
+        std::memcpy(data + p.dns_offset(), q.out, q.out_len);
+        const size_t len = frame::WriteReply(data, p, wp.addresses->mac, data, q.out_len, wp.reply);
+        PrepareTx(m, wp, p, len);
+        b.tx[ntx++] = m;
+        continue;
+      }
+      // The device lent us its buffer (external or shared): answer from one of ours.
+      rte_mbuf* a = rte_pktmbuf_alloc(pool_);
+      drop[nfree++] = m;
+      if (a == nullptr) {
+        c.Drop(FrameDrop::kNoMbuf);
+        continue;
+      }
+      uint8_t* out = rte_pktmbuf_mtod(a, uint8_t*);
+      std::memcpy(out + p.dns_offset(), q.out, q.out_len);
+      PrepareTx(a, wp, p, frame::WriteReply(data, p, wp.addresses->mac, out, q.out_len, wp.reply));
+      b.tx[ntx++] = a;
     }
     if (ntx > 0) {
       const uint16_t sent = rte_eth_tx_burst(wp.port, wp.queue, b.tx, static_cast<uint16_t>(ntx));
@@ -228,7 +279,7 @@ size_t DpdkWorker::Poll() {
     received += PollPort(i, now);
     received += PassFromKernel(i);
   }
-  core_.DrainReturns(now, *this);
+  received += core_.DrainReturns(now, *this);
   return received;
 }
 

@@ -34,12 +34,13 @@ namespace weir::fastpath::dpdk {
 
 // Why a frame the worker received was not answered or passed on.
 enum class FrameDrop : uint8_t {
-  kNotOurs,      // another MAC, or a source no answer may go to
-  kMalformed,    // truncated, inconsistent lengths, chained mbufs
-  kTxFull,       // the TX queue took fewer than offered
-  kNoMbuf,       // the pool was empty when an answer to a miss needed one
-  kNoException,  // for the kernel, but the port has no exception path
-  kTooBig,       // an answer larger than the mbuf it must go out in
+  kNotOurs,        // another MAC, or a source no answer may go to
+  kMalformed,      // truncated, inconsistent lengths, chained mbufs
+  kTxFull,         // the TX queue took fewer than offered
+  kNoMbuf,         // the pool was empty when an answer to a miss needed one
+  kNoException,    // for the kernel, but the port has no exception path
+  kTooBig,         // an answer larger than the mbuf it must go out in
+  kExceptionRate,  // for the kernel, over the port's exception_pps (a flood at our addresses)
   kCount,
 };
 std::string_view FrameDropName(FrameDrop d);
@@ -64,6 +65,9 @@ struct WorkerPort {
   frame::ReplyOptions reply;
   uint64_t tx_flags_v4 = 0;  // mbuf offload flags of an IPv4 answer (checksums the NIC computes)
   uint64_t tx_flags_v6 = 0;
+  // Frames per second this worker hands the kernel from this port (the
+  // kernel's path costs a syscall per frame on the worker); 0: no limit.
+  uint32_t exception_pps = 0;
 };
 
 class DpdkWorker final : public WorkerIo {
@@ -78,7 +82,8 @@ class DpdkWorker final : public WorkerIo {
   DpdkWorker& operator=(const DpdkWorker&) = delete;
 
   // One pass over every port and the returned misses; returns the frames
-  // received (from the wire and from the kernel). The caller is an RCU reader.
+  // received (from the wire and from the kernel) and the misses answered.
+  // The caller is an RCU reader.
   size_t Poll();
   // Polls until `running` turns false, a quiescent state after each pass
   // (and offline while it sleeps when idle).
@@ -101,6 +106,8 @@ class DpdkWorker final : public WorkerIo {
     uint16_t port_index = 0;
   };
   size_t PollPort(size_t i, uint32_t now);
+  // One more frame for port i's exception path within its rate.
+  bool ExceptionAllowed(size_t i);
   // Sends what the kernel sent on port i's exception port out of port i;
   // returns how many frames came.
   size_t PassFromKernel(size_t i);
@@ -114,6 +121,11 @@ class DpdkWorker final : public WorkerIo {
   std::unique_ptr<PortCounters[]> counters_;
   rte_mempool* pool_;
   int idle_sleep_us_;
+  struct Bucket {
+    double tokens = 0;
+    uint64_t last = 0;  // TSC of the last refill
+  };
+  std::vector<Bucket> buckets_;  // per port
   RouteTable<Held> routes_;
   size_t burst_port_ = 0;  // the port of the burst being handled
   struct Burst;            // the burst's mbufs, parse results and answer buffers

@@ -52,6 +52,10 @@ struct DpdkConfig {
   // After 100 empty polls in a row a worker sleeps this long (0: it spins,
   // the lowest latency on a dedicated core).
   int idle_sleep_us = 0;
+  // Frames per second each worker hands the kernel from each port (the
+  // exception path costs the kernel a syscall per frame): a flood of TCP,
+  // ICMP or other ports at our addresses cannot take the workers' time.
+  uint32_t exception_pps = 20000;
   std::vector<DpdkPortConfig> ports;
 };
 
