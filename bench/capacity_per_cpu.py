@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import weirtest  # noqa: E402
 from weirtest.netns import NetnsPair  # noqa: E402
-from fastpath_load import Proc, SetupError, write_queries, write_zone  # noqa: E402
+from fastpath_load import Proc, SetupError, start_gslb_sim, write_queries, write_zone  # noqa: E402
 
 OWNED_V4 = "198.18.0.1"
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
@@ -94,18 +94,6 @@ class CpuQuota:
                 return
             except OSError:
                 time.sleep(0.1)
-
-
-def start_sim(build, workdir, zone_path):
-    exe = weirtest.binary(build, "bench/gslb_sim/gslb-sim")
-    p = Proc("gslb-sim", [exe, "--config", zone_path, "--listen", "127.0.0.1:0"], workdir, stdout_pipe=True)
-    lines = p.read_lines_until(r"^ready")
-    m = next((re.match(r"listening udp 127\.0\.0\.1:(\d+)", l) for l in lines if l.startswith("listening")), None)
-    if not m:
-        p.stop()
-        raise SetupError(f"gslb-sim: unexpected output {lines!r}")
-    p.port = int(m.group(1))
-    return p
 
 
 def weir_config(kind, sim_port, pair, args, xdp_program):
@@ -228,7 +216,7 @@ def measure(kind, args, workdir, zone_path, queries, names, xdp_program):
         quota = None
         try:
             with pair.enter_server():
-                sim = start_sim(args.build, workdir, zone_path)
+                sim = start_gslb_sim(args.build, workdir, zone_path)  # on core 0, outside the quota
                 procs.append(sim)
                 server = start_server(kind, args.build, workdir, sim.port, pair, args, xdp_program)
                 procs.append(server)
@@ -294,7 +282,7 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--names", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=8, help="dnsperf -c")
-    ap.add_argument("--outstanding", type=int, default=500, help="dnsperf -q")
+    ap.add_argument("--outstanding", type=int, default=5000, help="dnsperf -q: enough to keep a throttled server busy")
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--perf", action="store_true", help="also profile the weir servers (perf -e cpu-clock)")

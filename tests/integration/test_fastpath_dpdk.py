@@ -26,7 +26,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 from weirtest.netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402
-from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, swrr_sequence, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
@@ -53,20 +53,6 @@ CITYMAP = """\
 198.18.2.0/24,city-b,203.0.113.0/24
 """
 TAGS = "cdn.example.net weight=on ecs=on answer=single level=city\n"
-
-
-def swrr_sequence(weights, n):
-    """nginx smooth weighted round-robin: the indexes of n picks."""
-    current = [0] * len(weights)
-    total = sum(weights)
-    out = []
-    for _ in range(n):
-        for i, w in enumerate(weights):
-            current[i] += w
-        best = max(range(len(weights)), key=lambda i: (current[i], -i))
-        current[best] -= total
-        out.append(best)
-    return out
 
 
 def toml_list(values):

@@ -11,7 +11,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
-from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
+from weirtest.zones import gslb_name, no_empty_weight_option, record, swrr_sequence, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 W = 65001  # the default weight option code
@@ -36,20 +36,6 @@ CITYMAP = """\
 TAGS = "cdn.example.net weight=on ecs=on answer=single level=city\n"
 
 QNAME = "x.cdn.example.net"
-
-
-def swrr_sequence(weights, n):
-    """nginx smooth weighted round-robin (DESIGN 5): the indexes of n picks."""
-    current = [0] * len(weights)
-    total = sum(weights)
-    out = []
-    for _ in range(n):
-        for i, w in enumerate(weights):
-            current[i] += w
-        best = max(range(len(weights)), key=lambda i: (current[i], -i))
-        current[best] -= total
-        out.append(best)
-    return out
 
 
 class FastpathWeightsTest(unittest.TestCase):

@@ -67,3 +67,18 @@ def zone_head(origin: str, ns_address: str, soa_minimum: int = 60) -> str:
     """A zone served by ns1.`origin` at `ns_address`: its SOA and apex NS."""
     return (zone(origin, mname=f"ns1.{origin}", rname=f"hostmaster.{origin}", minimum=soa_minimum) +
             record("@", "NS", f"ns1.{origin}", ttl=3600) + record(f"ns1.{origin}", "A", ns_address, ttl=3600) + "\n")
+
+
+def swrr_sequence(weights, n):
+    """nginx smooth weighted round-robin (DESIGN 5), as the fastpath answers
+    one partition's clients: the indexes of the first n picks."""
+    current = [0] * len(weights)
+    total = sum(weights)
+    out = []
+    for _ in range(n):
+        for i, w in enumerate(weights):
+            current[i] += w
+        best = max(range(len(weights)), key=lambda i: (current[i], -i))
+        current[best] -= total
+        out.append(best)
+    return out
