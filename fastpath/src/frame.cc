@@ -133,7 +133,7 @@ uint32_t ChecksumAdd(std::span<const uint8_t> data, uint32_t sum) {
     acc += acc < w;  // the carry out of bit 63 goes back in
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, d, n);  // the remaining 0-7 bytes, zero-padded in place
+  if (n > 0) std::memcpy(&tail, d, n);  // the remaining 0-7 bytes, zero-padded in place
   acc += tail;
   acc += acc < tail;
   acc = (acc & 0xffffffff) + (acc >> 32);
