@@ -1,0 +1,88 @@
+// What one weir-bench run measured, as plain values: the summary, the
+// per-second timeline, the latency histogram and the weight shares per
+// (name, city). Built by the engine after the run (and, for the live
+// progress line, once a second); read by the text, JSON and plot writers.
+//
+// Threading: plain values, no synchronisation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "latency_histogram.h"
+
+namespace weir::bench {
+
+// One second of the run (t = seconds since the measured run started, the
+// end of the interval).
+struct TimelinePoint {
+  double t = 0;
+  uint64_t sent = 0;      // in this interval
+  uint64_t answered = 0;  // in this interval
+  uint64_t timeouts = 0;  // in this interval
+  double p99_us = 0;      // of the answers received in this interval
+  double worst_pp = 0;    // worst share deviation so far (cumulative counts)
+};
+
+// One address of a weighted name in one city.
+struct AddressShare {
+  std::string address;     // presentation form
+  uint64_t answers = 0;    // answers whose picked (first) address was this
+  double observed_pct = 0;  // answers / all picks of the (name, city), in %
+  uint32_t weight = 0;     // configured weight (0: not in the city's set)
+  double expected_pct = 0;  // weight / sum of the city's weights, in %
+  // Cumulative observed share at the end of each timeline second, in %
+  // (same length as Report::timeline).
+  std::vector<double> observed_pct_over_time;
+};
+
+// The answers for one weighted name given to one city's subscribers.
+struct NameCityShare {
+  std::string name;  // "x.cdn.example.net."
+  std::string city;
+  // Where the expected weights come from: "answer" (the weight option of a
+  // probe query from the city), "file" (--weights) or "none" (unknown:
+  // only the observed shares are reported).
+  std::string weights_from;
+  uint64_t answers = 0;  // picks counted
+  double max_deviation_pp = 0;  // max over addresses |observed - expected|
+  uint64_t longest_run = 0;     // most consecutive picks of one address
+  std::string longest_run_address;
+  // Picks of an address that is not in this city's set but is in another
+  // city's set for the same name: a subscriber given another city's node.
+  uint64_t leaked_answers = 0;
+  std::vector<AddressShare> addresses;  // the city's set first, then others
+};
+
+struct Report {
+  // The run as configured (shown in the text and JSON output).
+  std::string server;
+  std::string mode;  // "closed loop, 256 outstanding" / "open loop, 20000 qps"
+  unsigned threads = 0;
+  double duration_s = 0;  // measured run, warm-up and probes excluded
+
+  uint64_t sent = 0;
+  uint64_t sent_tcp = 0;
+  uint64_t answered = 0;
+  uint64_t timeouts = 0;    // no answer within --timeout
+  uint64_t mismatched = 0;  // answers that matched no outstanding query
+  uint64_t truncated = 0;   // UDP answers with TC=1
+  uint64_t send_errors = 0;
+  uint64_t tcp_errors = 0;  // connections refused or reset
+  std::map<std::string, uint64_t> rcodes;  // "NOERROR" -> answers
+
+  double qps_sent() const { return duration_s > 0 ? sent / duration_s : 0; }
+  double qps_answered() const { return duration_s > 0 ? answered / duration_s : 0; }
+  double loss_pct() const { return sent > 0 ? 100.0 * timeouts / sent : 0; }
+
+  LatencyHistogram latency;  // every answered query, microseconds
+  std::vector<TimelinePoint> timeline;
+
+  std::vector<NameCityShare> shares;
+  double worst_deviation_pp = 0;  // max over shares with known weights
+  uint64_t leaked_answers = 0;    // sum over shares
+};
+
+}  // namespace weir::bench
