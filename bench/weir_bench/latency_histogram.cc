@@ -25,7 +25,8 @@ uint64_t LatencyHistogram::UpperNs(int i) {
 double LatencyHistogram::QuantileUs(double q) const {
   if (count_ == 0) return 0;
   q = std::clamp(q, 0.0, 1.0);
-  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(count_))));
+  const uint64_t rank =
+      std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(count_))));
   uint64_t seen = 0;
   for (int i = 0; i < kBuckets; ++i) {
     seen += counts_[i];

@@ -28,10 +28,10 @@ struct TimelinePoint {
 
 // One address of a weighted name in one city.
 struct AddressShare {
-  std::string address;     // presentation form
-  uint64_t answers = 0;    // answers whose picked (first) address was this
+  std::string address;      // presentation form
+  uint64_t answers = 0;     // answers whose picked (first) address was this
   double observed_pct = 0;  // answers / all picks of the (name, city), in %
-  uint32_t weight = 0;     // configured weight (0: not in the city's set)
+  uint32_t weight = 0;      // configured weight (0: not in the city's set)
   double expected_pct = 0;  // weight / sum of the city's weights, in %
   // Cumulative observed share at the end of each timeline second, in %
   // (same length as Report::timeline).
@@ -46,7 +46,7 @@ struct NameCityShare {
   // probe query from the city), "file" (--weights) or "none" (unknown:
   // only the observed shares are reported).
   std::string weights_from;
-  uint64_t answers = 0;  // picks counted
+  uint64_t answers = 0;         // picks counted
   double max_deviation_pp = 0;  // max over addresses |observed - expected|
   uint64_t longest_run = 0;     // most consecutive picks of one address
   std::string longest_run_address;
@@ -70,7 +70,7 @@ struct Report {
   uint64_t mismatched = 0;  // answers that matched no outstanding query
   uint64_t truncated = 0;   // UDP answers with TC=1
   uint64_t send_errors = 0;
-  uint64_t tcp_errors = 0;  // connections refused or reset
+  uint64_t tcp_errors = 0;                 // connections refused or reset
   std::map<std::string, uint64_t> rcodes;  // "NOERROR" -> answers
 
   double qps_sent() const { return duration_s > 0 ? sent / duration_s : 0; }

@@ -1,0 +1,59 @@
+// The load engine: sender threads, each with its own UDP sockets (one or
+// more per client address, connected to the server) and TCP connections,
+// sending in sendmmsg batches and reading in recvmmsg batches, open loop at
+// a rate or closed loop with K outstanding, matching every answer to its
+// query by socket, ID and question, expiring the unanswered ones.
+//
+// Before the measured run: a preflight query (a clear error when the server
+// does not answer), the weight-option probes that learn each (tagged name,
+// city)'s weights, and the optional warm-up.
+//
+// Threading: Run() starts the sender threads and returns when they are done;
+// the progress callback runs on the caller's thread once a second.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "options.h"
+#include "query_mix.h"
+#include "report.h"
+#include "shares.h"
+#include "sources.h"
+
+namespace weir::bench {
+
+class Engine {
+ public:
+  Engine(const Options& options, const QueryMix& mix, const Sources& sources);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Sends one query from the first source and waits for its answer (three
+  // tries); an error names the server and what happened.
+  absl::Status Preflight();
+  // For every tagged question and city: one query with the weight option
+  // from the city's first source; the answer's addresses and weights
+  // become the expected set (weights of 1 each when the option is empty or
+  // invalid). Sets from `file` are kept as they are.
+  absl::Status Probe(ExpectedWeights* expected);
+  // Every distinct question once from each city's first source, pipelined;
+  // answers are not counted.
+  absl::Status Warmup();
+
+  // Called once a second during the run with the report so far.
+  using ProgressFn = std::function<void(const Report&)>;
+  // The measured run. `expected` is read-only during it.
+  absl::StatusOr<Report> Run(const ExpectedWeights& expected, const ProgressFn& progress);
+
+ private:
+  struct Thread;
+  const Options& o_;
+  const QueryMix& mix_;
+  const Sources& sources_;
+};
+
+}  // namespace weir::bench

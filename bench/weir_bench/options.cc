@@ -1,0 +1,251 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string_view>
+
+namespace weir::bench {
+namespace {
+
+const char kDescription[] = R"(weir-bench: DNS load generator and weight-share meter.
+
+Sends queries from many client addresses per city (from the same city-map CSV
+weir uses), open loop at a rate or closed loop with K outstanding, over UDP
+(sendmmsg/recvmmsg batches) and optionally TCP, and reports QPS, loss, rcodes,
+latency quantiles, and for weighted names the observed share of each address
+per city against the weights: max deviation in percentage points, the longest
+run of one address, and cross-city leaks (a subscriber given an address of
+another city's set). See docs/bench.md.
+
+Exit status: 0 run completed; 1 the run could not be done (socket error, no
+answer from the server); 2 bad command line or unreadable/invalid input file.)";
+
+// CLI11 validators return an error text or "".
+std::string CheckFraction(const std::string& s) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used != s.size() || !(v >= 0 && v <= 1)) return "must be a number from 0 to 1";
+  } catch (...) {
+    return "must be a number from 0 to 1";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
+  Options o;
+  CLI::App app{kDescription, "weir-bench"};
+  app.get_formatter()->column_width(34);
+  std::string tagged_fraction, progress = "auto", city_share;
+  double rate = 0;
+
+  app.add_option("-s,--server", o.server_text,
+                 "server to load, ADDR:PORT or [IPv6]:PORT (default 127.0.0.1:53)")
+      ->type_name("ADDR:PORT");
+
+  auto* mix = "Query mix (a file, or generated names)";
+  app.add_option("-d,--queries", o.queries_file,
+                 "query file in dnsperf's format: one 'name [type]' per line ('#' comments, type default A); "
+                 "queries are drawn from it in order, cyclically")
+      ->type_name("FILE")
+      ->group(mix);
+  app.add_option("--names", o.names,
+                 "generated: this many ordinary names n<i>.<zone> (default 1000; 0: none)")
+      ->check(CLI::Range(0u, 10000000u))
+      ->group(mix);
+  app.add_option("--zone", o.zone, "suffix of the generated names (default bench.test.)")
+      ->type_name("ZONE")
+      ->group(mix);
+  app.add_option("--zipf", o.zipf,
+                 "Zipf exponent of name popularity over the generated names (default 0: uniform)")
+      ->check(CLI::Range(0.0, 10.0))
+      ->group(mix);
+  app.add_option("--tagged-name", o.tagged_names, "a weighted (tagged) name to query; repeatable")
+      ->type_name("NAME")
+      ->group(mix);
+  app.add_option("--tagged-zone", o.tagged_zone, "generate --tagged-count tagged names t<i>.<zone>")
+      ->type_name("ZONE")
+      ->group(mix);
+  app.add_option("--tagged-count", o.tagged_count,
+                 "how many names to generate under --tagged-zone (default 0)")
+      ->check(CLI::Range(0u, 1000000u))
+      ->group(mix);
+  app.add_option("--tagged-fraction", tagged_fraction,
+                 "share of queries for the tagged names (default 0.1 with both kinds of names, 1 with tagged "
+                 "names only)")
+      ->type_name("FRACTION")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option("--miss-fraction", o.miss_fraction,
+                 "share of queries for unique names <n>.miss.<zone> that no cache holds (default 0)")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option("--qtype", o.qtype, "type of the generated queries (default A)")
+      ->type_name("TYPE")
+      ->group(mix);
+  app.add_option("--tcp-fraction", o.tcp_fraction, "share of queries sent over TCP (default 0)")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option("--edns-fraction", o.edns_fraction, "share of queries with EDNS (default 0)")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option("--ecs-fraction", o.ecs_fraction,
+                 "share of queries with an ECS option (the source's /24 or /56; implies EDNS) (default 0)")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option(
+         "--weight-fraction", o.weight_fraction,
+         "share of queries with the weight option (implies EDNS); their answers carry every address, so "
+         "they are not counted in the shares (default 0)")
+      ->check(CheckFraction)
+      ->group(mix);
+  app.add_option("--edns-size", o.edns_size, "EDNS UDP size of queries with EDNS (default 1232)")
+      ->check(CLI::Range(512, 65535))
+      ->group(mix);
+  app.add_option("--weight-option-code", o.weight_option_code,
+                 "EDNS code of the weight option (default 65001)")
+      ->check(CLI::Range(1, 65535))
+      ->group(mix);
+
+  auto* src = "Sources and weights";
+  app.add_option(
+         "--citymap", o.citymap_file,
+         "city-map CSV (cidr,city,ecs): each city's subscribers are --sources-per-city addresses of its "
+         "prefixes (on loopback any 127.x.y.z; elsewhere they must be local addresses)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile)
+      ->group(src);
+  app.add_option("--city-share", city_share,
+                 "share of load per city, CITY=W[,CITY=W...] (default: equal); cities not named get none")
+      ->type_name("CITY=W,...")
+      ->group(src);
+  app.add_option("--sources-per-city", o.sources_per_city, "client addresses per city (default 16)")
+      ->check(CLI::Range(1u, 65536u))
+      ->group(src);
+  app.add_option("--source", o.sources, "without --citymap: a client address to send from; repeatable")
+      ->type_name("ADDR")
+      ->group(src);
+  app.add_option("--weights", o.weights_file,
+                 "expected weights, CSV name,city,address,weight (otherwise learned from each city's probe)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile)
+      ->group(src);
+  bool no_probe = false;
+  app.add_flag("--no-probe", no_probe,
+               "do not send the weight-option probe per (tagged name, city) before the run")
+      ->group(src);
+  app.add_flag("--warmup", o.warmup, "query each distinct name once from each city before the measured run")
+      ->group(src);
+
+  auto* load = "Load";
+  app.add_option("-Q,--rate", rate, "open loop: send this many queries per second in all")
+      ->check(CLI::Range(1.0, 1e9))
+      ->group(load);
+  app.add_option("--ramp", o.ramp_s, "open loop: rise linearly to --rate over this many seconds (default 0)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->group(load);
+  app.add_option("-q,--outstanding", o.outstanding,
+                 "closed loop: queries outstanding per thread (default 100); the default mode")
+      ->check(CLI::Range(1u, 1000000u))
+      ->group(load);
+  app.add_option("-T,--threads", o.threads, "sender threads, each with its own sockets (default 1)")
+      ->check(CLI::Range(1u, 256u))
+      ->group(load);
+  app.add_option("--sockets", o.sockets, "UDP sockets per source and thread (default 1)")
+      ->check(CLI::Range(1u, 64u))
+      ->group(load);
+  app.add_option("--batch", o.batch, "datagrams per sendmmsg/recvmmsg (default 32)")
+      ->check(CLI::Range(1u, 1024u))
+      ->group(load);
+  app.add_option("-t,--timeout", o.timeout_ms, "a query unanswered after this many ms is lost (default 2000)")
+      ->check(CLI::Range(1u, 600000u))
+      ->group(load);
+  app.add_option("-l,--duration", o.duration_s, "seconds of measured run (default 10)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->group(load);
+  app.add_option("-n,--count", o.count, "stop after sending this many queries (default: by --duration)")
+      ->group(load);
+  app.add_option("--seed", o.seed, "seed of the query mix's random choices (default 1)")->group(load);
+
+  auto* out = "Output";
+  app.add_option("--json", o.json_file, "write every figure of the run to this JSON file")
+      ->type_name("FILE")
+      ->group(out);
+  app.add_option("--plot", o.plot_dir,
+                 "write PNG and SVG plots here (gnuplot): latency CDF, QPS and p99 over time, each city's "
+                 "address shares over time against the weights")
+      ->type_name("DIR")
+      ->group(out);
+  app.add_option("--progress", progress,
+                 "live progress line each second: auto (on a terminal), always, never")
+      ->type_name("WHEN")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->group(out);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::fputs(app.help().c_str(), stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "weir-bench: %s\n(see weir-bench --help)\n", e.what());
+    *exit_code = 2;
+    return std::nullopt;
+  }
+  auto fail = [&](const std::string& why) -> std::optional<Options> {
+    std::fprintf(stderr, "weir-bench: %s\n(see weir-bench --help)\n", why.c_str());
+    *exit_code = 2;
+    return std::nullopt;
+  };
+
+  auto server = common::SocketAddress::Parse(o.server_text, 53);
+  if (!server.ok()) return fail("--server: " + std::string(server.status().message()));
+  o.server = *server;
+  o.probe = !no_probe;
+  if (app.count("--rate") > 0) o.rate = rate;
+  if (!tagged_fraction.empty()) o.tagged_fraction = std::stod(tagged_fraction);
+  o.progress = progress == "always"  ? Progress::kAlways
+               : progress == "never" ? Progress::kNever
+                                     : Progress::kAuto;
+  if (!o.queries_file.empty() &&
+      (app.count("--names") || app.count("--zipf") || !o.tagged_names.empty() || !o.tagged_zone.empty())) {
+    return fail("--queries cannot be combined with --names, --zipf, --tagged-name or --tagged-zone");
+  }
+  if (o.tagged_count > 0 && o.tagged_zone.empty()) return fail("--tagged-count needs --tagged-zone");
+  if (!o.tagged_zone.empty() && o.tagged_count == 0) return fail("--tagged-zone needs --tagged-count");
+  if (!o.citymap_file.empty() && !o.sources.empty())
+    return fail("--source cannot be combined with --citymap");
+  if (!city_share.empty() && o.citymap_file.empty()) return fail("--city-share needs --citymap");
+  if (!o.weights_file.empty() && o.citymap_file.empty()) return fail("--weights needs --citymap");
+  if (o.rate && app.count("--outstanding"))
+    return fail("--rate (open loop) and --outstanding (closed loop) exclude each other");
+  if (app.count("--ramp") && !o.rate) return fail("--ramp needs --rate");
+  if (o.miss_fraction + (o.tagged_fraction.value_or(0)) > 1.0 + 1e-9) {
+    return fail("--miss-fraction plus --tagged-fraction exceeds 1");
+  }
+  // CITY=W[,CITY=W...]
+  for (std::string_view rest = city_share; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      return fail("--city-share: expected CITY=W, got '" + std::string(item) + "'");
+    double w = -1;
+    try {
+      size_t used = 0;
+      const std::string num(item.substr(eq + 1));
+      w = std::stod(num, &used);
+      if (used != num.size()) w = -1;
+    } catch (...) {
+    }
+    if (!(w >= 0)) return fail("--city-share: '" + std::string(item) + "': the share must be a number >= 0");
+    o.city_share.emplace_back(std::string(item.substr(0, eq)), w);
+  }
+  return o;
+}
+
+}  // namespace weir::bench
