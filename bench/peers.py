@@ -83,12 +83,13 @@ class LoadGenerator:
 
 
 def run_load(gen, port, queries, label, outdir, *, rate=None, outstanding=None, duration=None, count=None,
-             warmup=False, threads=1, sockets=4, timeout_ms=1000, server=None, names=1000):
+             warmup=False, threads=1, sockets=4, timeout_ms=1000, server=None, names=1000, plot=True):
     """Runs the load generator once against 127.0.0.1:port.
 
     rate: open loop at that many queries per second; else closed loop with
     `outstanding` queries in flight per thread. duration (s) or count
-    (queries) ends the run. With `server` (a peerlib.Proc), the server's CPU
+    (queries) ends the run. plot: weir-bench writes its plots to
+    OUTDIR/plots/LABEL/. With `server` (a peerlib.Proc), the server's CPU
     time (process tree) and schedstat time are sampled just before and after.
 
     Returns the weir-bench report ("sent", "answered", "timeouts",
@@ -110,7 +111,9 @@ def run_load(gen, port, queries, label, outdir, *, rate=None, outstanding=None, 
             argv += ["--count", str(count)]
         if warmup:
             argv += ["--warmup"]
-        argv += ["--json", json_path, "--plot", os.path.join(outdir, "plots", label), "--progress", "never"]
+        argv += ["--json", json_path, "--progress", "never"]
+        if plot:
+            argv += ["--plot", os.path.join(outdir, "plots", label)]
     else:
         # dnsperf: -q is the total in flight, -c the sockets, -n passes over the file.
         argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", queries, "-T", str(threads),
@@ -274,7 +277,7 @@ def measure_server(name, args, gen, workdir, outdir, sim, queries, server_prefix
         common = dict(threads=args.threads, sockets=args.sockets, timeout_ms=args.timeout, names=args.names)
 
         warm = run_load(gen, srv.port, queries, f"{name}-warmup", outdir, rate=args.warmup_rate,
-                        count=2 * args.names, warmup=True, **common)
+                        count=2 * args.names, warmup=True, plot=False, **common)
         check_answers(name, "warm-up", warm, args.names)
         time.sleep(0.5)
         res = {"server": name, "pid": srv.pid, "argv": srv.argv, "runs": {}}
@@ -362,18 +365,17 @@ def render(meta, results, skipped, rat, args):
                 f"{args.capacity_outstanding} outstanding, {args.capacity_duration} s." if args.capacity_quota > 0 else
                 "; capacity skipped (--capacity-quota 0)."))
     L.append("")
-    L += ["| server | run | answered | QPS | loss % | p50 us | p99 us | server CPU % | CPU us/query "
+    L += ["| server | run | answered | QPS | loss % | mean us | p50 us | p99 us | server CPU % | CPU us/query "
           "| user | sys | gen CPU % | other cores |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, res in results.items():
         for run in ("fixed", "max", "capacity"):
             s = res["runs"].get(run)
             if not s:
                 continue
             label = {"fixed": f"{args.rate} qps", "max": "max", "capacity": f"cap {args.capacity_quota:g}%"}[run]
-            p50 = s["p50_us"] if s["p50_us"] is not None else None
             L.append(f"| {name} | {label} | {s['answered']} | {s['qps']:.0f} | {s['loss_pct']:.2f} | "
-                     f"{fmt(p50, '.0f')} | {fmt(s['p99_us'], '.0f')} | {100 * s['server_util']:.1f} | "
+                     f"{fmt(s['mean_us'], '.0f')} | {fmt(s['p50_us'], '.0f')} | {fmt(s['p99_us'], '.0f')} | {100 * s['server_util']:.1f} | "
                      f"{s['cpu_us_per_q']:.2f} | {s['user_us_per_q']:.2f} | {s['sys_us_per_q']:.2f} | "
                      f"{100 * s['gen_util']:.1f} | {fmt(s['other_cores'], '.2f')} |")
     L.append("")
