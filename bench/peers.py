@@ -254,6 +254,7 @@ def summarize(r):
         "gen_util": r["gen_cpu_s"] / r["wall_s"],
         "other_cores": r.get("other_cores"),
         "duration_s": dur,
+        "notes": r.get("notes") or [],
     }
 
 
@@ -308,13 +309,19 @@ def measure_server(name, args, gen, workdir, outdir, sim, queries, server_prefix
             thr0 = quota.throttled_s()
             log(f"{name}: capacity at {args.capacity_quota:g}% of one core for {args.capacity_duration} s "
                 f"({args.capacity_outstanding} outstanding per thread)")
-            r = run_load(gen, srv.port, queries, f"{name}-capacity", outdir, outstanding=args.capacity_outstanding,
-                         duration=args.capacity_duration, server=srv,
-                         **dict(common, sockets=args.capacity_sockets))
-            s = summarize(r)
-            s["throttled_s"] = quota.throttled_s() - thr0
-            s["quota_pct"] = args.capacity_quota
-            res["runs"]["capacity"] = s
+            try:
+                r = run_load(gen, srv.port, queries, f"{name}-capacity", outdir,
+                             outstanding=args.capacity_outstanding, duration=args.capacity_duration, server=srv,
+                             **dict(common, sockets=args.capacity_sockets))
+            except SetupError as e:
+                # The fixed and max runs stand on their own: keep them.
+                res["capacity_error"] = str(e)
+                log(f"{name}: capacity run failed: {e}")
+            else:
+                s = summarize(r)
+                s["throttled_s"] = quota.throttled_s() - thr0
+                s["quota_pct"] = args.capacity_quota
+                res["runs"]["capacity"] = s
         res["misses"] = server_misses(name, srv, sim, before)
         if not srv.alive():
             raise SetupError(f"{name} exited during the runs; last stderr line: {srv.last_error_line()}")
@@ -388,6 +395,12 @@ def render(meta, results, skipped, rat, args):
     if misses:
         L.append(f"Queries that reached gslb-sim during the measured runs (cache misses): {misses}."
                  + (" dnsdist's health check (h0.bench.test every 5 s) is among them." if "dnsdist" in results else ""))
+    for name, res in results.items():
+        for run, s in res["runs"].items():
+            for note in s.get("notes") or []:
+                L.append(f"{name} {run}: load generator note: {note}")
+        if res.get("capacity_error"):
+            L.append(f"{name}: no capacity figure: {res['capacity_error']}")
     for name, why in skipped.items():
         L.append(f"Skipped **{name}**: {why}")
     L.append("")
