@@ -41,59 +41,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import weirtest  # noqa: E402
 from weirtest.netns import NetnsPair  # noqa: E402
-from fastpath_load import Proc, SetupError, start_gslb_sim, write_queries, write_zone  # noqa: E402
+from peerlib import CpuQuota, Proc, SetupError, log, start_gslb_sim, write_queries, write_zone  # noqa: E402
 
 OWNED_V4 = "198.18.0.1"
-CGROUP_CPU = "/sys/fs/cgroup/cpu"
 SERVERS = ["weir-dpdk-afpacket", "weir-dpdk-afxdp", "weir-kernel", "dnsdist", "unbound"]
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-class CpuQuota:
-    """A cgroup (v1 cpu controller, else v2) limiting its processes to
-    `percent` of one core."""
-
-    def __init__(self, name, percent, period_us):
-        self.v2 = not os.path.isdir(CGROUP_CPU)
-        base = "/sys/fs/cgroup/unified" if self.v2 else CGROUP_CPU
-        self.path = os.path.join(base, name)
-        os.makedirs(self.path, exist_ok=True)
-        period = period_us
-        quota = int(period * percent / 100)
-        if self.v2:
-            with open(os.path.join(self.path, "cpu.max"), "w") as f:
-                f.write(f"{quota} {period}")
-        else:
-            with open(os.path.join(self.path, "cpu.cfs_period_us"), "w") as f:
-                f.write(str(period))
-            with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
-                f.write(str(quota))
-
-    def add(self, pid):
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-
-    def throttled_s(self):
-        stat = os.path.join(self.path, "cpu.stat")
-        with open(stat) as f:
-            for line in f:
-                k, v = line.split()
-                if k == "throttled_time":  # v1, ns
-                    return int(v) / 1e9
-                if k == "throttled_usec":  # v2
-                    return int(v) / 1e6
-        return 0.0
-
-    def remove(self):
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.1)
 
 
 def weir_config(kind, sim_port, pair, args, xdp_program):

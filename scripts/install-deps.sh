@@ -15,6 +15,9 @@ PKGS=(
   # test peers and clients
   knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3 python3-dnspython
+  # bench/peers.py: the other resolvers it compares weir with, weir-bench's
+  # plots (gnuplot) and a Prometheus to scrape weir's metrics
+  pdns-recursor knot-resolver gnuplot-nox prometheus
   # the DPDK backend's tests: the client namespace pings, veth offloads
   iputils-ping ethtool
 )
@@ -39,12 +42,20 @@ export DEBIAN_FRONTEND=noninteractive
 echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-# The unbound and dnsdist packages enable system services; tests and benchmarks
-# start their own instances on ports they pick, so the services stay off.
-for svc in unbound dnsdist; do
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
-    $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
-  elif command -v service >/dev/null 2>&1; then
+# unbound, dnsdist, pdns-recursor, knot-resolver (kresd.target, kresd@N and its
+# cache garbage collector) and prometheus enable system services; tests and
+# benchmarks start their own instances on ports they pick, so the services stay off.
+SYSTEMD_UNITS=(unbound dnsdist pdns-recursor kresd.target kres-cache-gc prometheus)
+INIT_SCRIPTS=(unbound dnsdist pdns-recursor kresd prometheus)
+# /run/systemd/system exists iff systemd is PID 1 (is-system-running fails when "degraded").
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  for unit in "${SYSTEMD_UNITS[@]}"; do
+    $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+  done
+  # kresd runs as instances kresd@1, kresd@2, ...: stop whichever are running.
+  $SUDO systemctl stop 'kresd@*.service' >/dev/null 2>&1 || true
+elif command -v service >/dev/null 2>&1; then
+  for svc in "${INIT_SCRIPTS[@]}"; do
     $SUDO service "$svc" stop >/dev/null 2>&1 || true
-  fi
-done
+  done
+fi
