@@ -159,6 +159,12 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   app.add_option("--batch", o.batch, "datagrams per sendmmsg/recvmmsg (default 32)")
       ->check(CLI::Range(1u, 1024u))
       ->group(load);
+  bool no_gso = false;
+  app.add_flag(
+         "--no-gso", no_gso,
+         "send every datagram with its own sendmmsg entry instead of grouping equal-length queries into "
+         "one UDP GSO send (the server receives the same datagrams either way)")
+      ->group(load);
   app.add_option("-t,--timeout", o.timeout_ms, "a query unanswered after this many ms is lost (default 2000)")
       ->check(CLI::Range(1u, 600000u))
       ->group(load);
@@ -205,6 +211,7 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   if (!server.ok()) return fail("--server: " + std::string(server.status().message()));
   o.server = *server;
   o.probe = !no_probe;
+  o.gso = !no_gso;
   if (app.count("--rate") > 0) o.rate = rate;
   if (!tagged_fraction.empty()) o.tagged_fraction = std::stod(tagged_fraction);
   o.progress = progress == "always"  ? Progress::kAlways

@@ -54,6 +54,7 @@ struct Options {
   uint32_t threads = 1;
   uint32_t sockets = 1;  // per source and thread
   uint32_t batch = 32;
+  bool gso = true;  // equal-length queries of a batch in one UDP GSO send
   uint32_t timeout_ms = 2000;
   double duration_s = 10;
   uint64_t count = 0;  // stop after this many queries (0: by duration)
