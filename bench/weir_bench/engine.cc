@@ -802,6 +802,10 @@ absl::Status Engine::Warmup() {
       Planned p;
       p.qname = q.qname;
       p.qtype = q.qtype;
+      // A weighted name is warmed with the weight option: its answer is not
+      // an SWRR pick, so the server's pick counters match the run's.
+      p.qo.edns = p.qo.weight = q.tagged;
+      p.qo.weight_option_code = o_.weight_option_code;
       plan.push_back(p);
     }
     if (plan.empty()) return absl::OkStatus();

@@ -96,7 +96,7 @@ class WeirBenchTest(unittest.TestCase):
         sim, fp = self.start(RIGHT)
         report, p = self.run_bench("--server", f"{fp.host}:{fp.port}", "--citymap", self.files.citymap,
                                    "--tagged-name", QNAME, "--names", "20", "--tagged-fraction", "0.8",
-                                   "--sources-per-city", "8", "--count", "20000", "--outstanding", "20")
+                                   "--sources-per-city", "8", "--count", "20000", "--outstanding", "20", "--warmup")
         self.assertEqual(report["sent"], 20000, p.stdout)
         self.assertEqual(report["answered"], 20000, p.stdout)
         self.assertEqual(report["timeouts"], 0, p.stdout)
