@@ -45,6 +45,8 @@ absl::StatusOr<std::vector<WeightLine>> ParseWeightsFile(std::string_view text, 
     }
     if (n != 4) return fail("expected 4 fields name,city,address,weight");
     WeightLine w;
+    // An empty field would parse as the root: a line missing its name, not a weight for ".".
+    if (f[0].empty()) return fail("empty name");
     if (!dns::NameKeyFromText(f[0], &w.name)) return fail(common::Cat("invalid name '", f[0], "'"));
     if (f[1].empty()) return fail("empty city");
     w.city = std::string(f[1]);
