@@ -41,10 +41,24 @@ def cpu_us(pid):
     return int(f[11]) * 1_000_000 // CLK_TCK, int(f[12]) * 1_000_000 // CLK_TCK
 
 
-def run_measured(argv, reflector_pid):
+def cpu_irq_us(cpu):
+    """irq + softirq time of one CPU so far, in microseconds. The kernel does
+    not charge it to the task that was running (IRQ time accounting), and on
+    loopback the delivery of every datagram into the receiver's socket runs
+    in softirq on the sender's CPU: part of each side's cost."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{cpu} "):
+                v = [int(x) for x in line.split()[1:]]
+                return (v[5] + v[6]) * 1_000_000 // CLK_TCK
+    return 0
+
+
+def run_measured(argv, reflector_pid, gen_cpu, refl_cpu):
     """Runs a load generator to completion; returns its stdout and the CPU
     it and the reflector used while it ran."""
     r0 = cpu_us(reflector_pid)
+    g_irq0, r_irq0 = cpu_irq_us(gen_cpu), cpu_irq_us(refl_cpu)
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         p = subprocess.Popen(argv, stdout=out_f, stderr=err_f, text=True)
@@ -57,11 +71,13 @@ def run_measured(argv, reflector_pid):
         err_f.seek(0)
         out, err = out_f.read(), err_f.read()
     r1 = cpu_us(reflector_pid)
+    g_irq1, r_irq1 = cpu_irq_us(gen_cpu), cpu_irq_us(refl_cpu)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SetupError(f"{argv[0]} exited {code}: {err.strip().splitlines()[-1:] or out[-200:]}")
     return out, {"gen_user_s": ru.ru_utime, "gen_sys_s": ru.ru_stime, "wall_s": wall,
-                 "refl_user_s": (r1[0] - r0[0]) / 1e6, "refl_sys_s": (r1[1] - r0[1]) / 1e6}
+                 "refl_user_s": (r1[0] - r0[0]) / 1e6, "refl_sys_s": (r1[1] - r0[1]) / 1e6,
+                 "gen_irq_s": (g_irq1 - g_irq0) / 1e6, "refl_irq_s": (r_irq1 - r_irq0) / 1e6}
 
 
 def parse_dnsperf(out):
@@ -125,7 +141,7 @@ def main():
         for i in range(a.repeat):
             for name, argv in gens.items():
                 busy0 = peerlib.machine_busy_us()
-                out, cpu = run_measured(argv, refl.pid)
+                out, cpu = run_measured(argv, refl.pid, a.load_cpu, a.server_cpu)
                 busy = (peerlib.machine_busy_us() - busy0) / 1e6
                 if name == "dnsperf":
                     fig = parse_dnsperf(out)
@@ -137,7 +153,7 @@ def main():
                 fig["gen"] = name
                 fig["round"] = i + 1
                 fig["other_cores"] = max(0.0, busy - cpu["gen_user_s"] - cpu["gen_sys_s"] - cpu["refl_user_s"] -
-                                         cpu["refl_sys_s"]) / cpu["wall_s"]
+                                         cpu["refl_sys_s"] - cpu["gen_irq_s"] - cpu["refl_irq_s"]) / cpu["wall_s"]
                 runs.append(fig)
                 log(f"{name} round {i + 1}: {fig['sent'] / fig['duration_s']:.0f} qps sent")
     finally:
@@ -150,22 +166,24 @@ def main():
           f"weir-bench {a.bench_args}; {a.duration:g} s per run")
     print()
     print(f"{'generator':<17} {'round':>5} {'sent/s':>10} {'answered/s':>11} {'loss %':>7} "
-          f"{'gen CPU %':>9} {'(usr':>6} {'sys)':>6} {'refl CPU %':>10} {'other':>6}")
+          f"{'gen CPU %':>9} {'(usr':>6} {'sys':>6} {'irq)':>6} {'refl CPU %':>10} {'(irq)':>6} {'other':>6}")
     for r in runs:
         d = r["duration_s"]
-        gen = (r["gen_user_s"] + r["gen_sys_s"]) / r["wall_s"] * 100
-        refl_cpu = (r["refl_user_s"] + r["refl_sys_s"]) / r["wall_s"] * 100
+        gen = (r["gen_user_s"] + r["gen_sys_s"] + r["gen_irq_s"]) / r["wall_s"] * 100
+        refl_cpu = (r["refl_user_s"] + r["refl_sys_s"] + r["refl_irq_s"]) / r["wall_s"] * 100
         loss = 100 * (r["sent"] - r["answered"]) / r["sent"] if r["sent"] else 0
         print(f"{r['gen']:<17} {r['round']:>5} {r['sent'] / d:>10.0f} {r['answered'] / d:>11.0f} {loss:>7.3f} "
               f"{gen:>9.1f} {r['gen_user_s'] / r['wall_s'] * 100:>6.1f} {r['gen_sys_s'] / r['wall_s'] * 100:>6.1f} "
-              f"{refl_cpu:>10.1f} {r['other_cores']:>6.2f}")
+              f"{r['gen_irq_s'] / r['wall_s'] * 100:>6.1f} {refl_cpu:>10.1f} {r['refl_irq_s'] / r['wall_s'] * 100:>6.1f} "
+              f"{r['other_cores']:>6.2f}")
     med = {g: statistics.median(r["sent"] / r["duration_s"] for r in runs if r["gen"] == g) for g in gens}
     print()
     print(f"median sent/s: dnsperf {med['dnsperf']:.0f}, weir-bench closed loop {med['weir-bench']:.0f} "
           f"({med['weir-bench'] / med['dnsperf']:.2f}x), weir-bench open loop (its maximum offer) "
           f"{med['weir-bench offer']:.0f} ({med['weir-bench offer'] / med['dnsperf']:.2f}x dnsperf)")
-    print("  gen CPU % = the load generator's utime+stime over the run's wall time (100 = one core);"
-          " refl CPU % = the reflector's; other = cores used by everything else")
+    print("  gen CPU % = the load generator's utime+stime plus its CPU's irq+softirq time (where the kernel delivers"
+          " what it sends), over the run's wall time (100 = one core); refl CPU % = the same for the reflector;"
+          " other = cores used by everything else")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"runs": runs, "median_sent_qps": med, "args": vars(a)}, f, indent=1)

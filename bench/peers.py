@@ -30,7 +30,9 @@ Cache misses during 3-5 are counted as the queries gslb-sim received meanwhile
 
 Output, in --out DIR: peers.md (the tables below as markdown), peers.json
 (everything), one load-generator JSON per run (RUN.json) and, with
-weir-bench, its plots (plots/RUN/). The tables are printed too. Ratios are
+weir-bench, its plots (plots/RUN/), and two comparison plots (PNG and SVG,
+gnuplot): peers_latency_cdf (every server's latency CDF at the fixed rate)
+and peers_cpu_capacity (CPU us per answer, capacity under the quota). The tables are printed too. Ratios are
 weir / peer: QPS and capacity above 1 and CPU per query below 1 favour weir.
 
 The load generator is weir-bench (--bench, default BUILD/bench/weir_bench/
@@ -255,6 +257,7 @@ def summarize(r):
         "other_cores": r.get("other_cores"),
         "duration_s": dur,
         "notes": r.get("notes") or [],
+        "histogram_us": r.get("latency_histogram_us") or [],
     }
 
 
@@ -277,9 +280,19 @@ def measure_server(name, args, gen, workdir, outdir, sim, queries, server_prefix
         log(f"{name}: pid {srv.pid} on 127.0.0.1:{srv.port}, pinned to core {args.server_cpu}")
         common = dict(threads=args.threads, sockets=args.sockets, timeout_ms=args.timeout, names=args.names)
 
-        warm = run_load(gen, srv.port, queries, f"{name}-warmup", outdir, rate=args.warmup_rate,
-                        count=2 * args.names, warmup=True, plot=False, **common)
-        check_answers(name, "warm-up", warm, args.names)
+        # A server that has just started may still be loading modules or
+        # priming: one failed warm-up is retried once before it is skipped.
+        for attempt in (1, 2):
+            warm = run_load(gen, srv.port, queries, f"{name}-warmup", outdir, rate=args.warmup_rate,
+                            count=2 * args.names, warmup=True, plot=False, **common)
+            try:
+                check_answers(name, "warm-up", warm, args.names)
+                break
+            except SetupError as e:
+                if attempt == 2:
+                    raise
+                log(f"{e}; warming up again in 2 s")
+                time.sleep(2)
         time.sleep(0.5)
         res = {"server": name, "pid": srv.pid, "argv": srv.argv, "runs": {}}
 
@@ -417,6 +430,67 @@ def render(meta, results, skipped, rat, args):
     return L
 
 
+def write_comparison_plots(results, outdir, args):
+    """Two plots beside the tables, PNG and SVG, drawn by gnuplot:
+    peers_latency_cdf (every server's latency CDF in its kept fixed-rate run)
+    and peers_cpu_capacity (CPU us per answer at the fixed rate, user and
+    system stacked, and answered QPS under the CPU quota). Returns the files
+    written; a missing gnuplot or a failed plot is reported, not fatal."""
+    if shutil.which("gnuplot") is None:
+        log("plots: gnuplot not found (Debian gnuplot-nox); no comparison plots")
+        return []
+    names = [n for n in results if results[n]["runs"].get("fixed", {}).get("histogram_us")]
+    files = []
+    cdf_plots = []
+    for n in names:
+        hist = results[n]["runs"]["fixed"]["histogram_us"]
+        total = sum(c for _, c in hist) or 1
+        path = os.path.join(outdir, f"peers_latency_{n}.dat")
+        acc = 0
+        with open(path, "w") as f:
+            f.write("# upper_us cumulative_pct\n")
+            for upper, c in hist:
+                acc += c
+                f.write(f"{upper} {100.0 * acc / total}\n")
+        files.append(path)
+        cdf_plots.append(f"'{os.path.basename(path)}' using 1:2 with steps lw 2 title '{n}'")
+    with open(os.path.join(outdir, "peers_bars.dat"), "w") as f:
+        f.write("# server user_us_per_q sys_us_per_q capacity_qps\n")
+        for n, res in results.items():
+            fx = res["runs"].get("fixed", {})
+            cap = res["runs"].get("capacity", {}).get("qps", 0)
+            f.write(f"{n} {fx.get('user_us_per_q', 0)} {fx.get('sys_us_per_q', 0)} {cap}\n")
+    files.append(os.path.join(outdir, "peers_bars.dat"))
+    scripts = {}
+    if cdf_plots:
+        scripts["peers_latency_cdf"] = [
+            f"set title 'Latency at {args.rate} qps (cache hits, loopback)' noenhanced",
+            "set xlabel 'latency (us)'", "set ylabel 'answers (%)'", "set logscale x", "set yrange [0:100]",
+            "set grid", "set key bottom right", "plot " + ", ".join(cdf_plots)]
+    scripts["peers_cpu_capacity"] = [
+        "set multiplot layout 1,2", "set style data histograms", "set style fill solid 0.8 border -1",
+        "set boxwidth 0.8", "set grid ytics", "set xtics rotate by -30", "set yrange [0:*]",
+        "set style histogram rowstacked", f"set title 'Server CPU per answer at {args.rate} qps' noenhanced",
+        "set ylabel 'CPU us per answer'",
+        "plot 'peers_bars.dat' using 2:xtic(1) title 'user', '' using 3 title 'system'",
+        "set style histogram clustered", f"set title 'Answered QPS at {args.capacity_quota:g}% of one core' noenhanced",
+        "set ylabel 'QPS'", "plot 'peers_bars.dat' using 4:xtic(1) title 'capacity' lc rgb '#4a7'",
+        "unset multiplot"]
+    terms = {"png": "pngcairo size 1000,560", "svg": "svg size 1000,560"}
+    for name, body in scripts.items():
+        for ext, term in terms.items():
+            gp = os.path.join(outdir, f"{name}.{ext}.gp")
+            with open(gp, "w") as f:
+                f.write(f"set terminal {term}\nset output '{name}.{ext}'\n" + "\n".join(body) + "\n")
+            p = subprocess.run(["gnuplot", os.path.basename(gp)], cwd=outdir, capture_output=True, text=True,
+                               timeout=60)
+            if p.returncode != 0:
+                log(f"plots: {name}.{ext}: gnuplot exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
+                continue
+            files += [gp, os.path.join(outdir, f"{name}.{ext}")]
+    return files
+
+
 def git_commit():
     try:
         return subprocess.run(["git", "-C", peerlib.REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -547,7 +621,9 @@ def main():
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump({"meta": meta, "args": vars(args), "results": results, "skipped": skipped, "ratios": rat}, f,
                   indent=1, default=str)
-    log(f"wrote {os.path.join(args.out, 'peers.md')} and peers.json")
+    plots = [f for f in write_comparison_plots(results, args.out, args) if f.endswith((".png", ".svg"))]
+    log(f"wrote {os.path.join(args.out, 'peers.md')}, peers.json" +
+        (f" and {', '.join(os.path.basename(f) for f in plots)}" if plots else ""))
     return 0 if results else 2
 
 
