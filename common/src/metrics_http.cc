@@ -71,8 +71,15 @@ void MetricsHttpServer::Impl::Log(void* cls, const char* fmt, va_list ap) {
 }
 
 MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection, const char* url,
-                                           const char* method, const char*, const char*, size_t*, void**) {
+                                           const char* method, const char*, const char*,
+                                           size_t* upload_data_size, void**) {
   auto* self = static_cast<Impl*>(cls);
+  // The answer is queued on the first call, before any body; a body that
+  // still arrives (a GET with one) is read and ignored.
+  if (*upload_data_size != 0) {
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
   constexpr std::string_view kText = "text/plain; charset=utf-8";
   const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0;
   const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
@@ -119,6 +126,13 @@ absl::Status MetricsHttpServer::Start(int listen_fd) {
   const int fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0)
     return absl::InternalError(Cat("metrics http: dup of the listen socket: ", std::strerror(errno)));
+  // Non-blocking (it is one open file with the caller's descriptor): every
+  // polling thread is woken for a new connection and only one accepts it.
+  if (const int fl = fcntl(fd, F_GETFL); fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+    const int err = errno;
+    close(fd);
+    return absl::InternalError(Cat("metrics http: the listen socket: ", std::strerror(err)));
+  }
   {
     std::lock_guard<std::mutex> l(s.log_mu);
     s.starting = true;

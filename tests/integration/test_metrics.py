@@ -79,6 +79,8 @@ class MetricsEndpointTest(unittest.TestCase):
         self.assertGreater(m.value("weir_responses_total", rcode="NOERROR"), 0, text)
         self.assertEqual(m.value("weir_responses_total", rcode="NXDOMAIN"), 1, text)
         self.assertTrue(m.series("weir_upstream_latency_seconds_bucket", le="+Inf", group="weighted"), text)
+        # le as Prometheus' own clients write it (not C's "0.000500").
+        self.assertTrue(m.series("weir_upstream_latency_seconds_bucket", le="0.0005", group="ordinary"), text)
         r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
         self.assertEqual((r.returncode, r.stdout.decode(), r.stderr.decode()), (0, "", ""), text)
 

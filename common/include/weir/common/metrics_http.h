@@ -55,8 +55,10 @@ class MetricsHttpServer {
   // A GET route besides /metrics (path without the query). Before Start().
   void AddRoute(std::string path, Route route);
 
-  // Serves on `listen_fd`, a bound, listening TCP socket. The caller keeps
-  // ownership of it (it is not closed by Stop(), nor when Start fails).
+  // Serves on `listen_fd`, a bound, listening TCP socket, which is made
+  // non-blocking. The caller keeps ownership of it (libmicrohttpd gets a
+  // duplicate: `listen_fd` is not closed by Stop(), nor when Start fails).
+  // On failure, the status carries libmicrohttpd's reason.
   absl::Status Start(int listen_fd);
 
   // Stops accepting, closes every connection, joins the threads. Idempotent.
