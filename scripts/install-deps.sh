@@ -10,13 +10,14 @@ PKGS=(
   # libraries
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
-  libtomlplusplus-dev libcli11-dev libfmt-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev libmicrohttpd-dev
   libdpdk-dev libbpf-dev linux-libc-dev
   # test peers and clients
   knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3 python3-dnspython
   # bench/peers.py: the other resolvers it compares weir with, weir-bench's
-  # plots (gnuplot) and a Prometheus to scrape weir's metrics
+  # plots (gnuplot) and a Prometheus to scrape weir's metrics (its promtool
+  # checks the exposition in tests/integration/test_metrics.py)
   pdns-recursor knot-resolver gnuplot-nox prometheus
   # the DPDK backend's tests: the client namespace pings, veth offloads
   iputils-ping ethtool

@@ -33,6 +33,16 @@ std::string_view DropReasonName(DropReason r) {
   return "unknown";
 }
 
+std::string RcodeName(unsigned rcode) {
+  static constexpr std::string_view kNames[] = {
+      "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",  "NOTIMP",  "REFUSED", "YXDOMAIN", "YXRRSET",
+      "NXRRSET", "NOTAUTH", "NOTZONE",  "DSOTYPENI", "",        "",        "",         "",
+      "BADVERS", "BADKEY",  "BADTIME",  "BADMODE",   "BADNAME", "BADALG",  "BADTRUNC", "BADCOOKIE",
+  };
+  if (rcode < std::size(kNames) && !kNames[rcode].empty()) return std::string(kNames[rcode]);
+  return Cat("RCODE", rcode);
+}
+
 void LatencyHistogram::Observe(double seconds) {
   size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
@@ -41,16 +51,10 @@ void LatencyHistogram::Observe(double seconds) {
   sum_.store(sum_.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
 }
 
-void LatencyHistogram::Render(std::string* out, std::string_view name, std::string_view labels) const {
-  uint64_t cumulative = 0;
-  const std::string sep = labels.empty() ? "" : ",";
-  for (size_t i = 0; i <= kBounds.size(); ++i) {
-    cumulative += buckets_[i].Read();
-    std::string le = i < kBounds.size() ? std::to_string(kBounds[i]) : std::string("+Inf");
-    *out += Cat(name, "_bucket{", labels, sep, "le=\"", le, "\"} ", cumulative, "\n");
-  }
-  *out += Cat(name, "_sum{", labels, "} ", std::to_string(sum_.load(std::memory_order_relaxed)), "\n");
-  *out += Cat(name, "_count{", labels, "} ", count_.Read(), "\n");
+void LatencyHistogram::Render(common::PrometheusWriter::Family& family, common::MetricLabels labels) const {
+  std::array<uint64_t, kBounds.size() + 1> buckets;
+  for (size_t i = 0; i < buckets.size(); ++i) buckets[i] = buckets_[i].Read();
+  family.Histogram(labels, kBounds, buckets, sum_.load(std::memory_order_relaxed));
 }
 
 }  // namespace weir::fastpath

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -183,59 +184,56 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
   return absl::OkStatus();
 }
 
-std::string Node::RenderMetrics() const {
-  std::string out;
+absl::StatusOr<std::string> Node::RenderMetrics() const {
+  common::PrometheusWriter w;
   auto sum = [&](auto field) {
     uint64_t t = 0;
     for (const auto& c : cores_) t += field(c->counters());
     t += field(forwarder_->counters());
     return t;
   };
-  out += "# HELP weir_queries_total Queries received.\n# TYPE weir_queries_total counter\n";
-  out += Cat("weir_queries_total{transport=\"udp\"} ",
-             sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }), "\n");
-  out += Cat("weir_queries_total{transport=\"tcp\"} ",
-             sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }), "\n");
-  out += "# TYPE weir_cache_hits_total counter\n";
-  out += Cat("weir_cache_hits_total ", sum([](const WorkerCounters& c) { return c.hits.Read(); }), "\n");
-  out += "# TYPE weir_cache_misses_total counter\n";
-  out += Cat("weir_cache_misses_total ", sum([](const WorkerCounters& c) { return c.misses.Read(); }), "\n");
-  out += "# HELP weir_any_minimal_total ANY queries over UDP answered with the RFC 8482 HINFO.\n";
-  out += "# TYPE weir_any_minimal_total counter\n";
-  out +=
-      Cat("weir_any_minimal_total ", sum([](const WorkerCounters& c) { return c.any_minimal.Read(); }), "\n");
-  out += "# TYPE weir_stale_served_total counter\n";
-  out += Cat("weir_stale_served_total ", sum([](const WorkerCounters& c) { return c.stale_served.Read(); }),
-             "\n");
+  auto& queries = w.Counter("weir_queries_total", "Queries received, by transport.");
+  queries.Add({{"transport", "udp"}}, sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }));
+  queries.Add({{"transport", "tcp"}}, sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }));
+  w.Counter("weir_cache_hits_total", "Queries answered from the cache.")
+      .Add({}, sum([](const WorkerCounters& c) { return c.hits.Read(); }));
+  w.Counter("weir_cache_misses_total", "Queries the cache could not answer.")
+      .Add({}, sum([](const WorkerCounters& c) { return c.misses.Read(); }));
+  w.Counter("weir_any_minimal_total", "ANY queries over UDP answered with the RFC 8482 HINFO.")
+      .Add({}, sum([](const WorkerCounters& c) { return c.any_minimal.Read(); }));
+  w.Counter("weir_stale_served_total",
+            "Expired entries served because no upstream answered in time (RFC 8767).")
+      .Add({}, sum([](const WorkerCounters& c) { return c.stale_served.Read(); }));
   const LearnedTags* learned = shared_.learned.Get();
   if (mgmt_client_) {
-    out += "# HELP weir_mgmt_snapshot_version The mgmt snapshot version this node runs.\n";
-    out += Cat("# TYPE weir_mgmt_snapshot_version gauge\nweir_mgmt_snapshot_version ",
-               mgmt_client_->applied_version(), "\n");
-    out += Cat("# TYPE weir_mgmt_connected gauge\nweir_mgmt_connected ", mgmt_client_->connected() ? 1 : 0,
-               "\n");
-    out += Cat("# TYPE weir_mgmt_rejected_total counter\nweir_mgmt_rejected_total ", mgmt_client_->rejected(),
-               "\n");
+    w.Gauge("weir_mgmt_snapshot_version", "The mgmt snapshot version this node runs.")
+        .Add({}, mgmt_client_->applied_version());
+    w.Gauge("weir_mgmt_connected", "1 while the node is connected to weir-mgmt.")
+        .Add({}, mgmt_client_->connected() ? 1 : 0);
+    w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.")
+        .Add({}, mgmt_client_->rejected());
   }
-  out += "# HELP weir_learned_tags Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).\n";
-  out += Cat("# TYPE weir_learned_tags gauge\nweir_learned_tags ", learned != nullptr ? learned->size() : 0,
-             "\n");
-  out += Cat("# TYPE weir_learned_tags_total counter\nweir_learned_tags_total ", forwarder_->learned(), "\n");
-  out += Cat("# TYPE weir_learned_tags_overflow_total counter\nweir_learned_tags_overflow_total ",
-             forwarder_->learned_overflow(), "\n");
-  out += "# TYPE weir_coalesced_total counter\n";
-  out += Cat("weir_coalesced_total ", forwarder_->coalesced(), "\n");
-  out += "# TYPE weir_upstream_queries_total counter\n";
-  out += Cat("weir_upstream_queries_total ", forwarder_->upstream_queries(), "\n");
-  out += "# TYPE weir_drops_total counter\n";
+  w.Gauge("weir_learned_tags", "Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).")
+      .Add({}, learned != nullptr ? learned->size() : 0);
+  w.Counter("weir_learned_tags_total", "Names that took a tag through a CNAME chain into a tagged suffix.")
+      .Add({}, forwarder_->learned());
+  w.Counter("weir_learned_tags_overflow_total",
+            "CNAME chains into a tagged suffix relayed uncached because the learned names were full.")
+      .Add({}, forwarder_->learned_overflow());
+  w.Counter("weir_coalesced_total", "Misses that joined an identical question already in flight.")
+      .Add({}, forwarder_->coalesced());
+  w.Counter("weir_upstream_queries_total", "Queries sent to the recursors.")
+      .Add({}, forwarder_->upstream_queries());
+  auto& drops = w.Counter("weir_drops_total", "Queries dropped or answered with an error, by reason.");
   for (size_t r = 0; r < static_cast<size_t>(DropReason::kCount); ++r) {
-    out += Cat("weir_drops_total{reason=\"", DropReasonName(static_cast<DropReason>(r)), "\"} ",
-               sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }), "\n");
+    drops.Add({{"reason", DropReasonName(static_cast<DropReason>(r))}},
+              sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }));
   }
-  out += "# TYPE weir_responses_total counter\n";
+  auto& responses =
+      w.Counter("weir_responses_total", "Responses sent, by RCODE (its name: NOERROR, SERVFAIL, ...).");
   for (size_t r = 0; r < 24; ++r) {
     const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
-    if (v != 0) out += Cat("weir_responses_total{rcode=\"", r, "\"} ", v, "\n");
+    if (v != 0) responses.Add({{"rcode", RcodeName(static_cast<unsigned>(r))}}, v);
   }
   // Per-partition hit ratio and weighted answer counts (partition names
   // from the current city map: this thread is an RCU reader).
@@ -248,7 +246,8 @@ std::string Node::RenderMetrics() const {
       return cm->city(static_cast<partitions::PartitionId>(id)).name;
     return Cat("city", id);
   };
-  out += "# TYPE weir_partition_lookups_total counter\n# TYPE weir_partition_hits_total counter\n";
+  auto& lookups_family = w.Counter("weir_partition_lookups_total", "Cache lookups, by partition.");
+  auto& hits_family = w.Counter("weir_partition_hits_total", "Cache hits, by partition.");
   for (size_t slot = 0; slot < QueryHandler::kPartitionSlots; ++slot) {
     uint64_t lookups = 0, hits = 0;
     for (const auto& c : cores_) {
@@ -257,14 +256,12 @@ std::string Node::RenderMetrics() const {
     }
     if (lookups == 0) continue;
     const std::string name = partition_name(slot);
-    out += Cat("weir_partition_lookups_total{partition=\"", name, "\"} ", lookups, "\n");
-    out += Cat("weir_partition_hits_total{partition=\"", name, "\"} ", hits, "\n");
+    lookups_family.Add({{"partition", name}}, lookups);
+    hits_family.Add({{"partition", name}}, hits);
   }
-  out += "# HELP weir_answers_total Weighted answers by name, partition and address.\n";
-  out += "# TYPE weir_answers_total counter\n";
   {
     // Sum the workers' slots by (name, partition, address).
-    std::map<std::string, uint64_t> answers;
+    std::map<std::array<std::string, 3>, uint64_t> answers;
     uint64_t overflow = 0;
     for (const auto& c : cores_) {
       const AnswerCounters& ac = c->handler().answer_counters();
@@ -279,26 +276,33 @@ std::string Node::RenderMetrics() const {
         const size_t slot = QueryHandler::PartitionSlot(p);
         std::string pname = slot == QueryHandler::kSubnetSlot ? Cat("subnet-", partitions::SubnetBitsOf(p))
                                                               : partition_name(slot);
-        const std::string labels = Cat("name=\"", dns::NameKeyToText({sl.qname.data(), sl.qname_len}),
-                                       "\",partition=\"", pname, "\",address=\"", addr, "\"");
-        answers[labels] += slot_counter.count.Read();
+        answers[{dns::NameKeyToText({sl.qname.data(), sl.qname_len}), std::move(pname), addr}] +=
+            slot_counter.count.Read();
       }
     }
-    for (const auto& [labels, v] : answers) out += Cat("weir_answers_total{", labels, "} ", v, "\n");
-    out += Cat("weir_answers_overflow_total ", overflow, "\n");
+    auto& family = w.Counter("weir_answers_total", "Weighted answers by name, partition and address.");
+    for (const auto& [labels, v] : answers) {
+      family.Add({{"name", labels[0]}, {"partition", labels[1]}, {"address", labels[2]}}, v);
+    }
+    w.Counter("weir_answers_overflow_total",
+              "Weighted answers not counted by address because every answer counter slot was taken.")
+        .Add({}, overflow);
   }
-  out += "# TYPE weir_upstream_latency_seconds histogram\n";
+  auto& latency =
+      w.Histogram("weir_upstream_latency_seconds", "Time for a recursor to answer, per recursor.");
+  auto& up = w.Gauge("weir_upstream_up", "1 while the recursor is healthy, 0 while it is marked down.");
+  auto& timeouts = w.Counter("weir_upstream_timeouts_total", "Tries that timed out, per recursor.");
   for (int g = 0; g < 2; ++g) {
     for (const auto& u : forwarder_->upstream_stats(g == 1)) {
-      const std::string labels =
-          Cat("group=\"", g ? "weighted" : "ordinary", "\",upstream=\"", u->name, "\"");
-      u->latency.Render(&out, "weir_upstream_latency_seconds", labels);
-      out += Cat("weir_upstream_up{", labels, "} ", u->up.load() ? 1 : 0, "\n");
-      out += Cat("weir_upstream_timeouts_total{", labels, "} ", u->timeouts.Read(), "\n");
+      const std::array<common::MetricLabel, 2> labels = {
+          {{"group", g ? "weighted" : "ordinary"}, {"upstream", u->name}}};
+      u->latency.Render(latency, labels);
+      up.Add(labels, u->up.load() ? 1 : 0);
+      timeouts.Add(labels, u->timeouts.Read());
     }
   }
-  if (backend_metrics_) out += backend_metrics_();
-  return out;
+  if (backend_metrics_) backend_metrics_(w);
+  return w.Render();
 }
 
 }  // namespace weir::fastpath

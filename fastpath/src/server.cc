@@ -8,13 +8,15 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "kernel/socket_util.h"
 #include "kernel/tcp_server.h"
 #include "kernel/udp_worker.h"
-#include "metrics_endpoint.h"
+#include "weir/common/metrics_http.h"
 #include "weir/common/text.h"
 #include "weir/fastpath/node.h"
 #include "weir/net/socket.h"
+#include "weir/partitions/rcu.h"
 #ifdef WEIR_HAVE_DPDK
 #include "dpdk/backend.h"
 #endif
@@ -24,6 +26,33 @@ namespace weir::fastpath {
 using common::Cat;
 using net::BindSocket;
 using net::LocalAddress;
+
+namespace {
+
+// The metrics server's render callback. Node::RenderMetrics reads the city
+// map under RCU, so the server thread that runs it is a registered reader
+// (registered on its first scrape, unregistered when the thread ends) that
+// is online only while it renders: between requests, and while a slow client
+// is read from or written to, it is offline and never holds up a grace period.
+absl::StatusOr<std::string> RenderAsRcuReader(const Node& node) {
+  thread_local partitions::RcuThread rcu;  // online once registered
+  if (!partitions::RcuThread::CurrentIsOnline()) rcu.Online();
+  absl::StatusOr<std::string> body = node.RenderMetrics();
+  rcu.Offline();
+  return body;
+}
+
+common::HttpReply AdvanceTestClock(partitions::FakeClock& clock, const common::HttpQueryArgs& args) {
+  auto it = args.find("seconds");
+  uint32_t seconds = 0;
+  if (it == args.end() || !absl::SimpleAtoi(it->second, &seconds)) {
+    return {400, "want /test/advance-clock?seconds=N\n"};
+  }
+  clock.Advance(seconds);
+  return {200, Cat("clock ", clock.NowSeconds(), "\n")};
+}
+
+}  // namespace
 
 struct Server::Impl {
   FastpathConfig config;
@@ -35,7 +64,7 @@ struct Server::Impl {
   std::vector<SocketAddress> bound;
   std::vector<std::unique_ptr<kernel::UdpWorker>> udp;
   std::unique_ptr<kernel::TcpServer> tcp;
-  std::unique_ptr<MetricsEndpoint> metrics;
+  std::unique_ptr<common::MetricsHttpServer> metrics;
 #ifdef WEIR_HAVE_DPDK
   std::unique_ptr<dpdk::Backend> dpdk;  // backend = "dpdk": the UDP path, in place of `udp`
 #endif
@@ -158,7 +187,7 @@ absl::Status Server::Start() {
 #ifdef WEIR_HAVE_DPDK
   if (s.dpdk) {
     if (absl::Status st = s.dpdk->OpenPorts(*s.node); !st.ok()) return fail(st);
-    s.node->SetBackendMetrics([d = s.dpdk.get()] { return d->RenderMetrics(); });
+    s.node->SetBackendMetrics([d = s.dpdk.get()](common::PrometheusWriter& w) { d->RenderMetrics(w); });
   }
 #endif
   for (int w = 0; w < static_cast<int>(s.worker_fds.size()); ++w)
@@ -167,7 +196,6 @@ absl::Status Server::Start() {
     s.tcp = std::make_unique<kernel::TcpServer>(*s.node, workers, s.tcp_fds);
     if (absl::Status st = s.tcp->Init(); !st.ok()) return fail(st);
   }
-  if (s.metrics_fd >= 0) s.metrics = std::make_unique<MetricsEndpoint>(*s.node, s.metrics_fd);
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {
@@ -185,7 +213,20 @@ absl::Status Server::Start() {
   }
 #endif
   if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
-  if (s.metrics) s.threads.emplace_back([&s] { s.metrics->Run(s.running); });
+  if (s.metrics_fd >= 0) {
+    s.metrics = std::make_unique<common::MetricsHttpServer>(
+        [node = s.node.get()] { return RenderAsRcuReader(*node); });
+    if (s.test_clock != nullptr) {
+      s.metrics->AddRoute("/test/advance-clock", [clock = s.test_clock](const common::HttpQueryArgs& args) {
+        return AdvanceTestClock(*clock, args);
+      });
+    }
+    if (absl::Status st = s.metrics->Start(s.metrics_fd); !st.ok()) {
+      Stop();  // everything above is running
+      return absl::Status(st.code(),
+                          Cat("metrics_listen ", s.config.metrics_listen.ToString(), ": ", st.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -193,6 +234,8 @@ void Server::Stop() {
   Impl& s = *impl_;
   if (!s.running.exchange(false)) return;
   s.node->StopMgmt();
+  if (s.metrics) s.metrics->Stop();  // before the node it renders goes
+  s.metrics.reset();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
 #ifdef WEIR_HAVE_DPDK

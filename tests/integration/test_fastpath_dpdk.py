@@ -170,6 +170,15 @@ class _DpdkCases:
         self.assertGreaterEqual(after.value("weir_dpdk_tx_packets_total") - before.value("weir_dpdk_tx_packets_total"),
                                 2)
 
+    def test_promtool_accepts_the_exposition_with_the_dpdk_families(self):
+        weirtest.require_tools("promtool")
+        self.dig(OWNED_V4, "www.example.com", source=CITY_A_CLIENT)
+        m = self.metrics()
+        for family in ("weir_dpdk_rx_packets_total", "weir_dpdk_drops_total", "weir_dpdk_port_errors_total"):
+            self.assertTrue(m.series(family), f"{family} missing:\n{m.text}")
+        r = subprocess.run(["promtool", "check", "metrics"], input=m.text.encode(), capture_output=True, timeout=30)
+        self.assertEqual((r.returncode, r.stdout.decode(), r.stderr.decode()), (0, "", ""), m.text)
+
     def test_dns_over_tcp_is_served_by_the_kernel_on_the_same_address(self):
         r = self.dig(OWNED_V4, "tcp.example.com", extra=["+tcp"])
         self.assertEqual(r.status, "NOERROR", r.text)

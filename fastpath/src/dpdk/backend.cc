@@ -373,9 +373,8 @@ std::string Backend::Describe(bool tcp) const {
   return out;
 }
 
-std::string Backend::RenderMetrics() const {
+void Backend::RenderMetrics(common::PrometheusWriter& w) const {
   const Impl& s = *impl_;
-  std::string out;
   struct Family {
     const char* name;
     const char* help;
@@ -392,42 +391,38 @@ std::string Backend::RenderMetrics() const {
        &PortCounters::from_kernel},
   };
   for (const Family& f : kFamilies) {
-    out += Cat("# HELP ", f.name, " ", f.help, " Per port and worker lcore.\n# TYPE ", f.name, " counter\n");
-    for (const auto& w : s.workers) {
-      for (size_t i = 0; i < w->ports(); ++i) {
-        out += Cat(f.name, "{port=\"", s.ports[i]->name, "\",lcore=\"", s.lcores[w->slot()], "\"} ",
-                   (w->counters(i).*f.field).Read(), "\n");
+    auto& family = w.Counter(f.name, Cat(f.help, " Per port and worker lcore."));
+    for (const auto& worker : s.workers) {
+      const std::string lcore = Cat(s.lcores[worker->slot()]);
+      for (size_t i = 0; i < worker->ports(); ++i) {
+        family.Add({{"port", s.ports[i]->name}, {"lcore", lcore}}, (worker->counters(i).*f.field).Read());
       }
     }
   }
-  out +=
-      "# HELP weir_dpdk_drops_total Frames dropped, by reason, per port and worker lcore.\n"
-      "# TYPE weir_dpdk_drops_total counter\n";
-  for (const auto& w : s.workers) {
-    for (size_t i = 0; i < w->ports(); ++i) {
+  auto& drops = w.Counter("weir_dpdk_drops_total", "Frames dropped, by reason, per port and worker lcore.");
+  for (const auto& worker : s.workers) {
+    const std::string lcore = Cat(s.lcores[worker->slot()]);
+    for (size_t i = 0; i < worker->ports(); ++i) {
       for (size_t r = 0; r < static_cast<size_t>(FrameDrop::kCount); ++r) {
-        out += Cat("weir_dpdk_drops_total{port=\"", s.ports[i]->name, "\",lcore=\"", s.lcores[w->slot()],
-                   "\",reason=\"", FrameDropName(static_cast<FrameDrop>(r)), "\"} ",
-                   w->counters(i).drops[r].Read(), "\n");
+        drops.Add({{"port", s.ports[i]->name},
+                   {"lcore", lcore},
+                   {"reason", FrameDropName(static_cast<FrameDrop>(r))}},
+                  worker->counters(i).drops[r].Read());
       }
     }
   }
-  out +=
-      "# HELP weir_dpdk_port_rx_missed_total Frames the device dropped because its RX queues were full.\n"
-      "# TYPE weir_dpdk_port_rx_missed_total counter\n";
-  std::string errors =
-      "# HELP weir_dpdk_port_errors_total Device receive/transmit errors and receive buffer shortages.\n"
-      "# TYPE weir_dpdk_port_errors_total counter\n";
+  auto& missed = w.Counter("weir_dpdk_port_rx_missed_total",
+                           "Frames the device dropped because its RX queues were full.");
+  auto& errors = w.Counter("weir_dpdk_port_errors_total",
+                           "Device receive/transmit errors and receive buffer shortages.");
   for (const auto& p : s.ports) {
     rte_eth_stats st{};
     rte_eth_stats_get(p->id, &st);
-    out += Cat("weir_dpdk_port_rx_missed_total{port=\"", p->name, "\"} ", st.imissed, "\n");
-    errors += Cat("weir_dpdk_port_errors_total{port=\"", p->name, "\",kind=\"rx\"} ", st.ierrors, "\n");
-    errors += Cat("weir_dpdk_port_errors_total{port=\"", p->name, "\",kind=\"tx\"} ", st.oerrors, "\n");
-    errors +=
-        Cat("weir_dpdk_port_errors_total{port=\"", p->name, "\",kind=\"rx_nombuf\"} ", st.rx_nombuf, "\n");
+    missed.Add({{"port", p->name}}, st.imissed);
+    errors.Add({{"port", p->name}, {"kind", "rx"}}, st.ierrors);
+    errors.Add({{"port", p->name}, {"kind", "tx"}}, st.oerrors);
+    errors.Add({{"port", p->name}, {"kind", "rx_nombuf"}}, st.rx_nombuf);
   }
-  return out + errors;
 }
 
 }  // namespace weir::fastpath::dpdk

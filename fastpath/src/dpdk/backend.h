@@ -43,8 +43,9 @@ class Backend {
   // "dpdk port NAME mac M queues N exception E" and "listening udp ADDR ..."
   // lines for the start-up output.
   std::string Describe(bool tcp) const;
-  // The per-port, per-lcore counters and the ports' own statistics.
-  std::string RenderMetrics() const;
+  // Adds the weir_dpdk_* families to `w`: the per-port, per-lcore counters
+  // and the ports' own statistics.
+  void RenderMetrics(common::PrometheusWriter& w) const;
 
  private:
   struct Impl;

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "weir/common/prometheus.h"
+
 namespace weir::fastpath {
 
 // Why a query was not answered, or answered with an error.
@@ -28,6 +30,10 @@ enum class DropReason : uint8_t {
   kCount,
 };
 std::string_view DropReasonName(DropReason r);
+
+// The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",
+// "SERVFAIL", "BADVERS", ...), "RCODE<n>" for unassigned values.
+std::string RcodeName(unsigned rcode);
 
 // A counter written by exactly one thread.
 class OwnedCounter {
@@ -59,8 +65,8 @@ class LatencyHistogram {
   static constexpr std::array<double, 12> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                      0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
   void Observe(double seconds);
-  // Appends the histogram lines for `name` with `labels` ("upstream=\"x\"").
-  void Render(std::string* out, std::string_view name, std::string_view labels) const;
+  // Adds this histogram's series with `labels` to `family` (a histogram).
+  void Render(common::PrometheusWriter::Family& family, common::MetricLabels labels) const;
 
  private:
   std::array<OwnedCounter, kBounds.size() + 1> buckets_;

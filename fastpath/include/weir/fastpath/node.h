@@ -6,7 +6,8 @@
 //
 // Threading: Prepare/Start/Stop/Reload from the main thread; ApplyPartitions
 // also from the mgmt client's thread (serialised); RenderMetrics from the
-// metrics thread, an RCU reader.
+// metrics server's threads, each a registered RCU reader, online while it
+// renders (it reads the city map for partition names).
 #pragma once
 
 #include <functional>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "weir/common/prometheus.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/forwarder.h"
 #include "weir/fastpath/handler.h"
@@ -63,10 +66,13 @@ class Node {
   const partitions::Clock& clock() const { return *shared_.clock; }
   partitions::FakeClock* test_clock() const { return test_clock_; }
 
-  // The Prometheus text of every counter, the backend's appended.
-  std::string RenderMetrics() const;
-  // The backend's own counters (set before Start; called on the metrics thread).
-  void SetBackendMetrics(std::function<std::string()> render) { backend_metrics_ = std::move(render); }
+  // The Prometheus text of every counter, the backend's families after the
+  // node's; an error only when a family is rendered inconsistently (a bug).
+  absl::StatusOr<std::string> RenderMetrics() const;
+  // The backend's own families (set before Start; called on the metrics threads).
+  void SetBackendMetrics(std::function<void(common::PrometheusWriter&)> render) {
+    backend_metrics_ = std::move(render);
+  }
 
  private:
   absl::Status LoadPartitions();
@@ -85,7 +91,7 @@ class Node {
   // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
-  std::function<std::string()> backend_metrics_;
+  std::function<void(common::PrometheusWriter&)> backend_metrics_;
 };
 
 }  // namespace weir::fastpath

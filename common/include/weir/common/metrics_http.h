@@ -1,0 +1,72 @@
+// The HTTP side of a daemon's Prometheus endpoint, on libmicrohttpd.
+//
+// GET and HEAD /metrics answer the render callback's body with the text
+// format's Content-Type (500 with the reason when it fails); extra GET routes
+// (tests' clock control) answer what their handler returns; other paths get
+// 404 and other methods 405. libmicrohttpd's polling threads multiplex every
+// connection over epoll, so idle keep-alive connections (or ones that send
+// half a request) cost a descriptor, never a thread: they cannot delay a
+// scrape. Idle connections are closed after `idle_timeout_seconds`; the
+// number of connections, in all and per client address, is bounded.
+//
+// Threading: Start() and Stop() from one control thread. The render callback
+// and the routes run on the server's threads (Options::threads of them), one
+// request at a time per thread, possibly concurrently on several: they must
+// be thread-safe. The server knows nothing of what they read (a daemon whose
+// metrics read RCU data makes its callback an RCU reader itself).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace weir::common {
+
+struct HttpReply {
+  unsigned status = 200;  // 200, 400, 404, ...
+  std::string body;       // text/plain
+};
+
+// The query arguments of a request, decoded ("seconds" -> "5").
+using HttpQueryArgs = std::map<std::string, std::string, std::less<>>;
+
+class MetricsHttpServer {
+ public:
+  using Render = std::function<absl::StatusOr<std::string>()>;
+  using Route = std::function<HttpReply(const HttpQueryArgs&)>;
+
+  struct Options {
+    unsigned threads = 2;  // polling threads; each serves many connections
+    unsigned idle_timeout_seconds = 30;
+    unsigned max_connections = 1024;
+    unsigned max_connections_per_ip = 128;
+  };
+
+  explicit MetricsHttpServer(Render render) : MetricsHttpServer(std::move(render), Options{}) {}
+  MetricsHttpServer(Render render, Options options);
+  ~MetricsHttpServer();  // Stop()
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // A GET route besides /metrics (path without the query). Before Start().
+  void AddRoute(std::string path, Route route);
+
+  // Serves on `listen_fd`, a bound, listening TCP socket, which is made
+  // non-blocking. The caller keeps ownership of it (libmicrohttpd gets a
+  // duplicate: `listen_fd` is not closed by Stop(), nor when Start fails).
+  // On failure, the status carries libmicrohttpd's reason.
+  absl::Status Start(int listen_fd);
+
+  // Stops accepting, closes every connection, joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weir::common
