@@ -80,13 +80,12 @@ std::string RcodeToText(uint16_t rcode) {
 
 absl::StatusOr<std::vector<Question>> ParseQueryFile(std::string_view text, std::string_view file_name) {
   std::vector<Question> out;
-  size_t line_no = 0;
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    ++line_no;
-    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+  absl::Status error;
+  common::ForEachLine(text, [&](int line_no, std::string_view line) {
+    auto fail = [&](std::string_view why) {
+      error = absl::InvalidArgumentError(common::Cat(file_name, ":", line_no, ": ", why));
+      return false;
+    };
     auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
     std::vector<std::string_view> fields;
     for (size_t i = 0; i < line.size();) {
@@ -96,24 +95,18 @@ absl::StatusOr<std::vector<Question>> ParseQueryFile(std::string_view text, std:
       if (j > i) fields.push_back(line.substr(i, j - i));
       i = j;
     }
-    if (fields.empty()) continue;
-    if (fields.size() > 2) {
-      return absl::InvalidArgumentError(
-          common::Cat(file_name, ":", line_no, ": expected 'name [type]', got ", fields.size(), " fields"));
-    }
+    if (fields.size() > 2) return fail(common::Cat("expected 'name [type]', got ", fields.size(), " fields"));
     uint16_t qtype = dns::type::kA;
     if (fields.size() == 2) {
       qtype = TypeFromText(fields[1]);
-      if (qtype == 0) {
-        return absl::InvalidArgumentError(
-            common::Cat(file_name, ":", line_no, ": unknown type '", fields[1], "'"));
-      }
+      if (qtype == 0) return fail(common::Cat("unknown type '", fields[1], "'"));
     }
     auto q = MakeQuestion(fields[0], qtype, false);
-    if (!q.ok())
-      return absl::InvalidArgumentError(common::Cat(file_name, ":", line_no, ": ", q.status().message()));
+    if (!q.ok()) return fail(common::ToStd(q.status().message()));
     out.push_back(*std::move(q));
-  }
+    return true;
+  });
+  if (!error.ok()) return error;
   if (out.empty()) return absl::InvalidArgumentError(common::Cat(file_name, ": no queries in the file"));
   return out;
 }

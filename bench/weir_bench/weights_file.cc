@@ -6,37 +6,22 @@
 #include "weir/common/text.h"
 
 namespace weir::bench {
-namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<WeightLine>> ParseWeightsFile(std::string_view text, std::string_view file_name) {
   std::vector<WeightLine> out;
   std::set<std::tuple<std::string, std::string, std::string>> seen;
-  size_t line_no = 0;
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    ++line_no;
-    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    line = Trim(line);
-    if (line.empty()) continue;
+  absl::Status error;
+  common::ForEachLine(text, [&](int line_no, std::string_view line) {
     auto fail = [&](std::string_view why) {
-      return absl::InvalidArgumentError(common::Cat(file_name, ":", line_no, ": ", why));
+      error = absl::InvalidArgumentError(common::Cat(file_name, ":", line_no, ": ", why));
+      return false;
     };
     std::string_view f[4];
     size_t n = 0;
     for (std::string_view rest = line;; ++n) {
       const size_t comma = rest.find(',');
       if (n == 4) return fail("expected 4 fields name,city,address,weight");
-      f[n] = Trim(rest.substr(0, comma));
+      f[n] = common::Trim(rest.substr(0, comma));
       if (comma == std::string_view::npos) {
         ++n;
         break;
@@ -65,7 +50,9 @@ absl::StatusOr<std::vector<WeightLine>> ParseWeightsFile(std::string_view text, 
       return fail(common::Cat("address ", f[2], " given twice for ", name_text, " in city ", w.city));
     }
     out.push_back(std::move(w));
-  }
+    return true;
+  });
+  if (!error.ok()) return error;
   if (out.empty()) return absl::InvalidArgumentError(common::Cat(file_name, ": no weights in the file"));
   return out;
 }

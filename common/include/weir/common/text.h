@@ -70,6 +70,32 @@ inline std::string JsonString(std::string_view s, bool escape_non_ascii = false)
   return out + "\"";
 }
 
+// `s` without leading and trailing spaces, tabs and carriage returns.
+inline std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Calls fn(line_number, content) for each line of a configuration or data
+// file with its '#' comment removed and whitespace trimmed; empty lines are
+// skipped. Stops at the first false. Control plane only.
+template <typename Fn>
+bool ForEachLine(std::string_view text, Fn fn) {
+  int line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = Trim(line);
+    if (line.empty()) continue;
+    if (!fn(line_no, line)) return false;
+  }
+  return true;
+}
+
 inline std::string_view ToStd(absl::string_view v) { return {v.data(), v.size()}; }
 
 }  // namespace weir::common
