@@ -202,7 +202,7 @@ struct Engine::Thread {
   std::vector<Sock> socks;
   std::vector<std::vector<uint32_t>> socks_of_city;
   std::vector<uint32_t> city_rr;
-  std::vector<double> city_current;  // SWRR state over the cities
+  std::vector<double> city_owed;  // queries each city is owed (PickSocket)
   std::mt19937_64 rng;
   uint64_t cursor = 0;
   uint64_t miss_seq = 0;
@@ -239,7 +239,7 @@ struct Engine::Thread {
     if (ep < 0) return absl::InternalError(Errno("epoll_create1"));
     socks_of_city.resize(sources->cities().size());
     city_rr.assign(sources->cities().size(), 0);
-    city_current.assign(sources->cities().size(), 0.0);
+    city_owed.assign(sources->cities().size(), 0.0);
     for (uint32_t si = 0; si < sources->sources().size(); ++si) {
       for (uint32_t k = 0; k < o->sockets; ++k) {
         auto fd = ConnectedSocket(sources->sources()[si], server, SOCK_DGRAM, true);
@@ -263,20 +263,22 @@ struct Engine::Thread {
     return absl::OkStatus();
   }
 
-  // The city of the next batch by smooth weighted round-robin over the
-  // cities' shares: the load splits exactly as asked, evenly interleaved,
-  // and the same way in every run.
+  // The city of the next batch: the one owed the most queries, where each
+  // city is owed its share of every query sent (smooth weighted round-robin
+  // charged per query, not per batch). The split then stays within one batch
+  // of exact at any moment, evenly interleaved, the same in every run.
   Sock& PickSocket() {
     uint32_t city = 0;
-    if (city_current.size() > 1) {
-      for (uint32_t i = 0; i < city_current.size(); ++i) {
-        city_current[i] += sources->cities()[i].share;
-        if (city_current[i] > city_current[city]) city = i;
-      }
-      city_current[city] -= 1.0;  // the shares sum to 1
+    for (uint32_t i = 1; i < city_owed.size(); ++i) {
+      if (city_owed[i] > city_owed[city]) city = i;
     }
     const std::vector<uint32_t>& list = socks_of_city[city];
     return socks[list[city_rr[city]++ % list.size()]];
+  }
+  void ChargeCity(uint32_t city, uint32_t sent) {
+    if (city_owed.size() < 2 || sent == 0) return;
+    for (uint32_t i = 0; i < city_owed.size(); ++i) city_owed[i] += sources->cities()[i].share * sent;
+    city_owed[city] -= sent;
   }
 
   // Allocates the socket's next ID for a query; false when all 65,536 are
@@ -348,6 +350,7 @@ struct Engine::Thread {
     const uint32_t sent = k > 0 ? SendUdp(s, k, msgs, iov) : 0;
     c.sent += sent + tcp;
     c.sent_tcp += tcp;
+    ChargeCity(s.city, sent + tcp);
     return sent + tcp;
   }
 

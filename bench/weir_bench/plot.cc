@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -303,8 +305,9 @@ absl::Status PlotShare(const Report& report, const NameCityShare& share, const s
     const size_t colour = i + 1;  // gnuplot's linetype colours, cycling after 8
     std::string key = a.address;
     if (expected_known) {
-      key += a.weight == 0 ? " (not in the city's set)"
-                           : Cat(" (weight ", a.weight, ", expected ", Num(a.expected_pct), " %)");
+      key += a.weight == 0
+                 ? " (not in the city's set)"
+                 : Cat(" (weight ", a.weight, ", expected ", fmt::format("{:.2f}", a.expected_pct), " %)");
     }
     if (!plot.empty()) plot += ", ";
     plot += Cat(file, " using 1:", i + 2, " with linespoints lw 2 pt 7 ps 0.4 lc ", colour, " title ",

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -95,7 +96,11 @@ absl::StatusOr<Sources> Sources::Build(const Options& o, int server_family) {
         return absl::InvalidArgumentError(common::Cat("--city-share: city '", name, "' has no IPv", family,
                                                       " prefix in ", o.citymap_file, " to send from"));
       }
-      out.skipped_.push_back(name);
+      // A city with no prefix at all is the map's implicit default city:
+      // nothing to report.
+      const bool has_any_prefix = std::any_of(cm.prefixes().begin(), cm.prefixes().end(),
+                                              [id](const partitions::CityPrefix& p) { return p.city == id; });
+      if (has_any_prefix) out.skipped_.push_back(name);
       continue;
     }
     BenchCity city{name, share, {}};
