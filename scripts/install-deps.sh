@@ -11,9 +11,11 @@ PKGS=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev libmicrohttpd-dev
+  # dnstap (Frame Streams + protobuf-c, protoc-c at build time) and the journal
+  libfstrm-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
   libdpdk-dev libbpf-dev linux-libc-dev
   # test peers and clients
-  knot-dnsutils bind9-dnsutils dnsperf unbound dnsdist ldnsutils tshark
+  knot-dnsutils bind9-dnsutils fstrm-bin dnsperf unbound dnsdist ldnsutils tshark
   iproute2 procps python3 python3-dnspython
   # bench/peers.py: the other resolvers it compares weir with, weir-bench's
   # plots (gnuplot) and a Prometheus to scrape weir's metrics (its promtool
