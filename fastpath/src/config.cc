@@ -170,7 +170,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
                {"backend", "listen", "workers", "tcp", "weight_option_code", "metrics_listen",
-                "tcp_idle_timeout_ms", "tcp_max_connections"});
+                "metrics_answer_names", "metrics_conformance_window_s", "tcp_idle_timeout_ms",
+                "tcp_max_connections"});
     c.String(*s, "backend", &cfg.backend);
     if (c.ok() && cfg.backend != "kernel" && cfg.backend != "dpdk") {
       c.Fail(s->get("backend")->source(),
@@ -205,6 +206,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
         cfg.metrics_enabled = true;
       }
     }
+    c.Int(*s, "metrics_answer_names", &cfg.metrics_answer_names, 0, 100000);
+    c.Int(*s, "metrics_conformance_window_s", &cfg.metrics_conformance_window_s, 1, 86400);
     c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
     c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
   }

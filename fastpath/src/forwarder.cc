@@ -268,7 +268,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   if (inflight.size() >= static_cast<size_t>(config.max_inflight)) {
     // Every socket we allow ourselves is in use: answer now (stale, else
     // SERVFAIL) rather than queue behind questions that may never return.
-    self->counters_.Drop(DropReason::kInflightLimit);
+    self->inflight_limited_.Add();
     return StaleOrServfail(c);
   }
   auto p = std::make_unique<Pending>();
@@ -304,7 +304,7 @@ void Forwarder::Impl::Send(Pending* p) {
     exclude |= uint64_t{1} << u;
     full = true;
   }
-  if (u < 0 && full) self->counters_.Drop(DropReason::kInflightLimit);
+  if (u < 0 && full) self->inflight_limited_.Add();
   if (u < 0 || p->attempts >= config.upstream_attempts) return Fail(p);
   CloseSocket(p);
   const SocketAddress& dst = g.upstreams[u].address;
@@ -364,7 +364,7 @@ void Forwarder::Impl::OnReadable(int fd) {
     const bool from_ok = src.family() == dst.family() && src.port() == dst.port() &&
                          std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0;
     if (!from_ok) {
-      self->counters_.Drop(DropReason::kSpoofedAnswer);
+      self->spoofed_.Add();
       continue;
     }
     if (!Genuine(p, buf, static_cast<size_t>(n), &m)) continue;  // wait for the genuine one
@@ -384,7 +384,7 @@ bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len,
   if (m->Parse({data, len}, parse_options) != dns::ParseError::kOk || m->id() != p->id ||
       !(m->flags() & dns::flag::kQr) || m->qtype() != p->miss.qtype || m->qclass() != p->miss.qclass ||
       !(m->qname() == p->miss.qname)) {
-    self->counters_.Drop(DropReason::kSpoofedAnswer);
+    self->spoofed_.Add();
     return false;
   }
   return true;

@@ -1,6 +1,7 @@
 #include "weir/fastpath/handler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "weir/dns/writer.h"
 #include "weir/fastpath/upstream_ring.h"
@@ -158,9 +159,10 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
   }
   // Larger than the client's buffer (or than ours): TC, the client retries over TCP.
   const size_t limit = fits ? response_limit_ : 0;
+  const size_t whole = w.size();
   const size_t n = w.Finish(limit == 0 ? dns::kHeaderSize : limit);
-  if (n != w.size() || !fits) counters_->truncated.Add();
-  counters_->rcodes[rcode < 24 ? rcode : 2].Add();
+  if (n != whole || !fits) counters_->truncated.Add();
+  if (n != 0) counters_->Response(tcp_, rcode);
   return n;
 }
 
@@ -200,10 +202,10 @@ size_t QueryHandler::WriteRelayed(const uint8_t* pkt, const Work& w, const Relay
                     r.has_weight && fits ? std::span<const uint8_t>(r.weight) : std::span<const uint8_t>());
     }
   }
+  const size_t whole = wr.size();
   const size_t n = wr.Finish(fits ? response_limit_ : dns::kHeaderSize);
-  if (n != wr.size() || !fits) counters_->truncated.Add();
-  const uint16_t rcode = r.flags & dns::flag::kRcodeMask;
-  counters_->rcodes[rcode].Add();
+  if (n != whole || !fits) counters_->truncated.Add();
+  if (n != 0) counters_->Response(tcp_, r.flags & dns::flag::kRcodeMask);
   return n;
 }
 
@@ -229,14 +231,20 @@ Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const Clien
   if (v != Verdict::kMiss) return v;  // it did not parse, or did not fit
   // Not in the cache: the upstream's answer as it came (DNSSEC-aware
   // queries, REFUSED, uncacheable), or SERVFAIL when every upstream failed.
-  if (mode == HandleMode::kStaleOk) counters_->Drop(DropReason::kUpstreamFailure);
   if (relay != nullptr) {
     *out_len = WriteRelayed(pkt, single_, *relay, out, out_cap);
   } else {
-    counters_->rcodes[static_cast<size_t>(dns::Rcode::kServFail)].Add();
     *out_len = WriteError(pkt, len, &single_.query, dns::Rcode::kServFail, out, out_cap);
+    if (*out_len != 0) {
+      counters_->Error(ErrorReason::kUpstreamFailure);
+      counters_->Response(tcp_, static_cast<unsigned>(dns::Rcode::kServFail));
+    }
   }
-  return *out_len != 0 ? Verdict::kReply : Verdict::kDrop;
+  if (*out_len == 0) {
+    counters_->Drop(DropReason::kNoRoom);
+    return Verdict::kDrop;
+  }
+  return Verdict::kReply;
 }
 
 bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now) {
@@ -272,42 +280,51 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
                         ? std::min<size_t>(out_cap, 65535)
                         : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
   w->response_limit = response_limit_;
-  auto reply = [&](size_t n) {
+  w->tcp = client.tcp;
+  tcp_ = client.tcp;
+  // An answer from here: counted by its RCODE (and `why` when it is an
+  // error), or a drop when not even the header could be written.
+  auto reply = [&](size_t n, dns::Rcode rcode, std::optional<ErrorReason> why) {
     *out_len = n;
     *verdict = n ? Verdict::kReply : Verdict::kDrop;
+    if (n == 0) {
+      counters_->Drop(DropReason::kNoRoom);
+    } else {
+      counters_->Response(client.tcp, static_cast<unsigned>(rcode));
+      if (why) counters_->Error(*why);
+    }
     return false;
   };
   if (!Allowed(client.addr)) {
-    counters_->Drop(DropReason::kRefused);
-    if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) return false;
-    counters_->rcodes[static_cast<size_t>(dns::Rcode::kRefused)].Add();
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap));
+    if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) {
+      counters_->Drop(DropReason::kAcl);  // nothing readable to refuse
+      return false;
+    }
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
+                 ErrorReason::kAcl);
   }
   if (err == dns::ParseError::kBadEdnsVersion) {
-    counters_->rcodes[16].Add();
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kBadVers, out, out_cap));
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kBadVers, out, out_cap), dns::Rcode::kBadVers,
+                 ErrorReason::kBadVers);
   }
   if (err != dns::ParseError::kOk) {
-    counters_->Drop(DropReason::kFormErr);
-    counters_->rcodes[static_cast<size_t>(dns::Rcode::kFormErr)].Add();
-    return reply(WriteError(pkt, len, nullptr, dns::Rcode::kFormErr, out, out_cap));
+    return reply(WriteError(pkt, len, nullptr, dns::Rcode::kFormErr, out, out_cap), dns::Rcode::kFormErr,
+                 ErrorReason::kFormErr);
   }
   if (query.opcode() != 0) {
-    counters_->Drop(DropReason::kNotImpl);
-    counters_->rcodes[static_cast<size_t>(dns::Rcode::kNotImp)].Add();
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kNotImp, out, out_cap));
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kNotImp, out, out_cap), dns::Rcode::kNotImp,
+                 ErrorReason::kNotImpl);
   }
   if (query.qclass != dns::klass::kIn) {
-    counters_->rcodes[static_cast<size_t>(dns::Rcode::kRefused)].Add();
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap));
+    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
+                 ErrorReason::kClass);
   }
   if (query.qtype == dns::type::kAny && !client.tcp) {
     // ANY over UDP is the classic amplification query: a minimal answer
     // (RFC 8482 4.2) from here, never the upstream's whole name. Over TCP
     // (no spoofed sources) it is resolved as any other type.
     counters_->any_minimal.Add();
-    counters_->rcodes[0].Add();
-    return reply(WriteMinimalAny(pkt, query, out, out_cap));
+    return reply(WriteMinimalAny(pkt, query, out, out_cap), dns::Rcode::kNoError, std::nullopt);
   }
   return true;
 }
@@ -347,6 +364,7 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
                              size_t* out_len, MissRequest* miss, HandleMode mode, Work* w) {
   const dns::Query& query = w->query;
   response_limit_ = w->response_limit;
+  tcp_ = w->tcp;
   const partitions::Tag* tag = w->tag;
   const partitions::Partition partition = w->partition;
   const partitions::CacheEntry* e = w->entry;
@@ -375,7 +393,10 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
       *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, age, out, out_cap);
-      if (*out_len == 0) return Verdict::kDrop;
+      if (*out_len == 0) {
+        counters_->Drop(DropReason::kNoRoom);
+        return Verdict::kDrop;
+      }
       if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
         // Fill `miss` below and let the caller refresh the entry.
       } else {

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "weir/common/text.h"
 #include "weir/mgmt/node_client.h"
@@ -29,7 +31,9 @@ HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
 }
 
 Node::Node(FastpathConfig config, partitions::FakeClock* test_clock)
-    : config_(std::move(config)), test_clock_(test_clock) {
+    : config_(std::move(config)),
+      test_clock_(test_clock),
+      conformance_(config_.metrics_conformance_window_s) {
   if (test_clock != nullptr) shared_.clock = test_clock;
 }
 
@@ -184,21 +188,72 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
   return absl::OkStatus();
 }
 
+namespace {
+
+// A partition's name in metrics: "common", the city's name (from the
+// current city map), "subnet-<bits>" for a subnet partition.
+std::string CityName(const partitions::CityMap* cm, size_t id) {
+  if (cm != nullptr && id < cm->city_count()) return cm->city(static_cast<partitions::PartitionId>(id)).name;
+  return Cat("city", id);
+}
+
+std::string PartitionName(const partitions::CityMap* cm, partitions::Partition p) {
+  const size_t slot = QueryHandler::PartitionSlot(p);
+  if (slot == 0) return "common";
+  if (slot == QueryHandler::kSubnetSlot) return Cat("subnet-", partitions::SubnetBitsOf(p));
+  return CityName(cm, slot - 1);
+}
+
+std::string AddressText(const uint8_t* bytes, size_t len) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
+  return text;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Node::RenderMetrics() const {
   common::PrometheusWriter w;
   auto sum = [&](auto field) {
     uint64_t t = 0;
     for (const auto& c : cores_) t += field(c->counters());
-    t += field(forwarder_->counters());
     return t;
   };
+  // Every query is answered once (weir_responses_total) or dropped
+  // (weir_drops_total): queries = responses + drops.
   auto& queries = w.Counter("weir_queries_total", "Queries received, by transport.");
-  queries.Add({{"transport", "udp"}}, sum([](const WorkerCounters& c) { return c.queries_udp.Read(); }));
-  queries.Add({{"transport", "tcp"}}, sum([](const WorkerCounters& c) { return c.queries_tcp.Read(); }));
+  auto& responses =
+      w.Counter("weir_responses_total",
+                "Responses sent (from the cache, relayed, errors), by transport and RCODE name.");
+  for (int tcp = 0; tcp < 2; ++tcp) {
+    const char* transport = tcp ? "tcp" : "udp";
+    queries.Add({{"transport", transport}},
+                sum([tcp](const WorkerCounters& c) { return (tcp ? c.queries_tcp : c.queries_udp).Read(); }));
+    for (size_t r = 0; r < 24; ++r) {
+      const uint64_t v = sum([tcp, r](const WorkerCounters& c) { return c.responses[tcp][r].Read(); });
+      if (v != 0 || r == 0) {
+        responses.Add({{"transport", transport}, {"rcode", RcodeName(static_cast<unsigned>(r))}}, v);
+      }
+    }
+  }
+  auto& drops = w.Counter("weir_drops_total", "Queries that got no response, by reason.");
+  for (size_t r = 0; r < static_cast<size_t>(DropReason::kCount); ++r) {
+    drops.Add({{"reason", DropReasonName(static_cast<DropReason>(r))}},
+              sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }));
+  }
+  auto& errors =
+      w.Counter("weir_error_responses_total",
+                "Responses with an error RCODE weir chose, by reason (also in weir_responses_total).");
+  for (size_t r = 0; r < static_cast<size_t>(ErrorReason::kCount); ++r) {
+    errors.Add({{"reason", ErrorReasonName(static_cast<ErrorReason>(r))}},
+               sum([r](const WorkerCounters& c) { return c.errors[r].Read(); }));
+  }
   w.Counter("weir_cache_hits_total", "Queries answered from the cache.")
       .Add({}, sum([](const WorkerCounters& c) { return c.hits.Read(); }));
   w.Counter("weir_cache_misses_total", "Queries the cache could not answer.")
       .Add({}, sum([](const WorkerCounters& c) { return c.misses.Read(); }));
+  w.Counter("weir_truncated_total", "Responses sent with TC set (too large for the client's UDP size).")
+      .Add({}, sum([](const WorkerCounters& c) { return c.truncated.Read(); }));
   w.Counter("weir_any_minimal_total", "ANY queries over UDP answered with the RFC 8482 HINFO.")
       .Add({}, sum([](const WorkerCounters& c) { return c.any_minimal.Read(); }));
   w.Counter("weir_stale_served_total",
@@ -213,7 +268,7 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
     w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.")
         .Add({}, mgmt_client_->rejected());
   }
-  w.Gauge("weir_learned_tags", "Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).")
+  w.Gauge("weir_learned_tags", "Names tagged through a CNAME chain into a tagged suffix.")
       .Add({}, learned != nullptr ? learned->size() : 0);
   w.Counter("weir_learned_tags_total", "Names that took a tag through a CNAME chain into a tagged suffix.")
       .Add({}, forwarder_->learned());
@@ -224,70 +279,15 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       .Add({}, forwarder_->coalesced());
   w.Counter("weir_upstream_queries_total", "Queries sent to the recursors.")
       .Add({}, forwarder_->upstream_queries());
-  auto& drops = w.Counter("weir_drops_total", "Queries dropped or answered with an error, by reason.");
-  for (size_t r = 0; r < static_cast<size_t>(DropReason::kCount); ++r) {
-    drops.Add({{"reason", DropReasonName(static_cast<DropReason>(r))}},
-              sum([r](const WorkerCounters& c) { return c.drops[r].Read(); }));
-  }
-  auto& responses =
-      w.Counter("weir_responses_total", "Responses sent, by RCODE (its name: NOERROR, SERVFAIL, ...).");
-  for (size_t r = 0; r < 24; ++r) {
-    const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
-    if (v != 0) responses.Add({{"rcode", RcodeName(static_cast<unsigned>(r))}}, v);
-  }
-  // Per-partition hit ratio and weighted answer counts (partition names
-  // from the current city map: this thread is an RCU reader).
-  const partitions::CityMap* cm = shared_.citymap.Get();
-  auto partition_name = [&](size_t slot) -> std::string {
-    if (slot == 0) return "common";
-    if (slot == QueryHandler::kSubnetSlot) return "subnet";
-    const size_t id = slot - 1;
-    if (cm != nullptr && id < cm->city_count())
-      return cm->city(static_cast<partitions::PartitionId>(id)).name;
-    return Cat("city", id);
-  };
-  auto& lookups_family = w.Counter("weir_partition_lookups_total", "Cache lookups, by partition.");
-  auto& hits_family = w.Counter("weir_partition_hits_total", "Cache hits, by partition.");
-  for (size_t slot = 0; slot < QueryHandler::kPartitionSlots; ++slot) {
-    uint64_t lookups = 0, hits = 0;
-    for (const auto& c : cores_) {
-      lookups += c->handler().partition_lookups(slot);
-      hits += c->handler().partition_hits(slot);
-    }
-    if (lookups == 0) continue;
-    const std::string name = partition_name(slot);
-    lookups_family.Add({{"partition", name}}, lookups);
-    hits_family.Add({{"partition", name}}, hits);
-  }
-  {
-    // Sum the workers' slots by (name, partition, address).
-    std::map<std::array<std::string, 3>, uint64_t> answers;
-    uint64_t overflow = 0;
-    for (const auto& c : cores_) {
-      const AnswerCounters& ac = c->handler().answer_counters();
-      overflow += ac.overflow();
-      for (size_t i = 0; i < AnswerCounters::kSlots; ++i) {
-        const AnswerCounters::Slot& slot_counter = ac.slots()[i];
-        if (slot_counter.key.load(std::memory_order_acquire) == 0) continue;
-        const AnswerCounters::Labels& sl = ac.labels(i);
-        char addr[INET6_ADDRSTRLEN] = {0};
-        inet_ntop(sl.addr_len == 4 ? AF_INET : AF_INET6, sl.addr.data(), addr, sizeof(addr));
-        const partitions::Partition p = sl.partition;
-        const size_t slot = QueryHandler::PartitionSlot(p);
-        std::string pname = slot == QueryHandler::kSubnetSlot ? Cat("subnet-", partitions::SubnetBitsOf(p))
-                                                              : partition_name(slot);
-        answers[{dns::NameKeyToText({sl.qname.data(), sl.qname_len}), std::move(pname), addr}] +=
-            slot_counter.count.Read();
-      }
-    }
-    auto& family = w.Counter("weir_answers_total", "Weighted answers by name, partition and address.");
-    for (const auto& [labels, v] : answers) {
-      family.Add({{"name", labels[0]}, {"partition", labels[1]}, {"address", labels[2]}}, v);
-    }
-    w.Counter("weir_answers_overflow_total",
-              "Weighted answers not counted by address because every answer counter slot was taken.")
-        .Add({}, overflow);
-  }
+  w.Counter("weir_upstream_inflight_limited_total",
+            "Questions answered at once (stale, else SERVFAIL) because every socket upstream.max_inflight "
+            "(or max_inflight_per_upstream) allows was in use.")
+      .Add({}, forwarder_->inflight_limited());
+  w.Counter("weir_upstream_spoofed_total",
+            "Upstream answers dropped for a wrong ID, source address or port, or question.")
+      .Add({}, forwarder_->spoofed());
+  RenderPartitions(w);
+  RenderAnswers(w);
   auto& latency =
       w.Histogram("weir_upstream_latency_seconds", "Time for a recursor to answer, per recursor.");
   auto& up = w.Gauge("weir_upstream_up", "1 while the recursor is healthy, 0 while it is marked down.");
@@ -303,6 +303,125 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   }
   if (backend_metrics_) backend_metrics_(w);
   return w.Render();
+}
+
+void Node::RenderPartitions(common::PrometheusWriter& w) const {
+  // Partition names from the current city map: this thread is an RCU reader.
+  const partitions::CityMap* cm = shared_.citymap.Get();
+  auto& lookups_family = w.Counter("weir_partition_lookups_total", "Cache lookups, by partition.");
+  auto& hits_family = w.Counter("weir_partition_hits_total", "Cache hits, by partition.");
+  for (size_t slot = 0; slot < QueryHandler::kPartitionSlots; ++slot) {
+    uint64_t lookups = 0, hits = 0;
+    for (const auto& c : cores_) {
+      lookups += c->handler().partition_lookups(slot);
+      hits += c->handler().partition_hits(slot);
+    }
+    if (lookups == 0) continue;
+    const std::string name = slot == 0                           ? std::string("common")
+                             : slot == QueryHandler::kSubnetSlot ? std::string("subnet")
+                                                                 : CityName(cm, slot - 1);
+    lookups_family.Add({{"partition", name}}, lookups);
+    hits_family.Add({{"partition", name}}, hits);
+  }
+}
+
+void Node::RenderAnswers(common::PrometheusWriter& w) const {
+  const partitions::CityMap* cm = shared_.citymap.Get();
+  // The workers' slots summed by (name key, partition, address bytes).
+  struct RawKey {
+    std::string qname;  // the name's key bytes
+    partitions::Partition partition;
+    std::string address;  // 4 or 16 bytes
+    auto operator<=>(const RawKey&) const = default;
+  };
+  std::map<RawKey, uint64_t> raw;
+  uint64_t overflow = 0;
+  for (const auto& c : cores_) {
+    const AnswerCounters& ac = c->handler().answer_counters();
+    overflow += ac.overflow();
+    for (size_t i = 0; i < AnswerCounters::kSlots; ++i) {
+      const AnswerCounters::Slot& slot = ac.slots()[i];
+      if (slot.key.load(std::memory_order_acquire) == 0) continue;
+      const AnswerCounters::Labels& l = ac.labels(i);
+      raw[{std::string(reinterpret_cast<const char*>(l.qname.data()), l.qname_len), l.partition,
+           std::string(reinterpret_cast<const char*>(l.addr.data()), l.addr_len)}] += slot.count.Read();
+    }
+  }
+  // The configured weights: the cached set each answered (name, partition,
+  // family) holds now, every address of it (answered yet or not).
+  ConformanceWindow::Counts counts;
+  ConformanceWindow::Weights weights;
+  std::map<std::string, uint64_t> per_name;  // name text -> answers, for the top-N cut
+  const uint32_t now = shared_.clock->NowSeconds();
+  std::set<std::tuple<std::string, partitions::Partition, size_t>> looked_up;
+  for (const auto& [k, n] : raw) {
+    const std::string name =
+        dns::NameKeyToText({reinterpret_cast<const uint8_t*>(k.qname.data()), k.qname.size()});
+    const std::string partition = PartitionName(cm, k.partition);
+    counts[{name, partition,
+            AddressText(reinterpret_cast<const uint8_t*>(k.address.data()), k.address.size())}] += n;
+    per_name[name] += n;
+    if (!looked_up.insert({k.qname, k.partition, k.address.size()}).second) continue;
+    const uint16_t qtype = k.address.size() == 4 ? dns::type::kA : dns::type::kAaaa;
+    const partitions::CacheKey ck{k.partition,
+                                  {reinterpret_cast<const uint8_t*>(k.qname.data()), k.qname.size()},
+                                  qtype,
+                                  dns::klass::kIn};
+    partitions::Freshness fresh;
+    const partitions::CacheEntry* e = shared_.cache->Find(ck, now, &fresh);
+    if (e == nullptr) continue;
+    const size_t addr_len = e->address_record_size() - 12;
+    const uint8_t* rec = e->records().data() + e->chain_bytes();
+    for (size_t i = 0; i < e->address_count(); ++i) {
+      const uint8_t* rdata = rec + i * e->address_record_size() + 12;
+      weights[{name, partition, AddressText(rdata, addr_len)}] = e->has_weights() ? e->weights()[i] : 1;
+    }
+  }
+  // The names exported by address: the metrics_answer_names most answered.
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (const auto& [name, n] : per_name) ranked.emplace_back(n, name);
+  const size_t keep = std::min<size_t>(ranked.size(), config_.metrics_answer_names);
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<ptrdiff_t>(keep), ranked.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
+  std::set<std::string> exported;
+  for (size_t i = 0; i < keep; ++i) exported.insert(ranked[i].second);
+
+  auto& answers =
+      w.Counter("weir_answers_total",
+                "Answers to weighted names by the smooth weighted round-robin, by name, partition "
+                "and address (the server.metrics_answer_names most answered names).");
+  auto& configured = w.Gauge("weir_answer_weight",
+                             "The weight of each address in the cached set of an exported weighted name and "
+                             "partition, as the GSLB sent it (1 each when it sent none).");
+  std::map<std::string, uint64_t> other;  // partition -> answers of names not exported
+  for (const auto& [s, n] : counts) {
+    if (exported.count(s.name) == 0) {
+      other[s.partition] += n;
+      continue;
+    }
+    answers.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, n);
+  }
+  for (const auto& [s, weight] : weights) {
+    if (exported.count(s.name) != 0)
+      configured.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, weight);
+  }
+  auto& other_family =
+      w.Counter("weir_answers_other_total",
+                "Answers to weighted names beyond server.metrics_answer_names, by partition.");
+  for (const auto& [partition, n] : other) other_family.Add({{"partition", partition}}, n);
+  w.Counter("weir_answers_overflow_total",
+            "Weighted answers not counted by address because every answer counter slot was taken.")
+      .Add({}, overflow);
+  auto& deviation = w.Gauge("weir_answer_share_deviation_ratio",
+                            "Over the last closed conformance window: the largest difference between an "
+                            "address's share of the answers and its share of the weights, per name and "
+                            "partition (0.005 = 0.5 percentage points).");
+  std::lock_guard<std::mutex> lock(conformance_mu_);
+  for (const auto& [key, d] : conformance_.Update(now, counts, weights)) {
+    if (exported.count(key.first) != 0) deviation.Add({{"name", key.first}, {"partition", key.second}}, d);
+  }
 }
 
 }  // namespace weir::fastpath

@@ -226,8 +226,11 @@ TEST_F(HandlerBurstTest, BurstGivesWhatHandleGivesEachPacket) {
   EXPECT_EQ(burst_ctr.misses.Read(), one_ctr.misses.Read());
   for (size_t r = 0; r < one_ctr.drops.size(); ++r)
     EXPECT_EQ(burst_ctr.drops[r].Read(), one_ctr.drops[r].Read());
-  for (size_t r = 0; r < one_ctr.rcodes.size(); ++r)
-    EXPECT_EQ(burst_ctr.rcodes[r].Read(), one_ctr.rcodes[r].Read()) << r;
+  for (size_t r = 0; r < one_ctr.errors.size(); ++r)
+    EXPECT_EQ(burst_ctr.errors[r].Read(), one_ctr.errors[r].Read());
+  for (size_t t = 0; t < 2; ++t)
+    for (size_t r = 0; r < one_ctr.responses[t].size(); ++r)
+      EXPECT_EQ(burst_ctr.responses[t][r].Read(), one_ctr.responses[t][r].Read()) << r;
 }
 
 // SWRR through the burst path: 600 queries from one city in bursts of 32
@@ -294,8 +297,10 @@ TEST_F(HandlerBurstTest, TrailingBytesAreFormErrEvenForCachedNames) {
     }
   }
   EXPECT_EQ(ctr.hits.Read(), 1u);
-  EXPECT_EQ(ctr.drops[static_cast<size_t>(DropReason::kFormErr)].Read(), 1u);
-  EXPECT_EQ(ctr.rcodes[static_cast<size_t>(dns::Rcode::kFormErr)].Read(), 1u);
+  EXPECT_EQ(ctr.errors[static_cast<size_t>(ErrorReason::kFormErr)].Read(), 1u);
+  EXPECT_EQ(ctr.responses[0][static_cast<size_t>(dns::Rcode::kFormErr)].Read(), 1u);
+  EXPECT_EQ(ctr.responses[0][0].Read(), 1u);
+  for (const OwnedCounter& d : ctr.drops) EXPECT_EQ(d.Read(), 0u);
 }
 
 }  // namespace

@@ -259,7 +259,8 @@ TEST_F(WorkerCoreTest, FailedUpstreamServesTheStaleEntryElseServfail) {
   EXPECT_EQ(fail.id, 32);
   EXPECT_EQ(fail.rcode, static_cast<uint16_t>(dns::Rcode::kServFail));
   EXPECT_EQ(core_->counters().stale_served.Read(), 1u);
-  EXPECT_EQ(core_->counters().drops[static_cast<size_t>(DropReason::kUpstreamFailure)].Read(), 1u);
+  EXPECT_EQ(core_->counters().errors[static_cast<size_t>(ErrorReason::kUpstreamFailure)].Read(), 1u);
+  EXPECT_EQ(core_->counters().responses[0][static_cast<size_t>(dns::Rcode::kServFail)].Read(), 1u);
 }
 
 TEST_F(WorkerCoreTest, UncacheableAnswerIsRelayedWithTheClientsIdAndOpt) {

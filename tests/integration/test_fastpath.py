@@ -128,11 +128,13 @@ class FastpathTest(unittest.TestCase):
         self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
 
         m = self.fp.metrics()
-        self.assertEqual(m.value("weir_drops_total", reason="formerr"), len(formerr), m.text)
+        self.assertEqual(m.value("weir_error_responses_total", reason="formerr"), len(formerr), m.text)
         self.assertEqual(m.value("weir_drops_total", reason="garbage"), len(dropped),
                          f"dropped {dropped}\n{m.text}")
         self.assertEqual(m.value("weir_responses_total", rcode="FORMERR"), len(formerr), m.text)
         self.assertEqual(m.value("weir_queries_total", transport="udp"), len(files) + 1, m.text)
+        self.assertEqual(m.value("weir_queries_total"), m.value("weir_responses_total") + m.value("weir_drops_total"),
+                         "every query is answered once or dropped:\n" + m.text)
         self.assertEqual(self.sim.stats()["queries"], 1, "nothing malformed may reach the upstream")
 
     # ------------------------------------------------------------ 9. protection and transports
@@ -148,7 +150,8 @@ class FastpathTest(unittest.TestCase):
         self.assertEqual(r.status, "REFUSED", "cached answers are not for outsiders either:\n" + r.text)
         self.assertEqual(r.answer, [], r.text)
         m = self.fp.metrics()
-        self.assertEqual(m.value("weir_drops_total", reason="refused"), 2, m.text)
+        self.assertEqual(m.value("weir_error_responses_total", reason="acl"), 2, m.text)
+        self.assertEqual(m.value("weir_drops_total"), 0, m.text)
         self.assertEqual(m.value("weir_responses_total", rcode="REFUSED"), 2, m.text)
 
     def test_edns_version_1_gets_badvers(self):

@@ -442,10 +442,10 @@ class TrailingBytesTest(unittest.TestCase):
         self.addCleanup(auth.stop)
         fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([f"{auth.host}:{auth.port}"]))
         self.addCleanup(fp.stop)
-        before = fp.metrics().value("weir_drops_total", reason="formerr")
+        before = fp.metrics().value("weir_error_responses_total", reason="formerr")
         self.check_formerr(fp.host, fp.port, "fastpath")
         self.assertEqual(auth.received(), [], "a malformed query was resolved")
-        self.assertEqual(fp.metrics().value("weir_drops_total", reason="formerr") - before, len(self.CASES))
+        self.assertEqual(fp.metrics().value("weir_error_responses_total", reason="formerr") - before, len(self.CASES))
         # The same query without the junk is answered.
         r = fp.dig("www.example.org", norec=False)
         self.assertEqual(r.addresses(), ["192.0.2.1"])

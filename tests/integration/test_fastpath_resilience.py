@@ -158,7 +158,7 @@ class ServeStaleTest(unittest.TestCase):
                                                          f"{ttls}\n{r.text}")
         m = fp.metrics()
         self.assertEqual(m.value("weir_stale_served_total"), stale_before + 1, m.text)
-        self.assertEqual(m.value("weir_drops_total", reason="upstream_failure"), 0, m.text)
+        self.assertEqual(m.value("weir_error_responses_total", reason="upstream_failure"), 0, m.text)
 
         fp.advance_clock(600)  # now 601 s past expiry: outside the window
         r = fp.dig("www.example.com", timeout=3)
@@ -166,7 +166,7 @@ class ServeStaleTest(unittest.TestCase):
         self.assertEqual(r.answer, [], r.text)
         m = fp.metrics()
         self.assertEqual(m.value("weir_stale_served_total"), stale_before + 1, m.text)
-        self.assertEqual(m.value("weir_drops_total", reason="upstream_failure"), 1, m.text)
+        self.assertEqual(m.value("weir_error_responses_total", reason="upstream_failure"), 1, m.text)
         self.assertTrue(fp.alive())
 
 
@@ -189,7 +189,7 @@ class AntiSpoofingTest(unittest.TestCase):
         self.assertEqual(len(queries), 1, f"the second query must be a cache hit: {queries}")
         self.assertIn("qname=www.example.com. qtype=1", queries[0])
         m = fp.metrics()
-        self.assertEqual(m.value("weir_drops_total", reason="spoofed_answer"), 3,
+        self.assertEqual(m.value("weir_upstream_spoofed_total"), 3,
                          "wrong ID, wrong question and wrong source port must each be dropped:\n" + m.text)
         self.assertEqual(m.value("weir_cache_hits_total"), 1, m.text)
         self.assertEqual(m.value("weir_upstream_queries_total"), 1, m.text)
@@ -231,7 +231,7 @@ class InflightLimitTest(unittest.TestCase):
                 self.held_questions(fp, hole, 20)
                 self.over_limit_is_answered_at_once(fp, 5)
                 m = fp.metrics()
-                self.assertEqual(m.value("weir_drops_total", reason="inflight_limit"), 5, m.text)
+                self.assertEqual(m.value("weir_upstream_inflight_limited_total"), 5, m.text)
                 self.assertEqual(m.value("weir_upstream_queries_total"), 20, m.text)
                 # A question already in flight still takes more clients.
                 r = fp.dig("held0.example.com", extra=["+time=1", "+tries=1"])
@@ -245,7 +245,7 @@ class InflightLimitTest(unittest.TestCase):
                 sockets_before = len(os.listdir(f"/proc/{fp.pid}/fd"))
                 self.over_limit_is_answered_at_once(fp, 4)
                 m = fp.metrics()
-                self.assertEqual(m.value("weir_drops_total", reason="inflight_limit"), 4, m.text)
+                self.assertEqual(m.value("weir_upstream_inflight_limited_total"), 4, m.text)
                 self.assertEqual(m.value("weir_upstream_queries_total"), 8, m.text)
                 self.assertLessEqual(len(os.listdir(f"/proc/{fp.pid}/fd")), sockets_before,
                                      "a refused question must not hold a socket")

@@ -68,6 +68,11 @@ struct FastpathConfig {
   uint16_t weight_option_code = 65001;
   SocketAddress metrics_listen;  // port 0 with empty address: disabled
   bool metrics_enabled = false;
+  // Weighted names exported by address in weir_answers_total (the most
+  // answered; the rest summed in weir_answers_other_total).
+  int metrics_answer_names = 100;
+  // The weight-conformance window (weir_answer_share_deviation_ratio).
+  int metrics_conformance_window_s = 60;
   int tcp_idle_timeout_ms = 10000;
   int tcp_max_connections = 1024;
 

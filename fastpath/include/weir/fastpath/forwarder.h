@@ -51,8 +51,12 @@ class Forwarder {
   void Notify();
 
   // Metrics (read by the metrics thread).
-  const WorkerCounters& counters() const { return counters_; }
   uint64_t coalesced() const { return coalesced_.Read(); }
+  // Questions answered at once (stale or SERVFAIL) because every socket
+  // allowed (upstream.max_inflight[_per_upstream]) was in use.
+  uint64_t inflight_limited() const { return inflight_limited_.Read(); }
+  // Upstream answers dropped for a wrong ID, source or question.
+  uint64_t spoofed() const { return spoofed_.Read(); }
   uint64_t upstream_queries() const { return upstream_queries_.Read(); }
   uint64_t learned() const { return learned_.Read(); }
   uint64_t learned_overflow() const { return learned_overflow_.Read(); }
@@ -63,8 +67,9 @@ class Forwarder {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  WorkerCounters counters_;
   OwnedCounter coalesced_;
+  OwnedCounter inflight_limited_;
+  OwnedCounter spoofed_;
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
   OwnedCounter learned_overflow_;

@@ -213,6 +213,7 @@ class QueryHandler {
     size_t response_limit = 0;
     const partitions::Tag* tag = nullptr;
     partitions::IpAddress who;  // the address that picks the partition
+    bool tcp = false;           // the client's transport
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;
@@ -259,6 +260,7 @@ class QueryHandler {
   Work single_;
   std::unique_ptr<Work[]> burst_{new Work[kMaxBurst]};
   size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being answered
+  bool tcp_ = false;                                  // its transport, for the response counters
 };
 
 }  // namespace weir::fastpath

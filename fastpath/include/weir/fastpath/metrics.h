@@ -15,20 +15,30 @@
 
 namespace weir::fastpath {
 
-// Why a query was not answered, or answered with an error.
+// Why a query got no response at all. With weir_responses_total these
+// account for every query: queries = responses + drops.
 enum class DropReason : uint8_t {
-  kGarbage,          // not a DNS query at all: silently dropped
-  kFormErr,          // malformed query: answered FORMERR
-  kRefused,          // source outside the ACL: answered REFUSED
-  kRateLimited,      // over the per-source rate: dropped
-  kNotImpl,          // opcode other than QUERY: answered NOTIMP
-  kMissQueueFull,    // no room to hand the miss to the upstream side
-  kSpoofedAnswer,    // upstream answer with wrong ID/port/question: dropped
-  kUpstreamFailure,  // every upstream failed and nothing stale: SERVFAIL
-  kInflightLimit,  // a new upstream question over upstream.max_inflight[_per_upstream]: stale or SERVFAIL at
-                   // once
+  kGarbage,        // not a DNS query at all (too short, or a response)
+  kRateLimited,    // over the per-source rate
+  kAcl,            // source outside the ACL and the query unreadable: nothing to answer
+  kMissQueueFull,  // no room to hand the miss to the upstream side
+  kNoRoom,         // the response could not be written (no room for even the header)
   kCount,
 };
+std::string_view DropReasonName(DropReason r);
+
+// Why a query was answered with an error code (the response is counted in
+// weir_responses_total as well).
+enum class ErrorReason : uint8_t {
+  kFormErr,          // malformed query: FORMERR
+  kAcl,              // source outside the ACL: REFUSED
+  kNotImpl,          // opcode other than QUERY: NOTIMP
+  kBadVers,          // EDNS version other than 0: BADVERS
+  kClass,            // class other than IN: REFUSED
+  kUpstreamFailure,  // no recursor answered (or none had room) and nothing stale: SERVFAIL
+  kCount,
+};
+std::string_view ErrorReasonName(ErrorReason r);
 std::string_view DropReasonName(DropReason r);
 
 // The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",
@@ -54,9 +64,12 @@ struct alignas(64) WorkerCounters {
   OwnedCounter truncated;
   OwnedCounter any_minimal;  // ANY over UDP answered with the RFC 8482 HINFO
   std::array<OwnedCounter, static_cast<size_t>(DropReason::kCount)> drops;
-  std::array<OwnedCounter, 24> rcodes;  // responses by RCODE (0..23)
+  std::array<OwnedCounter, static_cast<size_t>(ErrorReason::kCount)> errors;
+  std::array<std::array<OwnedCounter, 24>, 2> responses;  // [tcp][RCODE 0..23] (larger: 2)
 
   void Drop(DropReason r) { drops[static_cast<size_t>(r)].Add(); }
+  void Error(ErrorReason r) { errors[static_cast<size_t>(r)].Add(); }
+  void Response(bool tcp, unsigned rcode) { responses[tcp ? 1 : 0][rcode < 24 ? rcode : 2].Add(); }
 };
 
 // Latency histogram with fixed Prometheus buckets (seconds).

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "weir/common/prometheus.h"
 #include "weir/fastpath/config.h"
+#include "weir/fastpath/conformance.h"
 #include "weir/fastpath/forwarder.h"
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/miss_channel.h"
@@ -79,6 +80,9 @@ class Node {
   // Validates both texts, then swaps both in; names are for messages.
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
                                std::string_view tags_name);
+  // RenderMetrics' parts.
+  void RenderPartitions(common::PrometheusWriter& w) const;
+  void RenderAnswers(common::PrometheusWriter& w) const;
 
   FastpathConfig config_;
   partitions::FakeClock* test_clock_;
@@ -92,6 +96,9 @@ class Node {
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
   std::function<void(common::PrometheusWriter&)> backend_metrics_;
+  // The weight-conformance window, advanced by scrapes (which may run concurrently).
+  mutable std::mutex conformance_mu_;
+  mutable ConformanceWindow conformance_;
 };
 
 }  // namespace weir::fastpath
