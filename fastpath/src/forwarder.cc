@@ -278,6 +278,7 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   p->waiters.push_back(std::move(c));
   Pending* raw = p.get();
   inflight.emplace(key, std::move(p));
+  self->in_flight_.store(inflight.size(), std::memory_order_relaxed);
   if (stale_exists && config.stale_answer_after_ms > 0) {
     const uint64_t gen = next_generation++;
     client_timers[gen] = key;
@@ -518,6 +519,7 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
 void Forwarder::Impl::Release(Pending* p) {
   CloseSocket(p);
   inflight.erase(p->key);  // frees p
+  self->in_flight_.store(inflight.size(), std::memory_order_relaxed);
 }
 
 void Forwarder::Impl::Reply(PendingClient& c, HandleMode mode, std::shared_ptr<const RelayedAnswer> relay) {

@@ -55,18 +55,4 @@ std::string RcodeName(unsigned rcode) {
   return Cat("RCODE", rcode);
 }
 
-void LatencyHistogram::Observe(double seconds) {
-  size_t i = 0;
-  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-  buckets_[i].Add();
-  count_.Add();
-  sum_.store(sum_.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
-}
-
-void LatencyHistogram::Render(common::PrometheusWriter::Family& family, common::MetricLabels labels) const {
-  std::array<uint64_t, kBounds.size() + 1> buckets;
-  for (size_t i = 0; i < buckets.size(); ++i) buckets[i] = buckets_[i].Read();
-  family.Histogram(labels, kBounds, buckets, sum_.load(std::memory_order_relaxed));
-}
-
 }  // namespace weir::fastpath

@@ -286,6 +286,21 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   w.Counter("weir_upstream_spoofed_total",
             "Upstream answers dropped for a wrong ID, source address or port, or question.")
       .Add({}, forwarder_->spoofed());
+  w.Gauge("weir_upstream_in_flight", "Distinct questions waiting for a recursor's answer.")
+      .Add({}, forwarder_->in_flight());
+  auto& response_latency = w.Histogram("weir_response_latency_seconds",
+                              "From a worker taking a query to its answer written: hit (answered at once: "
+                              "cache, errors) or miss (after the recursor's answer).");
+  for (int miss = 0; miss < 2; ++miss) {
+    // The workers' histograms summed bucket by bucket.
+    std::array<uint64_t, kResponseLatencyBounds.size() + 1> buckets{};
+    double seconds = 0;
+    for (const auto& c : cores_) {
+      const ResponseLatencyHistogram& h = miss ? c->counters().miss_latency : c->counters().hit_latency;
+      h.AddTo(buckets, &seconds);
+    }
+    response_latency.Histogram({{"path", miss ? "miss" : "hit"}}, kResponseLatencyBounds, buckets, seconds);
+  }
   RenderPartitions(w);
   RenderAnswers(w);
   auto& latency =
@@ -323,6 +338,39 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
     lookups_family.Add({{"partition", name}}, lookups);
     hits_family.Add({{"partition", name}}, hits);
   }
+  const std::vector<partitions::PartitionCacheStats> groups = shared_.cache->partition_stats();
+  auto& entries = w.Gauge("weir_cache_entries", "Entries cached, by partition.");
+  auto& bytes = w.Gauge("weir_cache_bytes", "Bytes of the entries cached, by partition.");
+  auto& inserts =
+      w.Counter("weir_cache_inserts_total", "Entries cached (refreshes not included), by partition.");
+  auto& evictions =
+      w.Counter("weir_cache_evictions_total",
+                "Entries evicted, by partition and reason (budget: over cache.bytes; expired: past the stale "
+                "window).");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const partitions::PartitionCacheStats& p = groups[g];
+    if (p.inserts == 0) continue;  // never used
+    const std::string name = g == 0   ? std::string("common")
+                             : g == 1 ? std::string("subnet")
+                                      : CityName(cm, g - 2);
+    entries.Add({{"partition", name}}, p.entries);
+    bytes.Add({{"partition", name}}, p.bytes);
+    inserts.Add({{"partition", name}}, p.inserts);
+    evictions.Add({{"partition", name}, {"reason", "budget"}}, p.evictions);
+    evictions.Add({{"partition", name}, {"reason", "expired"}}, p.expired_evictions);
+  }
+  const partitions::CacheStats cs = shared_.cache->stats();
+  w.Gauge("weir_cache_budget_bytes", "The cache's byte budget (cache.bytes): entries and index.")
+      .Add({}, shared_.cache->options().byte_budget);
+  w.Gauge("weir_cache_index_bytes", "Bytes of the cache's index (counted in the budget).")
+      .Add({}, cs.index_bytes);
+  w.Gauge("weir_cache_memory_bytes", "Memory the cache's slab holds for entries (free blocks included).")
+      .Add({}, cs.slab_bytes);
+  auto& refused = w.Counter("weir_cache_insert_refused_total",
+                            "Answers not cached, by reason (busy: another writer held the cache; reclaiming: "
+                            "evicted memory still awaited its grace period).");
+  refused.Add({{"reason", "busy"}}, cs.busy);
+  refused.Add({{"reason", "reclaiming"}}, cs.reclaiming);
 }
 
 void Node::RenderAnswers(common::PrometheusWriter& w) const {

@@ -1,6 +1,7 @@
 #include "weir/fastpath/worker_core.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace weir::fastpath {
 namespace {
@@ -25,7 +26,18 @@ bool WorkerCore::Submit(PendingClient&& p, bool waits) {
   return false;
 }
 
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+}  // namespace
+
 void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint32_t now, WorkerIo& io) {
+  // One clock reading a burst: its answers share the burst's time.
+  const auto received = std::chrono::steady_clock::now();
+  uint64_t answered = 0;
   bool submitted = false;
   for (size_t base = 0; base < n; base += QueryHandler::kMaxBurst) {
     const size_t m = std::min(n - base, QueryHandler::kMaxBurst);
@@ -34,6 +46,7 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
     handler_.HandleBurst(b, m, now);
     for (size_t i = 0; i < m; ++i) {
       const Verdict v = b[i].verdict;
+      answered += v == Verdict::kReply || v == Verdict::kReplyAndPrefetch;
       if (v != Verdict::kMiss && v != Verdict::kReplyAndPrefetch) continue;
       PendingClient pc;
       pc.miss = misses_[i];
@@ -43,6 +56,7 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
         pc.route = io.HoldRoute(base + i);
         pc.client = b[i].client;
         pc.query.assign(b[i].pkt, b[i].pkt + b[i].len);
+        pc.received = received;
       }  // else a refresh only: the client has its answer
       const ClientRoute route = pc.route;
       if (Submit(std::move(pc), waits)) {
@@ -52,6 +66,8 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
       }
     }
   }
+  if (answered != 0)
+    counters_.hit_latency.Observe(SecondsSince(received, std::chrono::steady_clock::now()), answered);
   if (submitted) notify_upstream_();
 }
 
@@ -59,6 +75,7 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
                            uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped) {
   MissRequest miss;
   *dropped = false;
+  const auto received = std::chrono::steady_clock::now();
   const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss);
   if (v == Verdict::kMiss || v == Verdict::kReplyAndPrefetch) {
     PendingClient pc;
@@ -68,6 +85,7 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
       pc.route = route;
       pc.client = client;
       pc.query.assign(query.begin(), query.end());
+      pc.received = received;
     }
     if (Submit(std::move(pc), waits)) {
       notify_upstream_();
@@ -77,7 +95,10 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
       return false;
     }
   }
-  if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) return true;
+  if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
+    counters_.hit_latency.Observe(SecondsSince(received, std::chrono::steady_clock::now()));
+    return true;
+  }
   *dropped = v == Verdict::kDrop;
   *out_len = 0;
   return false;
@@ -87,6 +108,7 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
   ReturnedQuery q;
   size_t handled = 0;
   bool resubmitted = false;
+  std::chrono::steady_clock::time_point answered_at{};  // read once, at the first answer
   while (channel_->returns.Pop(&q)) {
     ++handled;
     PendingClient& c = q.client;
@@ -105,6 +127,11 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
         io.SendHeld(route, {});
       }
       continue;
+    }
+    if (v == Verdict::kReply) {
+      if (answered_at == std::chrono::steady_clock::time_point{})
+        answered_at = std::chrono::steady_clock::now();
+      counters_.miss_latency.Observe(SecondsSince(c.received, answered_at));
     }
     io.SendHeld(c.route, {out_.get(), v == Verdict::kReply ? len : 0});
   }

@@ -634,6 +634,9 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
     CacheEntry* old = const_cast<CacheEntry*>(EntryOf(slot.load(std::memory_order_relaxed)));
     entry_bytes_ += block;
     entry_bytes_ -= old->memory_bytes();
+    PartitionCacheStats& g = GroupLocked(e->partition());
+    g.bytes += block;
+    g.bytes -= old->memory_bytes();
     slot.store(SlotValue(e), std::memory_order_release);
     if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
     retired_->entries.push_back(old);
@@ -647,6 +650,10 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
   entry_bytes_ += block;
   ++used_;
   ++stats_.inserts;
+  PartitionCacheStats& g = GroupLocked(e->partition());
+  ++g.entries;
+  g.bytes += block;
+  ++g.inserts;
   EvictToBudgetLocked(clock_.NowSeconds());
   return InsertResult::kInserted;
 }
@@ -691,6 +698,10 @@ void Cache::EvictLocked(size_t position, bool expired) {
   retired_->entries.push_back(e);
   retired_bytes_ += e->memory_bytes();
   ++(expired ? stats_.expired_evictions : stats_.evictions);
+  PartitionCacheStats& g = GroupLocked(e->partition());
+  --g.entries;
+  g.bytes -= e->memory_bytes();
+  ++(expired ? g.expired_evictions : g.evictions);
 }
 
 void Cache::EvictToBudgetLocked(uint32_t now) {
@@ -727,6 +738,7 @@ bool Cache::Erase(const CacheKey& key) {
     if (pos != SIZE_MAX) {
       EvictLocked(pos, false);
       --stats_.evictions;  // an erase is not an eviction
+      --GroupLocked(key.partition).evictions;
       found = true;
     }
     batch = TakeRetiredLocked(false);
@@ -765,6 +777,11 @@ void Cache::Barrier() {
   }
   FlushRetired(std::move(batch));
   RcuBarrier();
+}
+
+std::vector<PartitionCacheStats> Cache::partition_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return partition_stats_;
 }
 
 CacheStats Cache::stats() const {

@@ -100,6 +100,9 @@ class AccountingTest(unittest.TestCase):
             "garbage": m.value("weir_drops_total", reason="garbage"),
             "tcp_queries": m.value("weir_queries_total", transport="tcp"),
             "tcp_responses": m.value("weir_responses_total", transport="tcp"),
+            "hit_latency": m.value("weir_response_latency_seconds_count", path="hit"),
+            "miss_latency": m.value("weir_response_latency_seconds_count", path="miss"),
+            "cached": m.value("weir_cache_inserts_total", partition="common"),
         }
 
     def check(self, case, action, **expect):
@@ -116,14 +119,14 @@ class AccountingTest(unittest.TestCase):
     def test_1_every_kind_of_answer_is_counted_once(self):
         fp = self.fp
         self.check("miss", lambda: self.assertEqual(fp.dig("www.example.com").status, "NOERROR"),
-                   queries=1, responses=1, misses=1, noerror=1, drops=0)
+                   queries=1, responses=1, misses=1, noerror=1, drops=0, miss_latency=1, hit_latency=0, cached=1)
         self.check("hit", lambda: self.assertEqual(fp.dig("www.example.com").status, "NOERROR"),
-                   queries=1, responses=1, hits=1, noerror=1)
+                   queries=1, responses=1, hits=1, noerror=1, hit_latency=1, miss_latency=0)
         self.check("hit over tcp", lambda: self.assertEqual(fp.dig("www.example.com", tcp=True).status, "NOERROR"),
                    queries=1, responses=1, tcp_queries=1, tcp_responses=1)
         # Relayed: the upstream's REFUSED is passed on, never cached.
         self.check("relayed", lambda: self.assertEqual(fp.dig("a.refused.example").status, "REFUSED"),
-                   queries=1, responses=1, refused=1, misses=1, acl=0)
+                   queries=1, responses=1, refused=1, misses=1, acl=0, miss_latency=1, cached=0)
         # Relayed: a DNSSEC-aware query (DO) is relayed from the upstream.
         self.check("relayed DO", lambda: self.assertEqual(fp.dig("new.example.com", extra=["+dnssec"]).status,
                                                           "NOERROR"), queries=1, responses=1)
@@ -133,14 +136,14 @@ class AccountingTest(unittest.TestCase):
                 fp.dig("big.example.com", extra=["+noedns", "+ignore"]).tc), queries=1, responses=1, truncated=1)
         # REFUSED by the ACL, and for a class other than IN.
         self.check("acl", lambda: self.assertEqual(fp.dig("www.example.com", source="127.9.0.1").status, "REFUSED"),
-                   queries=1, responses=1, refused=1, acl=1)
+                   queries=1, responses=1, refused=1, acl=1, hit_latency=1)
         self.check("class", lambda: self.assertEqual(fp.dig("www.example.com", qtype="TXT",
                                                             extra=["-c", "CH"]).status, "REFUSED"),
                    queries=1, responses=1, refused=1)
         # Garbage: no response at all.
         self.check("garbage", lambda: self.assertIsNone(weirtest.udp_exchange(fp.host, fp.port, b"\x00\x01junk",
                                                                               timeout=0.5)),
-                   queries=1, responses=0, drops=1, garbage=1)
+                   queries=1, responses=0, drops=1, garbage=1, hit_latency=0, miss_latency=0)
 
     def test_2_stale_answers_are_counted_once(self):
         fp = self.fp

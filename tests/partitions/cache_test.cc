@@ -228,6 +228,43 @@ TEST_F(CacheTest, PartitionsNeverMix) {
   EXPECT_GT(hits, 50000u);
 }
 
+TEST_F(CacheTest, PartitionStatsFollowInsertsEvictionsAndErases) {
+  Cache cache({.byte_budget = 1 << 20}, clock_);
+  const IpAddress client = IpAddress::V4(0x0a010203);
+  const Partition city3 = PartitionKey(CacheLevel::kCity, 3, client);
+  const Partition subnet = PartitionKey(CacheLevel::kSubnet, 0, client);
+  const dns::NameKey a = Key("a.example"), b = Key("b.example");
+  cache.Insert(MakeAEntry(kCommonPartition, a, {1}, {}, clock_.NowSeconds()));
+  cache.Insert(MakeAEntry(city3, a, {1, 2}, {1, 2}, clock_.NowSeconds()));
+  cache.Insert(MakeAEntry(city3, b, {1}, {}, clock_.NowSeconds()));
+  cache.Insert(MakeAEntry(city3, b, {1, 2, 3}, {}, clock_.NowSeconds()));  // a refresh
+  cache.Insert(MakeAEntry(subnet, a, {1}, {}, clock_.NowSeconds()));
+  std::vector<PartitionCacheStats> s = cache.partition_stats();
+  ASSERT_EQ(s.size(), 2u + 3u + 1u);
+  EXPECT_EQ(s[PartitionStatsGroup(kCommonPartition)].entries, 1u);
+  EXPECT_EQ(s[PartitionStatsGroup(subnet)].entries, 1u);
+  EXPECT_EQ(s[PartitionStatsGroup(city3)].entries, 2u);
+  EXPECT_EQ(s[PartitionStatsGroup(city3)].inserts, 2u);
+  EXPECT_EQ(s[2].entries, 0u);  // city 0: never used
+  uint64_t bytes = 0;
+  for (const PartitionCacheStats& p : s) bytes += p.bytes;
+  EXPECT_EQ(bytes + cache.stats().index_bytes, cache.stats().bytes);
+
+  EXPECT_TRUE(cache.Erase({city3, b.span(), dns::type::kA}));
+  s = cache.partition_stats();
+  EXPECT_EQ(s[PartitionStatsGroup(city3)].entries, 1u);
+  EXPECT_EQ(s[PartitionStatsGroup(city3)].evictions, 0u) << "an erase is not an eviction";
+
+  // Past the stale window: the sweep evicts them as expired.
+  clock_.Advance(cache.options().stale_window + 3600);
+  cache.Maintain(1 << 20);
+  s = cache.partition_stats();
+  for (const PartitionCacheStats& p : s) EXPECT_EQ(p.entries, 0u);
+  EXPECT_EQ(s[PartitionStatsGroup(city3)].expired_evictions, 1u);
+  EXPECT_EQ(s[PartitionStatsGroup(kCommonPartition)].expired_evictions, 1u);
+  rcu_.Quiescent();
+}
+
 TEST_F(CacheTest, ByteBudgetEvictsColdEntriesFirst) {
   const size_t budget = 2 << 20;
   Cache cache({.byte_budget = budget}, clock_);

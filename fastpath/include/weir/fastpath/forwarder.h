@@ -57,6 +57,8 @@ class Forwarder {
   uint64_t inflight_limited() const { return inflight_limited_.Read(); }
   // Upstream answers dropped for a wrong ID, source or question.
   uint64_t spoofed() const { return spoofed_.Read(); }
+  // Distinct questions waiting for a recursor now.
+  uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   uint64_t upstream_queries() const { return upstream_queries_.Read(); }
   uint64_t learned() const { return learned_.Read(); }
   uint64_t learned_overflow() const { return learned_overflow_.Read(); }
@@ -70,6 +72,7 @@ class Forwarder {
   OwnedCounter coalesced_;
   OwnedCounter inflight_limited_;
   OwnedCounter spoofed_;
+  std::atomic<uint64_t> in_flight_{0};  // written by the forwarder thread
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
   OwnedCounter learned_overflow_;

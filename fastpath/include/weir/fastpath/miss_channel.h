@@ -41,6 +41,8 @@ struct PendingClient {
   // When the forwarder first took the query (kept if it is asked again as a
   // learned tagged name): its answer deadline counts from here.
   std::chrono::steady_clock::time_point accepted{};
+  // When the worker took the query (the client's miss latency counts from here).
+  std::chrono::steady_clock::time_point received{};
 };
 
 // A miss handed back to its worker once the upstream side is done: the

@@ -334,6 +334,29 @@ struct CacheStats {
   uint64_t rehashes = 0;
 };
 
+// One partition group's share of the cache (Cache::partition_stats()).
+struct PartitionCacheStats {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;  // entry blocks (the index is the cache's, not a partition's)
+  uint64_t inserts = 0;
+  uint64_t evictions = 0;          // CLOCK, over budget
+  uint64_t expired_evictions = 0;  // past the stale window
+};
+
+// The group a partition's statistics are kept in: 0 the common partition,
+// 1 every subnet partition together, 2 + city id for a city partition.
+inline size_t PartitionStatsGroup(Partition p) {
+  switch (LevelOf(p)) {
+    case CacheLevel::kGlobal:
+      return 0;
+    case CacheLevel::kSubnet:
+      return 1;
+    case CacheLevel::kCity:
+      break;
+  }
+  return 2 + size_t{CityOf(p)};
+}
+
 class EntrySlab;
 
 class Cache {
@@ -387,6 +410,9 @@ class Cache {
   void Barrier();
 
   CacheStats stats() const;
+  // Indexed by PartitionStatsGroup(); groups never used are all zero (the
+  // vector ends at the last one used).
+  std::vector<PartitionCacheStats> partition_stats() const;
   const CacheOptions& options() const { return options_; }
 
  private:
@@ -562,6 +588,12 @@ class Cache {
   size_t hand_ = 0, sweep_ = 0;  // positions
   std::unique_ptr<RetiredBatch> retired_;
   CacheStats stats_;
+  std::vector<PartitionCacheStats> partition_stats_;
+  PartitionCacheStats& GroupLocked(Partition p) {
+    const size_t g = PartitionStatsGroup(p);
+    if (g >= partition_stats_.size()) partition_stats_.resize(g + 1);
+    return partition_stats_[g];
+  }
   std::atomic<uint64_t> busy_{0};
   // Batches whose grace period has passed, pushed by the RCU callback and
   // returned to the slab by the writer (a lock-free stack: the callback
