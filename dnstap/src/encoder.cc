@@ -1,5 +1,7 @@
 // dnstap.Dnstap encoding with protobuf-c's generated code (dnstap.proto,
 // compiled at build time).
+#include <sys/socket.h>
+
 #include <cstring>
 
 #include "dnstap.pb-c.h"
@@ -27,6 +29,15 @@ void SetEndpoint(const Endpoint& e, protobuf_c_boolean* has_addr, ProtobufCBinar
 }
 
 }  // namespace
+
+Endpoint EndpointOf(const common::SocketAddress& a) {
+  Endpoint e;
+  if (a.family() != AF_INET && a.family() != AF_INET6) return e;
+  e.family = a.family() == AF_INET ? 4 : 6;
+  std::memcpy(e.bytes.data(), a.addr_bytes(), a.addr_len());
+  e.port = a.port();
+  return e;
+}
 
 EncodedPayload Encode(const Message& m, std::string_view identity, std::string_view version, size_t* len) {
   Dnstap__Message msg = DNSTAP__MESSAGE__INIT;

@@ -28,6 +28,7 @@
 #include <toml++/toml.h>
 
 #include "absl/status/statusor.h"
+#include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
 
 struct fstrm_iothr;
@@ -53,6 +54,8 @@ struct Endpoint {
   std::array<uint8_t, 16> bytes{};
   uint16_t port = 0;
 };
+// The address and port of a socket address (an unset one gives family 0).
+Endpoint EndpointOf(const common::SocketAddress& a);
 
 // What one dnstap message says. Spans point at the caller's bytes and are
 // copied by Encode. A zero time (tv_sec and tv_nsec 0) is left out.

@@ -8,6 +8,8 @@
 // popped by the forwarder only; `returns` the other way round.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -41,6 +43,10 @@ struct PendingClient {
   // When the forwarder first took the query (kept if it is asked again as a
   // learned tagged name): its answer deadline counts from here.
   std::chrono::steady_clock::time_point accepted{};
+  // When the worker received it, if dnstap taps this query (zero: it does
+  // not); the worker then taps the answer it finally sends.
+  timespec tapped_at{};
+  bool tapped() const { return tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0; }
 };
 
 // A miss handed back to its worker once the upstream side is done: the
