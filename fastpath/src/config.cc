@@ -164,7 +164,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   FastpathConfig cfg;
   cfg.path = name;
   c.OnlyKeys(root, "top level",
-             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk"});
+             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk", "dnstap"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
@@ -259,6 +259,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "max_inflight_per_upstream", &cfg.max_inflight_per_upstream, 1, 1000000);
   }
   if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
+  dnstap::ParseConfig(c, root, &cfg.dnstap);
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
 
   // Whole-file rules, reported at line 1 since they involve several keys.
@@ -289,8 +290,8 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(
-      path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file, &cfg->mgmt.state_dir});
+  common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file,
+                                   &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path});
   return cfg;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/dns/writer.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
 #include "weir/fastpath/upstream_ring.h"
 #include "weir/net/dns_tcp.h"
@@ -52,6 +53,9 @@ struct Pending {
   std::vector<uint8_t> tcp_out;  // length-prefixed query
   size_t tcp_sent = 0;
   net::DnsTcpReader tcp_in;
+  // dnstap: when this try was sent (zero: not tapped) and from where.
+  timespec tapped_at{};
+  dnstap::Endpoint tap_local;
 };
 
 struct Group {
@@ -89,6 +93,7 @@ struct Forwarder::Impl {
   uint64_t next_generation = 1;
   std::mt19937_64 rng{std::random_device{}()};
   dns::ParseOptions parse_options;
+  dnstap::Producer* tap = nullptr;
   uint8_t buf[kMaxMessage];
   uint8_t out[kMaxMessage];
 
@@ -134,7 +139,43 @@ struct Forwarder::Impl {
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
   void Release(Pending* p);
+  // dnstap of the try just sent on `fd`, and of its genuine answer.
+  void TapQuery(Pending* p, int fd, bool tcp);
+  void TapResponse(const Pending* p, const uint8_t* answer, size_t len);
 };
+
+void Forwarder::SetTap(dnstap::Producer* tap) { impl_->tap = tap; }
+
+void Forwarder::Impl::TapQuery(Pending* p, int fd, bool tcp) {
+  sockaddr_storage local{};
+  socklen_t ll = sizeof(local);
+  p->tap_local = {};
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0)
+    p->tap_local = dnstap::EndpointOf(SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll));
+  p->tapped_at = dnstap::Now();
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kForwarderQuery;
+  m.protocol = tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = p->tap_local;
+  m.response_address = dnstap::EndpointOf(groups[p->weighted_group ? 1 : 0].upstreams[p->upstream].address);
+  m.query_time = p->tapped_at;
+  m.query_message = p->query;
+  tap->Send(m);
+}
+
+void Forwarder::Impl::TapResponse(const Pending* p, const uint8_t* answer, size_t len) {
+  if (tap == nullptr || (p->tapped_at.tv_sec == 0 && p->tapped_at.tv_nsec == 0)) return;
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kForwarderResponse;
+  m.protocol = p->over_tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = p->tap_local;
+  m.response_address = dnstap::EndpointOf(groups[p->weighted_group ? 1 : 0].upstreams[p->upstream].address);
+  m.query_time = p->tapped_at;
+  m.response_time = dnstap::Now();
+  m.query_message = p->query;
+  m.response_message = {answer, len};
+  tap->Send(m);
+}
 
 Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> channels, SharedState* shared)
     : impl_(std::make_unique<Impl>()) {
@@ -344,6 +385,8 @@ void Forwarder::Impl::Send(Pending* p) {
   self->upstream_queries_.Add();
   by_fd[fd] = p;
   loop.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnReadable(fd); });
+  p->tapped_at = {};
+  if (tap != nullptr && tap->Sample()) TapQuery(p, fd, false);
   ArmTry(p);
 }
 
@@ -369,6 +412,7 @@ void Forwarder::Impl::OnReadable(int fd) {
       continue;
     }
     if (!Genuine(p, buf, static_cast<size_t>(n), &m)) continue;  // wait for the genuine one
+    TapResponse(p, buf, static_cast<size_t>(n));
     if (m.flags() & dns::flag::kTc) {
       SwitchToTcp(p);
       return;
@@ -421,6 +465,7 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
   p->fd = fd;
   p->upstream = u;
   p->over_tcp = true;
+  const timespec udp_tapped_at = p->tapped_at;
   p->tcp_out.resize(2 + p->query.size());
   dns::Store16(p->tcp_out.data(), static_cast<uint16_t>(p->query.size()));
   std::memcpy(p->tcp_out.data() + 2, p->query.data(), p->query.size());
@@ -433,6 +478,8 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
     auto it = by_fd.find(fd);
     if (it != by_fd.end()) OnTcp(it->second, events);
   });
+  // The same question again over TCP: tapped when its UDP try was.
+  if (tap != nullptr && (udp_tapped_at.tv_sec != 0 || udp_tapped_at.tv_nsec != 0)) TapQuery(p, fd, true);
   ArmTry(p);
 }
 
@@ -479,6 +526,7 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   // Copy out: Finish releases `p` and with it tcp_in.
   std::memcpy(out, p->tcp_in.Message().data(), len);
   if (!Genuine(p, out, len, &m)) return fail();
+  TapResponse(p, out, len);
   std::memcpy(buf, out, len);
   (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
   (*g.stats)[p->upstream]->answers.Add();

@@ -116,6 +116,8 @@ partitions::IpAddress ClientOf(const uint8_t* f, const Parsed& p) {
   return a;
 }
 
+uint16_t ClientPortOf(const uint8_t* f, const Parsed& p) { return dns::Load16(f + p.l2_len + p.l3_len); }
+
 uint32_t ChecksumAdd(std::span<const uint8_t> data, uint32_t sum) {
   // Eight bytes per step in the host's byte order with end-around carry: the
   // ones'-complement sum commutes with swapping the bytes of every word

@@ -61,6 +61,11 @@ absl::Status Node::Prepare(int slots) {
   } else if (absl::Status st = LoadPartitions(); !st.ok()) {
     return st;
   }
+  if (config_.dnstap.enabled()) {
+    auto w = dnstap::Writer::Open(config_.dnstap, static_cast<size_t>(slots) + 1);
+    if (!w.ok()) return w.status();
+    dnstap_ = *std::move(w);
+  }
   std::vector<MissChannel*> channels;
   for (int i = 0; i < slots; ++i) {
     channels_.push_back(std::make_unique<MissChannel>());
@@ -71,7 +76,9 @@ absl::Status Node::Prepare(int slots) {
   for (int i = 0; i < slots; ++i) {
     cores_.push_back(std::make_unique<WorkerCore>(i, options, &shared_, channels_[i].get(),
                                                   [f = forwarder_.get()] { f->Notify(); }));
+    if (dnstap_ && config_.dnstap.client) cores_.back()->SetTap(&dnstap_->producer(i));
   }
+  if (dnstap_ && config_.dnstap.upstream) forwarder_->SetTap(&dnstap_->producer(slots));
   return absl::OkStatus();
 }
 
@@ -94,6 +101,7 @@ void Node::StopMgmt() {
 
 void Node::Stop() {
   if (forwarder_) forwarder_->Stop();
+  dnstap_.reset();  // nothing taps any more: the rest is written out
 }
 
 absl::Status Node::Reload() {
@@ -259,6 +267,15 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   w.Counter("weir_stale_served_total",
             "Expired entries served because no upstream answered in time (RFC 8767).")
       .Add({}, sum([](const WorkerCounters& c) { return c.stale_served.Read(); }));
+  if (dnstap_) {
+    const dnstap::Writer::Totals t = dnstap_->totals();
+    auto& tap = w.Counter("weir_dnstap_messages_total",
+                          "dnstap messages handed to the writer (sent) or dropped on a full queue (dropped), "
+                          "and queries not tapped by sampling (sampled_out).");
+    tap.Add({{"result", "sent"}}, t.sent);
+    tap.Add({{"result", "dropped"}}, t.dropped);
+    tap.Add({{"result", "sampled_out"}}, t.sampled_out);
+  }
   const LearnedTags* learned = shared_.learned.Get();
   if (mgmt_client_) {
     w.Gauge("weir_mgmt_snapshot_version", "The mgmt snapshot version this node runs.")

@@ -3,13 +3,67 @@
 #include <algorithm>
 #include <chrono>
 
+#include "weir/dnstap/dnstap.h"
+
 namespace weir::fastpath {
 namespace {
 
 constexpr size_t kMaxAnswer = 65535;
 constexpr size_t kMaxUdpAnswer = 4096;  // a returned UDP answer is capped by the handler far below
+static_assert(QueryHandler::kMaxBurst <= 64, "a burst's dnstap sampling is one bit per packet");
+
+dnstap::Endpoint EndpointOf(const ClientInfo& c) {
+  dnstap::Endpoint e;
+  e.family = c.addr.family;
+  e.bytes = c.addr.bytes;
+  e.port = c.port;
+  return e;
+}
+
+bool Answered(Verdict v) { return v == Verdict::kReply || v == Verdict::kReplyAndPrefetch; }
 
 }  // namespace
+
+void WorkerCore::TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at) {
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kClientQuery;
+  m.protocol = client.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = EndpointOf(client);
+  m.query_time = at;
+  m.query_message = query;
+  tap_->Send(m);
+}
+
+void WorkerCore::TapResponse(std::span<const uint8_t> response, const ClientInfo& client,
+                             const timespec& query_at) {
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kClientResponse;
+  m.protocol = client.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = EndpointOf(client);
+  m.query_time = query_at;
+  m.response_time = dnstap::Now();
+  m.response_message = response;
+  tap_->Send(m);
+}
+
+uint64_t WorkerCore::TapQueries(const QueryHandler::BurstPacket* b, size_t n, timespec* at) {
+  uint64_t tapped = 0;
+  *at = dnstap::Now();  // one clock reading per burst
+  for (size_t i = 0; i < n; ++i) {
+    if (!tap_->Sample()) continue;
+    tapped |= uint64_t{1} << i;
+    TapQuery({b[i].pkt, b[i].len}, b[i].client, *at);
+  }
+  return tapped;
+}
+
+void WorkerCore::TapResponses(const QueryHandler::BurstPacket* b, size_t n, uint64_t tapped,
+                              const timespec& at) {
+  for (size_t i = 0; i < n; ++i) {
+    if ((tapped & (uint64_t{1} << i)) == 0 || !Answered(b[i].verdict)) continue;
+    TapResponse({b[i].out, b[i].out_len}, b[i].client, at);
+  }
+}
 
 WorkerCore::WorkerCore(int index, const HandlerOptions& options, SharedState* shared, MissChannel* channel,
                        std::function<void()> notify_upstream)
@@ -43,10 +97,17 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
     const size_t m = std::min(n - base, QueryHandler::kMaxBurst);
     QueryHandler::BurstPacket* b = packets + base;
     for (size_t i = 0; i < m; ++i) b[i].miss = &misses_[i];
+    // dnstap off: this branch and the one below, per burst.
+    uint64_t tapped = 0;
+    timespec tapped_at{};
+    if (tap_ != nullptr) [[unlikely]]
+      tapped = TapQueries(b, m, &tapped_at);
     handler_.HandleBurst(b, m, now);
+    if (tapped != 0) [[unlikely]]
+      TapResponses(b, m, tapped, tapped_at);
     for (size_t i = 0; i < m; ++i) {
       const Verdict v = b[i].verdict;
-      answered += v == Verdict::kReply || v == Verdict::kReplyAndPrefetch;
+      answered += Answered(v);
       if (v != Verdict::kMiss && v != Verdict::kReplyAndPrefetch) continue;
       PendingClient pc;
       pc.miss = misses_[i];
@@ -57,6 +118,7 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
         pc.client = b[i].client;
         pc.query.assign(b[i].pkt, b[i].pkt + b[i].len);
         pc.received = received;
+        if (tapped & (uint64_t{1} << i)) pc.tapped_at = tapped_at;
       }  // else a refresh only: the client has its answer
       const ClientRoute route = pc.route;
       if (Submit(std::move(pc), waits)) {
@@ -76,7 +138,14 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
   MissRequest miss;
   *dropped = false;
   const auto received = std::chrono::steady_clock::now();
+  timespec tapped_at{};
+  if (tap_ != nullptr && tap_->Sample()) [[unlikely]] {
+    tapped_at = dnstap::Now();
+    TapQuery(query, client, tapped_at);
+  }
   const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss);
+  if (Answered(v) && (tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0)) [[unlikely]]
+    TapResponse({out, *out_len}, client, tapped_at);
   if (v == Verdict::kMiss || v == Verdict::kReplyAndPrefetch) {
     PendingClient pc;
     pc.miss = miss;
@@ -86,6 +155,7 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
       pc.client = client;
       pc.query.assign(query.begin(), query.end());
       pc.received = received;
+      pc.tapped_at = tapped_at;
     }
     if (Submit(std::move(pc), waits)) {
       notify_upstream_();
@@ -95,7 +165,7 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
       return false;
     }
   }
-  if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) {
+  if (Answered(v)) {
     counters_.hit_latency.Observe(SecondsSince(received, std::chrono::steady_clock::now()));
     return true;
   }
@@ -133,6 +203,8 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
         answered_at = std::chrono::steady_clock::now();
       counters_.miss_latency.Observe(SecondsSince(c.received, answered_at));
     }
+    if (v == Verdict::kReply && c.tapped() && tap_ != nullptr) [[unlikely]]
+      TapResponse({out_.get(), len}, c.client, c.tapped_at);
     io.SendHeld(c.route, {out_.get(), v == Verdict::kReply ? len : 0});
   }
   if (resubmitted) notify_upstream_();

@@ -65,7 +65,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   cfg.path = name;
   for (const char* loopback : {"127.0.0.0/8", "::1/128"})
     cfg.control_allow.push_back(*partitions::Cidr::Parse(loopback));
-  c.OnlyKeys(root, "top level", {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt"});
+  c.OnlyKeys(root, "top level",
+             {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "dnstap"});
   mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
@@ -173,6 +174,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "source_v6", &cfg.source_v6, 1, 128);
     c.Bool(*s, "from_client_address", &cfg.from_client_address);
   }
+  dnstap::ParseConfig(c, root, &cfg.dnstap);
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
 
   auto whole = [&](std::string_view reason) {
@@ -193,8 +195,9 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(path, {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path,
-                                   &cfg->mgmt.token_file, &cfg->mgmt.state_dir});
+  common::ResolveRelativeTo(path,
+                            {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file,
+                             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path});
   return cfg;
 }
 

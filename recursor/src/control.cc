@@ -26,7 +26,13 @@ void RateLimitedLog::Write(const std::string& line) {
   std::fprintf(stderr, "weir-recursor: %s\n", line.c_str());
 }
 
+dnstap::Writer::Totals Control::DnstapTotals() const {
+  const dnstap::Writer* w = p_.dnstap ? p_.dnstap() : nullptr;
+  return w != nullptr ? w->totals() : dnstap::Writer::Totals{};
+}
+
 std::string Control::StatsJson() const {
+  const dnstap::Writer::Totals tap = DnstapTotals();
   const QueryRouter::Stats& q = p_.router->stats();
   const Front::Stats& f = p_.front->stats();
   const OrdinaryResolver::Stats& o = p_.ordinary->stats();
@@ -62,7 +68,9 @@ std::string Control::StatsJson() const {
       ",\"deadline_servfail\":", ow.deadline_servfail + tw.deadline_servfail,
       ",\"deadline_stale\":", ow.deadline_stale + tw.deadline_stale,
       ",\"negative_uncached\":", ow.negative_uncached + tw.negative_uncached,
-      ",\"cut_failures\":", z.failures, ",\"log_suppressed\":", p_.log->suppressed(), "}");
+      ",\"cut_failures\":", z.failures, ",\"log_suppressed\":", p_.log->suppressed(),
+      ",\"dnstap_sent\":", tap.sent, ",\"dnstap_dropped\":", tap.dropped,
+      ",\"dnstap_sampled_out\":", tap.sampled_out, "}");
 }
 
 std::string Control::Handle(const std::string& line) {

@@ -15,6 +15,7 @@
 #include "ordinary_resolver.h"
 #include "query_router.h"
 #include "socket_last_hop.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/partitions/clock.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
@@ -46,6 +47,8 @@ class Control {
     const SocketLastHop* last_hop = nullptr;
     ZoneCutFinder* cuts = nullptr;
     const RateLimitedLog* log = nullptr;
+    // The dnstap writer, null without [dnstap] (read when stats are asked).
+    std::function<const dnstap::Writer*()> dnstap;
     // Re-reads the tag file and applies it (an error when tags come from mgmt).
     std::function<absl::Status()> reload_tags;
   };
@@ -54,6 +57,8 @@ class Control {
   // One command line; the reply without its newline.
   std::string Handle(const std::string& line);
   std::string StatsJson() const;
+  // The dnstap writer's counters (all zero without [dnstap]).
+  dnstap::Writer::Totals DnstapTotals() const;
 
  private:
   Parts p_;

@@ -134,6 +134,7 @@ void Front::OnUdp(int fd) {
     to.udp_fd = fd;
     to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
     ++stats_.udp;
+    if (tap_ != nullptr) TapQuery({buf_, static_cast<size_t>(n)}, to);
     router_->HandleQuery({buf_, static_cast<size_t>(n)}, to);
   }
 }
@@ -295,6 +296,7 @@ void Front::DispatchFrames(uint64_t id) {
     to.conn = id;
     to.peer = c->peer;
     ++stats_.tcp;
+    if (tap_ != nullptr) TapQuery(frame, to);
     router_->HandleQuery(frame, to);
     it = conns_.find(id);  // the handler may have closed it
     if (it == conns_.end()) return;
@@ -303,7 +305,29 @@ void Front::DispatchFrames(uint64_t id) {
   c->dispatching = false;
 }
 
+void Front::TapQuery(std::span<const uint8_t> query, FrontRef& to) {
+  if (!tap_->Sample()) return;
+  to.tapped_at = dnstap::Now();
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kClientQuery;
+  m.protocol = to.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = dnstap::EndpointOf(to.peer);
+  m.query_time = to.tapped_at;
+  m.query_message = query;
+  tap_->Send(m);
+}
+
 void Front::Send(const FrontRef& to, const uint8_t* data, size_t len) {
+  if (tap_ != nullptr && len != 0 && (to.tapped_at.tv_sec != 0 || to.tapped_at.tv_nsec != 0)) {
+    dnstap::Message m;
+    m.type = dnstap::MessageType::kClientResponse;
+    m.protocol = to.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+    m.query_address = dnstap::EndpointOf(to.peer);
+    m.query_time = to.tapped_at;
+    m.response_time = dnstap::Now();
+    m.response_message = {data, len};
+    tap_->Send(m);
+  }
   if (!to.tcp) {
     if (len != 0) sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
     return;

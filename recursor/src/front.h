@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/partitions/partition.h"
@@ -48,6 +49,9 @@ class Front {
     router_ = router;
     control_ = std::move(control);
   }
+  // Taps front queries and responses (CLIENT_QUERY, CLIENT_RESPONSE) to
+  // `tap`; null taps nothing. Before Listen.
+  void SetTap(dnstap::Producer* tap) { tap_ = tap; }
   // Binds and watches the listeners of [server] listen and control.
   absl::Status Listen();
   // "listening udp A tcp A" lines, then "control A".
@@ -87,10 +91,13 @@ class Front {
   void WatchConn(Conn& c);
   bool CloseIfDone(uint64_t id, Conn& c);
   void DispatchFrames(uint64_t id);
+  // Samples a query just received; CLIENT_QUERY and to.tapped_at when tapped.
+  void TapQuery(std::span<const uint8_t> query, FrontRef& to);
 
   const RecursorConfig& cfg_;
   net::EventLoop& loop_;
   QueryRouter* router_ = nullptr;
+  dnstap::Producer* tap_ = nullptr;
   ControlHandler control_;
   std::vector<int> listen_fds_;
   std::vector<std::string> describe_;

@@ -70,6 +70,9 @@ struct Server::Impl {
   std::random_device seeds;
 
   RateLimitedLog log;
+  // The loop thread is its one producer; null without [dnstap]. Declared
+  // before what taps into it, closed in Stop once the loop has stopped.
+  std::unique_ptr<dnstap::Writer> dnstap;
   UnboundResolver ub;
   ZoneCutFinder cut_finder;
   InflightLimit inflight;
@@ -108,6 +111,7 @@ struct Server::Impl {
                  .last_hop = &last_hop,
                  .cuts = &cut_finder,
                  .log = &log,
+                 .dnstap = [this] { return dnstap.get(); },
                  .reload_tags = [this] { return ReloadOnLoop(); }}) {
     last_hop.SetSink(&tagged);
     front.SetHandlers(&router, [this](const std::string& line) { return control.Handle(line); });
@@ -176,6 +180,13 @@ absl::Status Server::Impl::Start() {
   }
   st = ub.Init(cfg);
   if (!st.ok()) return st;
+  if (cfg.dnstap.enabled()) {
+    auto w = dnstap::Writer::Open(cfg.dnstap, 1);
+    if (!w.ok()) return w.status();
+    dnstap = *std::move(w);
+    if (cfg.dnstap.client) front.SetTap(&dnstap->producer(0));
+    if (cfg.dnstap.upstream) last_hop.SetTap(&dnstap->producer(0));
+  }
 
   st = loop.Init();
   if (!st.ok()) return st;
@@ -250,6 +261,9 @@ void Server::Stop() {
   impl_->thread.join();
   impl_->last_hop.CloseAll();
   impl_->front.CloseAll();
+  impl_->front.SetTap(nullptr);
+  impl_->last_hop.SetTap(nullptr);
+  impl_->dnstap.reset();  // writes out what is queued and closes the output
 }
 
 }  // namespace weir::recursor

@@ -63,8 +63,40 @@ LastHopTransport::SendResult SocketLastHop::Send(uint64_t token, const LastHopQu
   q->generation = next_generation_++;
   loop_.Watch(fd, EPOLLIN, [this, token](uint32_t events) { OnEvents(token, events); });
   ArmTimeout(token, *q, timeout_ms_);
+  if (tap_ != nullptr && tap_->Sample()) TapQuery(*q, q->wire);
   queries_[token] = std::move(q);
   return SendResult::kSent;
+}
+
+void SocketLastHop::TapQuery(Query& q, std::span<const uint8_t> message) {
+  q.tapped_at = dnstap::Now();
+  sockaddr_storage local{};
+  socklen_t ll = sizeof(local);
+  q.local = {};
+  if (getsockname(q.fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0)
+    q.local =
+        dnstap::EndpointOf(common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll));
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kResolverQuery;
+  m.protocol = q.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = q.local;
+  m.response_address = dnstap::EndpointOf(q.q.server);
+  m.query_time = q.tapped_at;
+  m.query_message = message;
+  tap_->Send(m);
+}
+
+void SocketLastHop::TapReply(const Query& q, std::span<const uint8_t> reply) {
+  if (tap_ == nullptr || (q.tapped_at.tv_sec == 0 && q.tapped_at.tv_nsec == 0)) return;
+  dnstap::Message m;
+  m.type = dnstap::MessageType::kResolverResponse;
+  m.protocol = q.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.query_address = q.local;
+  m.response_address = dnstap::EndpointOf(q.q.server);
+  m.query_time = q.tapped_at;
+  m.response_time = dnstap::Now();
+  m.response_message = reply;
+  tap_->Send(m);
 }
 
 // The current query's timeout; a newer query (generation) makes it moot.
@@ -116,7 +148,10 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       ++stats_.spoofed_dropped;
       continue;
     }
-    if (buf_[2] & (dns::flag::kTc >> 8)) return ToTcp(token, q);
+    if (buf_[2] & (dns::flag::kTc >> 8)) {
+      TapReply(q, {buf_, static_cast<size_t>(n)});
+      return ToTcp(token, q);
+    }
     dns::Message m;
     if (m.Parse({buf_, static_cast<size_t>(n)}, parse_options_) != dns::ParseError::kOk) {
       ++stats_.malformed_replies;
@@ -126,6 +161,7 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       ++stats_.spoofed_dropped;
       continue;  // keep waiting for the genuine answer until the timeout
     }
+    TapReply(q, {buf_, static_cast<size_t>(n)});
     return Deliver(token, m);
   }
 }
@@ -142,6 +178,8 @@ void SocketLastHop::ToTcp(uint64_t token, Query& q) {
   q.tcp = true;
   q.tcp_sent = 0;
   q.tcp_in.Clear();
+  // The same query again over TCP: tapped when its UDP form was.
+  if (tap_ != nullptr && (q.tapped_at.tv_sec != 0 || q.tapped_at.tv_nsec != 0)) TapQuery(q, q.wire);
   std::vector<uint8_t> framed;
   net::AppendFramed(q.wire, &framed);
   q.wire = std::move(framed);
@@ -182,6 +220,7 @@ void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
     ++stats_.spoofed_dropped;
     return Fail(token, Failure::kFailed);
   }
+  TapReply(q, q.tcp_in.Message());
   Deliver(token, m);
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/dns/message.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/recursor/config.h"
@@ -32,6 +33,9 @@ class SocketLastHop final : public LastHopTransport {
   SocketLastHop& operator=(const SocketLastHop&) = delete;
 
   void SetSink(Sink* sink) { sink_ = sink; }
+  // Taps each query as sent and its reply as received (RESOLVER_QUERY,
+  // RESOLVER_RESPONSE) to `tap`; null taps nothing.
+  void SetTap(dnstap::Producer* tap) { tap_ = tap; }
   SendResult Send(uint64_t token, const LastHopQuery& q) override;
   void Cancel(uint64_t token) override;
   // Closes every socket (the daemon stops).
@@ -47,6 +51,9 @@ class SocketLastHop final : public LastHopTransport {
     std::vector<uint8_t> wire;  // the UDP form, or the framed TCP form
     LastHopQuery q;             // `message` unused: `wire` holds it
     uint64_t generation = 0;
+    // dnstap: when the query was sent (zero: not tapped) and from where.
+    timespec tapped_at{};
+    dnstap::Endpoint local;
   };
   void OnEvents(uint64_t token, uint32_t events);
   void OnUdp(uint64_t token, Query& q);
@@ -59,12 +66,17 @@ class SocketLastHop final : public LastHopTransport {
   void Fail(uint64_t token, Failure why);
   std::unique_ptr<Query> Take(uint64_t token);
   void Close(Query& q);
+  // dnstap of the query just sent on q.fd (`message`: its unframed form),
+  // and of the reply to a tapped one.
+  void TapQuery(Query& q, std::span<const uint8_t> message);
+  void TapReply(const Query& q, std::span<const uint8_t> reply);
 
   const int timeout_ms_;
   const int tcp_timeout_ms_;
   dns::ParseOptions parse_options_;
   net::EventLoop& loop_;
   Sink* sink_ = nullptr;
+  dnstap::Producer* tap_ = nullptr;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Query>> queries_;
   uint64_t next_generation_ = 1;
   Stats stats_;

@@ -37,6 +37,24 @@ TEST(FastpathConfig, MinimalGetsDocumentedDefaults) {
   EXPECT_EQ(c->weighted[0].address.ToString(), "127.0.0.1:5301");
 }
 
+TEST(FastpathConfig, DnstapTableIsReadAndPathsAreRelativeToTheFile) {
+  EXPECT_FALSE(ParseConfig(kMinimal, "t.toml")->dnstap.enabled());
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/weir-dnstap-fastpath.toml";
+  std::ofstream(path) << kMinimal << "[dnstap]\nfile = \"tap.fstrm\"\nsample = 8\nupstream = false\n";
+  auto c = LoadConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->dnstap.file_path, path.substr(0, path.rfind('/') + 1) + "tap.fstrm");
+  EXPECT_EQ(c->dnstap.sample, 8u);
+  EXPECT_TRUE(c->dnstap.client);
+  EXPECT_FALSE(c->dnstap.upstream);
+  auto bad =
+      ParseConfig(std::string(kMinimal) + "[dnstap]\nsocket = \"/run/tap\"\nqueue_size = 3\n", "t.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(Message(bad.status()).find("t.toml:10:"), std::string::npos) << bad.status();
+  EXPECT_NE(Message(bad.status()).find("power of two"), std::string::npos);
+}
+
 TEST(FastpathConfig, ExampleFileIsValid) {
   auto c = LoadConfig(std::string(WEIR_TEST_DATA_DIR) + "/../examples/fastpath/fastpath.toml");
   ASSERT_TRUE(c.ok()) << c.status();

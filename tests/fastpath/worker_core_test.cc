@@ -5,17 +5,24 @@
 // retry of a name that became tagged through its chain.
 #include "weir/fastpath/worker_core.h"
 
+#include <fstrm.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dns/test_util.h"
+#include "dnstap.pb-c.h"
 #include "partitions/test_util.h"
 #include "test_util.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
 #include "weir/partitions/rcu.h"
 
@@ -341,6 +348,102 @@ TEST_F(WorkerCoreTest, FullChannelDropsTheMissAndForgetsItsRoute) {
   EXPECT_EQ(io_.held(), 0u) << "the route of a miss that could not go upstream is released";
   EXPECT_EQ(core_->counters().drops[static_cast<size_t>(DropReason::kMissQueueFull)].Read(), 1u);
   EXPECT_EQ(notified_, 0);
+}
+
+}  // namespace
+}  // namespace weir::fastpath
+
+namespace weir::fastpath {
+namespace {
+
+// A dnstap message as read back from the file: type, client address, and
+// the DNS ID of the message it carries.
+struct Tapped {
+  int type = 0;
+  std::string client;
+  uint16_t id = 0;
+};
+
+std::vector<Tapped> ReadTapFile(const std::string& path) {
+  std::vector<Tapped> out;
+  fstrm_file_options* fopt = fstrm_file_options_init();
+  fstrm_file_options_set_file_path(fopt, path.c_str());
+  fstrm_reader* r = fstrm_file_reader_init(fopt, nullptr);
+  fstrm_file_options_destroy(&fopt);
+  EXPECT_NE(r, nullptr);
+  if (r == nullptr) return out;
+  EXPECT_EQ(fstrm_reader_open(r), fstrm_res_success);
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  while (fstrm_reader_read(r, &data, &len) == fstrm_res_success) {
+    Dnstap__Dnstap* d = dnstap__dnstap__unpack(nullptr, len, data);
+    EXPECT_NE(d, nullptr);
+    if (d == nullptr || d->message == nullptr) continue;
+    const Dnstap__Message* m = d->message;
+    Tapped t;
+    t.type = m->type;
+    if (m->has_query_address && m->query_address.len == 4) {
+      const uint8_t* a = m->query_address.data;
+      t.client = std::to_string(a[0]) + "." + std::to_string(a[1]) + "." + std::to_string(a[2]) + "." +
+                 std::to_string(a[3]);
+    }
+    const ProtobufCBinaryData& msg = m->has_response_message ? m->response_message : m->query_message;
+    if (msg.len >= 2) t.id = static_cast<uint16_t>(msg.data[0] << 8 | msg.data[1]);
+    out.push_back(t);
+    dnstap__dnstap__free_unpacked(d, nullptr);
+  }
+  fstrm_reader_destroy(&r);
+  return out;
+}
+
+TEST_F(WorkerCoreTest, DnstapTapsSampledQueriesAndTheAnswersSent) {
+  dnstap::Options o;
+  o.file_path =
+      (std::filesystem::temp_directory_path() / ("weir-core-tap-" + std::to_string(getpid()))).string();
+  o.sample = 2;
+  auto w = dnstap::Writer::Open(o, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  dnstap::Producer& tap = (*w)->producer(0);
+  core_->SetTap(&tap);
+  MissRequest m;
+  m.qname = Key("plain.example");
+  m.qtype = dns::type::kA;
+  m.qclass = dns::klass::kIn;
+  Fill(m, {{203, 0, 113, 7}}, 300);
+  // Packets 0, 2 and 4 are tapped: two hits, and a miss answered later.
+  Burst({{"198.18.1.1", Query(41, "plain.example")},
+         {"198.18.1.2", Query(42, "plain.example")},
+         {"198.18.1.3", Query(43, "plain.example")},
+         {"198.18.1.4", Query(44, "plain.example")},
+         {"198.18.1.5", Query(45, "www.cdn.example")}});
+  EXPECT_EQ(tap.sent(), 5u);
+  EXPECT_EQ(tap.sampled_out(), 2u);
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 1u);
+  EXPECT_TRUE(misses[0].tapped());
+  Fill(misses[0].miss, {{192, 0, 2, 1}}, 300, {1});
+  Return(std::move(misses[0]), HandleMode::kAfterFill);
+  EXPECT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 1u);
+  EXPECT_EQ(tap.sent(), 6u);
+  EXPECT_EQ(tap.dropped(), 0u);
+  core_->SetTap(nullptr);
+  w->reset();  // written out and closed
+
+  const std::vector<Tapped> got = ReadTapFile(o.file_path);
+  std::remove(o.file_path.c_str());
+  ASSERT_EQ(got.size(), 6u);
+  const int q = DNSTAP__MESSAGE__TYPE__CLIENT_QUERY, r = DNSTAP__MESSAGE__TYPE__CLIENT_RESPONSE;
+  const std::vector<std::tuple<int, std::string, uint16_t>> want = {
+      {q, "198.18.1.1", 41}, {q, "198.18.1.3", 43}, {q, "198.18.1.5", 45},
+      {r, "198.18.1.1", 41}, {r, "198.18.1.3", 43}, {r, "198.18.1.5", 45}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].type, std::get<0>(want[i])) << i;
+    EXPECT_EQ(got[i].client, std::get<1>(want[i])) << i;
+    EXPECT_EQ(got[i].id, std::get<2>(want[i])) << i;
+  }
+  // The response tapped is the one the client got.
+  ASSERT_EQ(io_.sent["198.18.1.5"].size(), 1u);
+  EXPECT_EQ(Read(io_.sent["198.18.1.5"][0]).addrs, std::vector<std::string>{"192.0.2.1"});
 }
 
 }  // namespace

@@ -24,6 +24,20 @@ TEST(RecursorConfig, MinimalHasDefaults) {
   EXPECT_EQ(c->weight_option_code, 65001);
 }
 
+TEST(RecursorConfig, DnstapTable) {
+  EXPECT_FALSE(ParseConfig(kMinimal, "r.toml")->dnstap.enabled());
+  auto c = ParseConfig(std::string(kMinimal) + "[dnstap]\nsocket = \"/run/weir/tap.sock\"\nclient = false\n",
+                       "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->dnstap.socket_path, "/run/weir/tap.sock");
+  EXPECT_FALSE(c->dnstap.client);
+  EXPECT_TRUE(c->dnstap.upstream);
+  c = ParseConfig(std::string(kMinimal) + "[dnstap]\nsocket = \"/a\"\nfile = \"/b\"\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("exactly one of 'socket'"), std::string::npos)
+      << c.status();
+}
+
 TEST(RecursorConfig, ErrorsNameFileLineColumn) {
   auto c = ParseConfig(std::string(kMinimal) + "[ecs]\nsource_v4 = 33\n", "r.toml");
   ASSERT_FALSE(c.ok());

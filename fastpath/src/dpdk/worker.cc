@@ -169,7 +169,7 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
         QueryHandler::BurstPacket& q = b.packets[nq];
         q.pkt = data + p.dns_offset();
         q.len = p.dns_len;
-        q.client = ClientInfo{frame::ClientOf(data, p), false};
+        q.client = ClientInfo{frame::ClientOf(data, p), false, frame::ClientPortOf(data, p)};
         q.out = b.answers[nq];
         q.out_cap = kAnswerMax;
         ++nq;

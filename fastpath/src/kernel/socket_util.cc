@@ -26,4 +26,10 @@ partitions::IpAddress ClientAddress(const sockaddr_storage& ss) {
   return a;
 }
 
+uint16_t ClientPort(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
 }  // namespace weir::fastpath::kernel

@@ -49,7 +49,7 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
   if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now) != net::DnsTcpStream::Status::kOpen) {
     return Close(id);
   }
-  const ClientInfo client{it->second.client, true};
+  const ClientInfo client{it->second.client, true, it->second.port};
   const ClientRoute route{slot_, Transport::kTcp, id};
   // Every whole query the stream has. A copy of each: answering one may
   // close the connection, and with it the stream's buffer.
@@ -97,7 +97,7 @@ void TcpServer::OnAccept(int lfd) {
     socklen_t sl = sizeof(ss);
     getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
     conns_[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, std::chrono::steady_clock::now()),
-                      ClientAddress(ss), EPOLLIN};
+                      ClientAddress(ss), ClientPort(ss), EPOLLIN};
     loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnConn(id, ev); });
   }
 }

@@ -38,6 +38,7 @@ class TcpServer final : public AnswerSink {
   struct Conn {
     std::unique_ptr<net::DnsTcpStream> stream;
     partitions::IpAddress client;
+    uint16_t port = 0;
     uint32_t events = 0;  // what the loop watches
   };
   void OnAccept(int lfd);

@@ -97,7 +97,7 @@ int UdpWorker::Burst(size_t f, int flags) {
     QueryHandler::BurstPacket& p = b.packets[i];
     p.pkt = b.rx[i];
     p.len = b.rmsg[i].msg_len;
-    p.client = ClientInfo{ClientAddress(b.peers[i]), false};
+    p.client = ClientInfo{ClientAddress(b.peers[i]), false, ClientPort(b.peers[i])};
     p.out = b.tx[i];
     p.out_cap = kUdpMax;
   }

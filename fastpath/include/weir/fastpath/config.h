@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/common/socket_address.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/partitions/partition.h"
 
@@ -121,6 +122,9 @@ struct FastpathConfig {
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 
   DpdkConfig dpdk;
+
+  // [dnstap]: client queries and responses, and the queries to the recursors.
+  dnstap::Options dnstap;
 
   // [mgmt]: tags and city map pushed by weir-mgmt instead of the files.
   mgmt::NodeMgmtConfig mgmt;

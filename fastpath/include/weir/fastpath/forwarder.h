@@ -25,6 +25,10 @@
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/miss_channel.h"
 
+namespace weir::dnstap {
+class Producer;
+}  // namespace weir::dnstap
+
 namespace weir::fastpath {
 
 struct UpstreamStats {
@@ -46,6 +50,10 @@ class Forwarder {
   // Fails (nothing started) when its event loop cannot be set up.
   absl::Status Start();
   void Stop();
+
+  // Taps its queries to the recursors and their answers (FORWARDER_QUERY,
+  // FORWARDER_RESPONSE) to `tap`; before Start.
+  void SetTap(dnstap::Producer* tap);
 
   // Wakes the forwarder after a worker pushed misses (one syscall a burst).
   void Notify();

@@ -69,6 +69,8 @@ Parsed Classify(const uint8_t* frame, size_t len, const PortAddresses& port);
 
 // The source address of a kQuery frame, as the handler sees the client.
 partitions::IpAddress ClientOf(const uint8_t* frame, const Parsed& p);
+// Its source port.
+uint16_t ClientPortOf(const uint8_t* frame, const Parsed& p);
 
 struct ReplyOptions {
   // False: IPv4 replies carry UDP checksum 0 (RFC 768 allows it; IPv6 always has one).

@@ -42,6 +42,7 @@ struct SharedState {
 struct ClientInfo {
   partitions::IpAddress addr;
   bool tcp = false;
+  uint16_t port = 0;  // the source port, for dnstap only
 };
 
 enum class Verdict : uint8_t {

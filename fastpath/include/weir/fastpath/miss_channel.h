@@ -8,6 +8,8 @@
 // popped by the forwarder only; `returns` the other way round.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -43,6 +45,10 @@ struct PendingClient {
   std::chrono::steady_clock::time_point accepted{};
   // When the worker took the query (the client's miss latency counts from here).
   std::chrono::steady_clock::time_point received{};
+  // When the worker received it, if dnstap taps this query (zero: it does
+  // not); the worker then taps the answer it finally sends.
+  timespec tapped_at{};
+  bool tapped() const { return tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0; }
 };
 
 // A miss handed back to its worker once the upstream side is done: the

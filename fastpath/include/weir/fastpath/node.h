@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "weir/common/prometheus.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/conformance.h"
 #include "weir/fastpath/forwarder.h"
@@ -46,15 +47,17 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   // Loads the tags and city map (the stored mgmt snapshot if there is one,
-  // else the files), creates the cache and `slots` worker cores. Nothing
-  // runs yet; on error nothing is left half-applied.
+  // else the files), opens the dnstap output ([dnstap]), creates the cache
+  // and `slots` worker cores. Nothing runs yet; on error nothing is left
+  // half-applied.
   absl::Status Prepare(int slots);
   // After the backend set each channel's wake_worker: starts the forwarder
   // and the mgmt client.
   absl::Status Start();
   // Stops the mgmt client (no more snapshot applies).
   void StopMgmt();
-  // Stops the forwarder; the backend's loops must have stopped first.
+  // Stops the forwarder, then writes out and closes the dnstap output; the
+  // backend's loops must have stopped first.
   void Stop();
   // Re-reads the city map and tag files (refused when mgmt owns them).
   absl::Status Reload();
@@ -90,6 +93,8 @@ class Node {
   std::vector<std::unique_ptr<MissChannel>> channels_;
   std::vector<std::unique_ptr<WorkerCore>> cores_;
   std::unique_ptr<Forwarder> forwarder_;
+  // One producer per worker slot, then the forwarder's; null without [dnstap].
+  std::unique_ptr<dnstap::Writer> dnstap_;
   std::unique_ptr<mgmt::NodeStart> node_start_;  // the mgmt identity, between Prepare and Start
   std::unique_ptr<mgmt::NodeClient> mgmt_client_;
   // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.

@@ -18,6 +18,10 @@
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/miss_channel.h"
 
+namespace weir::dnstap {
+class Producer;
+}  // namespace weir::dnstap
+
 namespace weir::fastpath {
 
 // Where a backend takes the answers to clients whose queries went upstream.
@@ -64,6 +68,10 @@ class alignas(64) WorkerCore {
   // io.SendHeld); returns how many. The common case, nothing, is one load.
   size_t DrainReturns(uint32_t now, AnswerSink& io);
 
+  // Taps client queries and responses to `tap` (dnstap); null, the
+  // default, taps nothing. Before the worker runs.
+  void SetTap(dnstap::Producer* tap) { tap_ = tap; }
+
   int index() const { return index_; }
   QueryHandler& handler() { return handler_; }
   const QueryHandler& handler() const { return handler_; }
@@ -73,11 +81,19 @@ class alignas(64) WorkerCore {
  private:
   // Hands `p` upstream; false (counted) when the channel is full.
   bool Submit(PendingClient&& p, bool waits);
+  // dnstap, when tap_ is set: CLIENT_QUERY for the sampled packets of a
+  // burst (before they are handled; their bits set in the result), then
+  // CLIENT_RESPONSE for the sampled ones answered now.
+  uint64_t TapQueries(const QueryHandler::BurstPacket* b, size_t n, timespec* at);
+  void TapResponses(const QueryHandler::BurstPacket* b, size_t n, uint64_t tapped, const timespec& at);
+  void TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at);
+  void TapResponse(std::span<const uint8_t> response, const ClientInfo& client, const timespec& query_at);
 
   WorkerCounters counters_;
   QueryHandler handler_;
   int index_;
   MissChannel* channel_;
+  dnstap::Producer* tap_ = nullptr;
   std::function<void()> notify_upstream_;
   std::unique_ptr<MissRequest[]> misses_;
   std::unique_ptr<uint8_t[]> out_;  // answers to returned queries (any transport)

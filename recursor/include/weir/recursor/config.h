@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/common/socket_address.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/partitions/partition.h"
 
@@ -64,6 +65,10 @@ struct RecursorConfig {
   std::string tags_path;  // partitions TagTable text format
   // [mgmt]: tags pushed by weir-mgmt instead of the file.
   mgmt::NodeMgmtConfig mgmt;
+
+  // [dnstap]: front queries and responses, and the last hop to the
+  // authoritative servers.
+  dnstap::Options dnstap;
 
   // [cache]
   int max_entries = 100000;             // ordinary answers

@@ -7,6 +7,8 @@
 // Threading: everything on the recursor's loop thread.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +32,9 @@ struct FrontRef {
   int udp_fd = -1;
   common::SocketAddress peer;
   uint64_t conn = 0;
+  // When the front received the query, if dnstap taps it (zero: it does
+  // not); its response is then tapped when sent.
+  timespec tapped_at{};
 };
 
 struct Waiter {
