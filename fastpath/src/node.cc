@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_client.h"
 
@@ -233,7 +234,7 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       w.Counter("weir_responses_total", "Responses sent, by RCODE (its name: NOERROR, SERVFAIL, ...).");
   for (size_t r = 0; r < 24; ++r) {
     const uint64_t v = sum([r](const WorkerCounters& c) { return c.rcodes[r].Read(); });
-    if (v != 0) responses.Add({{"rcode", RcodeName(static_cast<unsigned>(r))}}, v);
+    if (v != 0) responses.Add({{"rcode", dns::RcodeName(static_cast<unsigned>(r))}}, v);
   }
   // Per-partition hit ratio and weighted answer counts (partition names
   // from the current city map: this thread is an RCU reader).
@@ -301,6 +302,8 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       timeouts.Add(labels, u->timeouts.Read());
     }
   }
+  common::AddProcessMetrics(w);
+  common::AddBuildInfo(w, "weir-fastpath");
   if (backend_metrics_) backend_metrics_(w);
   return w.Render();
 }

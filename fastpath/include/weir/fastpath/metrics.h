@@ -31,10 +31,6 @@ enum class DropReason : uint8_t {
 };
 std::string_view DropReasonName(DropReason r);
 
-// The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",
-// "SERVFAIL", "BADVERS", ...), "RCODE<n>" for unassigned values.
-std::string RcodeName(unsigned rcode);
-
 // A counter written by exactly one thread.
 class OwnedCounter {
  public:
