@@ -206,14 +206,7 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
             "Expired entries served because no upstream answered in time (RFC 8767).")
       .Add({}, sum([](const WorkerCounters& c) { return c.stale_served.Read(); }));
   const LearnedTags* learned = shared_.learned.Get();
-  if (mgmt_client_) {
-    w.Gauge("weir_mgmt_snapshot_version", "The mgmt snapshot version this node runs.")
-        .Add({}, mgmt_client_->applied_version());
-    w.Gauge("weir_mgmt_connected", "1 while the node is connected to weir-mgmt.")
-        .Add({}, mgmt_client_->connected() ? 1 : 0);
-    w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.")
-        .Add({}, mgmt_client_->rejected());
-  }
+  if (mgmt_client_) mgmt_client_->RenderMetrics(w);
   w.Gauge("weir_learned_tags", "Names tagged through a CNAME chain into a tagged suffix (DESIGN 3).")
       .Add({}, learned != nullptr ? learned->size() : 0);
   w.Counter("weir_learned_tags_total", "Names that took a tag through a CNAME chain into a tagged suffix.")

@@ -54,6 +54,7 @@ class Control {
   // One command line; the reply without its newline.
   std::string Handle(const std::string& line);
   std::string StatsJson() const;
+  const Parts& parts() const { return p_; }
 
  private:
   Parts p_;
