@@ -1,5 +1,5 @@
-"""Black-box tests of the Prometheus endpoints of weir-fastpath and
-weir-recursor: what promtool (Prometheus' own checker) says of
+"""Black-box tests of the Prometheus endpoints of weir-fastpath,
+weir-recursor and weir-mgmt: what promtool (Prometheus' own checker) says of
 each exposition, HEAD, 404/405, that idle connections cannot delay a scrape,
 the process and build families every daemon has, and that what a daemon
 does shows in its counters.
@@ -10,9 +10,12 @@ Run: python3 tests/integration/test_metrics.py --build-dir build
 import concurrent.futures
 import http.client
 import os
+import shutil
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -271,6 +274,113 @@ class RecursorMetricsTest(EndpointChecks, unittest.TestCase):
         }
         for key, value in pairs.items():
             self.assertEqual(value, stats[key], key)
+
+
+class FakeNode:
+    """A node that speaks the mgmt protocol (docs/mgmt.md) from here: HELLO,
+    then reads the snapshot mgmt pushes and answers it with NACK."""
+
+    def __init__(self, address, token, node_id, kind):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.send(1, ["weir-mgmt/1", token, node_id, kind, "0", ""])
+
+    def send(self, msg_type, fields):
+        body = bytes([msg_type]) + b"".join(struct.pack(">I", len(f.encode())) + f.encode() for f in fields)
+        self.sock.sendall(struct.pack(">I", len(body)) + body)
+
+    def read_message(self):
+        def exactly(n):
+            data = b""
+            while len(data) < n:
+                chunk = self.sock.recv(n - len(data))
+                if not chunk:
+                    raise ConnectionError("mgmt closed the connection")
+                data += chunk
+            return data
+        body = exactly(struct.unpack(">I", exactly(4))[0])
+        fields, pos = [], 1
+        while pos < len(body):
+            n = struct.unpack(">I", body[pos:pos + 4])[0]
+            fields.append(body[pos + 4:pos + 4 + n].decode())
+            pos += 4 + n
+        return body[0], fields
+
+    def close(self):
+        self.sock.close()
+
+
+class MgmtMetricsTest(EndpointChecks, unittest.TestCase):
+    DAEMON = "weir-mgmt"
+
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("promtool")
+        cls.dir = tempfile.mkdtemp(prefix="weir-mgmt-metrics-")
+        cls.mgmt = cls.daemon = weirtest.Mgmt(BUILD_DIR, cls.dir, metrics=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.mgmt.stop()
+        shutil.rmtree(cls.dir, True)
+
+    def test_requests_store_and_nodes_show_in_the_counters(self):
+        before = self.scrape()
+        tags = os.path.join(self.dir, "tags.txt")
+        with open(tags, "w") as f:
+            f.write("a.example weight=on\nb.example ecs=on\n")
+        csv = os.path.join(self.dir, "citymap.csv")
+        with open(csv, "w") as f:
+            f.write("127.1.0.0/16,city-a,198.51.100.0/24\n127.2.0.0/16,city-b,203.0.113.0/24\n"
+                    "127.3.0.0/16,city-b,203.0.113.0/24\n")
+        self.assertEqual(self.mgmt.weirctl("tag", "import", tags).returncode, 0)
+        self.assertEqual(self.mgmt.weirctl("citymap", "import", csv).returncode, 0)
+        self.assertNotEqual(self.mgmt.weirctl("tag", "rm", "missing.example").returncode, 0)
+        self.assertEqual(self.mgmt.weirctl("status").returncode, 0)
+        version = self.mgmt.weirctl_json("status")["version"]
+        bad = os.path.join(self.dir, "bad.token")
+        with open(bad, "w") as f:
+            f.write("not-the-token-0123456789\n")
+        self.assertNotEqual(self.mgmt.weirctl("status", token_file=bad).returncode, 0)
+        # A node that rejects what it is sent, and stays connected.
+        node = FakeNode(self.mgmt.address, self.mgmt.TOKEN, "fake-rec", "recursor")
+        self.addCleanup(node.close)
+        msg_type, fields = node.read_message()
+        self.assertEqual((msg_type, fields[0]), (2, str(version)))  # SNAPSHOT
+        node.send(4, [str(version), "cannot apply it here"])  # NACK
+        deadline = time.monotonic() + 5
+        while True:
+            m = self.scrape()
+            if m.value("weir_mgmt_node_rejections_total") > before.value("weir_mgmt_node_rejections_total"):
+                break
+            self.assertLess(time.monotonic(), deadline, m.text)
+            time.sleep(0.05)
+
+        def delta(name, **labels):
+            return m.value(name, **labels) - before.value(name, **labels)
+
+        self.assertEqual(m.value("weir_mgmt_store_version"), version, m.text)
+        self.assertEqual(m.value("weir_mgmt_store_tags"), 2, m.text)
+        self.assertEqual(m.value("weir_mgmt_store_prefixes"), 3, m.text)
+        self.assertGreaterEqual(m.value("weir_mgmt_store_cities"), 2, m.text)
+        self.assertEqual(delta("weir_mgmt_requests_total", command="tag-import", result="ok"), 1, m.text)
+        self.assertEqual(delta("weir_mgmt_requests_total", command="citymap-import", result="ok"), 1, m.text)
+        self.assertEqual(delta("weir_mgmt_requests_total", command="tag-rm", result="error"), 1, m.text)
+        self.assertEqual(delta("weir_mgmt_requests_total", command="status", result="ok"), 2, m.text)
+        self.assertEqual(delta("weir_mgmt_peer_errors_total", reason="bad_token"), 1, m.text)
+        self.assertEqual(m.value("weir_mgmt_nodes_connected", kind="recursor"), 1, m.text)
+        self.assertEqual(m.value("weir_mgmt_nodes_connected", kind="fastpath"), 0, m.text)
+        self.assertEqual(delta("weir_mgmt_snapshots_pushed_total"), 1, m.text)
+        self.assertEqual(delta("weir_mgmt_node_rejections_total"), 1, m.text)
+        self.assertEqual(m.value("weir_mgmt_persistence_errors_total"), 0, m.text)
+        # Every known command has its series from the start.
+        self.assertEqual(len(before.series("weir_mgmt_requests_total", command="audit")), 2, before.text)
+        node.close()
+        # The node's disconnection shows at once: the loop thread renders.
+        deadline = time.monotonic() + 5
+        while self.scrape().value("weir_mgmt_nodes_connected", kind="recursor") != 0:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
