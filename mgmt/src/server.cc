@@ -385,6 +385,7 @@ void MgmtServer::Impl::OnReadable(Conn& c) {
       if (!m.ok()) {
         std::fprintf(stderr, "weir-mgmt: %s: %s\n", c.peer.c_str(),
                      std::string(m.status().message()).c_str());
+        ++counters.protocol_errors;
         return Fail(c, Text(m.status().message()));
       }
       if (!m->has_value()) break;

@@ -342,6 +342,11 @@ class MgmtMetricsTest(EndpointChecks, unittest.TestCase):
         with open(bad, "w") as f:
             f.write("not-the-token-0123456789\n")
         self.assertNotEqual(self.mgmt.weirctl("status", token_file=bad).returncode, 0)
+        # A peer whose first frame is larger than any mgmt accepts.
+        with socket.create_connection((self.mgmt.host, self.mgmt.port), timeout=5) as s:
+            s.sendall(b"\xff\xff\xff\xff\x01")
+            while s.recv(65536):  # the ERROR, then the close
+                pass
         # A node that rejects what it is sent, and stays connected.
         node = FakeNode(self.mgmt.address, self.mgmt.TOKEN, "fake-rec", "recursor")
         self.addCleanup(node.close)
@@ -368,6 +373,7 @@ class MgmtMetricsTest(EndpointChecks, unittest.TestCase):
         self.assertEqual(delta("weir_mgmt_requests_total", command="tag-rm", result="error"), 1, m.text)
         self.assertEqual(delta("weir_mgmt_requests_total", command="status", result="ok"), 2, m.text)
         self.assertEqual(delta("weir_mgmt_peer_errors_total", reason="bad_token"), 1, m.text)
+        self.assertEqual(delta("weir_mgmt_peer_errors_total", reason="protocol"), 1, m.text)
         self.assertEqual(m.value("weir_mgmt_nodes_connected", kind="recursor"), 1, m.text)
         self.assertEqual(m.value("weir_mgmt_nodes_connected", kind="fastpath"), 0, m.text)
         self.assertEqual(delta("weir_mgmt_snapshots_pushed_total"), 1, m.text)
