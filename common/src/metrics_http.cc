@@ -92,6 +92,10 @@ MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection
   const std::string_view path(url);
   if (path == "/metrics") {
     absl::StatusOr<std::string> body = self->render();
+    if (!body.ok() && body.status().code() == absl::StatusCode::kUnavailable) {
+      return Queue(connection, MHD_HTTP_SERVICE_UNAVAILABLE,
+                   Cat("metrics unavailable: ", body.status().message(), "\n"), kText);
+    }
     if (!body.ok()) {
       return Queue(connection, MHD_HTTP_INTERNAL_SERVER_ERROR,
                    Cat("rendering the metrics failed: ", body.status().message(), "\n"), kText);

@@ -152,4 +152,15 @@ Writer::Totals Writer::totals() const {
   return t;
 }
 
+void Writer::RenderMetrics(common::PrometheusWriter& w) const {
+  const Totals t = totals();
+  auto& family =
+      w.Counter("weir_dnstap_messages_total",
+                "dnstap messages handed to the writer (sent) or dropped on a full queue (dropped), "
+                "and queries not tapped by sampling (sampled_out).");
+  family.Add({{"result", "sent"}}, t.sent);
+  family.Add({{"result", "dropped"}}, t.dropped);
+  family.Add({{"result", "sampled_out"}}, t.sampled_out);
+}
+
 }  // namespace weir::dnstap

@@ -4,7 +4,6 @@
 
 namespace weir::fastpath {
 
-using common::Cat;
 using common::ToStd;
 
 std::string_view DropReasonName(DropReason r) {
@@ -43,16 +42,6 @@ std::string_view ErrorReasonName(ErrorReason r) {
       break;
   }
   return "unknown";
-}
-
-std::string RcodeName(unsigned rcode) {
-  static constexpr std::string_view kNames[] = {
-      "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",  "NOTIMP",  "REFUSED", "YXDOMAIN", "YXRRSET",
-      "NXRRSET", "NOTAUTH", "NOTZONE",  "DSOTYPENI", "",        "",        "",         "",
-      "BADVERS", "BADKEY",  "BADTIME",  "BADMODE",   "BADNAME", "BADALG",  "BADTRUNC", "BADCOOKIE",
-  };
-  if (rcode < std::size(kNames) && !kNames[rcode].empty()) return std::string(kNames[rcode]);
-  return Cat("RCODE", rcode);
 }
 
 }  // namespace weir::fastpath

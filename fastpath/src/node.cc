@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_client.h"
 
@@ -240,7 +241,7 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
     for (size_t r = 0; r < 24; ++r) {
       const uint64_t v = sum([tcp, r](const WorkerCounters& c) { return c.responses[tcp][r].Read(); });
       if (v != 0 || r == 0) {
-        responses.Add({{"transport", transport}, {"rcode", RcodeName(static_cast<unsigned>(r))}}, v);
+        responses.Add({{"transport", transport}, {"rcode", dns::RcodeName(static_cast<unsigned>(r))}}, v);
       }
     }
   }
@@ -267,24 +268,9 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   w.Counter("weir_stale_served_total",
             "Expired entries served because no upstream answered in time (RFC 8767).")
       .Add({}, sum([](const WorkerCounters& c) { return c.stale_served.Read(); }));
-  if (dnstap_) {
-    const dnstap::Writer::Totals t = dnstap_->totals();
-    auto& tap = w.Counter("weir_dnstap_messages_total",
-                          "dnstap messages handed to the writer (sent) or dropped on a full queue (dropped), "
-                          "and queries not tapped by sampling (sampled_out).");
-    tap.Add({{"result", "sent"}}, t.sent);
-    tap.Add({{"result", "dropped"}}, t.dropped);
-    tap.Add({{"result", "sampled_out"}}, t.sampled_out);
-  }
+  if (dnstap_) dnstap_->RenderMetrics(w);
   const LearnedTags* learned = shared_.learned.Get();
-  if (mgmt_client_) {
-    w.Gauge("weir_mgmt_snapshot_version", "The mgmt snapshot version this node runs.")
-        .Add({}, mgmt_client_->applied_version());
-    w.Gauge("weir_mgmt_connected", "1 while the node is connected to weir-mgmt.")
-        .Add({}, mgmt_client_->connected() ? 1 : 0);
-    w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.")
-        .Add({}, mgmt_client_->rejected());
-  }
+  if (mgmt_client_) mgmt_client_->RenderMetrics(w);
   w.Gauge("weir_learned_tags", "Names tagged through a CNAME chain into a tagged suffix.")
       .Add({}, learned != nullptr ? learned->size() : 0);
   w.Counter("weir_learned_tags_total", "Names that took a tag through a CNAME chain into a tagged suffix.")
@@ -305,9 +291,10 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       .Add({}, forwarder_->spoofed());
   w.Gauge("weir_upstream_in_flight", "Distinct questions waiting for a recursor's answer.")
       .Add({}, forwarder_->in_flight());
-  auto& response_latency = w.Histogram("weir_response_latency_seconds",
-                              "From a worker taking a query to its answer written: hit (answered at once: "
-                              "cache, errors) or miss (after the recursor's answer).");
+  auto& response_latency =
+      w.Histogram("weir_response_latency_seconds",
+                  "From a worker taking a query to its answer written: hit (answered at once: "
+                  "cache, errors) or miss (after the recursor's answer).");
   for (int miss = 0; miss < 2; ++miss) {
     // The workers' histograms summed bucket by bucket.
     std::array<uint64_t, kResponseLatencyBounds.size() + 1> buckets{};
@@ -333,6 +320,8 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       timeouts.Add(labels, u->timeouts.Read());
     }
   }
+  common::AddProcessMetrics(w);
+  common::AddBuildInfo(w, "weir-fastpath");
   if (backend_metrics_) backend_metrics_(w);
   return w.Render();
 }

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   weir::mgmt::MgmtServer server(*config);
   return daemon.Serve({
       .start = [&] { return server.Start(); },
-      .ready_text = [&] { return weir::common::Cat("listening ", server.bound().ToString(), "\nready\n"); },
+      .ready_text = [&] { return server.DescribeListeners() + "ready\n"; },
       .stop = [&] { server.Stop(); },
   });
 }

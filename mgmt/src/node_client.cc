@@ -236,4 +236,11 @@ NodeClientOptions MakeNodeClientOptions(const NodeMgmtConfig& config, const std:
   return o;
 }
 
+void NodeClient::RenderMetrics(common::PrometheusWriter& w) const {
+  w.Gauge("weir_mgmt_snapshot_version", "The mgmt snapshot version this node runs.")
+      .Add({}, applied_version());
+  w.Gauge("weir_mgmt_connected", "1 while the node is connected to weir-mgmt.").Add({}, connected() ? 1 : 0);
+  w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.").Add({}, rejected());
+}
+
 }  // namespace weir::mgmt

@@ -15,13 +15,18 @@
 #include <map>
 #include <thread>
 
+#include "metrics.h"
 #include "weir/common/config_file.h"
+#include "weir/common/metrics_http.h"
+#include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/store.h"
 #include "weir/net/event_loop.h"
+#include "weir/net/loop_mailbox.h"
+#include "weir/net/socket.h"
 
 namespace weir::mgmt {
 
@@ -43,11 +48,22 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   cfg.path = name;
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
-    c.OnlyKeys(*m, "mgmt", {"listen", "database", "token_file", "max_connections"});
+    c.OnlyKeys(*m, "mgmt", {"listen", "database", "token_file", "max_connections", "metrics_listen"});
     c.String(*m, "listen", &listen);
     c.String(*m, "database", &cfg.database);
     c.String(*m, "token_file", &cfg.token_file);
     c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
+    std::string metrics;
+    c.String(*m, "metrics_listen", &metrics);
+    if (!metrics.empty()) {
+      auto a = common::SocketAddress::Parse(metrics, kDefaultMetricsPort);
+      if (!a.ok()) {
+        c.Fail(m->get("metrics_listen")->source(), Text(a.status().message()));
+      } else {
+        cfg.metrics_listen = *a;
+        cfg.metrics_enabled = true;
+      }
+    }
     if (c.ok()) {
       auto a = common::SocketAddress::Parse(listen, 8054);
       if (!a.ok()) {
@@ -94,6 +110,11 @@ std::string TimeText(int64_t t) {
   return b;
 }
 
+// The store's own failures (SQLite), as opposed to a change it refused.
+bool IsDatabaseFailure(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kInternal || st.code() == absl::StatusCode::kDataLoss;
+}
+
 enum class Role { kUnknown, kNode, kCtl };
 
 struct Conn {
@@ -103,6 +124,8 @@ struct Conn {
   std::string out;
   Role role = Role::kUnknown;
   std::string node_id;
+  std::string kind;     // a node's, from its HELLO
+  std::string request;  // a weirctl request's command, for the metrics
   uint64_t sent_version = UINT64_MAX;
   std::string sent_origin;  // the database the node's version counts in
   bool close_after_write = false;
@@ -123,6 +146,12 @@ struct MgmtServer::Impl {
   std::atomic<bool> running{false};
   std::thread thread;
   std::map<int, Conn> conns;
+  MgmtCounters counters;
+  SnapshotSizes sizes;
+  net::LoopMailbox mailbox{loop};
+  int metrics_fd = -1;
+  common::SocketAddress metrics_bound;
+  std::unique_ptr<common::MetricsHttpServer> metrics;
 
   absl::Status Start();
   void Loop();
@@ -140,7 +169,42 @@ struct MgmtServer::Impl {
   void Flush(Conn& c);
   void CloseConn(int fd);
   void Watch(Conn& c);
+  // A store call's failure: logged, and counted when the database failed.
+  void StoreFailed(const absl::Status& st);
+  absl::StatusOr<std::string> RenderMetrics();
 };
+
+// The counters, the store and the connections belong to the loop thread, so
+// a scrape renders weir-mgmt's families there (see net::LoopMailbox): no
+// lock on the serving side, and one consistent snapshot. A loop that does not
+// take the scrape within 2 s gets it answered 503.
+absl::StatusOr<std::string> MgmtServer::Impl::RenderMetrics() {
+  constexpr std::chrono::milliseconds kTimeout{2000};
+  common::PrometheusWriter w;
+  const bool ran = mailbox.Call(
+      [&] {
+        MgmtState state;
+        state.snapshot = &store->snapshot();
+        state.connections = conns.size();
+        for (const auto& [fd, c] : conns) {
+          if (c.role != Role::kNode) continue;
+          ++state.nodes_by_kind[c.kind == "fastpath" || c.kind == "recursor" ? c.kind : "other"];
+        }
+        WriteMgmtMetrics(counters, state, sizes, w);
+      },
+      kTimeout);
+  if (!ran)
+    return absl::UnavailableError(
+        Cat("the event loop did not take the scrape within ", kTimeout.count(), " ms"));
+  common::AddProcessMetrics(w);
+  common::AddBuildInfo(w, "weir-mgmt");
+  return w.Render();
+}
+
+void MgmtServer::Impl::StoreFailed(const absl::Status& st) {
+  std::fprintf(stderr, "weir-mgmt: %s\n", std::string(st.message()).c_str());
+  if (IsDatabaseFailure(st)) ++counters.persistence_errors;
+}
 
 MgmtServer::MgmtServer(MgmtConfig config) : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
@@ -148,15 +212,36 @@ MgmtServer::MgmtServer(MgmtConfig config) : impl_(std::make_unique<Impl>()) {
 MgmtServer::~MgmtServer() { Stop(); }
 common::SocketAddress MgmtServer::bound() const { return impl_->bound; }
 
+std::string MgmtServer::DescribeListeners() const {
+  std::string s = Cat("listening ", impl_->bound.ToString(), "\n");
+  if (impl_->metrics) s += Cat("metrics http ", impl_->metrics_bound.ToString(), "\n");
+  return s;
+}
+
 absl::Status MgmtServer::Start() {
   absl::Status st = impl_->Start();
   if (!st.ok()) return st;
   impl_->running.store(true);
   impl_->thread = std::thread([this] { impl_->Loop(); });
+  if (impl_->metrics_fd >= 0) {
+    impl_->metrics =
+        std::make_unique<common::MetricsHttpServer>([impl = impl_.get()] { return impl->RenderMetrics(); });
+    if (absl::Status m = impl_->metrics->Start(impl_->metrics_fd); !m.ok()) {
+      Stop();
+      return absl::Status(m.code(),
+                          Cat("metrics_listen ", impl_->metrics_bound.ToString(), ": ", m.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
 void MgmtServer::Stop() {
+  // The metrics server first: its scrapes wait for the loop, which still runs.
+  if (impl_->metrics) impl_->metrics->Stop();
+  if (impl_->metrics_fd >= 0) {
+    close(impl_->metrics_fd);
+    impl_->metrics_fd = -1;
+  }
   if (!impl_->running.exchange(false)) return;
   impl_->loop.Wake();
   impl_->thread.join();
@@ -189,6 +274,13 @@ absl::Status MgmtServer::Impl::Start() {
   getsockname(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
   bound = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
   if (absl::Status st = loop.Init(); !st.ok()) return st;
+  loop.SetWakeHandler([this] { mailbox.RunPending(); });
+  if (config.metrics_enabled) {
+    auto fd = net::BindSocket(config.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
+    if (!fd.ok()) return absl::Status(fd.status().code(), Cat("metrics_listen: ", fd.status().message()));
+    metrics_fd = *fd;
+    metrics_bound = net::LocalAddress(*fd);
+  }
   WatchListener();
   return absl::OkStatus();
 }
@@ -226,6 +318,7 @@ void MgmtServer::Impl::Accept() {
     }
     if (static_cast<int>(conns.size()) >= config.max_connections) {
       close(fd);
+      ++counters.connections_refused;
       std::fprintf(stderr, "weir-mgmt: connection limit %d reached\n", config.max_connections);
       continue;
     }
@@ -292,6 +385,7 @@ void MgmtServer::Impl::OnReadable(Conn& c) {
       if (!m.ok()) {
         std::fprintf(stderr, "weir-mgmt: %s: %s\n", c.peer.c_str(),
                      std::string(m.status().message()).c_str());
+        ++counters.protocol_errors;
         return Fail(c, Text(m.status().message()));
       }
       if (!m->has_value()) break;
@@ -314,6 +408,7 @@ void MgmtServer::Impl::MaybePush(Conn& c) {
   if (store->version() == 0) return;
   if (c.sent_version == store->version() && c.sent_origin == store->snapshot().origin) return;
   c.out = Encode(SnapshotMessage(store->snapshot()));
+  ++counters.snapshots_pushed;
   c.sent_version = store->version();
   c.sent_origin = store->snapshot().origin;
   Flush(c);
@@ -332,11 +427,17 @@ void MgmtServer::Impl::PushAll() {
 
 void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
   if (c.role == Role::kUnknown) {
-    if (m.type != MsgType::kHello && m.type != MsgType::kRequest) return Fail(c, "expected HELLO or REQUEST");
-    if (m.fields.size() < 2 || m.fields[0] != kProtocol)
+    if (m.type != MsgType::kHello && m.type != MsgType::kRequest) {
+      ++counters.protocol_errors;
+      return Fail(c, "expected HELLO or REQUEST");
+    }
+    if (m.fields.size() < 2 || m.fields[0] != kProtocol) {
+      ++counters.protocol_errors;
       return Fail(c, Cat("unsupported protocol, expected ", kProtocol));
+    }
     if (!TokenEquals(m.fields[1], token)) {
       std::fprintf(stderr, "weir-mgmt: %s: bad token\n", c.peer.c_str());
+      ++counters.bad_token;
       return Fail(c, "bad token");
     }
     if (m.type == MsgType::kRequest) {
@@ -344,10 +445,14 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       return HandleRequest(c, m);
     }
     if (m.fields.size() != 6 || m.fields[2].empty() || m.fields[2].size() > 255) {
+      ++counters.protocol_errors;
       return Fail(c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version, origin");
     }
     auto have = ParseU64(m.fields[4]);
-    if (!have.ok()) return Fail(c, "HELLO: bad version");
+    if (!have.ok()) {
+      ++counters.protocol_errors;
+      return Fail(c, "HELLO: bad version");
+    }
     // A node that reconnects replaces its old connection.
     for (auto& [fd, other] : conns) {
       if (fd != c.fd && other.role == Role::kNode && other.node_id == m.fields[2]) {
@@ -361,13 +466,12 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
     }
     c.role = Role::kNode;
     c.node_id = m.fields[2];
+    c.kind = m.fields[3];
     c.sent_version = *have;
     c.sent_origin = m.fields[5];
     // A version of another database says nothing about what the node runs.
     const uint64_t runs = m.fields[5] == store->snapshot().origin ? *have : 0;
-    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs); !st.ok()) {
-      std::fprintf(stderr, "weir-mgmt: %s\n", std::string(st.message()).c_str());
-    }
+    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs); !st.ok()) StoreFailed(st);
     std::fprintf(stderr, "weir-mgmt: node %s (%s, %s) connected at version %llu, current %llu\n",
                  c.node_id.c_str(), m.fields[3].c_str(), c.peer.c_str(),
                  static_cast<unsigned long long>(*have), static_cast<unsigned long long>(store->version()));
@@ -376,21 +480,27 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
   if (c.role == Role::kNode) {
     if (m.type == MsgType::kAck && m.fields.size() == 1) {
       auto v = ParseU64(m.fields[0]);
-      if (v.ok()) (void)store->NodeAck(c.node_id, *v);
+      if (v.ok()) {
+        ++counters.acks;
+        if (absl::Status st = store->NodeAck(c.node_id, *v); !st.ok()) StoreFailed(st);
+      }
     } else if (m.type == MsgType::kNack && m.fields.size() == 2) {
       auto v = ParseU64(m.fields[0]);
       if (v.ok()) {
-        (void)store->NodeNack(c.node_id, *v, m.fields[1]);
+        ++counters.nacks;
+        if (absl::Status st = store->NodeNack(c.node_id, *v, m.fields[1]); !st.ok()) StoreFailed(st);
         std::fprintf(stderr, "weir-mgmt: node %s rejected version %llu: %s\n", c.node_id.c_str(),
                      static_cast<unsigned long long>(*v), m.fields[1].c_str());
       }
     }
     return;
   }
+  ++counters.protocol_errors;
   return Fail(c, "one request per connection");
 }
 
 void MgmtServer::Impl::Reply(Conn& c, bool ok, std::string text, std::string json) {
+  ++counters.requests[{c.request.empty() ? "invalid" : c.request, ok}];
   c.out += Encode(Message{MsgType::kReply, {ok ? "ok" : "error", std::move(text), std::move(json)}});
   c.close_after_write = true;
   Flush(c);
@@ -400,9 +510,13 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (m.fields.size() < 4) return Reply(c, false, "request needs protocol, token, actor, verb", "");
   const std::string& actor = m.fields[2];
   const std::string& verb = m.fields[3];
+  c.request = RequestLabel(verb);
   const std::vector<std::string> args(m.fields.begin() + 4, m.fields.end());
   auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what) {
-    if (!v.ok()) return Reply(c, false, Text(v.status().message()), "");
+    if (!v.ok()) {
+      if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
+      return Reply(c, false, Text(v.status().message()), "");
+    }
     std::fprintf(stderr, "weir-mgmt: %s by %s: version %llu\n", what.c_str(), actor.c_str(),
                  static_cast<unsigned long long>(*v));
     PushAll();
@@ -450,7 +564,10 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   }
   if (verb == "nodes" && args.empty()) {
     auto recs = store->Nodes();
-    if (!recs.ok()) return Reply(c, false, Text(recs.status().message()), "");
+    if (!recs.ok()) {
+      StoreFailed(recs.status());
+      return Reply(c, false, Text(recs.status().message()), "");
+    }
     const uint64_t current = store->version();
     std::string text = Cat("current version ", current, "\n");
     std::string json = Cat("{\"version\":", current, ",\"nodes\":[");
@@ -481,7 +598,10 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
       limit = static_cast<int>(*l);
     }
     auto recs = store->Audit(limit);
-    if (!recs.ok()) return Reply(c, false, Text(recs.status().message()), "");
+    if (!recs.ok()) {
+      StoreFailed(recs.status());
+      return Reply(c, false, Text(recs.status().message()), "");
+    }
     std::string text, json = "[";
     bool first = true;
     for (const AuditRecord& r : *recs) {

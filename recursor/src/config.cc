@@ -72,7 +72,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
                {"listen", "tcp", "weight_option_code", "control", "control_allow", "tcp_idle_timeout_ms",
-                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight", "answer_deadline_ms"});
+                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight", "answer_deadline_ms",
+                "metrics_listen"});
     c.List(*s, "listen", &cfg.listen, ParseAddress53);
     c.Bool(*s, "tcp", &cfg.tcp);
     c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
@@ -85,6 +86,17 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
       } else {
         cfg.control = *a;
         cfg.control_enabled = true;
+      }
+    }
+    std::string metrics;
+    c.String(*s, "metrics_listen", &metrics);
+    if (!metrics.empty()) {
+      auto m = SocketAddress::Parse(metrics, kDefaultMetricsPort);
+      if (!m.ok()) {
+        c.Fail(s->get("metrics_listen")->source(), ToStd(m.status().message()));
+      } else {
+        cfg.metrics_listen = *m;
+        cfg.metrics_enabled = true;
       }
     }
     c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);

@@ -59,6 +59,7 @@ class Control {
   std::string StatsJson() const;
   // The dnstap writer's counters (all zero without [dnstap]).
   dnstap::Writer::Totals DnstapTotals() const;
+  const Parts& parts() const { return p_; }
 
  private:
   Parts p_;

@@ -7,6 +7,7 @@
 // Threading: everything on the recursor's loop thread, after Listen().
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "weir/dns/wire.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
@@ -115,16 +117,29 @@ class FrontReplies final : public Replies {
   void Answer(const Waiter& w, const recursor::Answer& a, uint32_t age, int64_t fixed_ttl) override;
   void Error(const Waiter& w, dns::Rcode rcode) override;
   // For responses written by hand (FORMERR, BADVERS): the buffer, of
-  // capacity(), then Send().
+  // capacity(), then Send() with the response's RCODE (extended: BADVERS).
   uint8_t* buffer() { return out_; }
   static constexpr size_t capacity() { return net::kMaxDnsMessage; }
-  void Send(const FrontRef& to, size_t len) { front_.Send(to, out_, len); }
+  void Send(const FrontRef& to, size_t len, dns::Rcode rcode) {
+    Deliver(to, len, static_cast<unsigned>(rcode));
+  }
+  // No response (a TCP front's query is done with all the same).
+  void Drop(const FrontRef& to) { front_.Send(to, out_, 0); }
   uint64_t servfail() const { return servfail_; }
+  // Responses sent, by RCODE (every response once; index 16 is BADVERS).
+  static constexpr size_t kRcodes = 24;
+  const std::array<uint64_t, kRcodes>& responses() const { return responses_; }
 
  private:
+  void Deliver(const FrontRef& to, size_t len, unsigned rcode) {
+    if (len != 0 && rcode < kRcodes) ++responses_[rcode];
+    front_.Send(to, out_, len);
+  }
+
   const uint16_t weight_option_code_;
   Front& front_;
   uint64_t servfail_ = 0;
+  std::array<uint64_t, kRcodes> responses_{};
   uint8_t out_[net::kMaxDnsMessage + 2];
 };
 

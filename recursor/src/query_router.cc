@@ -34,14 +34,15 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
       } else {
         ++stats_.refused_acl;
       }
-      replies_.Send(to, rw.Finish(to.tcp ? 65535 : 512));
+      replies_.Send(to, rw.Finish(to.tcp ? 65535 : 512),
+                    allowed ? dns::Rcode::kBadVers : dns::Rcode::kRefused);
       return;
     }
     // A bare FORMERR header for anything that looks like a query from a
     // front; garbage, and anything from others, is dropped.
     if (pkt.size() < dns::kHeaderSize || (pkt[2] & 0x80) || !allowed) {
       ++stats_.dropped;
-      replies_.Send(to, 0);  // a TCP front's query is done with
+      replies_.Drop(to);
       return;
     }
     ++stats_.formerr;
@@ -49,7 +50,7 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
     std::memcpy(out, pkt.data(), 2);
     out[2] = static_cast<uint8_t>(0x80 | (pkt[2] & 0x79));
     out[3] = static_cast<uint8_t>(dns::Rcode::kFormErr);
-    replies_.Send(to, dns::kHeaderSize);
+    replies_.Send(to, dns::kHeaderSize, dns::Rcode::kFormErr);
     return;
   }
   if (!allowed) {

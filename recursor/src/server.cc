@@ -1,10 +1,13 @@
 // weir-recursor's composition: the units of the daemon (front.h,
 // query_router.h, ordinary_resolver.h, tagged_resolver.h, socket_last_hop.h,
 // zone_cuts.h, control.h) on one event loop, the tag table and its reloads
-// (file, control port, weir-mgmt), and the periodic sweep.
+// (file, control port, weir-mgmt), the periodic sweep and the metrics
+// endpoint (metrics.h).
 #include "weir/recursor/server.h"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,13 +21,18 @@
 
 #include "control.h"
 #include "front.h"
+#include "metrics.h"
 #include "ordinary_resolver.h"
 #include "query_router.h"
 #include "socket_last_hop.h"
 #include "unbound_resolver.h"
+#include "weir/common/metrics_http.h"
+#include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/net/event_loop.h"
+#include "weir/net/loop_mailbox.h"
+#include "weir/net/socket.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
@@ -46,6 +54,9 @@ class LoopTimers final : public Timers {
   net::EventLoop& loop_;
 };
 
+// How long a scrape waits for the loop thread before it answers 503.
+constexpr std::chrono::milliseconds kMetricsLoopTimeout{2000};
+
 const partitions::Clock& ClockOf(partitions::FakeClock* test_clock) {
   if (test_clock != nullptr) return *test_clock;
   return partitions::SystemClock::Instance();
@@ -65,6 +76,10 @@ struct Server::Impl {
 
   net::EventLoop loop;
   LoopTimers timers{loop};
+  net::LoopMailbox mailbox{loop};
+  int metrics_fd = -1;
+  common::SocketAddress metrics_bound;
+  std::unique_ptr<common::MetricsHttpServer> metrics;
   std::thread thread;
   std::atomic<bool> running{false};
   std::random_device seeds;
@@ -140,7 +155,30 @@ struct Server::Impl {
     while (running.load(std::memory_order_relaxed)) loop.RunOnce(std::chrono::milliseconds(200));
   }
   void Sweep();
+  // The metrics server's render callback, on its threads.
+  absl::StatusOr<std::string> RenderMetrics();
 };
+
+// The units' counters are plain integers and their caches plain hash maps,
+// all owned by the loop thread. Rather than make every counter an atomic
+// (a cost on every query, and the caches' sizes would still be unreadable
+// from here), the scrape runs the rendering of weir's families on the loop
+// thread, between two events: no counter changes during it, so the scrape
+// is one consistent snapshot. A loop that does not take the call within
+// kMetricsLoopTimeout is stuck or overloaded; the scrape then gets 503, and
+// the call never runs. The mgmt client's counters are atomics and the
+// process families read /proc: both stay on this thread.
+absl::StatusOr<std::string> Server::Impl::RenderMetrics() {
+  common::PrometheusWriter w;
+  if (!mailbox.Call([&] { WriteRecursorMetrics(control.parts(), w); }, kMetricsLoopTimeout)) {
+    return absl::UnavailableError(
+        Cat("the event loop did not take the scrape within ", kMetricsLoopTimeout.count(), " ms"));
+  }
+  if (mgmt_client) mgmt_client->RenderMetrics(w);
+  common::AddProcessMetrics(w);
+  common::AddBuildInfo(w, "weir-recursor");
+  return w.Render();
+}
 
 absl::Status Server::Impl::LoadTags(TaggedResolver::Tags* out) const {
   if (cfg.tags_path.empty()) {
@@ -191,12 +229,21 @@ absl::Status Server::Impl::Start() {
   st = loop.Init();
   if (!st.ok()) return st;
   loop.SetWakeHandler([this] {
-    std::lock_guard<std::mutex> l(reload_mu);
-    if (pending_tags) tags = std::move(pending_tags);
+    {
+      std::lock_guard<std::mutex> l(reload_mu);
+      if (pending_tags) tags = std::move(pending_tags);
+    }
+    mailbox.RunPending();
   });
   loop.Watch(ub.fd(), EPOLLIN, [this](uint32_t) { ub.Process(); });
   st = front.Listen();
   if (!st.ok()) return st;
+  if (cfg.metrics_enabled) {
+    auto fd = net::BindSocket(cfg.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
+    if (!fd.ok()) return absl::Status(fd.status().code(), Cat("metrics_listen: ", fd.status().message()));
+    metrics_fd = *fd;
+    metrics_bound = net::LocalAddress(*fd);
+  }
   running = true;
   thread = std::thread([this] { Run(); });
   return absl::OkStatus();
@@ -222,24 +269,36 @@ Server::Server(RecursorConfig config, partitions::FakeClock* test_clock)
 Server::~Server() { Stop(); }
 
 absl::Status Server::Start() {
-  absl::Status st = impl_->Start();
-  if (!st.ok() || !impl_->mgmt_node) return st;
-  const mgmt::NodeStart& node = *impl_->mgmt_node;
-  impl_->mgmt_client = std::make_unique<mgmt::NodeClient>(
-      mgmt::MakeNodeClientOptions(impl_->cfg.mgmt, "recursor", node.token),
-      [this](const mgmt::Snapshot& snap) {
-        auto t = partitions::TagTable::FromText(snap.tags);
-        if (!t.ok()) return absl::InvalidArgumentError(Cat("tags: ", common::ToStd(t.status().message())));
-        impl_->Publish(*std::move(t));
-        return absl::OkStatus();
-      });
-  return node.stored ? impl_->mgmt_client->Start(node.stored->version, node.stored->origin)
-                     : impl_->mgmt_client->Start(0, "");
+  Impl& s = *impl_;
+  absl::Status st = s.Start();
+  if (!st.ok()) return st;
+  if (s.mgmt_node) {
+    const mgmt::NodeStart& node = *s.mgmt_node;
+    s.mgmt_client = std::make_unique<mgmt::NodeClient>(
+        mgmt::MakeNodeClientOptions(s.cfg.mgmt, "recursor", node.token), [this](const mgmt::Snapshot& snap) {
+          auto t = partitions::TagTable::FromText(snap.tags);
+          if (!t.ok()) return absl::InvalidArgumentError(Cat("tags: ", common::ToStd(t.status().message())));
+          impl_->Publish(*std::move(t));
+          return absl::OkStatus();
+        });
+    st = node.stored ? s.mgmt_client->Start(node.stored->version, node.stored->origin)
+                     : s.mgmt_client->Start(0, "");
+    if (!st.ok()) return st;
+  }
+  if (s.metrics_fd >= 0) {
+    s.metrics = std::make_unique<common::MetricsHttpServer>([&s] { return s.RenderMetrics(); });
+    st = s.metrics->Start(s.metrics_fd);
+    if (!st.ok()) {
+      return absl::Status(st.code(), Cat("metrics_listen ", s.metrics_bound.ToString(), ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string Server::DescribeListeners() const {
   std::string s;
   for (const std::string& l : impl_->front.describe()) s += l + "\n";
+  if (impl_->metrics) s += Cat("metrics http ", impl_->metrics_bound.ToString(), "\n");
   return s + "ready\n";
 }
 
@@ -255,7 +314,13 @@ absl::Status Server::ReloadTags() {
 }
 
 void Server::Stop() {
+  // The metrics server first: its scrapes wait for the loop, which still runs.
+  if (impl_->metrics) impl_->metrics->Stop();
   if (impl_->mgmt_client) impl_->mgmt_client->Stop();
+  if (impl_->metrics_fd >= 0) {
+    close(impl_->metrics_fd);
+    impl_->metrics_fd = -1;
+  }
   if (!impl_->running.exchange(false)) return;
   impl_->loop.Wake();
   impl_->thread.join();

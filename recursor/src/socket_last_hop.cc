@@ -56,6 +56,7 @@ LastHopTransport::SendResult SocketLastHop::Send(uint64_t token, const LastHopQu
     return SendResult::kSendFailed;
   }
   auto q = std::make_unique<Query>();
+  q->sent = std::chrono::steady_clock::now();
   q->fd = fd;
   q->wire.assign(lq.message.begin(), lq.message.end());
   q->q = lq;
@@ -119,6 +120,7 @@ void SocketLastHop::Deliver(uint64_t token, const dns::Message& m) {
   std::unique_ptr<Query> q = Take(token);
   if (q == nullptr) return;
   Close(*q);
+  latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - q->sent).count());
   if (sink_ != nullptr) sink_->OnReply(token, m);
 }
 

@@ -7,6 +7,8 @@
 // Threading: every call on the loop's thread.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,6 +22,23 @@
 #include "weir/recursor/last_hop.h"
 
 namespace weir::recursor {
+
+// The time from a query's first send to its genuine answer (one clock read
+// each way, beside the socket's own syscalls). One histogram over every
+// server: the authoritative servers a recursor talks to are unbounded in
+// number, a series per server would be too.
+struct UpstreamLatency {
+  static constexpr std::array<double, 12> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                     0.1,   0.25,   0.5,   1,    2.5,   5};
+  std::array<uint64_t, kBounds.size() + 1> buckets{};
+  double sum_seconds = 0;
+  void Observe(double seconds) {
+    size_t i = 0;
+    while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+    ++buckets[i];
+    sum_seconds += seconds;
+  }
+};
 
 class SocketLastHop final : public LastHopTransport {
  public:
@@ -41,6 +60,7 @@ class SocketLastHop final : public LastHopTransport {
   // Closes every socket (the daemon stops).
   void CloseAll();
   const Stats& stats() const { return stats_; }
+  const UpstreamLatency& latency() const { return latency_; }
 
  private:
   struct Query {
@@ -51,6 +71,7 @@ class SocketLastHop final : public LastHopTransport {
     std::vector<uint8_t> wire;  // the UDP form, or the framed TCP form
     LastHopQuery q;             // `message` unused: `wire` holds it
     uint64_t generation = 0;
+    std::chrono::steady_clock::time_point sent;  // the first send (UDP)
     // dnstap: when the query was sent (zero: not tapped) and from where.
     timespec tapped_at{};
     dnstap::Endpoint local;
@@ -80,6 +101,7 @@ class SocketLastHop final : public LastHopTransport {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Query>> queries_;
   uint64_t next_generation_ = 1;
   Stats stats_;
+  UpstreamLatency latency_;
   uint8_t buf_[net::kMaxDnsMessage];
 };
 

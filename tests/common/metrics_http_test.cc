@@ -146,6 +146,19 @@ TEST(MetricsHttpServer, RenderFailureIs500WithTheReason) {
   close(fd);
 }
 
+TEST(MetricsHttpServer, UnavailableIs503) {
+  uint16_t port = 0;
+  const int fd = Listen(&port);
+  MetricsHttpServer server(
+      []() -> absl::StatusOr<std::string> { return absl::UnavailableError("the loop is busy"); });
+  ASSERT_TRUE(server.Start(fd).ok());
+  const std::string r = Exchange(port, Request("GET", "/metrics"));
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(r, HasSubstr("the loop is busy"));
+  server.Stop();
+  close(fd);
+}
+
 TEST(MetricsHttpServer, StartFailsWithAReason) {
   MetricsHttpServer server([]() -> absl::StatusOr<std::string> { return std::string(); });
   const absl::Status st = server.Start(-1);

@@ -970,3 +970,17 @@ TEST(RoundTrip, RandomQueriesAndAnswers) {
 
 }  // namespace
 }  // namespace weir::dns
+
+namespace weir::dns {
+namespace {
+
+TEST(RcodeNameTest, MnemonicsAndUnassigned) {
+  EXPECT_EQ(RcodeName(0), "NOERROR");
+  EXPECT_EQ(RcodeName(3), "NXDOMAIN");
+  EXPECT_EQ(RcodeName(16), "BADVERS");
+  EXPECT_EQ(RcodeName(12), "RCODE12");
+  EXPECT_EQ(RcodeName(4095), "RCODE4095");
+}
+
+}  // namespace
+}  // namespace weir::dns

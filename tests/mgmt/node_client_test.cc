@@ -249,6 +249,21 @@ TEST(MgmtConfig, ErrorsNameTheLine) {
   c = ParseMgmtConfig("[mgmt]\ndatabase = \"/var/x.db\"\ntoken_file = \"/etc/t\"\n", "/etc/weir/m.toml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen.ToString(), "127.0.0.1:8054");
+  EXPECT_FALSE(c->metrics_enabled);
+}
+
+TEST(MgmtConfig, MetricsListen) {
+  const std::string base = "[mgmt]\ndatabase = \"/var/x.db\"\ntoken_file = \"/etc/t\"\n";
+  auto c = ParseMgmtConfig(base + "metrics_listen = \"127.0.0.1\"\n", "m.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->metrics_enabled);
+  EXPECT_EQ(c->metrics_listen.ToString(), "127.0.0.1:9155");
+  c = ParseMgmtConfig(base + "metrics_listen = \"[::1]:0\"\n", "m.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen.port(), 0);
+  c = ParseMgmtConfig(base + "metrics_listen = \"nowhere:x\"\n", "m.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("m.toml:4:"), std::string::npos) << c.status();
 }
 
 }  // namespace

@@ -38,6 +38,27 @@ TEST(RecursorConfig, DnstapTable) {
       << c.status();
 }
 
+TEST(RecursorConfig, MetricsListen) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->metrics_enabled);
+  auto with = [](const std::string& value) {
+    return ParseConfig(std::string(kMinimal).replace(0, 9, "[server]\nmetrics_listen = " + value + "\n"),
+                       "r.toml");
+  };
+  c = with("\"127.0.0.1\"");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->metrics_enabled);
+  EXPECT_EQ(c->metrics_listen.ToString(), "127.0.0.1:9154");
+  c = with("\"[::1]:0\"");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen.port(), 0);
+  c = with("\"nonsense:x\"");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:2:"), std::string::npos) << c.status();
+  EXPECT_FALSE(with("9154").ok());
+}
+
 TEST(RecursorConfig, ErrorsNameFileLineColumn) {
   auto c = ParseConfig(std::string(kMinimal) + "[ecs]\nsource_v4 = 33\n", "r.toml");
   ASSERT_FALSE(c.ok());

@@ -42,12 +42,32 @@ class _Program:
         self.stop()
 
 
-class _Server(_Program):
+class _MetricsEndpoint:
+    """A daemon's Prometheus endpoint, from its "metrics http ADDR" start-up
+    line (`metrics_host`/`metrics_port`; None when it has none)."""
+
+    metrics_host = None
+    metrics_port = None
+
+    def _metrics_line(self, line: str) -> bool:
+        if not line.startswith("metrics http "):
+            return False
+        self.metrics_host, self.metrics_port = split_hostport(line.split()[2])
+        return True
+
+    def metrics(self) -> Metrics:
+        if self.metrics_port is None:
+            raise RuntimeError("started without server.metrics_listen")
+        return Metrics(http_get(self.metrics_host, self.metrics_port, "/metrics"))
+
+
+class _Server(_Program, _MetricsEndpoint):
     """A program started with `argv` that prints its addresses, then a line
     matching `ready`: "listening udp ADDR [tcp ADDR]" for each listener
-    (`listeners`; `host`/`port` is the first, UDP and TCP share the port)
-    and "control ADDR" for a line-protocol control port. A config written
-    to a temporary file (`temp_config`) is removed on stop."""
+    (`listeners`; `host`/`port` is the first, UDP and TCP share the port),
+    "control ADDR" for a line-protocol control port and "metrics http ADDR"
+    for a Prometheus endpoint. A config written to a temporary file
+    (`temp_config`) is removed on stop."""
 
     _LISTEN = re.compile(r"^listening udp (\S+)(?: tcp (\S+))?$")
     control_address = None
@@ -66,7 +86,7 @@ class _Server(_Program):
                 self.listeners.append(split_hostport(m.group(1)))
             elif line.startswith("control "):
                 self.control_address = split_hostport(line.split()[1])
-            else:
+            elif not self._metrics_line(line):
                 self._on_line(line)
         self.host, self.port = self.listeners[0]
 
@@ -182,13 +202,6 @@ class Fastpath(_Daemon):
     RELPATH = "fastpath/weir-fastpath"
     READY = r"^metrics http "
 
-    def _on_line(self, line: str) -> None:
-        if line.startswith("metrics http "):
-            self.metrics_host, self.metrics_port = split_hostport(line.split()[2])
-
-    def metrics(self) -> Metrics:
-        return Metrics(http_get(self.metrics_host, self.metrics_port, "/metrics"))
-
     def advance_clock(self, seconds: int) -> str:
         """Moves the --test-clock TTL clock forward; returns the server's reply."""
         return http_get(self.metrics_host, self.metrics_port, f"/test/advance-clock?seconds={int(seconds)}")
@@ -197,7 +210,8 @@ class Fastpath(_Daemon):
 class Recursor(_Daemon):
     """weir-recursor started from a config text (written to a temp file);
     `host`/`port` is the first listen address (UDP and TCP), `control()`
-    talks to its control port (stats, advance-clock N, flush, reload-tags).
+    talks to its control port (stats, advance-clock N, flush, reload-tags),
+    `metrics()` scrapes it when the config sets server.metrics_listen.
 
     With test_clock=True the TTL clock only moves through advance_clock()."""
 
@@ -213,15 +227,16 @@ class Recursor(_Daemon):
         self.control("flush")
 
 
-class Mgmt(_Program):
+class Mgmt(_Program, _MetricsEndpoint):
     """weir-mgmt on 127.0.0.1:`port` (0: any) with its database and token in
     `workdir` (kept across restarts, so a test can stop and start it again on
-    the same port with the same data). weirctl() runs the real CLI."""
+    the same port with the same data). weirctl() runs the real CLI. With
+    `metrics`, its Prometheus endpoint is on 127.0.0.1, any port."""
 
     RELPATH = "mgmt/weir-mgmt"
     TOKEN = "test-token-0123456789abcdef"
 
-    def __init__(self, build_dir: str, workdir: str, port: int = 0, timeout: float = 10.0):
+    def __init__(self, build_dir: str, workdir: str, port: int = 0, timeout: float = 10.0, metrics: bool = False):
         self.build_dir = build_dir
         self.workdir = workdir
         self.token_file = os.path.join(workdir, "mgmt.token")
@@ -231,11 +246,15 @@ class Mgmt(_Program):
         self.config_path = os.path.join(workdir, "mgmt.toml")
         with open(self.config_path, "w") as f:
             f.write(f'[mgmt]\nlisten = "127.0.0.1:{port}"\ndatabase = "mgmt.db"\ntoken_file = "mgmt.token"\n')
+            if metrics:
+                f.write('metrics_listen = "127.0.0.1:0"\n')
         self.process = Process([binary(build_dir, self.RELPATH), "-c", self.config_path], ready=r"^ready$",
                                timeout=timeout)
         m = re.match(r"^listening (\S+)$", self.process.lines[0])
         self.host, self.port = split_hostport(m.group(1))
         self.address = f"{self.host}:{self.port}"
+        for line in self.process.lines[1:]:
+            self._metrics_line(line)
 
     def weirctl(self, *args: str, token_file: Optional[str] = None, json_out: bool = False,
                 timeout: float = 30.0) -> subprocess.CompletedProcess:

@@ -1,7 +1,9 @@
 // The HTTP side of a daemon's Prometheus endpoint, on libmicrohttpd.
 //
 // GET and HEAD /metrics answer the render callback's body with the text
-// format's Content-Type (500 with the reason when it fails); extra GET routes
+// format's Content-Type (500 with the reason when it fails, 503 when it fails
+// with absl::StatusCode::kUnavailable: the daemon is too busy to answer, a
+// scrape may try again); extra GET routes
 // (tests' clock control) answer what their handler returns; other paths get
 // 404 and other methods 405. libmicrohttpd's polling threads multiplex every
 // connection over epoll, so idle keep-alive connections (or ones that send

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace weir::dns {
 
@@ -51,6 +52,10 @@ enum class Rcode : uint16_t {
   kRefused = 5,
   kBadVers = 16,  // extended: needs the OPT RR to carry the upper bits
 };
+
+// The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",
+// "SERVFAIL", "BADVERS", ...), "RCODE<n>" for unassigned values.
+std::string RcodeName(unsigned rcode);
 
 // Header flag bits (second 16-bit word of the header).
 namespace flag {

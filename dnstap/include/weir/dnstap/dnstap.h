@@ -28,6 +28,7 @@
 #include <toml++/toml.h>
 
 #include "absl/status/statusor.h"
+#include "weir/common/prometheus.h"
 #include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
 
@@ -179,6 +180,8 @@ class Writer {
   };
   // The sums over producers (any thread).
   Totals totals() const;
+  // weir_dnstap_messages_total{result} from totals(), for a daemon's metrics.
+  void RenderMetrics(common::PrometheusWriter& w) const;
 
  private:
   Writer() = default;

@@ -261,7 +261,7 @@ class QueryHandler {
   Work single_;
   std::unique_ptr<Work[]> burst_{new Work[kMaxBurst]};
   size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being answered
-  bool tcp_ = false;                                  // its transport, for the response counters
+  bool tcp_ = false;                                 // its transport, for the response counters
 };
 
 }  // namespace weir::fastpath

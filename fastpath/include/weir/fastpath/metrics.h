@@ -41,10 +41,6 @@ enum class ErrorReason : uint8_t {
 std::string_view ErrorReasonName(ErrorReason r);
 std::string_view DropReasonName(DropReason r);
 
-// The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",
-// "SERVFAIL", "BADVERS", ...), "RCODE<n>" for unassigned values.
-std::string RcodeName(unsigned rcode);
-
 // A counter written by exactly one thread.
 class OwnedCounter {
  public:
@@ -116,6 +112,5 @@ struct alignas(64) WorkerCounters {
   void Error(ErrorReason r) { errors[static_cast<size_t>(r)].Add(); }
   void Response(bool tcp, unsigned rcode) { responses[tcp ? 1 : 0][rcode < 24 ? rcode : 2].Add(); }
 };
-
 
 }  // namespace weir::fastpath

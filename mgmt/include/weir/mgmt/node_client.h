@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "weir/common/prometheus.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/snapshot.h"
 
@@ -60,6 +61,9 @@ class NodeClient {
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
   uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
   std::string last_error() const;
+  // The node's mgmt families (weir_mgmt_snapshot_version, weir_mgmt_connected,
+  // weir_mgmt_rejected_total). Any thread.
+  void RenderMetrics(common::PrometheusWriter& w) const;
 
  private:
   struct Session;

@@ -12,11 +12,18 @@
 
 namespace weir::mgmt {
 
+// The port of `mgmt.metrics_listen` when the address names none
+// (weir-fastpath's is 9153, weir-recursor's 9154).
+inline constexpr uint16_t kDefaultMetricsPort = 9155;
+
 struct MgmtConfig {
   common::SocketAddress listen;
   std::string database;  // SQLite file
   std::string token_file;
   int max_connections = 1024;
+  // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
+  bool metrics_enabled = false;
+  common::SocketAddress metrics_listen;
   std::string path;  // the config file, for messages
 };
 
@@ -33,6 +40,8 @@ class MgmtServer {
   void Stop();
   // The bound address (the port when 0 was configured).
   common::SocketAddress bound() const;
+  // "listening A", then "metrics http A" when the endpoint is on.
+  std::string DescribeListeners() const;
 
  private:
   struct Impl;

@@ -15,6 +15,10 @@
 
 namespace weir::recursor {
 
+// The port of `server.metrics_listen` when the address names none
+// (weir-fastpath's is 9153, weir-mgmt's 9155: one host may run all three).
+inline constexpr uint16_t kDefaultMetricsPort = 9154;
+
 struct RecursorConfig {
   std::string path;  // the file it came from, for messages
 
@@ -26,6 +30,9 @@ struct RecursorConfig {
   common::SocketAddress control;
   // Sources allowed on the control port; loopback only unless configured.
   std::vector<partitions::Cidr> control_allow;
+  // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
+  bool metrics_enabled = false;
+  common::SocketAddress metrics_listen;
   int tcp_idle_timeout_ms = 10000;
   int tcp_max_connections = 1024;
   // Answers queued for a front TCP connection that does not read: above

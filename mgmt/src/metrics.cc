@@ -1,0 +1,80 @@
+#include "metrics.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "weir/partitions/citymap.h"
+
+namespace weir::mgmt {
+
+namespace {
+
+constexpr std::array<std::string_view, 9> kCommands = {
+    "tag-add", "tag-rm", "tag-import", "citymap-import", "tag-ls", "citymap-ls", "status", "nodes", "audit"};
+
+}  // namespace
+
+std::string RequestLabel(const std::string& verb) {
+  for (std::string_view c : kCommands) {
+    if (verb == c) return verb;
+  }
+  return "unknown";
+}
+
+void SnapshotSizes::Update(const Snapshot& s) {
+  if (known_ && s.version == version_ && s.origin == origin_) return;
+  known_ = true;
+  version_ = s.version;
+  origin_ = s.origin;
+  tags_ = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
+  // The store only holds city maps that parse.
+  auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
+  cities_ = cm.ok() ? (*cm)->city_count() : 0;
+  prefixes_ = cm.ok() ? (*cm)->prefixes().size() : 0;
+}
+
+void WriteMgmtMetrics(const MgmtCounters& c, const MgmtState& s, SnapshotSizes& sizes,
+                      common::PrometheusWriter& w) {
+  sizes.Update(*s.snapshot);
+  w.Gauge("weir_mgmt_store_version", "The newest snapshot version in the store (0: an empty database).")
+      .Add({}, s.snapshot->version);
+  w.Gauge("weir_mgmt_store_tags", "Tagged domain suffixes in the current snapshot.").Add({}, sizes.tags());
+  w.Gauge("weir_mgmt_store_cities", "Cities in the current snapshot's city map (the default city included).")
+      .Add({}, sizes.cities());
+  w.Gauge("weir_mgmt_store_prefixes", "Prefixes in the current snapshot's city map.")
+      .Add({}, sizes.prefixes());
+  w.Gauge("weir_mgmt_store_bytes", "Size of the current snapshot's tag text and city map CSV, in bytes.")
+      .Add({}, s.snapshot->tags.size() + s.snapshot->citymap.size());
+
+  w.Gauge("weir_mgmt_connections", "Open connections (nodes, weirctl and peers not yet identified).")
+      .Add({}, s.connections);
+  auto& nodes = w.Gauge("weir_mgmt_nodes_connected", "Nodes connected, by kind.");
+  for (const char* kind : {"fastpath", "recursor"}) {
+    auto it = s.nodes_by_kind.find(kind);
+    nodes.Add({{"kind", kind}}, it == s.nodes_by_kind.end() ? 0 : it->second);
+  }
+  if (auto it = s.nodes_by_kind.find("other"); it != s.nodes_by_kind.end())
+    nodes.Add({{"kind", "other"}}, it->second);
+
+  w.Counter("weir_mgmt_snapshots_pushed_total", "Snapshots sent to nodes.").Add({}, c.snapshots_pushed);
+  w.Counter("weir_mgmt_node_acks_total", "Snapshots nodes acknowledged (ACK).").Add({}, c.acks);
+  w.Counter("weir_mgmt_node_rejections_total", "Snapshots nodes rejected (NACK).").Add({}, c.nacks);
+  auto& refused = w.Counter("weir_mgmt_peer_errors_total", "Peers closed on an error, by reason.");
+  refused.Add({{"reason", "bad_token"}}, c.bad_token);
+  refused.Add({{"reason", "protocol"}}, c.protocol_errors);
+  refused.Add({{"reason", "connection_limit"}}, c.connections_refused);
+  auto& requests =
+      w.Counter("weir_mgmt_requests_total", "weirctl requests, by command and result (ok or error).");
+  std::map<std::pair<std::string, bool>, uint64_t> all = c.requests;
+  for (std::string_view command : kCommands) {
+    for (bool ok : {true, false}) all.try_emplace({std::string(command), ok}, 0);
+  }
+  for (const auto& [key, n] : all) {
+    requests.Add({{"command", key.first}, {"result", key.second ? "ok" : "error"}}, n);
+  }
+  w.Counter("weir_mgmt_persistence_errors_total", "Database operations that failed (SQLite errors).")
+      .Add({}, c.persistence_errors);
+}
+
+}  // namespace weir::mgmt

@@ -1,0 +1,62 @@
+// weir-mgmt's own Prometheus families (docs/metrics.md): what the server
+// counts as it serves, and what it reads from the store and the connections
+// at each scrape.
+//
+// Threading: the mgmt loop thread, which owns the counters, the store and
+// the connections; the metrics endpoint gets here through net::LoopMailbox.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "weir/common/prometheus.h"
+#include "weir/mgmt/snapshot.h"
+
+namespace weir::mgmt {
+
+// Counted by the server as it serves.
+struct MgmtCounters {
+  uint64_t snapshots_pushed = 0;
+  uint64_t acks = 0;
+  uint64_t nacks = 0;  // snapshots a node rejected
+  uint64_t bad_token = 0;
+  uint64_t protocol_errors = 0;      // peers closed for a malformed or unexpected message
+  uint64_t connections_refused = 0;  // max_connections reached
+  uint64_t persistence_errors = 0;   // the database failed (not a change that was invalid)
+  // weirctl requests by (command, ok); commands outside the known set count as "unknown".
+  std::map<std::pair<std::string, bool>, uint64_t> requests;
+};
+
+// The commands weirctl sends; the label of any other is "unknown".
+std::string RequestLabel(const std::string& verb);
+
+// What a scrape reads from the store and the connections.
+struct MgmtState {
+  const Snapshot* snapshot = nullptr;
+  size_t connections = 0;
+  // Connected nodes by the kind their HELLO names ("fastpath", "recursor"; any other counts as "other").
+  std::map<std::string, size_t> nodes_by_kind;
+};
+
+// The store's sizes, computed once per snapshot version (parsing the city
+// map at every scrape would cost as much as the scrape).
+class SnapshotSizes {
+ public:
+  void Update(const Snapshot& s);
+  size_t tags() const { return tags_; }
+  size_t cities() const { return cities_; }
+  size_t prefixes() const { return prefixes_; }
+
+ private:
+  bool known_ = false;
+  uint64_t version_ = 0;
+  std::string origin_;
+  size_t tags_ = 0, cities_ = 0, prefixes_ = 0;
+};
+
+void WriteMgmtMetrics(const MgmtCounters& counters, const MgmtState& state, SnapshotSizes& sizes,
+                      common::PrometheusWriter& w);
+
+}  // namespace weir::mgmt
