@@ -164,8 +164,9 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   FastpathConfig cfg;
   cfg.path = name;
   c.OnlyKeys(root, "top level",
-             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk"});
+             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk", "log"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
+  common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/log.h"
 #include "weir/dns/message.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
@@ -68,6 +69,9 @@ class SocketLastHop final : public LastHopTransport {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Query>> queries_;
   uint64_t next_generation_ = 1;
   Stats stats_;
+  // Each refused answer is counted and, rate-limited, logged with its reason.
+  common::RateLimitedLog malformed_log_{{.component = "upstream"}};
+  common::RateLimitedLog spoofed_log_{{.component = "upstream"}};
   uint8_t buf_[net::kMaxDnsMessage];
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/log.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/partitions/partition.h"
@@ -64,6 +65,8 @@ struct RecursorConfig {
   std::string tags_path;  // partitions TagTable text format
   // [mgmt]: tags pushed by weir-mgmt instead of the file.
   mgmt::NodeMgmtConfig mgmt;
+  // [log]: level and target; the command-line flags override them.
+  common::LogSettings log;
 
   // [cache]
   int max_entries = 100000;             // ordinary answers
