@@ -59,6 +59,7 @@ void Daemon::ApplyLogSettings(const LogSettings& from_config) const {
 std::optional<int> Daemon::ConfigLoaded(const absl::Status& loaded, const LogSettings* log) const {
   if (!loaded.ok()) return Rejected(ToStd(loaded.message()));
   if (log != nullptr) ApplyLogSettings(*log);
+  LogDebug("config", config_path_, ": loaded");
   if (check_only_) {
     std::printf("%s: ok\n", config_path_.c_str());
     return 0;
