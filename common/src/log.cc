@@ -201,7 +201,9 @@ void Logger::Write(LogLevel level, std::string_view component, std::string_view 
 }
 
 Logger& DefaultLogger() {
-  static Logger* log = new Logger();  // never destroyed: threads may log during exit
+  // Never destroyed: threads may log during exit. Until the daemon says
+  // otherwise: info, to the journal if stderr is its stream.
+  static Logger* log = new Logger({.target = LogTarget::kAuto});
   return *log;
 }
 

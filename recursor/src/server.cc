@@ -124,6 +124,11 @@ struct Server::Impl {
     TaggedResolver::Tags t;
     absl::Status st = LoadTags(&t);
     if (st.ok()) tags = std::move(t);
+    if (st.ok()) {
+      common::LogInfo("config", "reload-tags: ok");
+    } else {
+      common::LogError("config", "reload-tags: ", common::ToStd(st.message()));
+    }
     return st;
   }
   // Tags from another thread, applied on the loop thread.

@@ -135,7 +135,7 @@ class Logger {
   std::atomic<uint64_t> suppressed_{0};
 };
 
-// The process's log, on stderr at info until the daemon configures it.
+// The process's log: info, target auto, until the daemon configures it.
 Logger& DefaultLogger();
 
 template <typename... A>
