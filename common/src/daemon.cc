@@ -3,8 +3,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <time.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+
+#include "weir/common/log.h"
 
 namespace weir::common {
 
@@ -13,19 +17,49 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
   app.add_option("-c,--config", config_path_, "TOML configuration file")->required();
   app.add_flag("--check", check_only_, "validate the configuration and exit");
   if (!options_.test_clock_help.empty()) app.add_flag("--test-clock", test_clock_, options_.test_clock_help);
+  std::string level, target;
+  app.add_option("--log-level", level,
+                 "error, warning, info or debug; overrides the config's [log] level (default info)");
+  app.add_option("--log-target", target,
+                 "stderr, journal, or auto: the journal when stderr is connected to it (the default); "
+                 "overrides the config's [log] target");
+  DefaultLogger().Configure(options_.name, {});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // A bad value is a rejected configuration: exit code 2, like the config file's.
+  if (!level.empty()) {
+    auto l = ParseLogLevel(level);
+    if (!l.ok()) return Rejected(Cat("--log-level: ", ToStd(l.status().message())));
+    log_flags_.level = *l;
+  }
+  if (!target.empty()) {
+    auto t = ParseLogTarget(target);
+    if (!t.ok()) return Rejected(Cat("--log-target: ", ToStd(t.status().message())));
+    log_flags_.target = *t;
+  }
+  DefaultLogger().Configure(options_.name, log_flags_);
   return std::nullopt;
 }
 
-std::optional<int> Daemon::ConfigLoaded(const absl::Status& loaded) const {
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s: %s\n", options_.name.c_str(), std::string(loaded.message()).c_str());
-    return 2;
-  }
+int Daemon::Rejected(std::string_view reason) const {
+  LogError("config", reason);
+  return 2;
+}
+
+void Daemon::ApplyLogSettings(const LogSettings& from_config) const {
+  LogSettings s = from_config;
+  if (log_flags_.level) s.level = log_flags_.level;  // the command line wins
+  if (log_flags_.target) s.target = log_flags_.target;
+  DefaultLogger().Configure(options_.name, s);
+}
+
+std::optional<int> Daemon::ConfigLoaded(const absl::Status& loaded, const LogSettings* log) const {
+  if (!loaded.ok()) return Rejected(ToStd(loaded.message()));
+  if (log != nullptr) ApplyLogSettings(*log);
+  LogDebug("config", config_path_, ": loaded");
   if (check_only_) {
     std::printf("%s: ok\n", config_path_.c_str());
     return 0;
@@ -43,19 +77,29 @@ int Daemon::Serve(const ServeHooks& hooks) const {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   if (absl::Status st = hooks.start(); !st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", options_.name.c_str(), std::string(st.message()).c_str());
+    LogError("startup", ToStd(st.message()));
     return 1;
   }
   std::fputs(hooks.ready_text().c_str(), stdout);
   std::fflush(stdout);
+  // Woken once a second to write the summaries of rate-limited lines whose
+  // interval is over (log.h), so a burst that stops is still reported.
+  const timespec tick{1, 0};
   for (;;) {
-    int sig = 0;
-    sigwait(&set, &sig);
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig < 0) {
+      FlushLogRepeats();
+      continue;
+    }
     if (sig != SIGHUP) break;
     absl::Status r = hooks.reload();
-    std::fprintf(stderr, "%s: %s: %s\n", options_.name.c_str(), hooks.reload_label.c_str(),
-                 r.ok() ? "ok" : std::string(r.message()).c_str());
+    if (r.ok()) {
+      LogInfo("config", hooks.reload_label, ": ok");
+    } else {
+      LogError("config", hooks.reload_label, ": ", ToStd(r.message()));
+    }
   }
+  FlushLogRepeats();
   hooks.stop();
   return 0;
 }

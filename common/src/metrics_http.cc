@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "weir/common/log.h"
 #include "weir/common/prometheus.h"
 #include "weir/common/text.h"
 
@@ -61,13 +62,18 @@ void MetricsHttpServer::Impl::Log(void* cls, const char* fmt, va_list ap) {
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   std::string_view msg(buf);
   while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
-  std::lock_guard<std::mutex> l(self->log_mu);
-  if (self->starting) {
-    if (!self->start_log.empty()) self->start_log += "; ";
-    self->start_log += msg;
-  } else {
-    std::fprintf(stderr, "metrics http: %.*s\n", static_cast<int>(msg.size()), msg.data());
+  {
+    std::lock_guard<std::mutex> l(self->log_mu);
+    if (self->starting) {
+      if (!self->start_log.empty()) self->start_log += "; ";
+      self->start_log += msg;
+      return;
+    }
   }
+  // libmicrohttpd reports accept and connection failures here, as often as
+  // clients cause them.
+  static RateLimitedLog repeats({.component = "metrics"});
+  repeats("metrics http: ", msg);
 }
 
 MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection, const char* url,

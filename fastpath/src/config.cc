@@ -163,9 +163,11 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
-  c.OnlyKeys(root, "top level",
-             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk", "dnstap"});
+  c.OnlyKeys(
+      root, "top level",
+      {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
+  common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",

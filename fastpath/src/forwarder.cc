@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/log.h"
 #include "weir/dns/writer.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
@@ -78,6 +79,8 @@ struct Forwarder::Impl {
   std::vector<std::deque<ReturnedQuery>> overflow;
   std::vector<bool> wake;  // workers with returns pushed this loop turn
   net::EventLoop loop;
+  // Answers refused as malformed or not matching the query (spoofed_).
+  common::RateLimitedLog refused_log{{.component = "upstream"}};
   bool loop_ready = false;
   std::atomic<bool> running{false};
   std::thread thread;
@@ -426,10 +429,13 @@ void Forwarder::Impl::OnReadable(int fd) {
 }
 
 bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len, dns::Message* m) {
-  if (m->Parse({data, len}, parse_options) != dns::ParseError::kOk || m->id() != p->id ||
-      !(m->flags() & dns::flag::kQr) || m->qtype() != p->miss.qtype || m->qclass() != p->miss.qclass ||
-      !(m->qname() == p->miss.qname)) {
+  const dns::ParseError e = m->Parse({data, len}, parse_options);
+  if (e != dns::ParseError::kOk || m->id() != p->id || !(m->flags() & dns::flag::kQr) ||
+      m->qtype() != p->miss.qtype || m->qclass() != p->miss.qclass || !(m->qname() == p->miss.qname)) {
     self->spoofed_.Add();
+    const Group& g = groups[p->weighted_group ? 1 : 0];
+    refused_log(g.upstreams[p->upstream].address.ToString(), ": answer refused (",
+                e != dns::ParseError::kOk ? dns::ParseErrorName(e) : "does not match the query", ")");
     return false;
   }
   return true;
@@ -547,6 +553,7 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
     if (!g.ring->IsUp(u)) {
       g.ring->SetUp(u, true);
       (*g.stats)[u]->up = true;
+      common::LogInfo("upstream", g.upstreams[u].address.ToString(), " answered again: marked up");
     }
     return;
   }
@@ -556,6 +563,8 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
     // next live recursor only. If every recursor is down, all are retried.
     g.ring->SetUp(u, false);
     (*g.stats)[u]->up = false;
+    common::LogWarning("upstream", g.upstreams[u].address.ToString(), " marked down after ",
+                       g.consecutive_failures[u], " failures in a row");
     bool any = false;
     for (int i = 0; i < g.ring->size(); ++i) any = any || g.ring->IsUp(i);
     if (!any) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "weir/common/log.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_client.h"
@@ -57,8 +58,7 @@ absl::Status Node::Prepare(int slots) {
         !st.ok()) {
       return st;
     }
-    std::fprintf(stderr, "weir-fastpath: starting from stored mgmt snapshot version %llu\n",
-                 static_cast<unsigned long long>(snap.version));
+    common::LogInfo("mgmt", "starting from stored mgmt snapshot version ", snap.version);
   } else if (absl::Status st = LoadPartitions(); !st.ok()) {
     return st;
   }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/mgmt/protocol.h"
@@ -97,8 +98,7 @@ void NodeClient::End(const absl::Status& why) {
   connected_.store(false);
   if (!running_.load()) return;
   SetError(std::string(ToStd(why.message())));
-  std::fprintf(stderr, "weir-%s: mgmt %s: %s (retry in %d ms)\n", options_.kind.c_str(),
-               options_.mgmt.ToString().c_str(), std::string(why.message()).c_str(), backoff_ms_);
+  connection_log_(options_.mgmt.ToString(), ": ", ToStd(why.message()), " (retry in ", backoff_ms_, " ms)");
   loop_->After(std::chrono::milliseconds(backoff_ms_), [this] { Connect(); });
   backoff_ms_ = std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
   if (why.code() == absl::StatusCode::kCancelled) backoff_ms_ = options_.reconnect_min_ms;  // a clean close
@@ -180,23 +180,20 @@ absl::Status NodeClient::HandleFrames() {
     if (st.ok() && !options_.state_dir.empty()) {
       if (absl::Status ps = PersistSnapshot(options_.state_dir, *snap); !ps.ok()) {
         // Applied and answering; only a restart without mgmt would miss it.
-        std::fprintf(stderr, "weir-%s: cannot store snapshot %llu: %s\n", options_.kind.c_str(),
-                     static_cast<unsigned long long>(snap->version), std::string(ps.message()).c_str());
+        common::LogError("mgmt", "cannot store snapshot ", snap->version, ": ", ToStd(ps.message()));
       }
     }
     if (st.ok()) {
       applied_.store(snap->version);
       applied_origin_ = snap->origin;
       s.out += Encode(Message{MsgType::kAck, {std::to_string(snap->version)}});
-      std::fprintf(stderr, "weir-%s: applied mgmt snapshot version %llu\n", options_.kind.c_str(),
-                   static_cast<unsigned long long>(snap->version));
+      common::LogInfo("mgmt", "applied mgmt snapshot version ", snap->version);
     } else {
       rejected_.fetch_add(1);
       SetError(Cat("rejected version ", snap->version, ": ", ToStd(st.message())));
       s.out +=
           Encode(Message{MsgType::kNack, {std::to_string(snap->version), std::string(ToStd(st.message()))}});
-      std::fprintf(stderr, "weir-%s: rejected mgmt snapshot version %llu: %s\n", options_.kind.c_str(),
-                   static_cast<unsigned long long>(snap->version), std::string(st.message()).c_str());
+      rejected_log_("rejected mgmt snapshot version ", snap->version, ": ", ToStd(st.message()));
     }
   }
 }
@@ -215,12 +212,10 @@ absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::s
     if (absl::Status v = ValidateSnapshot(*stored); v.ok()) {
       out.stored = *std::move(stored);
     } else {
-      std::fprintf(stderr, "weir-%s: ignoring stored snapshot: %s\n", kind.c_str(),
-                   std::string(v.message()).c_str());
+      common::LogWarning("mgmt", "ignoring the stored ", kind, " snapshot: ", ToStd(v.message()));
     }
   } else if (stored.status().code() != absl::StatusCode::kNotFound) {
-    std::fprintf(stderr, "weir-%s: ignoring stored snapshot: %s\n", kind.c_str(),
-                 std::string(stored.status().message()).c_str());
+    common::LogWarning("mgmt", "ignoring the stored ", kind, " snapshot: ", ToStd(stored.status().message()));
   }
   return out;
 }

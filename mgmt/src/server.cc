@@ -17,6 +17,7 @@
 
 #include "metrics.h"
 #include "weir/common/config_file.h"
+#include "weir/common/log.h"
 #include "weir/common/metrics_http.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
@@ -152,6 +153,10 @@ struct MgmtServer::Impl {
   int metrics_fd = -1;
   common::SocketAddress metrics_bound;
   std::unique_ptr<common::MetricsHttpServer> metrics;
+  // What peers can repeat as fast as they connect: rate-limited.
+  common::RateLimitedLog accept_log{{.component = "accept"}};
+  common::RateLimitedLog refused_log{{.component = "node"}};
+  common::RateLimitedLog nack_log{{.component = "node"}};
 
   absl::Status Start();
   void Loop();
@@ -202,7 +207,7 @@ absl::StatusOr<std::string> MgmtServer::Impl::RenderMetrics() {
 }
 
 void MgmtServer::Impl::StoreFailed(const absl::Status& st) {
-  std::fprintf(stderr, "weir-mgmt: %s\n", std::string(st.message()).c_str());
+  common::LogError("store", ToStd(st.message()));
   if (IsDatabaseFailure(st)) ++counters.persistence_errors;
 }
 
@@ -310,7 +315,7 @@ void MgmtServer::Impl::Accept() {
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The pending connection stays readable: without a pause the loop would spin.
-        std::fprintf(stderr, "weir-mgmt: accept: %s (pausing accepts for 1 s)\n", std::strerror(errno));
+        accept_log("accept: ", std::strerror(errno), " (pausing accepts for 1 s)");
         loop.Unwatch(listen_fd);
         loop.After(std::chrono::seconds(1), [this] { WatchListener(); });
       }
@@ -319,7 +324,7 @@ void MgmtServer::Impl::Accept() {
     if (static_cast<int>(conns.size()) >= config.max_connections) {
       close(fd);
       ++counters.connections_refused;
-      std::fprintf(stderr, "weir-mgmt: connection limit %d reached\n", config.max_connections);
+      accept_log("connection limit ", config.max_connections, " reached: connection closed");
       continue;
     }
     EnableKeepalive(fd);
@@ -340,8 +345,7 @@ void MgmtServer::Impl::CloseConn(int fd) {
   auto it = conns.find(fd);
   if (it == conns.end()) return;
   if (it->second.role == Role::kNode) {
-    std::fprintf(stderr, "weir-mgmt: node %s (%s) disconnected\n", it->second.node_id.c_str(),
-                 it->second.peer.c_str());
+    common::LogInfo("node", "node ", it->second.node_id, " (", it->second.peer, ") disconnected");
   }
   if (it->second.deadline != 0) loop.Cancel(it->second.deadline);
   loop.Unwatch(fd);
@@ -383,8 +387,6 @@ void MgmtServer::Impl::OnReadable(Conn& c) {
     for (;;) {
       auto m = c.reader.Next();
       if (!m.ok()) {
-        std::fprintf(stderr, "weir-mgmt: %s: %s\n", c.peer.c_str(),
-                     std::string(m.status().message()).c_str());
         ++counters.protocol_errors;
         return Fail(c, Text(m.status().message()));
       }
@@ -396,6 +398,7 @@ void MgmtServer::Impl::OnReadable(Conn& c) {
 }
 
 void MgmtServer::Impl::Fail(Conn& c, std::string reason) {
+  refused_log(c.peer, c.node_id.empty() ? "" : Cat(" (node ", c.node_id, ")"), ": refused: ", reason);
   c.out += Encode(Message{MsgType::kError, {std::move(reason)}});
   c.close_after_write = true;
   Flush(c);
@@ -436,7 +439,6 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       return Fail(c, Cat("unsupported protocol, expected ", kProtocol));
     }
     if (!TokenEquals(m.fields[1], token)) {
-      std::fprintf(stderr, "weir-mgmt: %s: bad token\n", c.peer.c_str());
       ++counters.bad_token;
       return Fail(c, "bad token");
     }
@@ -456,8 +458,8 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
     // A node that reconnects replaces its old connection.
     for (auto& [fd, other] : conns) {
       if (fd != c.fd && other.role == Role::kNode && other.node_id == m.fields[2]) {
-        std::fprintf(stderr, "weir-mgmt: node %s connected again from %s; closing its connection from %s\n",
-                     m.fields[2].c_str(), c.peer.c_str(), other.peer.c_str());
+        common::LogInfo("node", "node ", m.fields[2], " connected again from ", c.peer,
+                        "; closing its connection from ", other.peer);
         other.out.clear();  // a partly sent snapshot is useless to it now
         Fail(other, Cat("replaced by a newer connection with node_id ", m.fields[2],
                         " (two nodes with one node_id?)"));
@@ -472,9 +474,8 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
     // A version of another database says nothing about what the node runs.
     const uint64_t runs = m.fields[5] == store->snapshot().origin ? *have : 0;
     if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs); !st.ok()) StoreFailed(st);
-    std::fprintf(stderr, "weir-mgmt: node %s (%s, %s) connected at version %llu, current %llu\n",
-                 c.node_id.c_str(), m.fields[3].c_str(), c.peer.c_str(),
-                 static_cast<unsigned long long>(*have), static_cast<unsigned long long>(store->version()));
+    common::LogInfo("node", "node ", c.node_id, " (", m.fields[3], ", ", c.peer, ") connected at version ",
+                    *have, ", current ", store->version());
     return MaybePush(c);
   }
   if (c.role == Role::kNode) {
@@ -489,8 +490,7 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       if (v.ok()) {
         ++counters.nacks;
         if (absl::Status st = store->NodeNack(c.node_id, *v, m.fields[1]); !st.ok()) StoreFailed(st);
-        std::fprintf(stderr, "weir-mgmt: node %s rejected version %llu: %s\n", c.node_id.c_str(),
-                     static_cast<unsigned long long>(*v), m.fields[1].c_str());
+        nack_log("node ", c.node_id, " rejected version ", *v, ": ", m.fields[1]);
       }
     }
     return;
@@ -515,10 +515,10 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what) {
     if (!v.ok()) {
       if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
+      common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(v.status().message()));
       return Reply(c, false, Text(v.status().message()), "");
     }
-    std::fprintf(stderr, "weir-mgmt: %s by %s: version %llu\n", what.c_str(), actor.c_str(),
-                 static_cast<unsigned long long>(*v));
+    common::LogInfo("ctl", what, " by ", actor, ": version ", *v);
     PushAll();
     Reply(c, true, Cat(what, ": version ", *v, "\n"), Cat("{\"version\":", *v, "}"));
   };

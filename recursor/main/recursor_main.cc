@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
   auto config = weir::recursor::LoadConfig(daemon.config_path());
-  if (auto exit = daemon.ConfigLoaded(config.status())) return *exit;
+  if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
 
   weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());
   weir::recursor::Server server(*config, daemon.test_clock() ? &fake_clock : nullptr);

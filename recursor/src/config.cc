@@ -66,8 +66,9 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   for (const char* loopback : {"127.0.0.0/8", "::1/128"})
     cfg.control_allow.push_back(*partitions::Cidr::Parse(loopback));
   c.OnlyKeys(root, "top level",
-             {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "dnstap"});
+             {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
+  common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",

@@ -1,6 +1,5 @@
 #include "control.h"
 
-#include <cstdio>
 #include <cstdlib>
 
 #include "weir/common/text.h"
@@ -8,23 +7,6 @@
 namespace weir::recursor {
 
 using common::Cat;
-
-void RateLimitedLog::Write(const std::string& line) {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - window_ >= std::chrono::seconds(1)) {
-    if (suppressed_ > 0 && lines_ >= 20) {
-      std::fprintf(stderr, "weir-recursor: (log lines suppressed so far: %llu)\n",
-                   static_cast<unsigned long long>(suppressed_));
-    }
-    window_ = now;
-    lines_ = 0;
-  }
-  if (++lines_ > 20) {
-    ++suppressed_;
-    return;
-  }
-  std::fprintf(stderr, "weir-recursor: %s\n", line.c_str());
-}
 
 dnstap::Writer::Totals Control::DnstapTotals() const {
   const dnstap::Writer* w = p_.dnstap ? p_.dnstap() : nullptr;

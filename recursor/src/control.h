@@ -1,11 +1,9 @@
 // The control port's commands (docs/recursor-config.md): stats, flush,
-// reload-tags, and advance-clock for tests; and the rate-limited log every
-// unit of the daemon writes to.
+// reload-tags, and advance-clock for tests.
 //
 // Threading: the recursor's loop thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -15,24 +13,13 @@
 #include "ordinary_resolver.h"
 #include "query_router.h"
 #include "socket_last_hop.h"
+#include "weir/common/log.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/partitions/clock.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
 
 namespace weir::recursor {
-
-// Log lines per second are bounded: a broken zone must not flood the log.
-class RateLimitedLog {
- public:
-  void Write(const std::string& line);
-  uint64_t suppressed() const { return suppressed_; }
-
- private:
-  std::chrono::steady_clock::time_point window_;
-  int lines_ = 0;
-  uint64_t suppressed_ = 0;
-};
 
 class Control {
  public:
@@ -46,7 +33,7 @@ class Control {
     TaggedResolver* tagged = nullptr;
     const SocketLastHop* last_hop = nullptr;
     ZoneCutFinder* cuts = nullptr;
-    const RateLimitedLog* log = nullptr;
+    const common::Logger* log = nullptr;  // log_suppressed: its rate-limited lines held back
     // The dnstap writer, null without [dnstap] (read when stats are asked).
     std::function<const dnstap::Writer*()> dnstap;
     // Re-reads the tag file and applies it (an error when tags come from mgmt).

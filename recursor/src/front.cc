@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "query_router.h"
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/net/socket.h"
 
@@ -150,6 +151,8 @@ void Front::OnAccept(int fd, bool control) {
         // The connection stays in the backlog and the listener stays
         // readable: polling it now would spin. Look again after a pause.
         ++stats_.accept_paused;
+        static common::RateLimitedLog accept_log({.component = "accept"});
+        accept_log(control ? "control" : "TCP", " accept: ", std::strerror(errno), " (pausing accepts)");
         loop_.Unwatch(fd);
         loop_.After(kAcceptBackoff, [this, fd, control] { WatchListener(fd, true, control); });
       }
@@ -161,10 +164,15 @@ void Front::OnAccept(int fd, bool control) {
       for (const partitions::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
       if (!allowed) {
         ++stats_.control_refused;
+        static common::RateLimitedLog refused_log({.component = "control"});
+        refused_log(peer.ToString(), ": refused (not in server.control_allow)");
         close(c);
         continue;
       }
     } else if (static_cast<int>(conns_.size()) >= cfg_.tcp_max_connections) {
+      static common::RateLimitedLog limit_log({.component = "accept"});
+      limit_log(peer.ToString(), ": refused (server.tcp_max_connections ", cfg_.tcp_max_connections,
+                " reached)");
       close(c);
       continue;
     }

@@ -162,7 +162,8 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
             "CNAME chains longer than max_cname_chain, answered SERVFAIL.")
       .Add({}, t.cname_chain_too_long);
 
-  w.Counter("weir_recursor_log_lines_suppressed_total", "Log lines left out by the rate limit (20 a second).")
+  w.Counter("weir_recursor_log_lines_suppressed_total",
+            "Repeated log lines left out by the rate limit (docs/logging.md).")
       .Add({}, p.log->suppressed());
   if (const dnstap::Writer* tap = p.dnstap ? p.dnstap() : nullptr) tap->RenderMetrics(w);
 }

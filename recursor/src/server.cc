@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -26,6 +25,7 @@
 #include "query_router.h"
 #include "socket_last_hop.h"
 #include "unbound_resolver.h"
+#include "weir/common/log.h"
 #include "weir/common/metrics_http.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
@@ -84,10 +84,13 @@ struct Server::Impl {
   std::atomic<bool> running{false};
   std::random_device seeds;
 
-  RateLimitedLog log;
   // The loop thread is its one producer; null without [dnstap]. Declared
   // before what taps into it, closed in Stop once the loop has stopped.
   std::unique_ptr<dnstap::Writer> dnstap;
+  // The units' own lines (CNAME loops, lame zone cuts): a broken zone must
+  // not flood the log.
+  common::RateLimitedLog resolve_log{{.component = "resolve"}};
+  common::RateLimitedLog zone_cut_log{{.component = "zonecut"}};
   UnboundResolver ub;
   ZoneCutFinder cut_finder;
   InflightLimit inflight;
@@ -106,14 +109,14 @@ struct Server::Impl {
         cut_finder(
             ub, clock,
             {cfg.do_ip6, static_cast<uint32_t>(cfg.zone_cut_max_ttl), static_cast<size_t>(cfg.max_zone_cuts)},
-            [this](const std::string& line) { log.Write(line); }),
+            [this](const std::string& line) { zone_cut_log(line); }),
         inflight(static_cast<size_t>(cfg.max_inflight)),
         front(cfg, loop),
         replies(cfg, front),
         last_hop(cfg, loop),
         tagged(
             cfg, clock, timers, tags, cut_finder, last_hop, replies, inflight,
-            [this](const std::string& line) { log.Write(line); }, (uint64_t{seeds()} << 32) | seeds()),
+            [this](const std::string& line) { resolve_log(line); }, (uint64_t{seeds()} << 32) | seeds()),
         ordinary(cfg, clock, timers, tags, ub, replies, inflight, tagged,
                  (uint64_t{seeds()} << 32) | seeds()),
         router(cfg, tags, replies, ordinary, tagged),
@@ -125,7 +128,7 @@ struct Server::Impl {
                  .tagged = &tagged,
                  .last_hop = &last_hop,
                  .cuts = &cut_finder,
-                 .log = &log,
+                 .log = &common::DefaultLogger(),
                  .dnstap = [this] { return dnstap.get(); },
                  .reload_tags = [this] { return ReloadOnLoop(); }}) {
     last_hop.SetSink(&tagged);
@@ -140,6 +143,11 @@ struct Server::Impl {
     TaggedResolver::Tags t;
     absl::Status st = LoadTags(&t);
     if (st.ok()) tags = std::move(t);
+    if (st.ok()) {
+      common::LogInfo("config", "reload-tags: ok");
+    } else {
+      common::LogError("config", "reload-tags: ", common::ToStd(st.message()));
+    }
     return st;
   }
   // Tags from another thread, applied on the loop thread.
@@ -210,8 +218,7 @@ absl::Status Server::Impl::Start() {
     auto t = partitions::TagTable::FromText(mgmt_node->stored->tags);
     if (!t.ok()) return t.status();
     tags = *std::move(t);
-    std::fprintf(stderr, "weir-recursor: starting from stored mgmt snapshot version %llu\n",
-                 static_cast<unsigned long long>(mgmt_node->stored->version));
+    common::LogInfo("mgmt", "starting from stored mgmt snapshot version ", mgmt_node->stored->version);
   } else {
     st = LoadTags(&tags);
     if (!st.ok()) return st;

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <chrono>
 
+#include "weir/recursor/cache_policy.h"
+
 namespace weir::recursor {
 
 SocketLastHop::SocketLastHop(const RecursorConfig& cfg, net::EventLoop& loop)
@@ -148,6 +150,8 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
     }
     if (static_cast<size_t>(n) < dns::kHeaderSize || dns::Load16(buf_) != q.q.id) {
       ++stats_.spoofed_dropped;
+      spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
+                   " with a wrong ID or no header (", n, " bytes): dropped");
       continue;
     }
     if (buf_[2] & (dns::flag::kTc >> 8)) {
@@ -155,12 +159,17 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       return ToTcp(token, q);
     }
     dns::Message m;
-    if (m.Parse({buf_, static_cast<size_t>(n)}, parse_options_) != dns::ParseError::kOk) {
+    if (const dns::ParseError e = m.Parse({buf_, static_cast<size_t>(n)}, parse_options_);
+        e != dns::ParseError::kOk) {
       ++stats_.malformed_replies;
+      malformed_log_(q.q.server.ToString(), ": malformed answer for ", NameText(q.q.qname), " (",
+                     dns::ParseErrorName(e), "): next server");
       return Fail(token, Failure::kFailed);
     }
     if (!Matches(q, m)) {
       ++stats_.spoofed_dropped;
+      spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
+                   ": dropped");
       continue;  // keep waiting for the genuine answer until the timeout
     }
     TapReply(q, {buf_, static_cast<size_t>(n)});
@@ -214,12 +223,16 @@ void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
     if (!q.tcp_in.Append({buf_, static_cast<size_t>(n)})) return Fail(token, Failure::kFailed);
   }
   dns::Message m;
-  if (m.Parse(q.tcp_in.Message(), parse_options_) != dns::ParseError::kOk) {
+  if (const dns::ParseError e = m.Parse(q.tcp_in.Message(), parse_options_); e != dns::ParseError::kOk) {
     ++stats_.malformed_replies;
+    malformed_log_(q.q.server.ToString(), ": malformed answer over TCP for ", NameText(q.q.qname), " (",
+                   dns::ParseErrorName(e), "): next server");
     return Fail(token, Failure::kFailed);
   }
   if (!Matches(q, m)) {
     ++stats_.spoofed_dropped;
+    spoofed_log_(q.q.server.ToString(), ": answer over TCP that does not match the question ",
+                 NameText(q.q.qname), ": next server");
     return Fail(token, Failure::kFailed);
   }
   TapReply(q, q.tcp_in.Message());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/log.h"
 #include "weir/dns/message.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
@@ -102,6 +103,9 @@ class SocketLastHop final : public LastHopTransport {
   uint64_t next_generation_ = 1;
   Stats stats_;
   UpstreamLatency latency_;
+  // Each refused answer is counted and, rate-limited, logged with its reason.
+  common::RateLimitedLog malformed_log_{{.component = "upstream"}};
+  common::RateLimitedLog spoofed_log_{{.component = "upstream"}};
   uint8_t buf_[net::kMaxDnsMessage];
 };
 

@@ -275,6 +275,7 @@ void TaggedResolver::OnFailure(uint64_t token, LastHopTransport::Failure why) {
   r->in_flight = false;
   if (why == LastHopTransport::Failure::kTimeout) {
     ++stats_.upstream_timeouts;
+    timeout_log_(r->server.ToString(), ": no answer for ", NameText(r->cur), ": next server");
     server_health_.TimedOut(r->server, timers_.Now());
   }
   SendQuery(r, false);
@@ -303,6 +304,8 @@ void TaggedResolver::ProcessReply(Resolution* r, const dns::Message& m) {
   const EcsReplyCheck check = CheckEcsReply(r->ecs_now, r->ecs.subnet, m.edns());
   if (check.verdict == EcsReply::kForged) {
     ++stats_.ecs_forged;
+    forged_ecs_log_(r->server.ToString(), ": answer for ", NameText(r->cur),
+                    " carries an ECS option that does not echo the query's: asking again without ECS");
     r->ecs_now = false;
     r->retried_without_ecs = true;
     return SendQuery(r, true);
@@ -310,10 +313,20 @@ void TaggedResolver::ProcessReply(Resolution* r, const dns::Message& m) {
   if (check.verdict == EcsReply::kUnsolicited) ++stats_.ecs_unsolicited;
   StepResult step = ReadStep(m, r->cur, r->qtype, r->cut.span(), r->cnames_left);
   stats_.out_of_bailiwick += step.out_of_bailiwick;
+  if (step.out_of_bailiwick > 0) {
+    bailiwick_log_(r->server.ToString(), ": answer for ", NameText(r->cur), " has ", step.out_of_bailiwick,
+                   " out-of-bailiwick records (outside ", NameText(r->cut), "): ignored");
+  }
   if (step.weight_option && !step.weighted && step.weight_verdict != dns::WeightVerdict::kEmpty) {
     ++stats_.weights_invalid;
+    weights_log_(r->server.ToString(), ": invalid weight option in the answer for ", NameText(r->cur), " (",
+                 dns::WeightVerdictName(step.weight_verdict), "): answered without weights");
   }
-  if (step.kind == StepResult::Kind::kBogus) return SendQuery(r, false);
+  if (step.kind == StepResult::Kind::kBogus) {
+    bogus_log_(r->server.ToString(), ": unreadable records in the answer for ", NameText(r->cur),
+               ": next server");
+    return SendQuery(r, false);
+  }
   // A chain that comes back to a name it went through in an earlier step
   // (another zone) is a loop as much as one inside a single reply.
   if (step.kind != StepResult::Kind::kLoop && step.kind != StepResult::Kind::kTooLong) {

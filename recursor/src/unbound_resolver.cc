@@ -1,6 +1,7 @@
 #include "unbound_resolver.h"
 
 #include "weir/common/text.h"
+#include "weir/recursor/unbound_log.h"
 
 namespace weir::recursor {
 
@@ -14,6 +15,9 @@ UnboundResolver::~UnboundResolver() {
 absl::Status UnboundResolver::Init(const RecursorConfig& config) {
   ctx_ = ub_ctx_create();
   if (ctx_ == nullptr) return absl::InternalError("libunbound: cannot create a context");
+  // libunbound's lines go to weir's log (unbound_log.h), not to its own
+  // stderr format or syslog.
+  if (FILE* log = UnboundLogStream(); log != nullptr) ub_ctx_debugout(ctx_, log);
   auto set = [&](const char* opt, const std::string& val) -> absl::Status {
     const int err = ub_ctx_set_option(ctx_, opt, val.c_str());
     if (err != 0)

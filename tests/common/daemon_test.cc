@@ -56,6 +56,30 @@ TEST(DaemonTest, ConfigOutcome) {
   EXPECT_EQ(c.ConfigLoaded(absl::InvalidArgumentError("bad")), 2) << "--check still rejects a bad config";
 }
 
+TEST(DaemonTest, LogFlags) {
+  Daemon d = WithoutClock();
+  ASSERT_EQ(Parse(d, {"-c", "a.toml", "--log-level", "debug", "--log-target", "stderr"}), std::nullopt);
+  EXPECT_EQ(DefaultLogger().level(), LogLevel::kDebug);
+  EXPECT_EQ(DefaultLogger().target(), LogTarget::kStderr);
+  // The flag wins over the config's [log] level.
+  const LogSettings quiet{LogLevel::kError};
+  EXPECT_EQ(d.ConfigLoaded(absl::OkStatus(), &quiet), std::nullopt);
+  EXPECT_EQ(DefaultLogger().level(), LogLevel::kDebug);
+  Daemon e = WithoutClock();
+  ASSERT_EQ(Parse(e, {"-c", "a.toml"}), std::nullopt);
+  const LogSettings from_config{LogLevel::kWarning};
+  EXPECT_EQ(e.ConfigLoaded(absl::OkStatus(), &from_config), std::nullopt);
+  EXPECT_EQ(DefaultLogger().level(), LogLevel::kWarning);
+  DefaultLogger().set_level(LogLevel::kInfo);
+}
+
+TEST(DaemonTest, BadLogFlagsAreRejectedLikeABadConfig) {
+  Daemon d = WithoutClock();
+  EXPECT_EQ(Parse(d, {"-c", "a.toml", "--log-level", "verbose"}), 2);
+  Daemon e = WithoutClock();
+  EXPECT_EQ(Parse(e, {"-c", "a.toml", "--log-target", "syslog"}), 2);
+}
+
 TEST(DaemonTest, StartFailureExitsOne) {
   Daemon d = WithoutClock();
   bool stopped = false;

@@ -55,6 +55,17 @@ TEST(FastpathConfig, DnstapTableIsReadAndPathsAreRelativeToTheFile) {
   EXPECT_NE(Message(bad.status()).find("power of two"), std::string::npos);
 }
 
+TEST(FastpathConfig, LogTable) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->log.level.has_value()) << "unset: the flags or the default decide";
+  EXPECT_FALSE(c->log.target.has_value());
+  c = ParseConfig(std::string(kMinimal) + "[log]\nlevel = \"debug\"\ntarget = \"journal\"\n", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->log.level, common::LogLevel::kDebug);
+  EXPECT_EQ(c->log.target, common::LogTarget::kJournal);
+}
+
 TEST(FastpathConfig, ExampleFileIsValid) {
   auto c = LoadConfig(std::string(WEIR_TEST_DATA_DIR) + "/../examples/fastpath/fastpath.toml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -83,6 +94,11 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
       {"[upstream]\nordinary = [42]\n", "t.toml:2:"},
       {"[upstream]\nanswer_deadline_ms = 50\n", "t.toml:2:"},
       {"[upstream]\nanswer_deadline_ms = 50\n", "between 100 and 60000"},
+      {"[log]\nlevel = \"verbose\"\n",
+       "t.toml:2:9: log level must be error, warning, info or debug, not 'verbose'"},
+      {"[log]\ntarget = \"syslog\"\n", "t.toml:2:10: log target must be stderr, journal or auto"},
+      {"[log]\nlevel = 3\n", "'level' must be a string"},
+      {"[log]\nfile = \"x\"\n", "t.toml:2:1: unknown key 'file' in [log]"},
   };
   for (const auto& bc : cases) {
     auto c = ParseConfig(bc.text, "t.toml");

@@ -70,6 +70,17 @@ TEST(RecursorConfig, ErrorsNameFileLineColumn) {
   EXPECT_FALSE(c.ok());
 }
 
+TEST(RecursorConfig, LogTable) {
+  auto c = ParseConfig(std::string(kMinimal) + "[log]\nlevel = \"warning\"\ntarget = \"stderr\"\n", "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->log.level, common::LogLevel::kWarning);
+  EXPECT_EQ(c->log.target, common::LogTarget::kStderr);
+  c = ParseConfig(std::string(kMinimal) + "[log]\nlevel = \"loud\"\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:8:9: log level must be"), std::string::npos)
+      << c.status();
+}
+
 TEST(RecursorConfig, NeverFallsBackToBuiltInRootHints) {
   auto c = ParseConfig("[server]\nlisten = [\"127.0.0.1:0\"]\n[acl]\nallow = [\"127.0.0.0/8\"]\n", "r.toml");
   ASSERT_FALSE(c.ok());

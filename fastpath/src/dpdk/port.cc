@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 
 namespace weir::fastpath::dpdk {
@@ -35,10 +36,8 @@ absl::Status StartPort(const std::string& name, uint16_t id, const PortSetup& se
     } else {
       // Virtual devices spread frames over their queues themselves
       // (net_af_packet: the kernel's packet fanout by flow hash).
-      std::fprintf(stderr,
-                   "weir-fastpath: dpdk port %s has no RSS: the device itself decides which worker's queue a "
-                   "frame arrives on\n",
-                   name.c_str());
+      common::LogWarning("dpdk", "dpdk port ", name,
+                         " has no RSS: the device itself decides which worker's queue a frame arrives on");
     }
   }
   *tx_offloads = 0;
@@ -63,11 +62,8 @@ absl::Status StartPort(const std::string& name, uint16_t id, const PortSetup& se
     return absl::FailedPreconditionError(Cat("dpdk port ", name, ": start failed: ", Strerror(r)));
   // Neighbour solicitations go to multicast MACs a NIC filters out otherwise.
   if (int r = rte_eth_allmulticast_enable(id); r != 0) {
-    std::fprintf(
-        stderr,
-        "weir-fastpath: dpdk port %s: all-multicast refused (%s): IPv6 neighbour solicitations to it may "
-        "not arrive\n",
-        name.c_str(), Strerror(r).c_str());
+    common::LogWarning("dpdk", "dpdk port ", name, ": all-multicast refused (", Strerror(r),
+                       "): IPv6 neighbour solicitations to it may not arrive");
   }
   return absl::OkStatus();
 }

@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "kernel/socket_util.h"
+#include "weir/common/log.h"
 #include "weir/partitions/rcu.h"
 
 namespace weir::fastpath::kernel {
@@ -83,12 +85,17 @@ void TcpServer::OnAccept(int lfd) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // Out of descriptors: stop listening for a moment instead of
         // spinning on a listener that stays readable.
+        static common::RateLimitedLog accept_log({.component = "accept"});
+        accept_log("TCP accept: ", std::strerror(errno), " (pausing accepts for 100 ms)");
         loop_.Unwatch(lfd);
         loop_.After(std::chrono::milliseconds(100), [this, lfd] { Listen(lfd); });
       }
       return;
     }
     if (static_cast<int>(conns_.size()) >= node_.config().tcp_max_connections) {
+      static common::RateLimitedLog limit_log({.component = "accept"});
+      limit_log("TCP connection refused: server.tcp_max_connections ", node_.config().tcp_max_connections,
+                " reached");
       close(cfd);
       continue;
     }

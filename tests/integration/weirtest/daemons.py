@@ -172,16 +172,18 @@ class _Daemon(_Server):
     """A weir daemon started from a config text (written to a temp file) and
     stopped by PID. Subclasses name the binary (RELPATH) and the start-up
     line that means ready (READY), and read their other start-up lines in
-    _on_line()."""
+    _on_line(). `extra_args` go after the config (e.g. "--log-level", "debug")."""
 
     RELPATH = ""
     READY = r"^ready$"
 
-    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 10.0):
+    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 10.0,
+                 extra_args: Sequence[str] = ()):
         self.config_path = write_temp(config_text)
         argv = [binary(build_dir, self.RELPATH), "-c", self.config_path]
         if test_clock:
             argv.append("--test-clock")
+        argv += list(extra_args)
         self._start(argv, self.READY, timeout, temp_config=self.config_path)
 
     def dig(self, qname: str, qtype: str = "A", *, source: Optional[str] = None, norec: bool = False,
@@ -217,8 +219,9 @@ class Recursor(_Daemon):
 
     RELPATH = "recursor/weir-recursor"
 
-    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 15.0):
-        super().__init__(build_dir, config_text, test_clock, timeout)
+    def __init__(self, build_dir: str, config_text: str, test_clock: bool = False, timeout: float = 15.0,
+                 extra_args: Sequence[str] = ()):
+        super().__init__(build_dir, config_text, test_clock, timeout, extra_args)
 
     def advance_clock(self, seconds: int) -> None:
         self._control_ok(f"advance-clock {int(seconds)}")

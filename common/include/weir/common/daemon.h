@@ -16,11 +16,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "weir/common/log.h"
 
 namespace weir::common {
 
 struct DaemonOptions {
-  std::string name{};         // "weir-fastpath": prefixes every message on stderr
+  std::string name{};         // "weir-fastpath": names the daemon in every log line
   std::string description{};  // the first line of --help
   // The help of --test-clock; empty: the daemon has no such flag.
   std::string test_clock_help{};
@@ -32,7 +33,8 @@ struct ServeHooks {
   // What stdout shows once the daemon serves, its last line "ready";
   // printed and flushed, since tests and supervisors wait for it.
   std::function<std::string()> ready_text{};
-  // Run on SIGHUP, its outcome logged as "NAME: LABEL: ok" or the reason.
+  // Run on SIGHUP, its outcome logged (component "config") as "LABEL: ok"
+  // or "LABEL: reason".
   // Without it SIGHUP keeps its default action.
   std::function<absl::Status()> reload{};
   std::string reload_label = "reload";
@@ -43,29 +45,40 @@ class Daemon {
  public:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
 
-  // Parses -c/--config, --check, --test-clock (when offered) and --help.
+  // Parses -c/--config, --check, --test-clock (when offered),
+  // --log-level, --log-target and --help, and sets up the process's log
+  // (log.h) with the daemon's name and the flags.
   // nullopt: go on; otherwise the process exits with the value (--help
-  // prints to stdout and gives 0; a usage error prints why on stderr).
+  // prints to stdout and gives 0; a usage error prints why on stderr; a bad
+  // --log-level or --log-target value gives 2, as a rejected config does).
   std::optional<int> ParseFlags(int argc, char** argv);
 
   const std::string& config_path() const { return config_path_; }
   bool test_clock() const { return test_clock_; }
 
   // After loading the config: nullopt to go on and serve; otherwise the exit
-  // code, 2 for a rejected config ("NAME: reason" on stderr), 0 when --check
-  // passed ("PATH: ok" on stdout).
-  std::optional<int> ConfigLoaded(const absl::Status& loaded) const;
+  // code, 2 for a rejected config (logged as an error of component
+  // "config"), 0 when --check passed ("PATH: ok" on stdout). `log`: the
+  // config's [log] table, applied unless a flag said otherwise.
+  std::optional<int> ConfigLoaded(const absl::Status& loaded, const LogSettings* log = nullptr) const;
+
+  // The config's [log] table (after a reload, say), under the flags.
+  void ApplyLogSettings(const LogSettings& from_config) const;
 
   // Ignores SIGPIPE (a peer that resets a connection costs an EPIPE, never
   // the process) and blocks SIGTERM, SIGINT and, with a reload hook, SIGHUP
   // before `start` runs, so every thread the server starts inherits the mask
   // and only this thread takes them. Then starts, prints the ready text and
-  // waits: SIGHUP reloads, SIGTERM/SIGINT stop. Returns the exit code.
+  // waits: SIGHUP reloads, SIGTERM/SIGINT stop; once a second it writes
+  // the summaries of rate-limited log lines. Returns the exit code.
   // The server must not start threads before `start`.
   int Serve(const ServeHooks& hooks) const;
 
  private:
+  int Rejected(std::string_view reason) const;
+
   DaemonOptions options_;
+  LogSettings log_flags_;
   std::string config_path_;
   bool check_only_ = false;
   bool test_clock_ = false;

@@ -11,6 +11,7 @@
 
 #include <toml++/toml.h>
 
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 
 namespace weir::common {
@@ -104,6 +105,25 @@ inline const toml::table* SubTable(TomlChecker& c, const toml::table& root, std:
     return nullptr;
   }
   return n->as_table();
+}
+
+// The [log] table shared by the daemons' configs (docs/logging.md):
+// level = "error" | "warning" | "info" | "debug",
+// target = "stderr" | "journal" | "auto".
+inline void ParseLogTable(TomlChecker& c, const toml::table& root, LogSettings* out) {
+  const toml::table* t = SubTable(c, root, "log");
+  if (t == nullptr) return;
+  c.OnlyKeys(*t, "log", {"level", "target"});
+  auto one = [&](std::string_view key, auto parse, auto* field) {
+    const toml::node* n = t->get(key);
+    if (n == nullptr) return;
+    if (!n->is_string()) return c.Fail(n->source(), Cat("'", key, "' must be a string"));
+    auto v = parse(*n->value<std::string>());
+    if (!v.ok()) return c.Fail(n->source(), ToStd(v.status().message()));
+    *field = *v;
+  };
+  one("level", ParseLogLevel, &out->level);
+  one("target", ParseLogTarget, &out->target);
 }
 
 }  // namespace weir::common

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/log.h"
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
@@ -128,6 +129,8 @@ struct FastpathConfig {
 
   // [mgmt]: tags and city map pushed by weir-mgmt instead of the files.
   mgmt::NodeMgmtConfig mgmt;
+  // [log]: level and target; the command-line flags override them.
+  common::LogSettings log;
   // Where the config came from, for reloads and messages.
   std::string path;
 };

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "weir/common/log.h"
 #include "weir/common/prometheus.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/snapshot.h"
@@ -90,6 +91,10 @@ class NodeClient {
   std::string applied_origin_;  // the client thread's, after Start
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> rejected_{0};
+  // A mgmt that keeps pushing what this node refuses, or that cannot be
+  // reached, must not flood the log.
+  common::RateLimitedLog rejected_log_{{.component = "mgmt"}};
+  common::RateLimitedLog connection_log_{{.component = "mgmt"}};
   mutable std::mutex mu_;
   std::string last_error_;
 };

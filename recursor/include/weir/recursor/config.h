@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/log.h"
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
@@ -72,6 +73,8 @@ struct RecursorConfig {
   std::string tags_path;  // partitions TagTable text format
   // [mgmt]: tags pushed by weir-mgmt instead of the file.
   mgmt::NodeMgmtConfig mgmt;
+  // [log]: level and target; the command-line flags override them.
+  common::LogSettings log;
 
   // [dnstap]: front queries and responses, and the last hop to the
   // authoritative servers.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/log.h"
 #include "weir/partitions/clock.h"
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
@@ -102,6 +103,12 @@ class TaggedResolver final : public LastHopTransport::Sink {
   Replies& replies_;
   InflightLimit& inflight_;
   Log log_;
+  // Refused answers, each reason on its own budget (log.h).
+  common::RateLimitedLog timeout_log_{{.component = "upstream"}};
+  common::RateLimitedLog bogus_log_{{.component = "upstream"}};
+  common::RateLimitedLog forged_ecs_log_{{.component = "upstream"}};
+  common::RateLimitedLog bailiwick_log_{{.component = "upstream"}};
+  common::RateLimitedLog weights_log_{{.component = "upstream"}};
   std::mt19937_64 rng_;
   ServerHealth server_health_;
   // Per (qname, qtype): the scoped answers of that name (RFC 7871 7.3).
