@@ -4,7 +4,7 @@
 // Behaviour (docs/gslb-sim.md): AA on authoritative answers, referrals with
 // AA clear at delegations, REFUSED outside our zones, CNAME chains followed
 // inside our zones, NXDOMAIN/NODATA with the SOA, RFC 7871 ECS echo with the
-// view's scope, the weight option (DESIGN 2), and injected faults.
+// view's scope, the weight option (docs/behaviour.md#the-weight-option), and injected faults.
 //
 // Single-threaded: all calls happen on the server loop.
 #pragma once

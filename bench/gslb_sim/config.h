@@ -58,7 +58,7 @@ EffectiveFaults ResolveFaults(const Faults& name, const Faults& global);
 struct WeightedAddress {
   uint16_t family = 0;  // 1 = A, 2 = AAAA
   std::array<uint8_t, 16> bytes{};
-  // 1..255 is valid (DESIGN 2); 0 or >255 are accepted so tests can send
+  // 1..255 is valid (docs/behaviour.md#the-weight-option); 0 or >255 are accepted so tests can send
   // invalid weights on purpose.
   uint16_t weight = 1;
 };

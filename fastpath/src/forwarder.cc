@@ -24,7 +24,7 @@ namespace weir::fastpath {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Names learned as tagged at once (DESIGN 3); each learn copies the set.
+// Names learned as tagged at once (docs/behaviour.md#domain-tags); each learn copies the set.
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
 constexpr int32_t kAnswered = -2;  // a waiter answered early (ClientRoute::worker)
@@ -656,7 +656,7 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
         chain_ttl = std::min(chain_ttl, r.rr.ttl);
         advanced = true;
         // An untagged name whose chain enters a tagged suffix takes its tag
-        // (DESIGN section 3): not cached in the common partition, learned for
+        // (docs/behaviour.md#domain-tags): not cached in the common partition, learned for
         // the chain's TTL, and resolved again as a tagged name.
         const partitions::Tag* tag = tags != nullptr && !p.miss.tagged ? tags->Lookup(cur.span()) : nullptr;
         if (tag != nullptr && (tag->weight || tag->ecs || tag->level != partitions::CacheLevel::kGlobal)) {

@@ -121,7 +121,7 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
   }
   (void)len;
   // A client that asks for weights gets every address and the weights
-  // (DESIGN section 2); otherwise tagged names are answered by SWRR.
+  // (docs/behaviour.md#the-weight-option); otherwise tagged names are answered by SWRR.
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   uint8_t weights[dns::kMaxWeightedAddresses];

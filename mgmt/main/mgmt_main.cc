@@ -1,4 +1,4 @@
-// weir-mgmt: the management daemon (DESIGN section 8).
+// weir-mgmt: the management daemon (docs/behaviour.md#management).
 #include "weir/common/daemon.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/server.h"

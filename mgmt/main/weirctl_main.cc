@@ -1,4 +1,4 @@
-// weirctl: the operator's command line for weir-mgmt (DESIGN section 8).
+// weirctl: the operator's command line for weir-mgmt (docs/behaviour.md#management).
 // Exit status: 0 done, 1 mgmt refused the request (the reason on stderr),
 // 2 usage, file or connection error.
 #include <poll.h>
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   bool replace = false;
   int limit = 50;
 
-  CLI::App* tag = app.add_subcommand("tag", "domain tags (DESIGN section 3)");
+  CLI::App* tag = app.add_subcommand("tag", "domain tags (docs/behaviour.md#domain-tags)");
   tag->require_subcommand(1);
   CLI::App* tag_add = tag->add_subcommand("add", "add a tag: SUFFIX [weight=on] [ecs=on] [policy=...] ...");
   tag_add->add_option("line", words, "the tag, in the tags file format")->required();

@@ -42,7 +42,7 @@ void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
     echo.scope_prefix = a != nullptr ? std::min(a->scope, echo.source_prefix) : 0;
     w.AddEcs(echo);
   }
-  // Answers, negative ones included, echo the option (DESIGN 2); errors do not.
+  // Answers, negative ones included, echo the option (docs/behaviour.md#the-weight-option); errors do not.
   if (q.edns.has_weight && a != nullptr) {
     if (a->weighted) {
       w.AddWeights(ctx.weight_option_code, a->weights);

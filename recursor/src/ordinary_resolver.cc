@@ -132,7 +132,7 @@ void OrdinaryResolver::OnResult(const std::string& key, const ResolverResult& re
       (sec == dns::Section::kAnswer ? a.answer : a.authority).push_back(std::move(r));
     }
   }
-  // DESIGN 3: a chain entering a tagged suffix makes the name tagged. The
+  // docs/behaviour.md#domain-tags: a chain entering a tagged suffix makes the name tagged. The
   // chain up to the tagged name is the customer's (resolved here, without
   // ECS); the tagged rest is resolved by weir's last hop from that name,
   // which needs no zone cut of the customer's zone (a flat forwarder may

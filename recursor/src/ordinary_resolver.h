@@ -2,7 +2,7 @@
 // libunbound behind Resolver, cached with their TTLs (bounded, serve-stale,
 // prefetch), one fetch per (name, type, class) in flight with the later
 // queries waiting on it. A CNAME chain that enters a tagged suffix makes
-// the name tagged (DESIGN 3): its waiters move to the tagged resolver with
+// the name tagged (docs/behaviour.md#domain-tags): its waiters move to the tagged resolver with
 // the chain so far.
 //
 // Threading: the recursor's loop thread.

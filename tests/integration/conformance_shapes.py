@@ -548,7 +548,7 @@ def _dnssec() -> list:
 def _cross_suffix() -> list:
     """Chains between the tagged and the untagged tree: the tagged variant of
     "to-untagged" leaves the tagged suffix, the untagged variant of
-    "to-tagged" enters it (DESIGN section 3, learned tags)."""
+    "to-tagged" enters it (docs/behaviour.md#domain-tags, learned tags)."""
     body = a_www(R) + [views(f"x.{R}")]
     return [
         Shape("cross-suffix", "to-untagged", [zone(R, rr(f"a.{R}", "CNAME", f"www.{U}"), *body)], f"a.{R}", "A"),

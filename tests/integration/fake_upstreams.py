@@ -11,7 +11,7 @@ Run as a program on loopback; it binds port 0 and prints where it listens:
 
 `spoofing`: for every query it first sends three forged answers carrying the
 poison address, each wrong in exactly one way an attacker cannot avoid
-(DESIGN section 6: random ID, random port, question must match):
+(docs/behaviour.md#the-front-cache: random ID, random port, question must match):
 
   (a) the right question with a wrong ID,
   (b) the right ID with a wrong question name,

@@ -51,7 +51,7 @@ TIMEOUT = 10.0
 # (a predicate on the weir and unbound outcomes). Keep it honest: a weir bug
 # belongs in KNOWN_WEIR_BUGS, not here.
 DELIBERATE_DIFFERENCES: dict = {
-    # DESIGN 3: untagged names get no ECS. unbound (send-client-subnet) sends
+    # docs/behaviour.md#domain-tags: untagged names get no ECS. unbound (send-client-subnet) sends
     # the client's /24, so a GSLB view for the client's subnet answers it only.
     ("client-subnet-view/*", "untagged"): ("weir sends no ECS for untagged names (the GSLB sees the recursor, not "
                                            "the client); unbound sends the client's subnet",
@@ -341,7 +341,7 @@ class ConformanceMatrixTest(unittest.TestCase):
         self.assertEqual(leaks, [], f"weir sent ECS for {len(leaks)} untagged names (listed above)")
 
     def _ecs_sent_for_untagged_names(self) -> tuple:
-        """DESIGN 3: untagged names get no ECS. Every query weir sent (source
+        """docs/behaviour.md#domain-tags: untagged names get no ECS. Every query weir sent (source
         127.0.0.1; unbound sends from UNBOUND_SOURCE) for a name outside the
         tagged suffix must be without ECS. Returns (unexpected, known) lines."""
         by_root = {s.root(b): s for s in self.shapes for b in (cs.UNTAGGED_BASE, cs.TAGGED_BASE)}

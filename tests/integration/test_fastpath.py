@@ -1,4 +1,4 @@
-"""Black-box tests of weir-fastpath as a plain front cache (DESIGN 2, 6):
+"""Black-box tests of weir-fastpath as a plain front cache (docs/behaviour.md#the-weight-option, #the-front-cache):
 untagged names, TTL ageing on the test clock, malformed queries, ACL, EDNS
 version, TCP and truncation. gslb-sim is the upstream; dig is the client.
 

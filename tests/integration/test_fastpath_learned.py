@@ -1,4 +1,4 @@
-"""Black-box test of DESIGN section 3's learned tags: a customer's untagged
+"""Black-box test of the learned tags of docs/behaviour.md#domain-tags: a customer's untagged
 name that is a CNAME into a tagged CDN suffix is not shared between cities;
 weir learns the tag from the chain and resolves the name again as tagged.
 

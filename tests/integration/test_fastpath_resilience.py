@@ -1,4 +1,4 @@
-"""Black-box tests of weir-fastpath's upstream side (DESIGN 6): coalescing,
+"""Black-box tests of weir-fastpath's upstream side (docs/behaviour.md#the-front-cache): coalescing,
 failover between recursors, serve-stale, anti-spoofing. gslb-sim and a
 scripted fake upstream (fake_upstreams.py) stand in for the recursors.
 

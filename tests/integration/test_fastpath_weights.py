@@ -1,4 +1,4 @@
-"""Black-box tests of weir-fastpath's weighted city answers (DESIGN 2-5):
+"""Black-box tests of weir-fastpath's weighted city answers (docs/behaviour.md):
 gslb-sim is the GSLB, cities are source ranges on loopback, dig is the client.
 
 Run: python3 tests/integration/test_fastpath_weights.py --build-dir build
@@ -87,7 +87,7 @@ class FastpathWeightsTest(unittest.TestCase):
         self.assertFalse(set(a) & set(CITY_B), "city A was given city B's addresses")
         self.assertFalse(set(b) & set(CITY_A), "city B was given city A's addresses")
 
-        # Smooth, not bursty (DESIGN 5): the nginx sequence a b a c a b a b a, repeated.
+        # Smooth, not bursty (docs/behaviour.md#answering-by-weight): the nginx sequence a b a c a b a b a, repeated.
         want = [CITY_A[i] for i in swrr_sequence(CITY_A_WEIGHTS, 900)]
         self.assertEqual(a[:9], want[:9], "first SWRR cycle of city A")
         self.assertEqual(a, want, "city A must follow the SWRR sequence for weights 5,3,1 throughout")
@@ -132,7 +132,7 @@ class FastpathWeightsTest(unittest.TestCase):
         self.assertEqual(r.status, "NOERROR", r.text)
         self.assertEqual(len(r.addresses()), 1, "answer=single gives one address:\n" + r.text)
         self.assertIn(r.addresses()[0], CITY_A, r.text)
-        self.assertIsNone(r.option(W), "no weight option without asking (DESIGN 2):\n" + r.text)
+        self.assertIsNone(r.option(W), "no weight option without asking (docs/behaviour.md#the-weight-option):\n" + r.text)
         self.assertIsNone(r.ecs, "an untrusted client's query gets no ECS back:\n" + r.text)
         r = self.fp.dig(QNAME, source="127.2.0.9")
         self.assertEqual(len(r.addresses()), 1, r.text)
@@ -171,7 +171,7 @@ class FastpathWeightsTest(unittest.TestCase):
             self.assertEqual(r.status, "NOERROR", r.text)
             self.assertEqual(r.addresses(), ["192.0.2.1"], r.text)
             self.assertEqual(r.option(W), b"",
-                             f"{attempt}: length-0 option expected ('supported, not weighted', DESIGN 2):\n{r.text}")
+                             f"{attempt}: length-0 option expected ('supported, not weighted', docs/behaviour.md#the-weight-option):\n{r.text}")
         r = self.fp.dig("www.example.com", source="127.1.0.9")
         self.assertIsNone(r.option(W), "no option when not asked:\n" + r.text)
         # Untagged: common partition, no ECS and no weight option upstream.

@@ -1,4 +1,4 @@
-"""Black-box tests of the management plane (DESIGN section 8): weir-mgmt with
+"""Black-box tests of the management plane (docs/behaviour.md#management): weir-mgmt with
 its SQLite database, weirctl, and the push stream into weir-fastpath and
 weir-recursor. gslb-sim is the GSLB; cities are source ranges on loopback.
 

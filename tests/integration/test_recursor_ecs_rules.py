@@ -83,7 +83,7 @@ class EcsRulesTest(unittest.TestCase):
         self.assertEqual(r.status, "NOERROR", r.text)
         return r
 
-    # RFC 7871 7.2.2 / DESIGN 7: ECS goes only to the servers of tagged names,
+    # RFC 7871 7.2.2 / docs/behaviour.md#the-recursive-tier: ECS goes only to the servers of tagged names,
     # never on derived queries (NS and address lookups) nor for ordinary names.
     def test_ecs_only_to_tagged_name_servers_never_on_derived_queries(self):
         self.ask("video.shop.example", ecs="198.51.100.7/24")

@@ -69,7 +69,7 @@ class Response:
         return [r.data for r in self.answer if r.type in ("A", "AAAA")]
 
     def weights(self, code: int = WEIGHT_OPTION) -> Optional[list]:
-        """The weight option decoded as 16-bit big-endian values (DESIGN 2), or None."""
+        """The weight option decoded as 16-bit big-endian values (docs/behaviour.md#the-weight-option), or None."""
         data = self.option(code)
         if data is None:
             return None

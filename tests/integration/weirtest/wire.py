@@ -32,7 +32,7 @@ import dns.rdatatype
 import dns.rrset
 import dns.wire
 
-WEIGHT_OPTION = 65001  # the default code of weir's weight option (DESIGN 2)
+WEIGHT_OPTION = 65001  # the default code of weir's weight option (docs/behaviour.md#the-weight-option)
 ECS = 8
 UDP_PAYLOAD = 1232
 
@@ -101,7 +101,7 @@ def echo_ecs(q: "RawQuery", scope: int) -> Optional[dns.edns.Option]:
 
 
 def weight_option(weights: Sequence[int], code: int = WEIGHT_OPTION) -> dns.edns.Option:
-    """weir's weight option: 16-bit big-endian weights (DESIGN 2)."""
+    """weir's weight option: 16-bit big-endian weights (docs/behaviour.md#the-weight-option)."""
     return dns.edns.GenericOption(code, b"".join(struct.pack("!H", w) for w in weights))
 
 

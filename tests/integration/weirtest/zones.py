@@ -70,7 +70,7 @@ def zone_head(origin: str, ns_address: str, soa_minimum: int = 60) -> str:
 
 
 def swrr_sequence(weights, n):
-    """nginx smooth weighted round-robin (DESIGN 5), as the fastpath answers
+    """nginx smooth weighted round-robin (docs/behaviour.md#answering-by-weight), as the fastpath answers
     one partition's clients: the indexes of the first n picks."""
     current = [0] * len(weights)
     total = sum(weights)

@@ -1,5 +1,5 @@
 // Zero-copy views over received DNS messages (RFC 1035, RFC 6891, RFC 7871)
-// and the DNS weight option (DESIGN section 2).
+// and the DNS weight option (docs/behaviour.md#the-weight-option).
 //
 // Nothing here allocates. A view holds offsets into the caller's buffer, which
 // must outlive it. All functions are reentrant; a view is owned by one thread.
@@ -80,7 +80,7 @@ size_t EncodeEcsOption(const ClientSubnet& s, uint8_t* out, size_t cap);
 
 inline constexpr size_t kMaxWeightedAddresses = 64;
 
-// Why a weight option was accepted or neutralised (DESIGN section 2).
+// Why a weight option was accepted or neutralised (docs/behaviour.md#the-weight-option).
 enum class WeightVerdict : uint8_t {
   kValid,          // n weights, each 1..255
   kEmpty,          // length 0: "supported, not weighted" -> equal weights

@@ -1,4 +1,4 @@
-// Names that became tagged through their answer (DESIGN section 3): an
+// Names that became tagged through their answer (docs/behaviour.md#domain-tags): an
 // untagged name whose CNAME chain enters a tagged suffix takes that tag, for
 // the chain's TTL, so subscribers of different cities never share its answer.
 //

@@ -1,4 +1,4 @@
-// The node side of mgmt's push stream (DESIGN section 8), used by
+// The node side of mgmt's push stream (docs/behaviour.md#management), used by
 // weir-fastpath and weir-recursor: one thread keeps a TCP connection to
 // weir-mgmt, receives versioned snapshots, hands each to the node's apply
 // function (validate + RCU swap), stores the applied one on disk and ACKs

@@ -1,4 +1,4 @@
-// The mgmt wire protocol (DESIGN section 8): length-prefixed frames over TCP
+// The mgmt wire protocol (docs/behaviour.md#management): length-prefixed frames over TCP
 // between weir-mgmt and its nodes (fastpath, recursor) and between weirctl
 // and weir-mgmt. Control plane only.
 //

@@ -1,4 +1,4 @@
-// weir-mgmt: the management daemon (DESIGN section 8). One event loop thread
+// weir-mgmt: the management daemon (docs/behaviour.md#management). One event loop thread
 // serves both kinds of peers on one TCP port: nodes (a HELLO, then snapshots
 // pushed on every change, ACK/NACK back) and weirctl (one REQUEST, one
 // REPLY). Every peer presents the shared token. Control plane only.

@@ -1,7 +1,7 @@
 // A versioned configuration snapshot: everything mgmt pushes to a node (the
 // tag table and the city map, in their operator text formats), and the file
 // a node keeps of the last one it applied, so it can start while mgmt is
-// down (DESIGN section 8). Control plane only.
+// down (docs/behaviour.md#management). Control plane only.
 #pragma once
 
 #include <cstdint>

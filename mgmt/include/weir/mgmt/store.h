@@ -1,4 +1,4 @@
-// weir-mgmt's database (DESIGN section 8): tags, city map, node registry and
+// weir-mgmt's database (docs/behaviour.md#management): tags, city map, node registry and
 // audit log in SQLite. Every change is one transaction that validates the
 // whole resulting snapshot before it commits and bumps the global version;
 // a change that fails leaves the database exactly as it was.

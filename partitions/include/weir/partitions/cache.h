@@ -1,4 +1,4 @@
-// The answer cache (DESIGN section 6): key = (partition, canonical qname,
+// The answer cache (docs/behaviour.md#the-front-cache): key = (partition, canonical qname,
 // qtype, qclass), value = an immutable CacheEntry holding the answer as
 // pre-encoded records, ready to be copied after the question with TTLs aged.
 //

@@ -1,5 +1,5 @@
 // CityMap: client address -> city partition, longest prefix match
-// (DESIGN section 4), built from the operator's CSV.
+// (docs/behaviour.md#partitions-and-ecs), built from the operator's CSV.
 //
 // CSV format (docs in partitions/README.md): one mapping per line,
 //   cidr,city,ecs_address[/prefix]

@@ -1,4 +1,4 @@
-// The recursor's ECS-scope cache (RFC 7871 section 7.3, DESIGN section 4).
+// The recursor's ECS-scope cache (RFC 7871 section 7.3, docs/behaviour.md#partitions-and-ecs).
 //
 // Per (qname, qtype): a small set of answers, each valid for the clients in
 // address/scope. Lookup takes the longest scope that covers the client;

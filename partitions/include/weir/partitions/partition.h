@@ -1,4 +1,4 @@
-// Partitions: which copy of a cached answer a client gets (DESIGN section 4).
+// Partitions: which copy of a cached answer a client gets (docs/behaviour.md#partitions-and-ecs).
 //
 // A partition is a 64-bit value computed by PartitionKey(), the one place that
 // knows how cache levels map to partitions:
@@ -84,7 +84,7 @@ struct Cidr {
 // Cidr::Parse, writing into `out`.
 absl::Status ParseCidr(std::string_view text, Cidr* out);
 
-// Cache granularity of a tagged name (DESIGN section 3).
+// Cache granularity of a tagged name (docs/behaviour.md#domain-tags).
 enum class CacheLevel : uint8_t { kGlobal = 0, kCity = 1, kSubnet = 2 };
 
 using Partition = uint64_t;
@@ -123,7 +123,7 @@ inline PartitionId CityOf(Partition p) { return static_cast<PartitionId>(p & 0x7
 inline uint64_t SubnetBitsOf(Partition p) { return p & ((uint64_t{1} << 62) - 1); }
 
 // The ECS source a subnet-level query sends upstream: the client's own /24
-// or /56 (DESIGN section 4).
+// or /56 (docs/behaviour.md#partitions-and-ecs).
 inline dns::ClientSubnet SubnetEcs(const IpAddress& client) {
   dns::ClientSubnet s;
   if (client.family == 4 || client.IsV4Mapped()) {

@@ -1,4 +1,4 @@
-// Answering by weight: smooth weighted round-robin (DESIGN section 5).
+// Answering by weight: smooth weighted round-robin (docs/behaviour.md#answering-by-weight).
 //
 // The shared, immutable part of a weighted RRset lives in its CacheEntry
 // (address records, weights, fingerprint). The mutable SWRR state (nginx's

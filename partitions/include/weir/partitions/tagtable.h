@@ -1,4 +1,4 @@
-// TagTable: domain suffix -> tag (DESIGN section 3); the most specific suffix
+// TagTable: domain suffix -> tag (docs/behaviour.md#domain-tags); the most specific suffix
 // wins ("cdn.example." beats "example.").
 //
 // Lookup finds the label boundaries in one left-to-right pass, hashes the
@@ -46,7 +46,7 @@ inline constexpr size_t kTailWords = 3;
 
 enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
 
-// How a cached address RRset is answered (DESIGN section 3, 5). kAll is the
+// How a cached address RRset is answered (docs/behaviour.md#domain-tags, #answering-by-weight). kAll is the
 // untagged behaviour: the records as cached, no SWRR.
 enum class AnswerMode : uint8_t { kAll = 0, kSingle = 1, kOrdered = 2 };
 

@@ -37,7 +37,7 @@ struct Answer {
   std::vector<CachedRecord> authority;
   // The weight option for the front: `weights` has one entry per A/AAAA
   // record of `answer` when `weighted`; otherwise the front that asks gets
-  // the length-0 option (DESIGN section 2).
+  // the length-0 option (docs/behaviour.md#the-weight-option).
   bool weighted = false;
   std::vector<uint8_t> weights;
   uint8_t scope = 0;  // ECS scope the answer is valid for (RFC 7871 7.3)

@@ -1,4 +1,4 @@
-// weir-recursor: the weight/ECS recursive tier (DESIGN section 7).
+// weir-recursor: the weight/ECS recursive tier (docs/behaviour.md#the-recursive-tier).
 //
 // One event-loop thread (epoll) owns everything: the UDP/TCP listeners for
 // the front tier, the control port, libunbound's result descriptor, the

@@ -58,7 +58,7 @@ class TaggedResolver final : public LastHopTransport::Sink {
 
   // Answers `w` from the cache or resolves it. `tag`: the tag of the name
   // (nullptr: the front marked it by sending ECS). `prefix`: a learned
-  // name's chain so far (resolved by libunbound, DESIGN 3): the resolution
+  // name's chain so far (resolved by libunbound, docs/behaviour.md#domain-tags): the resolution
   // resumes at its target.
   void Query(Waiter w, const partitions::Tag* tag, std::vector<CachedRecord> prefix = {});
 
