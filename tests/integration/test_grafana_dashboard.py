@@ -20,9 +20,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
-from test_metrics_accounting import CITYMAP, QNAME, TAGS, zones  # noqa: E402
-
-BUILD_DIR = weirtest.parse_build_dir()
+# test_metrics_accounting takes --build-dir out of argv when it is imported: its value is ours.
+from test_metrics_accounting import BUILD_DIR, CITYMAP, QNAME, TAGS, zones  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DASHBOARD = os.path.join(ROOT, "examples", "grafana", "weir-dashboard.json")
 # Panels that must show data after the load.
