@@ -6,6 +6,11 @@ set -euo pipefail
 PKGS=(
   # build
   build-essential cmake ninja-build pkg-config git
+  # packaging: manual pages from --help (dist/CMakeLists.txt), the recursor's
+  # root hints the Debian package depends on, and dpkg-dev's dpkg-shlibdeps
+  help2man dns-root-data dpkg-dev
+  # a compiler cache for scripts/test.sh's five builds
+  ccache
   clang clang-format clang-tidy libclang-rt-14-dev llvm
   # libraries
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev

@@ -24,6 +24,16 @@ passed=0
 failed=0
 failed_stages=()
 
+# Every build goes through ccache when it is there (install-deps installs it):
+# a re-run, or a run from another clone of the same sources, recompiles only
+# what changed. Paths are hashed relative to the checkout, so clones in
+# different folders share the cache.
+CCACHE_ARGS=()
+if command -v ccache >/dev/null 2>&1; then
+  CCACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
+fi
+
 stage() { printf '\n===== %s =====\n' "$*"; }
 record() {  # record <name> <exit status>
   if [ "$2" -eq 0 ]; then
@@ -46,7 +56,7 @@ clang-format --dry-run --Werror $files
 record clang-format $?
 
 stage "build (-Werror) and all tests"
-cmake -S . -B "$BUILD_ROOT/main" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_WERROR=ON >/dev/null &&
+cmake -S . -B "$BUILD_ROOT/main" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_WERROR=ON >/dev/null &&
   cmake --build "$BUILD_ROOT/main" -j "$JOBS" &&
   ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS"
 record "main build and tests" $?
@@ -56,7 +66,7 @@ stage "Release build and unit tests"
 # too (a test that passes only at one optimisation level is timing-bound).
 unit_targets="$(cd tests && ls */*_test.cc | sed -E 's|^([a-z_]+)/([a-z_]+)\.cc$|\1_\2|') $(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')"
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_ROOT/release" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEIR_WERROR=ON \
+cmake -S . -B "$BUILD_ROOT/release" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Release -DWEIR_WERROR=ON \
   -DWEIR_BUILD_BENCH=OFF >/dev/null &&
   cmake --build "$BUILD_ROOT/release" -j "$JOBS" --target $unit_targets &&
   ctest --test-dir "$BUILD_ROOT/release" --output-on-failure -j "$JOBS" -L unit -E 'node_links_without_sqlite|bench_smoke' 
@@ -66,7 +76,7 @@ stage "ASan+UBSan build and unit tests"
 # Only what the unit label runs (the Release stage's list): the daemons and
 # tools are exercised by the main stage's integration tests.
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_ROOT/asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEIR_SANITIZE=ON -DWEIR_WERROR=ON \
+cmake -S . -B "$BUILD_ROOT/asan" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Debug -DWEIR_SANITIZE=ON -DWEIR_WERROR=ON \
   -DWEIR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null &&
   cmake --build "$BUILD_ROOT/asan" -j "$JOBS" --target $unit_targets &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -77,7 +87,7 @@ stress_tests=$(cd tests && ls */*stress_test.cc 2>/dev/null | sed -E 's|^([a-z]+
 if [ -n "$stress_tests" ]; then
   stage "ThreadSanitizer build and stress tests"
   # shellcheck disable=SC2086
-  cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_TSAN=ON -DWEIR_WERROR=ON \
+  cmake -S . -B "$BUILD_ROOT/tsan" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_TSAN=ON -DWEIR_WERROR=ON \
     -DWEIR_BUILD_BENCH=OFF >/dev/null &&
     cmake --build "$BUILD_ROOT/tsan" -j "$JOBS" --target $stress_tests &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
@@ -88,7 +98,7 @@ fi
 stage "libFuzzer targets, ${FUZZ_SECONDS}s each"
 fuzz_targets=$(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')
 # shellcheck disable=SC2086
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_FUZZ=ON \
   -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
   cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target $fuzz_targets
 fuzz_build=$?

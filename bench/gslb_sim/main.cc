@@ -7,11 +7,14 @@
 
 #include "config.h"
 #include "server.h"
+#include "weir/common/process_metrics.h"
 
 int main(int argc, char** argv) {
   weir::gslb_sim::ServerOptions opts;
   CLI::App app{
       "gslb-sim: authoritative DNS test server with ECS views, the weight option and fault injection"};
+  app.set_version_flag("--version", weir::common::VersionLine("gslb-sim"),
+                       "print the version, commit and build, and exit");
   app.add_option("--config", opts.config_path, "zone file (TOML, see docs/gslb-sim.md)")->required();
   app.add_option("--listen", opts.listen, "address:port for UDP and TCP, repeatable; port 0 picks one")
       ->required();

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string_view>
 
+#include "weir/common/process_metrics.h"
+
 namespace weir::bench {
 namespace {
 
@@ -38,6 +40,8 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   Options o;
   CLI::App app{kDescription, "weir-bench"};
   app.get_formatter()->column_width(34);
+  app.set_version_flag("--version", common::VersionLine("weir-bench"),
+                       "print the version, commit and build, and exit");
   std::string tagged_fraction, progress = "auto", city_share;
   double rate = 0;
 
@@ -194,6 +198,10 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     std::fputs(app.help().c_str(), stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
     *exit_code = 0;
     return std::nullopt;
   } catch (const CLI::ParseError& e) {

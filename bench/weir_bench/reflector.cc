@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weir/common/process_metrics.h"
 #include "weir/common/socket_address.h"
 
 namespace {
@@ -37,7 +38,7 @@ constexpr size_t kDnsHeader = 12;
 volatile sig_atomic_t g_stop = 0;
 void OnStopSignal(int) { g_stop = 1; }
 
-constexpr const char* kUsage = "usage: dns-reflector --listen ADDR:PORT [--batch N]";
+constexpr const char* kUsage = "usage: dns-reflector --listen ADDR:PORT [--batch N] | --version";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "dns-reflector: %s (%s)\n", why.c_str(), kUsage);
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
     };
     if (arg == "--help" || arg == "-h") {
       std::printf("%s\n", kUsage);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("%s\n", weir::common::VersionLine("dns-reflector").c_str());
       return 0;
     }
     std::string text;

@@ -5,17 +5,26 @@
 
 #include <time.h>
 
+#include <systemd/sd-daemon.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "weir/common/log.h"
+#include "weir/common/privileges.h"
+#include "weir/common/process_metrics.h"
 
 namespace weir::common {
 
 std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
   CLI::App app{options_.description};
+  app.set_version_flag("--version", VersionLine(options_.name),
+                       "print the version, commit and build, and exit");
   app.add_option("-c,--config", config_path_, "TOML configuration file")->required();
   app.add_flag("--check", check_only_, "validate the configuration and exit");
+  app.add_option("--user", run_as_,
+                 "USER[:GROUP]: run as this user once the sockets are bound (when started as root without "
+                 "systemd)");
   if (!options_.test_clock_help.empty()) app.add_flag("--test-clock", test_clock_, options_.test_clock_help);
   std::string level, target;
   app.add_option("--log-level", level,
@@ -27,7 +36,9 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version: 0; any usage error: 2, the code of a rejected
+    // configuration, after CLI11 printed the reason.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   // A bad value is a rejected configuration: exit code 2, like the config file's.
   if (!level.empty()) {
@@ -76,29 +87,55 @@ int Daemon::Serve(const ServeHooks& hooks) const {
   if (hooks.reload) sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // The user is looked up before anything starts: a typo is a usage error.
+  std::optional<RunAs> run_as;
+  if (!run_as_.empty()) {
+    absl::StatusOr<RunAs> r = ResolveRunAs(run_as_);
+    if (!r.ok()) return Rejected(ToStd(r.status().message()));
+    run_as = *r;
+  }
   if (absl::Status st = hooks.start(); !st.ok()) {
     LogError("startup", ToStd(st.message()));
+    sd_notifyf(0, "STATUS=start failed: %s", std::string(st.message()).c_str());
     return 1;
+  }
+  if (run_as) {
+    if (absl::Status st = DropPrivileges(*run_as); !st.ok()) {
+      LogError("startup", ToStd(st.message()));
+      hooks.stop();
+      return 1;
+    }
+    LogInfo("startup", "running as user ", run_as->user, " (uid ", run_as->uid, ", gid ", run_as->gid, ")");
   }
   std::fputs(hooks.ready_text().c_str(), stdout);
   std::fflush(stdout);
+  sd_notify(0, "READY=1\nSTATUS=serving");
+  // The systemd watchdog (WatchdogSec in the unit): petted from this loop,
+  // so a wedged control thread gets the daemon restarted.
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
   // Woken once a second to write the summaries of rate-limited lines whose
   // interval is over (log.h), so a burst that stops is still reported.
   const timespec tick{1, 0};
   for (;;) {
     const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (watchdog) sd_notify(0, "WATCHDOG=1");
     if (sig < 0) {
       FlushLogRepeats();
       continue;
     }
     if (sig != SIGHUP) break;
+    sd_notify(0, "RELOADING=1");
     absl::Status r = hooks.reload();
     if (r.ok()) {
       LogInfo("config", hooks.reload_label, ": ok");
+      sd_notify(0, "READY=1\nSTATUS=serving");
     } else {
       LogError("config", hooks.reload_label, ": ", ToStd(r.message()));
+      sd_notifyf(0, "READY=1\nSTATUS=serving; last reload failed: %s", std::string(r.message()).c_str());
     }
   }
+  sd_notify(0, "STOPPING=1");
   FlushLogRepeats();
   hooks.stop();
   return 0;

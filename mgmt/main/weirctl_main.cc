@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "weir/common/process_metrics.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
@@ -104,6 +105,8 @@ std::string DefaultActor() {
 int main(int argc, char** argv) {
   CLI::App app{"weirctl: manage weir's domain tags and city map through weir-mgmt"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", weir::common::VersionLine("weirctl"),
+                       "print the version, commit and build, and exit");
   std::string server_text = std::getenv("WEIR_MGMT") != nullptr ? std::getenv("WEIR_MGMT") : "127.0.0.1:8054";
   std::string token_file =
       std::getenv("WEIR_MGMT_TOKEN_FILE") != nullptr ? std::getenv("WEIR_MGMT_TOKEN_FILE") : "";
@@ -142,7 +145,11 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "current version and sizes");
   CLI::App* audit = app.add_subcommand("audit", "recent changes");
   audit->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // usage errors: 2, as every weir program
+  }
 
   auto server = weir::common::SocketAddress::Parse(server_text, 8054);
   if (!server.ok()) return Die("--server: " + std::string(server.status().message()));

@@ -1,5 +1,7 @@
 #include "weir/common/daemon.h"
 
+#include "weir/common/process_metrics.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,9 +11,8 @@
 namespace weir::common {
 namespace {
 
-// CLI11 exits with these codes; integration tests and supervisors see them.
-constexpr int kRequiredError = 106;
-constexpr int kExtrasError = 109;
+// Every usage error exits 2, the code of a rejected configuration.
+constexpr int kUsageError = 2;
 
 std::optional<int> Parse(Daemon& d, std::vector<std::string> args) {
   args.insert(args.begin(), "weir-test");
@@ -36,13 +37,30 @@ TEST(DaemonTest, SharedFlags) {
   EXPECT_FALSE(e.test_clock());
 }
 
-TEST(DaemonTest, UsageErrorsExitWithCli11Codes) {
+TEST(DaemonTest, UsageErrorsExitTwo) {
   Daemon d = WithClock();
-  EXPECT_EQ(Parse(d, {}), kRequiredError);
+  EXPECT_EQ(Parse(d, {}), kUsageError);
   Daemon e = WithoutClock();
-  EXPECT_EQ(Parse(e, {"-c", "a.toml", "--test-clock"}), kExtrasError) << "only daemons that have it take it";
+  EXPECT_EQ(Parse(e, {"-c", "a.toml", "--test-clock"}), kUsageError) << "only daemons that have it take it";
+  Daemon f = WithoutClock();
+  EXPECT_EQ(Parse(f, {"-c"}), kUsageError) << "-c without its value";
   Daemon h = WithoutClock();
   EXPECT_EQ(Parse(h, {"--help"}), 0);
+}
+
+TEST(DaemonTest, VersionNeedsNoConfig) {
+  Daemon d = WithoutClock();
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(Parse(d, {"--version"}), 0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out.rfind("weir-test " + std::string(BuildVersion()) + " (commit ", 0), 0u) << out;
+  EXPECT_NE(out.find(" build, DPDK "), std::string::npos) << out;
+}
+
+TEST(DaemonTest, UserFlag) {
+  Daemon d = WithoutClock();
+  EXPECT_EQ(Parse(d, {"-c", "a.toml", "--user", "nobody:nogroup"}), std::nullopt);
+  EXPECT_EQ(d.run_as(), "nobody:nogroup");
 }
 
 TEST(DaemonTest, ConfigOutcome) {

@@ -3,10 +3,14 @@
 // codes operators and tests rely on, and signal handling. Each main only
 // loads its config and says how to start, reload and stop its server.
 //
-// Exit codes: 0 after --help, a passing --check, or a stop by SIGTERM/SIGINT;
-// 1 when the server cannot start; 2 when the config is rejected; a usage
-// error exits with CLI11's code for it (106 for a missing -c, 109 for an
-// unknown argument) after printing the reason.
+// Exit codes (docs/operator-guide.md#exit-codes): 0 after --help, --version, a
+// passing --check, or a stop by SIGTERM/SIGINT; 1 when the server cannot
+// start (a port in use, a failed privilege drop); 2 when the command line or
+// the config is rejected, after printing why (nothing was started).
+//
+// Under systemd (Type=notify) the daemon tells the service manager READY=1
+// once it serves, RELOADING=1 / READY=1 around a SIGHUP reload, STOPPING=1
+// when it stops, and WATCHDOG=1 every second when the unit has WatchdogSec.
 //
 // Control plane only; everything runs on the main thread.
 #pragma once
@@ -45,15 +49,19 @@ class Daemon {
  public:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
 
-  // Parses -c/--config, --check, --test-clock (when offered),
-  // --log-level, --log-target and --help, and sets up the process's log
-  // (log.h) with the daemon's name and the flags.
-  // nullopt: go on; otherwise the process exits with the value (--help
-  // prints to stdout and gives 0; a usage error prints why on stderr; a bad
-  // --log-level or --log-target value gives 2, as a rejected config does).
+  // Parses -c/--config, --check, --test-clock (when offered), --user,
+  // --log-level, --log-target, --version and --help, and sets up the
+  // process's log (log.h) with the daemon's name and the flags.
+  // nullopt: go on; otherwise the process exits with the value (--help and
+  // --version print to stdout and give 0, without a config; a usage error,
+  // or a bad --log-level or --log-target value, prints why on stderr and
+  // gives 2, as a rejected config does).
   std::optional<int> ParseFlags(int argc, char** argv);
 
   const std::string& config_path() const { return config_path_; }
+  // --user USER[:GROUP]: who the daemon runs as once its sockets are bound
+  // (empty: no change).
+  const std::string& run_as() const { return run_as_; }
   bool test_clock() const { return test_clock_; }
 
   // After loading the config: nullopt to go on and serve; otherwise the exit
@@ -68,9 +76,11 @@ class Daemon {
   // Ignores SIGPIPE (a peer that resets a connection costs an EPIPE, never
   // the process) and blocks SIGTERM, SIGINT and, with a reload hook, SIGHUP
   // before `start` runs, so every thread the server starts inherits the mask
-  // and only this thread takes them. Then starts, prints the ready text and
-  // waits: SIGHUP reloads, SIGTERM/SIGINT stop; once a second it writes
-  // the summaries of rate-limited log lines. Returns the exit code.
+  // and only this thread takes them. Then starts, drops privileges when
+  // --user was given (every socket is bound by then), prints the ready text,
+  // tells systemd READY=1 and waits: SIGHUP reloads, SIGTERM/SIGINT stop;
+  // once a second it writes the summaries of rate-limited log lines and
+  // pets the systemd watchdog. Returns the exit code.
   // The server must not start threads before `start`.
   int Serve(const ServeHooks& hooks) const;
 
@@ -80,6 +90,7 @@ class Daemon {
   DaemonOptions options_;
   LogSettings log_flags_;
   std::string config_path_;
+  std::string run_as_;
   bool check_only_ = false;
   bool test_clock_ = false;
 };

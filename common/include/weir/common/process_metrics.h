@@ -67,5 +67,12 @@ void AddBuildInfo(PrometheusWriter& w, std::string_view daemon);
 // git checkout).
 std::string_view BuildVersion();
 std::string_view BuildCommit();
+// CMAKE_BUILD_TYPE of the build ("Release", "RelWithDebInfo", ...).
+std::string_view BuildType();
+// Whether weir-fastpath's DPDK poll-mode backend was built in (WEIR_WITH_DPDK).
+bool BuildHasDpdk();
+// What `--version` prints for `program`, one line:
+// "weir-fastpath 0.1.0 (commit 55062e2, Release build, DPDK yes)".
+std::string VersionLine(std::string_view program);
 
 }  // namespace weir::common

@@ -1,0 +1,176 @@
+"""Running weir as an operator's service manager does (docs/operator-guide.md):
+`--version` on every program without a config, usage errors exit 2, the
+systemd notification protocol (READY, RELOADING, STOPPING, WATCHDOG) on a
+notify socket the test owns, and the privilege drop of --user when a daemon
+is started as root without systemd.
+
+Run: python3 tests/integration/test_operations.py --build-dir build
+"""
+
+import os
+import re
+import signal
+import socket
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+
+PROGRAMS = {
+    "weir-fastpath": "fastpath/weir-fastpath",
+    "weir-recursor": "recursor/weir-recursor",
+    "weir-mgmt": "mgmt/weir-mgmt",
+    "weirctl": "mgmt/weirctl",
+    "gslb-sim": "bench/gslb_sim/gslb-sim",
+    "weir-bench": "bench/weir_bench/weir-bench",
+    "dns-reflector": "bench/weir_bench/dns-reflector",
+}
+VERSION = re.compile(r"^(\S+) (\d+\.\d+\.\d+) \(commit (\S+), (\S+) build, DPDK (yes|no)\)$")
+DAEMONS = ("weir-fastpath", "weir-recursor", "weir-mgmt")
+
+
+def status_ids(pid, key):
+    """The real, effective, saved and filesystem ids of /proc/PID/status's `key` line (Uid or Gid)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return [int(x) for x in line.split()[1:]]
+    raise AssertionError(f"no {key} line")
+
+
+class VersionAndUsageTest(unittest.TestCase):
+    def test_every_program_prints_its_version_without_a_config(self):
+        for name, rel in PROGRAMS.items():
+            with self.subTest(program=name):
+                r = weirtest.run([weirtest.binary(BUILD_DIR, rel), "--version"], timeout=10)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                lines = r.stdout.splitlines()
+                self.assertEqual(len(lines), 1, r.stdout)
+                m = VERSION.match(lines[0])
+                self.assertIsNotNone(m, lines[0])
+                self.assertEqual(m.group(1), name)
+                self.assertNotEqual(m.group(3), "", lines[0])
+
+    def test_usage_errors_exit_2_with_the_reason(self):
+        for name in DAEMONS:
+            exe = weirtest.binary(BUILD_DIR, PROGRAMS[name])
+            for args, why in ((["--check"], "--config"), (["-c", "x.toml", "--no-such-flag"], "--no-such-flag")):
+                with self.subTest(program=name, args=args):
+                    r = weirtest.run([exe, *args], timeout=10)
+                    self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                    self.assertIn(why, r.stderr)
+        r = weirtest.run([weirtest.binary(BUILD_DIR, PROGRAMS["weirctl"]), "no-such-command"], timeout=10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+
+
+class NotifySocket:
+    """A unix datagram socket standing in for systemd's NOTIFY_SOCKET."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.2)
+        self.seen = []
+
+    def wait_for(self, field, timeout=10.0):
+        """Waits for a message carrying `field` (e.g. "READY=1"); returns its fields."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            fields = data.decode().split("\n")
+            self.seen.append(fields)
+            if field in fields:
+                return fields
+        raise AssertionError(f"no {field} within {timeout}s; seen {self.seen}")
+
+    def close(self):
+        self.sock.close()
+        self.dir.cleanup()
+
+
+class SystemdNotifyTest(unittest.TestCase):
+    def start_fastpath(self, env_extra):
+        tags = weirtest.write_temp("tagged.example weight=on\n", suffix=".txt")
+        self.addCleanup(os.unlink, tags)
+        config = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:1"], tags=tags))
+        self.addCleanup(os.unlink, config)
+        env = dict(os.environ)
+        env.update(env_extra)
+        p = weirtest.Process([weirtest.binary(BUILD_DIR, PROGRAMS["weir-fastpath"]), "-c", config],
+                             ready=r"^metrics http ", env=env)
+        self.addCleanup(p.stop)
+        return p
+
+    def test_ready_reloading_stopping_and_watchdog(self):
+        notify = NotifySocket()
+        self.addCleanup(notify.close)
+        p = self.start_fastpath({"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "2000000"})
+        ready = notify.wait_for("READY=1")
+        self.assertIn("STATUS=serving", ready)
+        notify.wait_for("WATCHDOG=1", timeout=5)
+        os.kill(p.pid, signal.SIGHUP)
+        notify.wait_for("RELOADING=1")
+        notify.wait_for("READY=1")
+        os.kill(p.pid, signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        self.assertEqual(p.proc.wait(timeout=10), 0)
+
+    def test_no_watchdog_without_watchdog_usec(self):
+        notify = NotifySocket()
+        self.addCleanup(notify.close)
+        p = self.start_fastpath({"NOTIFY_SOCKET": notify.path})
+        notify.wait_for("READY=1")
+        time.sleep(2.5)  # the watchdog would have been petted twice by now
+        os.kill(p.pid, signal.SIGTERM)
+        notify.wait_for("STOPPING=1")
+        self.assertFalse(any("WATCHDOG=1" in m for m in notify.seen), notify.seen)
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the privilege drop needs root")
+class PrivilegeDropTest(unittest.TestCase):
+    def setUp(self):
+        self.tags = weirtest.write_temp("tagged.example weight=on\n", suffix=".txt")
+        self.addCleanup(os.unlink, self.tags)
+
+    def test_fastpath_runs_as_the_user_once_bound_and_still_answers(self):
+        # Port 53 of a loopback address of its own: only root may bind it.
+        config = weirtest.fastpath_config(["127.0.0.1:1"], tags=self.tags,
+                                          server={"listen": ["127.0.118.1:53"]})
+        fp = weirtest.Fastpath(BUILD_DIR, config, extra_args=["--user", "nobody:nogroup"])
+        self.addCleanup(fp.stop)
+        self.assertEqual(status_ids(fp.process.pid, "Uid"), [65534] * 4)
+        self.assertEqual(status_ids(fp.process.pid, "Gid"), [65534] * 4)
+        self.assertIn("running as user nobody", fp.process.stderr_text())
+        r = fp.dig("tagged.example", timeout=3)  # upstream :1 is down: SERVFAIL is still an answer
+        self.assertEqual(r.status, "SERVFAIL")
+        self.assertEqual(fp.stop(), 0)
+
+    def test_recursor_drops_too(self):
+        rec = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(forwarders=["127.0.0.1:1"]),
+                                extra_args=["--user", "nobody"])
+        self.addCleanup(rec.stop)
+        self.assertEqual(status_ids(rec.process.pid, "Uid"), [65534] * 4)
+        self.assertEqual(rec.stop(), 0)
+
+    def test_unknown_user_is_rejected_before_anything_starts(self):
+        config = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:1"], tags=self.tags))
+        self.addCleanup(os.unlink, config)
+        r = weirtest.run([weirtest.binary(BUILD_DIR, PROGRAMS["weir-fastpath"]), "-c", config, "--user",
+                          "no-such-user-weir"], timeout=10)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no such user 'no-such-user-weir'", r.stderr)
+        self.assertNotIn("listening", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
