@@ -265,8 +265,12 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
     }
     const std::span<const uint8_t> reply{buf_, static_cast<size_t>(n)};
     if (reply.size() < dns::kHeaderSize || dns::Load16(buf_) != q.q.id) {
-      spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
-                   " with a wrong ID or no header (", n, " bytes): dropped");
+      // One line per query at most (rate-limited): a flood of forged
+      // datagrams costs a counter each, not a formatted line.
+      if (q.unwanted == 0) {
+        spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
+                     " with a wrong ID or no header (", n, " bytes): dropped");
+      }
       if (OnUnwanted(token, q, Unwanted::kId)) return;
       continue;
     }
@@ -283,8 +287,10 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       return Fail(token, Failure::kFailed);
     }
     if (!Matches(q, m)) {
-      spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
-                   ": dropped");
+      if (q.unwanted == 0) {
+        spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
+                     ": dropped");
+      }
       if (OnUnwanted(token, q, Unwanted::kQuestion)) return;
       continue;  // keep waiting for the genuine answer until the timeout
     }
