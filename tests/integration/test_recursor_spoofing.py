@@ -124,6 +124,9 @@ class SpoofingTest(unittest.TestCase):
         cls.auth = Authority()
         cls.addClassCleanup(cls.auth.stop)
 
+    def setUp(self):
+        self.ports = []  # the source port of each attacked query, as ss showed it
+
     def start_recursor(self, last_hop=None):
         tags = weirtest.write_temp(f"spoof.example weight=on policy=forward:127.0.0.1@{self.auth.port}\n",
                                    suffix=".txt")
@@ -163,6 +166,7 @@ class SpoofingTest(unittest.TestCase):
         self.assertFalse(client.is_alive())
         first = result["r"]
         again = r.dig(name, "A", timeout=8)  # from the cache
+        self.ports.append(port)
         return first.addresses(), again.addresses(), bool(port)
 
     def run_attacks(self, r, prefix: str, n: int) -> tuple:
@@ -184,6 +188,11 @@ class SpoofingTest(unittest.TestCase):
         m = r.metrics()
         self.assertEqual(accepted, 0, f"{accepted} of {ATTEMPTS} forgeries accepted")
         self.assertGreaterEqual(aimed, ATTEMPTS - 2, "the forger found the port of (nearly) every query")
+        # One socket per query, its port picked at random by the kernel:
+        # no two alike (bar a rare coincidence), no sequence to predict.
+        ports = [p for p in self.ports if p]
+        self.assertGreaterEqual(len(set(ports)), len(ports) - 1, ports)
+        self.assertLessEqual(sum(1 for a, b in zip(ports, ports[1:]) if abs(a - b) <= 16), 1, ports)
         self.assertGreater(m.value("weir_recursor_unwanted_replies_total", reason="id"), 0)
         reactions = sum(m.value("weir_recursor_unwanted_reply_reactions_total", trigger=t)
                         for t in ("threshold", "case", "cookie"))
