@@ -127,13 +127,13 @@ class SpoofingTest(unittest.TestCase):
     def setUp(self):
         self.ports = []  # the source port of each attacked query, as ss showed it
 
-    def start_recursor(self, last_hop=None):
+    def start_recursor(self, last_hop=None, resolver=None):
         tags = weirtest.write_temp(f"spoof.example weight=on policy=forward:127.0.0.1@{self.auth.port}\n",
                                    suffix=".txt")
         self.addCleanup(os.unlink, tags)
         lh = {"timeout_ms": 4000, "attempts": 2}
         lh.update(last_hop or {})
-        cfg = weirtest.recursor_config(forwarders=[f"127.0.0.1:{self.auth.port}"], tags=tags, last_hop=lh,
+        cfg = weirtest.recursor_config(forwarders=[f"127.0.0.1:{self.auth.port}"], tags=tags, last_hop=lh, resolver=resolver,
                                        server={"answer_deadline_ms": 8000, "metrics_listen": "127.0.0.1:0"})
         r = weirtest.Recursor(BUILD_DIR, cfg)
         self.addCleanup(r.stop)
@@ -281,6 +281,21 @@ class SpoofingTest(unittest.TestCase):
         self.assertEqual(len(first), 8)
         self.assertEqual(second, first + server_cookie(first))
         self.assertEqual(r.metrics().value("weir_recursor_upstream_cookie_retries_total"), 1)
+
+    def test_libunbound_asks_ordinary_names_with_0x20(self):
+        """Ordinary names go through libunbound (here to the same server as
+        its forwarder): resolver.use_caps_for_id puts them in random case."""
+        for caps in (True, False):
+            r = self.start_recursor(resolver={"use_caps_for_id": caps})
+            self.auth.srv.clear()
+            name = f"www.ordinary-{int(caps)}.example."
+            self.assertEqual(r.dig(name, "A", timeout=8).addresses(), [GOOD])
+            sent = [q.name.to_text() for q in self.auth.srv.received(name)]
+            self.assertTrue(sent)
+            if caps:
+                self.assertTrue(any(n != name for n in sent), sent)
+            else:
+                self.assertEqual(set(sent), {name})
 
 
 if __name__ == "__main__":
