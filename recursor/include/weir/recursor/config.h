@@ -110,7 +110,7 @@ struct RecursorConfig {
   int tcp_timeout_ms = 2000;
   int attempts = 4;  // queries per step (each timeout moves to the next server)
   int max_cname_chain = 8;
-  // Defences against blind spoofing (docs/behaviour.md#the-recursor):
+  // Defences against blind spoofing (docs/behaviour.md#the-recursive-tier):
   // random case of the question name on every query, with a fallback per
   // server that does not preserve it; RFC 7873 client cookies; and past
   // unwanted_reply_threshold replies that do not match a query in flight

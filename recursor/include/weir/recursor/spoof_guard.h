@@ -1,5 +1,5 @@
 // The last hop's defences against blind spoofing, beside the random ID and
-// the random source port of each query (docs/behaviour.md#the-recursor):
+// the random source port of each query (docs/behaviour.md#the-recursive-tier):
 //
 //  * 0x20 (draft-vixie-dnsext-dns0x20): the letters of the question name go
 //    out in random case and a genuine answer echoes them byte for byte.
