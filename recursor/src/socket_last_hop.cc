@@ -18,7 +18,7 @@ namespace weir::recursor {
 namespace {
 
 std::array<uint8_t, 16> CookieSecret(SecureRandom& random) {
-  std::array<uint8_t, 16> secret;
+  std::array<uint8_t, 16> secret{};
   const uint64_t a = random(), b = random();
   for (size_t i = 0; i < 8; ++i) {
     secret[i] = static_cast<uint8_t>(a >> (8 * i));
@@ -140,7 +140,7 @@ void SocketLastHop::SetCookie(Query& q, const common::SocketAddress& local) {
     q.wire.resize(q.cookie_at - 4);
   }
   q.client_cookie = cookies_.ClientCookie(local, q.q.server);
-  uint8_t data[CookieJar::kMaxOption];
+  uint8_t data[CookieJar::kMaxOption] = {};
   const size_t n = cookies_.OptionData(q.client_cookie, q.q.server, data);
   const size_t at = q.wire.size();
   q.wire.resize(at + 4 + n);

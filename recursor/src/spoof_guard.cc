@@ -106,7 +106,7 @@ uint64_t SipHash24(const std::array<uint8_t, 16>& key, std::span<const uint8_t> 
 
 std::array<uint8_t, CookieJar::kClientCookie> CookieJar::ClientCookie(
     const common::SocketAddress& local, const common::SocketAddress& server) const {
-  uint8_t in[2 + 16 + 16];
+  uint8_t in[2 + 16 + 16] = {};
   size_t n = 0;
   // The families go in so that an IPv4 pair and an IPv6 pair never hash alike.
   in[n++] = static_cast<uint8_t>(local.len == 0 ? 0 : local.addr_len());
@@ -118,7 +118,7 @@ std::array<uint8_t, CookieJar::kClientCookie> CookieJar::ClientCookie(
   std::memcpy(in + n, server.addr_bytes(), server.addr_len());
   n += server.addr_len();
   const uint64_t h = SipHash24(secret_, {in, n});
-  std::array<uint8_t, kClientCookie> out;
+  std::array<uint8_t, kClientCookie> out{};
   for (size_t i = 0; i < kClientCookie; ++i) out[i] = static_cast<uint8_t>(h >> (8 * i));
   return out;
 }
