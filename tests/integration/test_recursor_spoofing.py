@@ -201,6 +201,11 @@ class SpoofingTest(unittest.TestCase):
         reactions = sum(m.value("weir_recursor_unwanted_reply_reactions_total", trigger=t)
                         for t in ("threshold", "case", "cookie"))
         self.assertGreaterEqual(reactions, aimed, "each flooded query went over TCP")
+        # The operator hears of it, and a flood does not flood the log:
+        # at most one "wrong ID" line per query, rate-limited on top.
+        log = r.process.stderr_text()
+        self.assertIn("possible spoofing, asking over TCP", log)
+        self.assertLessEqual(log.count("with a wrong ID"), ATTEMPTS)
         self.assertEqual(m.value("weir_recursor_upstream_0x20_fallbacks_total"), 0,
                          "a forgery never turns 0x20 off for a server that preserves case")
 
