@@ -6,6 +6,7 @@
 #include "weir/common/config_file.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
+#include "weir/dns/message.h"
 
 namespace weir::recursor {
 
@@ -52,6 +53,15 @@ absl::StatusOr<std::string> ParseLocalZone(const std::string& text) {
   }
   if (zone.back() != '.') zone.push_back('.');
   return Cat(zone, " ", type);
+}
+
+// A domain name for libunbound (caps_exempt): absolute, lower case.
+absl::StatusOr<std::string> ParseDomainName(const std::string& text) {
+  dns::NameKey key;
+  if (text.empty() || !dns::NameKeyFromText(text, &key)) {
+    return absl::InvalidArgumentError(Cat("'", text, "' is not a domain name"));
+  }
+  return dns::NameKeyToText(key.span());
 }
 
 }  // namespace
@@ -118,7 +128,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.OnlyKeys(*s, "resolver",
                {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity", "harden_glue",
                 "qname_minimisation", "trust_anchor_signaling", "aggressive_nsec", "val_override_date",
-                "local_zones"});
+                "local_zones", "use_caps_for_id", "caps_exempt", "unwanted_reply_threshold",
+                "harden_below_nxdomain", "harden_dnssec_stripped", "harden_referral_path"});
     c.String(*s, "root_hints", &cfg.root_hints);
     c.String(*s, "trust_anchor", &cfg.trust_anchor);
     c.List(*s, "forwarders", &cfg.forwarders, ParseAddress53);
@@ -148,6 +159,12 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
       }
     }
     c.List(*s, "local_zones", &cfg.local_zones, ParseLocalZone);
+    c.Bool(*s, "use_caps_for_id", &cfg.use_caps_for_id);
+    c.List(*s, "caps_exempt", &cfg.caps_exempt, ParseDomainName);
+    c.Int(*s, "unwanted_reply_threshold", &cfg.ub_unwanted_reply_threshold, 0, 1000000000);
+    c.Bool(*s, "harden_below_nxdomain", &cfg.harden_below_nxdomain);
+    c.Bool(*s, "harden_dnssec_stripped", &cfg.harden_dnssec_stripped);
+    c.Bool(*s, "harden_referral_path", &cfg.harden_referral_path);
   }
   if (const toml::table* s = SubTable(c, root, "tags")) {
     c.OnlyKeys(*s, "tags", {"file"});
@@ -175,11 +192,16 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     }
   }
   if (const toml::table* s = SubTable(c, root, "last_hop")) {
-    c.OnlyKeys(*s, "last_hop", {"timeout_ms", "tcp_timeout_ms", "attempts", "max_cname_chain"});
+    c.OnlyKeys(*s, "last_hop",
+               {"timeout_ms", "tcp_timeout_ms", "attempts", "max_cname_chain", "use_0x20", "cookies",
+                "unwanted_reply_threshold"});
     c.Int(*s, "timeout_ms", &cfg.timeout_ms, 10, 60000);
     c.Int(*s, "tcp_timeout_ms", &cfg.tcp_timeout_ms, 10, 60000);
     c.Int(*s, "attempts", &cfg.attempts, 1, 16);
     c.Int(*s, "max_cname_chain", &cfg.max_cname_chain, 0, 16);
+    c.Bool(*s, "use_0x20", &cfg.use_0x20);
+    c.Bool(*s, "cookies", &cfg.cookies);
+    c.Int(*s, "unwanted_reply_threshold", &cfg.unwanted_reply_threshold, 0, 65536);
   }
   if (const toml::table* s = SubTable(c, root, "ecs")) {
     c.OnlyKeys(*s, "ecs", {"source_v4", "source_v6", "from_client_address"});

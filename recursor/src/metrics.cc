@@ -124,7 +124,9 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
       .Add({}, t.upstream_queries);
   w.Counter("weir_recursor_upstream_timeouts_total", "Last-hop queries that timed out.")
       .Add({}, t.upstream_timeouts);
-  w.Counter("weir_recursor_upstream_tcp_total", "Last-hop queries retried over TCP after a truncated answer.")
+  w.Counter(
+       "weir_recursor_upstream_tcp_total",
+       "Last-hop queries asked again over TCP: after a truncated answer, or as the reaction to spoofing.")
       .Add({}, l.upstream_tcp);
   w.Counter("weir_recursor_upstream_truncated_total", "Truncated (TC) last-hop answers.")
       .Add({}, l.truncated);
@@ -133,6 +135,29 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
   w.Counter("weir_recursor_upstream_spoofed_total",
             "Last-hop answers dropped: wrong ID or question (possible spoofing).")
       .Add({}, l.spoofed_dropped);
+  auto& unwanted = w.Counter("weir_recursor_unwanted_replies_total",
+                             "Last-hop UDP replies that were not the answer to the query on their socket, by "
+                             "what gave them away (id, question, case: 0x20, cookie: RFC 7873).");
+  static constexpr const char* kUnwanted[] = {"id", "question", "case", "cookie"};
+  for (size_t i = 0; i < l.unwanted.size(); ++i) unwanted.Add({{"reason", kUnwanted[i]}}, l.unwanted[i]);
+  auto& reactions = w.Counter(
+      "weir_recursor_unwanted_reply_reactions_total",
+      "Last-hop UDP queries dropped in flight and asked again over TCP because of possible spoofing, by "
+      "trigger (threshold: unwanted_reply_threshold reached; case, cookie: a reply with the query's ID "
+      "failed 0x20 or its cookie; badcookie: BADCOOKIE twice).");
+  static constexpr const char* kTriggers[] = {"threshold", "case", "cookie", "badcookie"};
+  for (size_t i = 0; i < l.reactions.size(); ++i) reactions.Add({{"trigger", kTriggers[i]}}, l.reactions[i]);
+  w.Counter("weir_recursor_upstream_0x20_fallbacks_total",
+            "Times an authoritative server answered over TCP with the question in another case; it is then "
+            "asked without 0x20 for 15 minutes.")
+      .Add({}, l.case_fallbacks);
+  w.Counter("weir_recursor_upstream_cookies_sent_total", "Last-hop UDP queries sent with a DNS cookie.")
+      .Add({}, l.cookies_sent);
+  w.Counter("weir_recursor_upstream_cookie_retries_total",
+            "Last-hop queries sent again with a fresh server cookie after BADCOOKIE (RFC 7873 5.3).")
+      .Add({}, l.cookie_retries);
+  w.Gauge("weir_recursor_upstream_cookie_servers", "Authoritative servers known to answer DNS cookies.")
+      .Add({}, p.last_hop->cookie_servers());
   w.Counter("weir_recursor_upstream_out_of_bailiwick_total",
             "Last-hop records outside the server's zone, ignored.")
       .Add({}, t.out_of_bailiwick);

@@ -9,13 +9,36 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "weir/recursor/cache_policy.h"
 
 namespace weir::recursor {
 
+namespace {
+
+std::array<uint8_t, 16> CookieSecret(SecureRandom& random) {
+  std::array<uint8_t, 16> secret{};
+  const uint64_t a = random(), b = random();
+  for (size_t i = 0; i < 8; ++i) {
+    secret[i] = static_cast<uint8_t>(a >> (8 * i));
+    secret[8 + i] = static_cast<uint8_t>(b >> (8 * i));
+  }
+  return secret;
+}
+
+constexpr uint16_t kBadCookie = 23;  // RFC 7873 8
+
+}  // namespace
+
 SocketLastHop::SocketLastHop(const RecursorConfig& cfg, net::EventLoop& loop)
-    : timeout_ms_(cfg.timeout_ms), tcp_timeout_ms_(cfg.tcp_timeout_ms), loop_(loop) {
+    : timeout_ms_(cfg.timeout_ms),
+      tcp_timeout_ms_(cfg.tcp_timeout_ms),
+      use_0x20_(cfg.use_0x20),
+      use_cookies_(cfg.cookies),
+      unwanted_threshold_(static_cast<uint32_t>(cfg.unwanted_reply_threshold)),
+      cookies_(CookieSecret(random_)),
+      loop_(loop) {
   parse_options_.weight_option_code = cfg.weight_option_code;
 }
 
@@ -47,28 +70,86 @@ void SocketLastHop::Cancel(uint64_t token) {
 
 LastHopTransport::SendResult SocketLastHop::Send(uint64_t token, const LastHopQuery& lq) {
   Cancel(token);
-  const common::SocketAddress& server = lq.server;
+  auto owned = std::make_unique<Query>();
+  Query& q = *owned;
+  q.q = lq;
+  q.q.message = {};
+  q.wire.assign(lq.message.begin(), lq.message.end());
+  q.qname_len = lq.qname.len;
+  if (q.wire.size() < dns::kHeaderSize + q.qname_len + 4u) return SendResult::kSendFailed;
+  const auto now = std::chrono::steady_clock::now();
+  if (use_0x20_ && case_memory_.Preserves(lq.server, now)) {
+    q.caps = RandomizeCase({q.wire.data() + dns::kHeaderSize, q.qname_len}, random_) > 0;
+  }
+  if (use_cookies_) {
+    // The option goes at the end of the OPT, which must end the message
+    // (what TaggedResolver writes); a query without one goes without.
+    dns::Query parsed;
+    if (dns::ParseQuery(q.wire, parse_options_, &parsed) == dns::ParseError::kOk && parsed.edns.present &&
+        parsed.edns.rdata_offset + parsed.edns.rdata_len == q.wire.size()) {
+      q.opt_rdlen_at = parsed.edns.rdata_offset - 2u;
+    }
+  }
+  q.sent = now;
+  auto [it, inserted] = queries_.insert_or_assign(token, std::move(owned));
+  (void)inserted;
+  const SendResult r = SendUdp(token, *it->second);
+  if (r != SendResult::kSent) queries_.erase(token);
+  return r;
+}
+
+// A fresh socket (a fresh random port) and a fresh ID for each UDP try.
+LastHopTransport::SendResult SocketLastHop::SendUdp(uint64_t token, Query& q) {
+  Close(q);
+  const common::SocketAddress& server = q.q.server;
   const int fd = socket(server.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, server.sa(), server.len) != 0) {
     if (fd >= 0) close(fd);
     return SendResult::kNoSocket;
   }
-  if (send(fd, lq.message.data(), lq.message.size(), 0) < 0) {
+  q.q.id = static_cast<uint16_t>(random_());
+  dns::Store16(q.wire.data(), q.q.id);
+  if (q.opt_rdlen_at != 0) {
+    sockaddr_storage local{};
+    socklen_t ll = sizeof(local);
+    common::SocketAddress from;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0)
+      from = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll);
+    SetCookie(q, from);
+  }
+  if (send(fd, q.wire.data(), q.wire.size(), 0) < 0) {
     close(fd);
     return SendResult::kSendFailed;
   }
-  auto q = std::make_unique<Query>();
-  q->sent = std::chrono::steady_clock::now();
-  q->fd = fd;
-  q->wire.assign(lq.message.begin(), lq.message.end());
-  q->q = lq;
-  q->q.message = {};
-  q->generation = next_generation_++;
+  if (q.cookie) ++stats_.cookies_sent;
+  q.fd = fd;
+  q.tcp = false;
+  q.unwanted = 0;
+  q.generation = next_generation_++;
   loop_.Watch(fd, EPOLLIN, [this, token](uint32_t events) { OnEvents(token, events); });
-  ArmTimeout(token, *q, timeout_ms_);
-  if (tap_ != nullptr && tap_->Sample()) TapQuery(*q, q->wire);
-  queries_[token] = std::move(q);
+  ArmTimeout(token, q, timeout_ms_);
+  if (tap_ != nullptr && tap_->Sample()) TapQuery(q, q.wire);
   return SendResult::kSent;
+}
+
+// Writes (or rewrites) the COOKIE option at the end of the query's OPT.
+void SocketLastHop::SetCookie(Query& q, const common::SocketAddress& local) {
+  uint16_t rdlen = dns::Load16(q.wire.data() + q.opt_rdlen_at);
+  if (q.cookie_at != 0) {
+    rdlen = static_cast<uint16_t>(rdlen - (q.wire.size() - q.cookie_at + 4));
+    q.wire.resize(q.cookie_at - 4);
+  }
+  q.client_cookie = cookies_.ClientCookie(local, q.q.server);
+  uint8_t data[CookieJar::kMaxOption] = {};
+  const size_t n = cookies_.OptionData(q.client_cookie, q.q.server, data);
+  const size_t at = q.wire.size();
+  q.wire.resize(at + 4 + n);
+  dns::Store16(q.wire.data() + at, dns::option::kCookie);
+  dns::Store16(q.wire.data() + at + 2, static_cast<uint16_t>(n));
+  std::memcpy(q.wire.data() + at + 4, data, n);
+  dns::Store16(q.wire.data() + q.opt_rdlen_at, static_cast<uint16_t>(rdlen + 4 + n));
+  q.cookie_at = at + 4;
+  q.cookie = true;
 }
 
 void SocketLastHop::TapQuery(Query& q, std::span<const uint8_t> message) {
@@ -130,7 +211,18 @@ void SocketLastHop::Fail(uint64_t token, Failure why) {
   std::unique_ptr<Query> q = Take(token);
   if (q == nullptr) return;
   Close(*q);
+  // A server that answered in another case over UDP and cannot be asked
+  // over TCP is asked without 0x20 next time: its answers then still need
+  // the ID, the port, the question and the cookie.
+  if (q->tcp && q->case_suspect) LearnNoCase(*q);
   if (sink_ != nullptr) sink_->OnFailure(token, why);
+}
+
+void SocketLastHop::LearnNoCase(const Query& q) {
+  ++stats_.case_fallbacks;
+  case_memory_.NotPreserved(q.q.server, std::chrono::steady_clock::now());
+  case_log_(q.q.server.ToString(), ": does not preserve the case of the question (", NameText(q.q.qname),
+            "): asked without 0x20 for ", CaseMemory::kHold.count(), " s");
 }
 
 void SocketLastHop::OnEvents(uint64_t token, uint32_t events) {
@@ -141,6 +233,29 @@ void SocketLastHop::OnEvents(uint64_t token, uint32_t events) {
   OnTcp(token, q, events);
 }
 
+bool SocketLastHop::OnUnwanted(uint64_t token, Query& q, Unwanted why) {
+  ++stats_.unwanted[static_cast<size_t>(why)];
+  if (why == Unwanted::kId || why == Unwanted::kQuestion) ++stats_.spoofed_dropped;
+  ++q.unwanted;
+  if (unwanted_threshold_ == 0 || q.unwanted < unwanted_threshold_) return false;
+  React(token, q, Reaction::kThreshold);
+  return true;
+}
+
+// The UDP try is over (its socket closed, whatever else comes to it is
+// dropped by the kernel): the question goes to the same server over TCP.
+void SocketLastHop::React(uint64_t token, Query& q, Reaction why) {
+  ++stats_.reactions[static_cast<size_t>(why)];
+  static constexpr const char* kWhy[] = {"unwanted replies reached unwanted_reply_threshold",
+                                         "a reply with the query's ID had the question in another case",
+                                         "a reply with the query's ID had a wrong or no DNS cookie",
+                                         "BADCOOKIE twice"};
+  reaction_log_(q.q.server.ToString(), ": ", NameText(q.q.qname), ": ", kWhy[static_cast<size_t>(why)], " (",
+                q.unwanted, " unwanted): possible spoofing, asking over TCP");
+  q.case_suspect = why == Reaction::kCase;
+  ToTcp(token, q);
+}
+
 void SocketLastHop::OnUdp(uint64_t token, Query& q) {
   for (;;) {
     const ssize_t n = recv(q.fd, buf_, sizeof(buf_), 0);
@@ -148,38 +263,78 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       return Fail(token, Failure::kFailed);  // ICMP unreachable: next server
     }
-    if (static_cast<size_t>(n) < dns::kHeaderSize || dns::Load16(buf_) != q.q.id) {
-      ++stats_.spoofed_dropped;
-      spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
-                   " with a wrong ID or no header (", n, " bytes): dropped");
+    const std::span<const uint8_t> reply{buf_, static_cast<size_t>(n)};
+    if (reply.size() < dns::kHeaderSize || dns::Load16(buf_) != q.q.id) {
+      // One line per query at most (rate-limited): a flood of forged
+      // datagrams costs a counter each, not a formatted line.
+      if (q.unwanted == 0) {
+        spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
+                     " with a wrong ID or no header (", n, " bytes): dropped");
+      }
+      if (OnUnwanted(token, q, Unwanted::kId)) return;
       continue;
     }
     if (buf_[2] & (dns::flag::kTc >> 8)) {
-      TapReply(q, {buf_, static_cast<size_t>(n)});
+      TapReply(q, reply);
+      ++stats_.truncated;
       return ToTcp(token, q);
     }
     dns::Message m;
-    if (const dns::ParseError e = m.Parse({buf_, static_cast<size_t>(n)}, parse_options_);
-        e != dns::ParseError::kOk) {
+    if (const dns::ParseError e = m.Parse(reply, parse_options_); e != dns::ParseError::kOk) {
       ++stats_.malformed_replies;
       malformed_log_(q.q.server.ToString(), ": malformed answer for ", NameText(q.q.qname), " (",
                      dns::ParseErrorName(e), "): next server");
       return Fail(token, Failure::kFailed);
     }
     if (!Matches(q, m)) {
-      ++stats_.spoofed_dropped;
-      spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
-                   ": dropped");
+      if (q.unwanted == 0) {
+        spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
+                     ": dropped");
+      }
+      if (OnUnwanted(token, q, Unwanted::kQuestion)) return;
       continue;  // keep waiting for the genuine answer until the timeout
     }
-    TapReply(q, {buf_, static_cast<size_t>(n)});
+    // The ID and the question match: a genuine answer, or a forgery that
+    // guessed the ID. One that fails the case or the cookie ends the UDP
+    // try at once: waiting on would leave the port open to more guesses.
+    if (!CaseMatches(q, reply)) {
+      ++stats_.unwanted[static_cast<size_t>(Unwanted::kCase)];
+      ++q.unwanted;
+      return React(token, q, Reaction::kCase);
+    }
+    if (q.cookie) {
+      const dns::Edns& e = m.edns();
+      const std::span<const uint8_t> data =
+          e.has_cookie ? reply.subspan(e.cookie_offset, e.cookie_len) : std::span<const uint8_t>{};
+      const CookieJar::Verdict v = CookieJar::Check(q.client_cookie, e.has_cookie, data);
+      if (v == CookieJar::Verdict::kWrongClient || v == CookieJar::Verdict::kMalformed ||
+          (v == CookieJar::Verdict::kAbsent && cookies_.DoesCookies(q.q.server))) {
+        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+        ++q.unwanted;
+        return React(token, q, Reaction::kCookie);
+      }
+      if (v == CookieJar::Verdict::kGood) {
+        cookies_.Learn(q.q.server, data);
+        if (m.rcode() == kBadCookie) {
+          // RFC 7873 5.3: once more with the server cookie just learnt,
+          // then over TCP.
+          TapReply(q, reply);
+          if (q.badcookie_retried) return React(token, q, Reaction::kBadCookie);
+          q.badcookie_retried = true;
+          ++stats_.cookie_retries;
+          if (SendUdp(token, q) != SendResult::kSent) return Fail(token, Failure::kFailed);
+          return;
+        }
+      }
+    }
+    TapReply(q, reply);
     return Deliver(token, m);
   }
 }
 
-// TC: the same question over TCP to the same server (RFC 7766).
+// The same question over TCP to the same server (RFC 7766): after TC, or
+// as the reaction to spoofing.
 void SocketLastHop::ToTcp(uint64_t token, Query& q) {
-  ++stats_.truncated;
   Close(q);
   q.fd = socket(q.q.server.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (q.fd < 0) return Fail(token, Failure::kFailed);
@@ -191,9 +346,8 @@ void SocketLastHop::ToTcp(uint64_t token, Query& q) {
   q.tcp_in.Clear();
   // The same query again over TCP: tapped when its UDP form was.
   if (tap_ != nullptr && (q.tapped_at.tv_sec != 0 || q.tapped_at.tv_nsec != 0)) TapQuery(q, q.wire);
-  std::vector<uint8_t> framed;
-  net::AppendFramed(q.wire, &framed);
-  q.wire = std::move(framed);
+  q.tcp_out.clear();
+  net::AppendFramed(q.wire, &q.tcp_out);
   ++stats_.upstream_tcp;
   q.generation = next_generation_++;
   loop_.Watch(q.fd, EPOLLIN | EPOLLOUT, [this, token](uint32_t events) { OnEvents(token, events); });
@@ -202,11 +356,11 @@ void SocketLastHop::ToTcp(uint64_t token, Query& q) {
 
 void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
   if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) return Fail(token, Failure::kFailed);
-  if ((events & EPOLLOUT) && q.tcp_sent < q.wire.size()) {
-    const ssize_t n = send(q.fd, q.wire.data() + q.tcp_sent, q.wire.size() - q.tcp_sent, MSG_NOSIGNAL);
+  if ((events & EPOLLOUT) && q.tcp_sent < q.tcp_out.size()) {
+    const ssize_t n = send(q.fd, q.tcp_out.data() + q.tcp_sent, q.tcp_out.size() - q.tcp_sent, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINPROGRESS) return Fail(token, Failure::kFailed);
     if (n > 0) q.tcp_sent += static_cast<size_t>(n);
-    if (q.tcp_sent == q.wire.size()) loop_.Modify(q.fd, EPOLLIN);
+    if (q.tcp_sent == q.tcp_out.size()) loop_.Modify(q.fd, EPOLLIN);
   }
   if (!(events & EPOLLIN)) return;
   // Only the bytes of the one message expected are taken off the socket
@@ -234,6 +388,29 @@ void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
     spoofed_log_(q.q.server.ToString(), ": answer over TCP that does not match the question ",
                  NameText(q.q.qname), ": next server");
     return Fail(token, Failure::kFailed);
+  }
+  // Over TCP the answer comes from the server itself: another case says
+  // it does not preserve the case, no cookie from a server that did them
+  // says it stopped. A wrong client cookie is no answer to this query.
+  if (!CaseMatches(q, q.tcp_in.Message())) LearnNoCase(q);
+  if (q.cookie) {
+    const dns::Edns& e = m.edns();
+    const std::span<const uint8_t> data =
+        e.has_cookie ? q.tcp_in.Message().subspan(e.cookie_offset, e.cookie_len) : std::span<const uint8_t>{};
+    switch (CookieJar::Check(q.client_cookie, e.has_cookie, data)) {
+      case CookieJar::Verdict::kGood:
+        cookies_.Learn(q.q.server, data);
+        break;
+      case CookieJar::Verdict::kAbsent:
+        cookies_.Forget(q.q.server);
+        break;
+      case CookieJar::Verdict::kWrongClient:
+      case CookieJar::Verdict::kMalformed:
+        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+        spoofed_log_(q.q.server.ToString(), ": answer over TCP for ", NameText(q.q.qname),
+                     " with a wrong DNS cookie: next server");
+        return Fail(token, Failure::kFailed);
+    }
   }
   TapReply(q, q.tcp_in.Message());
   Deliver(token, m);

@@ -4,6 +4,17 @@
 // (RFC 7766, one message read with net::DnsTcpReader); a timeout per query
 // on the event loop ([last_hop] timeout_ms, tcp_timeout_ms).
 //
+// Against blind spoofing (spoof_guard.h) every query also gets its own ID
+// from the kernel's random source, the question name in random case (0x20)
+// and a COOKIE option (RFC 7873). Over UDP an answer must echo all of them.
+// A reply with the query's ID that fails the case or the cookie, or more
+// than unwanted_reply_threshold replies that do not match, end the UDP try:
+// the question goes to the same server over TCP, which a blind attacker
+// cannot answer. A TCP answer in another case teaches that the server does
+// not preserve it (CaseMemory); a TCP answer without a cookie, that it
+// stopped doing cookies. BADCOOKIE is answered as RFC 7873 5.3 says: once
+// again over UDP with the new server cookie, then over TCP.
+//
 // Threading: every call on the loop's thread.
 #pragma once
 
@@ -21,6 +32,7 @@
 #include "weir/net/event_loop.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/last_hop.h"
+#include "weir/recursor/spoof_guard.h"
 
 namespace weir::recursor {
 
@@ -43,8 +55,16 @@ struct UpstreamLatency {
 
 class SocketLastHop final : public LastHopTransport {
  public:
+  // Why a datagram on a query's socket was not its answer.
+  enum class Unwanted : uint8_t { kId, kQuestion, kCase, kCookie, kCount };
+  // What made a UDP try end and the question go over TCP.
+  enum class Reaction : uint8_t { kThreshold, kCase, kCookie, kBadCookie, kCount };
   struct Stats {
     uint64_t upstream_tcp = 0, truncated = 0, spoofed_dropped = 0, malformed_replies = 0;
+    std::array<uint64_t, static_cast<size_t>(Unwanted::kCount)> unwanted{};
+    std::array<uint64_t, static_cast<size_t>(Reaction::kCount)> reactions{};
+    uint64_t case_fallbacks = 0;  // servers found not to preserve the case
+    uint64_t cookies_sent = 0, cookie_retries = 0;
   };
 
   SocketLastHop(const RecursorConfig& cfg, net::EventLoop& loop);
@@ -62,6 +82,7 @@ class SocketLastHop final : public LastHopTransport {
   void CloseAll();
   const Stats& stats() const { return stats_; }
   const UpstreamLatency& latency() const { return latency_; }
+  size_t cookie_servers() const { return cookies_.servers(); }
 
  private:
   struct Query {
@@ -69,14 +90,37 @@ class SocketLastHop final : public LastHopTransport {
     bool tcp = false;
     size_t tcp_sent = 0;
     net::DnsTcpReader tcp_in;
-    std::vector<uint8_t> wire;  // the UDP form, or the framed TCP form
-    LastHopQuery q;             // `message` unused: `wire` holds it
+    std::vector<uint8_t> wire;     // the query as sent (its own ID, case and cookie)
+    std::vector<uint8_t> tcp_out;  // `wire` framed, once over TCP
+    LastHopQuery q;                // `message` unused: `wire` holds it; `id` is wire's
+    uint8_t qname_len = 0;         // the question name at offset 12 of `wire`
+    bool caps = false;             // the name went out in random case
+    // The COOKIE option: our client cookie, where its data sits in `wire`
+    // (0: none) and where the OPT's RDLENGTH is (0: no OPT, no cookie).
+    bool cookie = false;
+    std::array<uint8_t, CookieJar::kClientCookie> client_cookie{};
+    size_t cookie_at = 0;
+    size_t opt_rdlen_at = 0;
+    uint32_t unwanted = 0;  // replies on this UDP try that were not its answer
+    bool badcookie_retried = false;
+    bool case_suspect = false;  // over TCP because a UDP reply had another case
     uint64_t generation = 0;
     std::chrono::steady_clock::time_point sent;  // the first send (UDP)
     // dnstap: when the query was sent (zero: not tapped) and from where.
     timespec tapped_at{};
     dnstap::Endpoint local;
   };
+  // Opens a fresh UDP socket for `q` (already in the table) and sends it.
+  SendResult SendUdp(uint64_t token, Query& q);
+  void SetCookie(Query& q, const common::SocketAddress& local);
+  // Counts a reply that was not `q`'s answer; true when that reached the
+  // threshold and the question went over TCP (the caller returns).
+  bool OnUnwanted(uint64_t token, Query& q, Unwanted why);
+  void React(uint64_t token, Query& q, Reaction why);
+  void LearnNoCase(const Query& q);
+  bool CaseMatches(const Query& q, std::span<const uint8_t> reply) const {
+    return !q.caps || SameSpelling(reply, {q.wire.data() + dns::kHeaderSize, q.qname_len});
+  }
   void OnEvents(uint64_t token, uint32_t events);
   void OnUdp(uint64_t token, Query& q);
   void OnTcp(uint64_t token, Query& q, uint32_t events);
@@ -95,6 +139,12 @@ class SocketLastHop final : public LastHopTransport {
 
   const int timeout_ms_;
   const int tcp_timeout_ms_;
+  const bool use_0x20_;
+  const bool use_cookies_;
+  const uint32_t unwanted_threshold_;  // 0: off
+  SecureRandom random_;
+  CaseMemory case_memory_;
+  CookieJar cookies_;
   dns::ParseOptions parse_options_;
   net::EventLoop& loop_;
   Sink* sink_ = nullptr;
@@ -106,6 +156,8 @@ class SocketLastHop final : public LastHopTransport {
   // Each refused answer is counted and, rate-limited, logged with its reason.
   common::RateLimitedLog malformed_log_{{.component = "upstream"}};
   common::RateLimitedLog spoofed_log_{{.component = "upstream"}};
+  common::RateLimitedLog reaction_log_{{.component = "upstream"}};
+  common::RateLimitedLog case_log_{{.component = "upstream"}};
   uint8_t buf_[net::kMaxDnsMessage];
 };
 

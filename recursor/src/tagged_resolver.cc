@@ -250,8 +250,9 @@ void TaggedResolver::SendQuery(Resolution* r, bool same_server) {
   }
   if (r->servers.empty() || r->attempts_left-- <= 0) return Fail(r);
   if (!same_server) r->server = r->servers[r->next_server++ % r->servers.size()];
-  // A random ID; the transport sends from a random source port, connected
-  // so only the server's address and port can answer.
+  // The transport sends from a random source port, connected so only the
+  // server's address and port can answer, and with its own random ID, 0x20
+  // and cookie (socket_last_hop.h).
   r->qid = static_cast<uint16_t>(rng_());
   uint8_t q[512];
   dns::ResponseWriter w(q, sizeof(q));

@@ -43,6 +43,21 @@ absl::Status UnboundResolver::Init(const RecursorConfig& config) {
     return st;
   if (!(st = set("trust-anchor-signaling:", config.trust_anchor_signaling ? "yes" : "no")).ok()) return st;
   if (!(st = set("aggressive-nsec:", config.aggressive_nsec ? "yes" : "no")).ok()) return st;
+  // Blind spoofing: 0x20 on every query (libunbound re-asks without it and
+  // compares when an authority does not echo the case), and the reaction
+  // to unwanted replies. libunbound exposes no counters (ub_ctx has no
+  // statistics call): what it does shows in its log lines.
+  if (!(st = set("use-caps-for-id:", config.use_caps_for_id ? "yes" : "no")).ok()) return st;
+  // libunbound 1.17 takes the old name of caps-exempt only. It has no
+  // client cookies (upstream-cookies came in unbound 1.21).
+  for (const std::string& zone : config.caps_exempt) {
+    if (!(st = set("caps-whitelist:", zone)).ok()) return st;
+  }
+  if (!(st = set("unwanted-reply-threshold:", std::to_string(config.ub_unwanted_reply_threshold))).ok())
+    return st;
+  if (!(st = set("harden-below-nxdomain:", config.harden_below_nxdomain ? "yes" : "no")).ok()) return st;
+  if (!(st = set("harden-dnssec-stripped:", config.harden_dnssec_stripped ? "yes" : "no")).ok()) return st;
+  if (!(st = set("harden-referral-path:", config.harden_referral_path ? "yes" : "no")).ok()) return st;
   if (!config.val_override_date.empty()) {
     if (!(st = set("val-override-date:", config.val_override_date)).ok()) return st;
   }

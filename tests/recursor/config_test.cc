@@ -207,3 +207,42 @@ TEST(RecursorConfig, ResolverKnobs) {
 
 }  // namespace
 }  // namespace weir::recursor
+
+namespace weir::recursor {
+namespace {
+
+TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->use_0x20);
+  EXPECT_TRUE(c->cookies);
+  EXPECT_EQ(c->unwanted_reply_threshold, 10);
+  EXPECT_TRUE(c->use_caps_for_id);
+  EXPECT_EQ(c->ub_unwanted_reply_threshold, 10000000);
+  EXPECT_TRUE(c->harden_below_nxdomain);
+  EXPECT_TRUE(c->harden_dnssec_stripped);
+  EXPECT_FALSE(c->harden_referral_path);
+
+  c = ParseConfig(std::string(kMinimal) +
+                      "use_caps_for_id = false\ncaps_exempt = [\"Legacy.Example\", \"old.example.\"]\n"
+                      "unwanted_reply_threshold = 0\n[last_hop]\nuse_0x20 = false\ncookies = false\n"
+                      "unwanted_reply_threshold = 0\n",
+                  "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->use_caps_for_id);
+  EXPECT_EQ(c->caps_exempt, (std::vector<std::string>{"legacy.example.", "old.example."}));
+  EXPECT_EQ(c->ub_unwanted_reply_threshold, 0);
+  EXPECT_FALSE(c->use_0x20);
+  EXPECT_FALSE(c->cookies);
+  EXPECT_EQ(c->unwanted_reply_threshold, 0);
+
+  c = ParseConfig(std::string(kMinimal) + "[last_hop]\nunwanted_reply_threshold = 70000\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:8:"), std::string::npos) << c.status();
+  c = ParseConfig(std::string(kMinimal) + "caps_exempt = [\"bad..name\"]\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
+}
+
+}  // namespace
+}  // namespace weir::recursor

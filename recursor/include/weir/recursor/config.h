@@ -65,6 +65,17 @@ struct RecursorConfig {
   bool trust_anchor_signaling = false;  // RFC 8145 key-tag queries: off on a carrier node
   bool aggressive_nsec = false;         // RFC 8198 (needs a trust anchor to matter)
   std::string val_override_date;        // validator clock for tests: YYYYMMDDHHMMSS or seconds
+  // Defences against blind spoofing of libunbound's own queries: 0x20 with
+  // libunbound's fallback (names under caps_exempt never get it), and the
+  // reaction to unwanted replies (unbound.conf(5) unwanted-reply-threshold:
+  // past that many replies nobody asked for, libunbound drops its rrset and
+  // message caches and logs; 0: off).
+  bool use_caps_for_id = true;
+  std::vector<std::string> caps_exempt;
+  int ub_unwanted_reply_threshold = 10000000;
+  bool harden_below_nxdomain = true;   // RFC 8020
+  bool harden_dnssec_stripped = true;  // with a trust anchor: no downgrade to insecure
+  bool harden_referral_path = false;   // unbound: experimental, costly
   // Local zones, each "NAME TYPE" as unbound's local-zone (TYPE: nodefault,
   // static, refuse, deny, transparent, always_nxdomain, always_refuse).
   std::vector<std::string> local_zones;
@@ -99,6 +110,15 @@ struct RecursorConfig {
   int tcp_timeout_ms = 2000;
   int attempts = 4;  // queries per step (each timeout moves to the next server)
   int max_cname_chain = 8;
+  // Defences against blind spoofing (docs/behaviour.md#the-recursive-tier):
+  // random case of the question name on every query, with a fallback per
+  // server that does not preserve it; RFC 7873 client cookies; and past
+  // unwanted_reply_threshold replies that do not match a query in flight
+  // (wrong ID, question, case or cookie), its UDP try is dropped and the
+  // question asked over TCP (0: off).
+  bool use_0x20 = true;
+  bool cookies = true;
+  int unwanted_reply_threshold = 10;
 
   // [ecs]
   uint8_t source_v4 = 24;  // the longest source prefix sent upstream (RFC 7871 11.1)

@@ -22,7 +22,8 @@ namespace weir::recursor {
 struct LastHopQuery {
   common::SocketAddress server;
   std::span<const uint8_t> message;  // the query in its UDP form; copied by Send()
-  // What a genuine reply echoes.
+  // What a genuine reply echoes (a transport may send its own random ID
+  // instead of `id`, and the name in random case: it checks them itself).
   uint16_t id = 0;
   dns::NameKey qname;
   uint16_t qtype = 0;
