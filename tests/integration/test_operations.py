@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
+SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 PROGRAMS = {
     "weir-fastpath": "fastpath/weir-fastpath",
@@ -170,6 +172,90 @@ class PrivilegeDropTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("no such user 'no-such-user-weir'", r.stderr)
         self.assertNotIn("listening", r.stdout)
+
+
+class ShippedExamplesTest(unittest.TestCase):
+    """Every example config starts as shipped: --check passes with the files it names beside it."""
+
+    def check(self, daemon, path):
+        r = weirtest.run([weirtest.binary(BUILD_DIR, PROGRAMS[daemon]), "--check", "-c", path], timeout=30)
+        self.assertEqual(r.returncode, 0, f"{path}: {r.stderr}")
+        self.assertEqual(r.stdout, f"{path}: ok\n")
+
+    def test_examples_pass_check(self):
+        ex = os.path.join(SOURCE_DIR, "examples")
+        self.check("weir-fastpath", os.path.join(ex, "fastpath", "fastpath.toml"))
+        self.check("weir-recursor", os.path.join(ex, "recursor", "recursor.toml"))
+        self.check("weir-mgmt", os.path.join(ex, "mgmt", "mgmt.toml"))
+        self.check("weir-fastpath", os.path.join(SOURCE_DIR, "dist", "etc", "weir", "fastpath.toml"))
+        self.check("weir-recursor", os.path.join(SOURCE_DIR, "dist", "etc", "weir", "recursor.toml"))
+
+    def test_demo_template_passes_check_once_filled(self):
+        # scripts/demo.py fills @RECURSOR@ and @MGMT@ with the addresses it started.
+        with open(os.path.join(SOURCE_DIR, "examples", "demo", "fastpath.toml")) as f:
+            text = f.read().replace("@RECURSOR@", "127.0.0.1:5353").replace("@MGMT@", "127.0.0.1:8054")
+        self.assertNotRegex(text, r"@[A-Z_]+@")
+        path = weirtest.write_temp(text, directory=os.path.join(SOURCE_DIR, "examples", "demo"))
+        self.addCleanup(os.unlink, path)
+        self.check("weir-fastpath", path)
+
+
+# A path of the repository named in a tracked file ("docs/<page>.md", "examples/<dir>/<file>",
+# with an optional #section), and a relative Markdown link.
+REFERENCE = re.compile(r"(?<![\w/.-])((?:docs|examples|dist|bench|scripts|tests)/[A-Za-z0-9_./-]*[A-Za-z0-9_-]"
+                       r"\.(?:md|toml|csv|txt|json|py|sh|conf|hints))(?![\w.])(#[a-z0-9_-]+)?")
+MD_LINK = re.compile(r"\]\(([A-Za-z0-9_./-]+\.md)(#[a-z0-9_-]+)?\)")
+
+
+def sections(path):
+    """The anchors GitHub gives the headings of a Markdown file."""
+    out = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^#+\s+(.*)$", line)
+            if m:
+                out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+class DanglingReferencesTest(unittest.TestCase):
+    """No code, doc, example or packaging file points at a file or a section that is not in the
+    repository (bench/RESULTS.md is a record of past runs and keeps the commands as they were;
+    fuzz corpora are data)."""
+
+    def test_every_reference_resolves(self):
+        r = subprocess.run(["git", "-C", SOURCE_DIR, "ls-files"], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest("not a git checkout")
+        bad = []
+        for rel in r.stdout.split():
+            if rel.startswith("tests/fuzz/corpus/") or rel == "bench/RESULTS.md":
+                continue
+            try:
+                with open(os.path.join(SOURCE_DIR, rel), encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+                continue
+            for n, line in enumerate(lines, 1):
+                refs = [(m.group(1), m.group(2)) for m in REFERENCE.finditer(line)]
+                if rel.endswith(".md"):
+                    refs += [(os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1))), m.group(2))
+                             for m in MD_LINK.finditer(line)]
+                for target, anchor in refs:
+                    path = os.path.join(SOURCE_DIR, target)
+                    if not os.path.exists(path):
+                        bad.append(f"{rel}:{n}: {target} is not in the repository")
+                    elif anchor and target.endswith(".md") and anchor[1:] not in sections(path):
+                        bad.append(f"{rel}:{n}: {target} has no section {anchor}")
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_nothing_points_at_the_internal_design_note(self):
+        r = subprocess.run(["git", "-C", SOURCE_DIR, "grep", "-n", "-I", "-E", r"DESIGN\.md|shared/seeds|\.\./shared", "--",
+                            ".", ":!tests/integration/test_operations.py"],
+                           capture_output=True, text=True)
+        if r.returncode == 128:
+            self.skipTest("not a git checkout")
+        self.assertEqual(r.stdout, "")
 
 
 if __name__ == "__main__":
