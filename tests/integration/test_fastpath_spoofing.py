@@ -1,0 +1,152 @@
+"""Black-box tests of weir-fastpath's forwarder against forged and late
+answers (docs/behaviour.md#the-front-cache, issue #16 items 1 and 6):
+
+* blind spoofing: a slow recursor answers 1 s late; a forger who knows the
+  forwarder's source port (read with `ss -uanp` for the daemon's PID; the
+  pool has one socket here, the attacker's best case) floods all 65,536 IDs
+  with a poison A record for the name asked, 20 names in a row. None may be
+  accepted: dig gets the genuine address, and so does the cache afterwards.
+  The same forger against the forwarder with 0x20 and the unwanted-reply
+  reaction turned off poisons it, so the test's attacker is a real one;
+* late answers: a recursor that answers after the timeout is counted in
+  weir_upstream_late_answers_total, not as spoofed or unwanted, and the
+  SERVFAIL the client got is a response, not a drop.
+
+Loopback only; every process is stopped by PID.
+
+Run: python3 tests/integration/test_fastpath_spoofing.py --build-dir build
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weirtest  # noqa: E402
+
+BUILD_DIR = weirtest.parse_build_dir()
+HERE = os.path.dirname(os.path.abspath(__file__))
+GENUINE = "192.0.2.10"
+POISON = "192.0.2.66"
+
+
+def source_ports(pid: int, exclude: int) -> list:
+    """The UDP ports the process has open, as `ss -uanp` lists them, less
+    its listening port: what an attacker on the host would read."""
+    out = subprocess.run(["ss", "-uanp"], capture_output=True, text=True, check=True, timeout=10).stdout
+    ports = set()
+    for line in out.splitlines():
+        if f"pid={pid}," not in line:
+            continue
+        fields = line.split()
+        local = fields[3]
+        m = re.search(r":(\d+)$", local)
+        if m and int(m.group(1)) != exclude:
+            ports.add(int(m.group(1)))
+    return sorted(ports)
+
+
+class BlindSpoofingTest(unittest.TestCase):
+    def setUp(self):
+        if shutil.which("ss") is None:
+            self.skipTest("ss (iproute2) is not installed")
+        self.dir = tempfile.mkdtemp(prefix="weir-spoof-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.ports_file = os.path.join(self.dir, "ports")
+        open(self.ports_file, "w").close()
+        self.fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "slow",
+                                      "--answer", GENUINE, "--poison", POISON, "--delay-ms", "1000",
+                                      "--forge-ports-file", self.ports_file], ready=r"^ready$")
+        self.addCleanup(self.fake.stop)
+        host, port = weirtest.split_hostport(self.fake.wait_line(r"^listening udp (\S+)").group(1))
+        self.upstream = f"{host}:{port}"
+
+    def start_fastpath(self, **upstream):
+        keys = {"timeout_ms": 2500, "answer_deadline_ms": 4000, "attempts": 1, "udp_sockets": 1}
+        keys.update(upstream)
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([self.upstream], upstream=keys))
+        self.addCleanup(fp.stop)
+        ports = source_ports(fp.pid, fp.port)
+        self.assertEqual(len(ports), 1, f"one pool socket expected, ss shows {ports}")
+        with open(self.ports_file, "w") as f:
+            f.write(f"{ports[0]}\n")
+        return fp
+
+    def attack(self, fp, name):
+        """One forged flood against `name`; returns the addresses dig got and
+        those the cache answers afterwards."""
+        r = fp.dig(name, extra=["+time=6", "+tries=1"])
+        # The flood is over before we look at the cache (the forger prints it).
+        self.fake.wait_line(r"^forged 65536$", timeout=30)
+        again = fp.dig(name, extra=["+time=6", "+tries=1"])
+        return r, again
+
+    def test_forged_answers_for_every_id_are_never_accepted(self):
+        fp = self.start_fastpath()
+        poisoned = []
+        for i in range(20):
+            name = f"forge-{i}.example.com"
+            r, again = self.attack(fp, name)
+            self.assertEqual(r.status, "NOERROR", f"{name}:\n{r.text}")
+            if POISON in r.addresses() or POISON in again.addresses():
+                poisoned.append(name)
+            self.assertEqual(r.addresses(), [GENUINE], f"{name}: dig got\n{r.text}")
+            self.assertEqual(again.addresses(), [GENUINE], f"{name}: the cache holds\n{again.text}")
+        self.assertEqual(poisoned, [])
+        m = fp.metrics()
+        # Every flood was seen and reacted to once: after the threshold of
+        # unwanted answers (or a forgery that guessed the ID but not the
+        # case) the question went to TCP.
+        reactions = m.value("weir_upstream_spoof_reactions_total")
+        case = m.value("weir_upstream_case_mismatches_total")
+        self.assertEqual(reactions + case, 20, m.text)
+        self.assertGreaterEqual(m.value("weir_upstream_unwanted_replies_total"), 20 * 10, m.text)
+        tcp = [l for l in weirtest.collect_lines(self.fake) if l.startswith("query tcp ")]
+        self.assertEqual(len(tcp), 20, f"each question re-asked over TCP once: {tcp}")
+        self.assertEqual(m.value("weir_cache_hits_total"), 20, m.text)
+
+    def test_the_same_forger_poisons_a_forwarder_without_the_defences(self):
+        # ID and port alone, the port known: the flood wins the race against
+        # a recursor 1 s late. This is what the defences above stop.
+        fp = self.start_fastpath(case_randomization=False, unwanted_reply_threshold=0)
+        poisoned = 0
+        for i in range(3):
+            r, again = self.attack(fp, f"weak-{i}.example.com")
+            poisoned += POISON in r.addresses()
+        self.assertGreaterEqual(poisoned, 2, "the forger should win without 0x20 and the reaction")
+
+
+class LateAnswerTest(unittest.TestCase):
+    def test_answer_after_the_timeout_is_late_not_spoofed(self):
+        fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "slow",
+                                 "--answer", GENUINE, "--delay-ms", "700"], ready=r"^ready$")
+        self.addCleanup(fake.stop)
+        host, port = weirtest.split_hostport(fake.wait_line(r"^listening udp (\S+)").group(1))
+        config = weirtest.fastpath_config([f"{host}:{port}"], upstream={"timeout_ms": 200, "attempts": 1})
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+        r = fp.dig("late.example.com", extra=["+time=3", "+tries=1"])
+        self.assertEqual(r.status, "SERVFAIL", r.text)
+        self.assertTrue(weirtest.wait_until(lambda: fp.metrics().value("weir_upstream_late_answers_total") == 1,
+                                            5.0), fp.metrics().text)
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_upstream_spoofed_total"), 0, m.text)
+        self.assertEqual(m.value("weir_upstream_unwanted_replies_total"), 0, m.text)
+        self.assertEqual(m.value("weir_upstream_timeouts_total"), 1, m.text)
+        # weir's own SERVFAIL is a response (with its reason), not a drop.
+        self.assertEqual(m.value("weir_responses_total", rcode="SERVFAIL"), 1, m.text)
+        self.assertEqual(m.value("weir_error_responses_total", reason="upstream_failure"), 1, m.text)
+        self.assertEqual(m.value("weir_drops_total"), 0, m.text)
+        # The late answer did not fill the cache: the next query asks again.
+        before = m.value("weir_upstream_queries_total")
+        fp.dig("late.example.com", extra=["+time=3", "+tries=1"])
+        self.assertEqual(fp.metrics().value("weir_upstream_queries_total"), before + 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
