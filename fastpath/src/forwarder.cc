@@ -1,6 +1,7 @@
 #include "weir/fastpath/forwarder.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,7 +30,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
 constexpr int32_t kAnswered = -2;
-constexpr uint16_t kRcodeBadCookie = 23;  // RFC 7873 8  // a waiter answered early (ClientRoute::worker)
+constexpr uint16_t kRcodeBadCookie = 23;  // RFC 7873 8
+constexpr int kForwarderNice = 10;        // a waiter answered early (ClientRoute::worker)
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -445,6 +447,14 @@ void Forwarder::Notify() {
 }
 
 void Forwarder::Impl::Run() {
+  // Cache hits before misses: when the CPUs are short (a miss flood), the
+  // workers' threads win over this one, so the hit rate holds and the
+  // misses wait (they are answered, stale or SERVFAIL, by their deadline).
+  // Linux applies a thread's nice value to that thread alone; lowering
+  // one's own priority needs no privilege.
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, 0);
+  if (errno == 0 && nice < kForwarderNice) setpriority(PRIO_PROCESS, 0, kForwarderNice);
   // The forwarder reads and writes the cache: an RCU thread like the
   // workers, offline while its loop waits.
   partitions::RcuThread rcu;
