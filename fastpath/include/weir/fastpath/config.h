@@ -113,7 +113,8 @@ struct FastpathConfig {
   // 8767), else SERVFAIL; the tries go on and fill the cache. Under dig's
   // and stub resolvers' 5 s, so a client never times out on weir.
   int answer_deadline_ms = 3000;
-  // Questions in flight upstream at once (each holds one socket), in all
+  // Questions in flight upstream at once (over UDP they share the pool's
+  // sockets, over TCP each holds one), in all
   // and per recursor; a miss that would start one more is answered at once
   // from stale, else SERVFAIL.
   int max_inflight = 10000;
