@@ -20,6 +20,7 @@ Run: python3 tests/integration/test_fastpath_spoofing.py --build-dir build
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,34 @@ class BlindSpoofingTest(unittest.TestCase):
             r, again = self.attack(fp, f"weak-{i}.example.com")
             poisoned += POISON in r.addresses()
         self.assertGreaterEqual(poisoned, 2, "the forger should win without 0x20 and the reaction")
+
+
+class PoolRotationTest(unittest.TestCase):
+    def test_pool_sockets_move_to_fresh_ports_and_old_ones_close(self):
+        if shutil.which("ss") is None:
+            self.skipTest("ss (iproute2) is not installed")
+        with socket_pair() as hole:
+            up = f"127.0.0.1:{hole.getsockname()[1]}"
+            # 2 sockets, lifetime 10 s: one of them moves every 5 s.
+            config = weirtest.fastpath_config([up], upstream={"udp_sockets": 2, "udp_socket_lifetime_s": 10})
+            fp = weirtest.Fastpath(BUILD_DIR, config)
+            self.addCleanup(fp.stop)
+            first = set(source_ports(fp.pid, fp.port))
+            self.assertEqual(len(first), 2, first)
+            self.assertTrue(weirtest.wait_until(lambda: set(source_ports(fp.pid, fp.port)) - first, 15.0),
+                            f"no port changed in 15 s: {first}")
+            # Retired sockets close once their late answers cannot come (5 s
+            # here): never more than the pool and the ones retired meanwhile.
+            for _ in range(10):
+                self.assertLessEqual(len(source_ports(fp.pid, fp.port)), 4)
+                self.assertLessEqual(fp.metrics().value("weir_upstream_udp_sockets"), 4)
+                time.sleep(0.5)
+
+
+def socket_pair():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))  # a recursor that never answers
+    return s
 
 
 class LateAnswerTest(unittest.TestCase):
