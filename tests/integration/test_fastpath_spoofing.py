@@ -60,15 +60,19 @@ class BlindSpoofingTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.ports_file = os.path.join(self.dir, "ports")
         open(self.ports_file, "w").close()
+
+    def start_fake(self, delay_ms):
         self.fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "slow",
-                                      "--answer", GENUINE, "--poison", POISON, "--delay-ms", "1000",
+                                      "--answer", GENUINE, "--poison", POISON, "--delay-ms", str(delay_ms),
                                       "--forge-ports-file", self.ports_file], ready=r"^ready$")
         self.addCleanup(self.fake.stop)
         host, port = weirtest.split_hostport(self.fake.wait_line(r"^listening udp (\S+)").group(1))
         self.upstream = f"{host}:{port}"
 
-    def start_fastpath(self, **upstream):
-        keys = {"timeout_ms": 2500, "answer_deadline_ms": 4000, "attempts": 1, "udp_sockets": 1}
+    def start_fastpath(self, delay_ms=1000, **upstream):
+        self.start_fake(delay_ms)
+        keys = {"timeout_ms": delay_ms + 1500, "answer_deadline_ms": delay_ms + 3000, "attempts": 1,
+                "udp_sockets": 1}
         keys.update(upstream)
         fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([self.upstream], upstream=keys))
         self.addCleanup(fp.stop)
@@ -81,7 +85,7 @@ class BlindSpoofingTest(unittest.TestCase):
     def attack(self, fp, name):
         """One forged flood against `name`; returns the addresses dig got and
         those the cache answers afterwards."""
-        r = fp.dig(name, extra=["+time=6", "+tries=1"])
+        r = fp.dig(name, extra=["+time=8", "+tries=1"])
         # The flood is over before we look at the cache (the forger prints it).
         self.fake.wait_line(r"^forged 65536$", timeout=30)
         again = fp.dig(name, extra=["+time=6", "+tries=1"])
@@ -105,6 +109,12 @@ class BlindSpoofingTest(unittest.TestCase):
         # case) the question went to TCP.
         reactions = m.value("weir_upstream_spoof_reactions_total")
         case = m.value("weir_upstream_case_mismatches_total")
+        print(f"20 floods of 65,536 forged answers: reactions {reactions}, case mismatches {case}, "
+              f"unwanted {m.value('weir_upstream_unwanted_replies_total')}, "
+              f"late {m.value('weir_upstream_late_answers_total')}, "
+              f"spoofed {m.value('weir_upstream_spoofed_total')}", file=sys.stderr)
+        if os.environ.get("WEIR_DEBUG_SPOOF"):
+            print(fp.process.stderr_text(), file=sys.stderr)
         self.assertEqual(reactions + case, 20, m.text)
         self.assertGreaterEqual(m.value("weir_upstream_unwanted_replies_total"), 20 * 10, m.text)
         tcp = [l for l in weirtest.collect_lines(self.fake) if l.startswith("query tcp ")]
@@ -114,12 +124,17 @@ class BlindSpoofingTest(unittest.TestCase):
     def test_the_same_forger_poisons_a_forwarder_without_the_defences(self):
         # ID and port alone, the port known: the flood wins the race against
         # a recursor 1 s late. This is what the defences above stop.
-        fp = self.start_fastpath(case_randomization=False, unwanted_reply_threshold=0)
-        poisoned = 0
-        for i in range(3):
+        fp = self.start_fastpath(delay_ms=2500, case_randomization=False, unwanted_reply_threshold=0)
+        # The flood must reach the right ID before the genuine answer (2.5 s
+        # late here, for a slow runner) and the kernel may drop part of it:
+        # an attempt can lose the race.
+        tried = []
+        for i in range(8):
             r, again = self.attack(fp, f"weak-{i}.example.com")
-            poisoned += POISON in r.addresses()
-        self.assertGreaterEqual(poisoned, 2, "the forger should win without 0x20 and the reaction")
+            tried.append(r.addresses())
+            if POISON in r.addresses():
+                break
+        self.assertIn([POISON], tried, "the forger should win without 0x20 and the reaction")
 
 
 class PoolRotationTest(unittest.TestCase):
