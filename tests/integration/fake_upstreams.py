@@ -31,6 +31,15 @@ right source address and port, as an off-path attacker spoofs them). The
 forger knows the name asked but not the resolver's 0x20 case: it writes the
 name in lower case. It prints `forged N` after each flood.
 
+`cookies`: a server that makes DNS cookies (RFC 7873): every answer, over
+UDP and TCP, echoes the query's client cookie with a 16-byte server cookie.
+It prints `query cookie=HEX` (the option as received, `none` without one).
+With `--forge absent|wrong` each UDP query first gets a forged answer that
+has the right ID and question (case included: a forger on the path, or one
+that guessed both) with the poison address and no cookie, or another client
+cookie; the genuine answer follows `--delay-ms` later (`--forge-from N`: from
+the Nth UDP query on).
+
 Tests start it with weirtest.Process(...) and stop it by PID.
 """
 
@@ -169,6 +178,79 @@ def run_slow(args) -> None:
             threading.Thread(target=flood, daemon=True).start()
 
 
+SERVER_COOKIE = b"weir-test-srv-c1"  # 16 bytes
+
+
+def run_cookies(args) -> None:
+    main = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    main.bind((args.host, 0))
+    port = main.getsockname()[1]
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind((args.host, port))
+    tcp.listen(64)
+    print(f"listening udp {args.host}:{port}", flush=True)
+    print("ready", flush=True)
+    lock = threading.Lock()
+
+    def reply(q, address=None, cookie=b"keep"):
+        sent = q.option(10)
+        if cookie == b"keep":
+            cookie = sent[:8] + SERVER_COOKIE if sent else None
+        options = ([] if cookie is None else [(10, cookie)]) if q.edns else None
+        owner = q.name.to_text()
+        return weirtest.build_response(q, answer=[(owner, "A", 300, weirtest.rdata_a(address or args.answer))],
+                                       options=options)
+
+    def log(q):
+        sent = q.option(10)
+        print(f"query {q.transport} cookie={sent.hex() if sent else 'none'} qname={q.name.to_text()}", flush=True)
+
+    def tcp_conn(conn):
+        with conn:
+            data = b""
+            while True:
+                chunk = conn.recv(65535)
+                if not chunk:
+                    return
+                data += chunk
+                msgs, data = weirtest.split_tcp_frames(data)
+                for m in msgs:
+                    q = weirtest.parse_raw_query(m, "tcp")
+                    if q is not None:
+                        log(q)
+                        conn.sendall(weirtest.tcp_frame(reply(q)))
+
+    def serve_tcp():
+        while True:
+            conn, _ = tcp.accept()
+            threading.Thread(target=tcp_conn, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve_tcp, daemon=True).start()
+    count = 0
+    while True:
+        pkt, peer = main.recvfrom(65535)
+        q = weirtest.parse_raw_query(pkt)
+        if q is None:
+            continue
+        log(q)
+        count += 1
+        if args.forge != "none" and count >= args.forge_from:
+            sent = q.option(10) or bytes(8)
+            forged_cookie = None if args.forge == "absent" else bytes(b ^ 0xFF for b in sent[:8]) + SERVER_COOKIE
+            with lock:
+                main.sendto(reply(q, args.poison, forged_cookie), peer)
+        genuine = reply(q)
+
+        def send_genuine(data=genuine, to=peer):
+            with lock:
+                main.sendto(data, to)
+
+        t = threading.Timer(args.delay_ms / 1000.0, send_genuine)
+        t.daemon = True
+        t.start()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -184,11 +266,19 @@ def main(argv=None) -> int:
     s.add_argument("--poison", default="192.0.2.66", help="address in every forged answer")
     s.add_argument("--delay-ms", type=int, default=1000, help="delay of the genuine UDP answer")
     s.add_argument("--forge-ports-file", default=None, help="flood every ID to the ports listed here")
+    s = sub.add_parser("cookies", help="a server that makes DNS cookies, optional forged answers without them")
+    s.add_argument("--host", default="127.0.0.1", help="loopback address to bind (port 0)")
+    s.add_argument("--answer", default="192.0.2.10", help="address in the genuine answer")
+    s.add_argument("--poison", default="192.0.2.66", help="address in every forged answer")
+    s.add_argument("--delay-ms", type=int, default=100, help="delay of the genuine UDP answer")
+    s.add_argument("--forge", choices=["none", "absent", "wrong"], default="none",
+                   help="a forged answer first: without a cookie, or with another client cookie")
+    s.add_argument("--forge-from", type=int, default=1, help="forge from the Nth UDP query on (1: all)")
     args = p.parse_args(argv)
     if not ipaddress.ip_address(args.host).is_loopback:
         p.error("--host must be a loopback address")
     try:
-        (run_slow if args.mode == "slow" else run_spoofing)(args)
+        {"slow": run_slow, "cookies": run_cookies, "spoofing": run_spoofing}[args.mode](args)
     except KeyboardInterrupt:
         pass
     return 0

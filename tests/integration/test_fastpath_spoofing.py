@@ -165,6 +165,57 @@ def socket_pair():
     return s
 
 
+class CookieTest(unittest.TestCase):
+    """RFC 7873 towards a recursor that makes cookies: the client cookie
+    goes with every query, the server cookie is learned and echoed, and an
+    answer without the cookie (once the server sent one) or with another
+    client cookie is refused and the question asked over TCP."""
+
+    def start(self, *fake_args):
+        fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "cookies",
+                                 "--answer", GENUINE, "--poison", POISON, *fake_args], ready=r"^ready$")
+        self.addCleanup(fake.stop)
+        host, port = weirtest.split_hostport(fake.wait_line(r"^listening udp (\S+)").group(1))
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([f"{host}:{port}"],
+                                                                   upstream={"attempts": 1}))
+        self.addCleanup(fp.stop)
+        return fake, fp
+
+    def cookies_seen(self, fake, transport="udp"):
+        lines = weirtest.collect_lines(fake)
+        return [re.search(r"cookie=(\S+)", l).group(1) for l in lines if l.startswith(f"query {transport} ")]
+
+    def test_server_cookie_is_learned_and_echoed(self):
+        fake, fp = self.start()
+        for name in ("c1.example.com", "c2.example.com"):
+            r = fp.dig(name)
+            self.assertEqual(r.addresses(), [GENUINE], r.text)
+        sent = self.cookies_seen(fake)
+        self.assertEqual(len(sent), 2, sent)
+        self.assertEqual(len(sent[0]), 16, f"first query: the client cookie alone: {sent}")
+        self.assertEqual(sent[1], sent[0] + b"weir-test-srv-c1".hex(), f"then with the server cookie: {sent}")
+        self.assertEqual(fp.metrics().value("weir_upstream_cookie_mismatches_total"), 0)
+
+    def test_answer_without_the_cookie_is_refused_once_the_server_sent_one(self):
+        fake, fp = self.start("--forge", "absent", "--forge-from", "2")
+        r = fp.dig("learn.example.com")
+        self.assertEqual(r.addresses(), [GENUINE], r.text)
+        r = fp.dig("target.example.com")
+        self.assertEqual(r.addresses(), [GENUINE], f"the cookie-less forgery was taken:\n{r.text}")
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_upstream_cookie_mismatches_total"), 1, m.text)
+        self.assertEqual(len(self.cookies_seen(fake, "tcp")), 1, "asked again over TCP once")
+        self.assertEqual(fp.dig("target.example.com").addresses(), [GENUINE], "cache")
+
+    def test_answer_with_another_client_cookie_is_refused(self):
+        fake, fp = self.start("--forge", "wrong")
+        r = fp.dig("wrong.example.com")
+        self.assertEqual(r.addresses(), [GENUINE], f"the forgery was taken:\n{r.text}")
+        m = fp.metrics()
+        self.assertEqual(m.value("weir_upstream_cookie_mismatches_total"), 1, m.text)
+        self.assertEqual(m.value("weir_upstream_spoofed_total"), 1, m.text)
+
+
 class LateAnswerTest(unittest.TestCase):
     def test_answer_after_the_timeout_is_late_not_spoofed(self):
         fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "slow",
