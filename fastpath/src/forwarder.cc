@@ -1,11 +1,11 @@
 #include "weir/fastpath/forwarder.h"
 
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <netinet/in.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,9 +29,9 @@ using Clock = std::chrono::steady_clock;
 // Names learned as tagged at once (docs/behaviour.md#domain-tags); each learn copies the set.
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
-constexpr int32_t kAnswered = -2;
+constexpr int32_t kAnswered = -2;         // a waiter answered early (ClientRoute::worker)
 constexpr uint16_t kRcodeBadCookie = 23;  // RFC 7873 8
-constexpr int kForwarderNice = 10;        // a waiter answered early (ClientRoute::worker)
+constexpr int kForwarderNice = 10;        // below the workers: hits first (Run)
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -132,6 +132,7 @@ struct Forwarder::Impl {
   absl::flat_hash_map<int, PoolSocket> sockets;
   std::vector<int> pool[2];  // [0] IPv4, [1] IPv6
   std::unique_ptr<Tries> tries;
+  PortRange ports;  // where the pool's ports are drawn from
   // UDP tries in flight by question (endpoint, qtype, qname), to charge a
   // forger's unwanted answers to the question they target.
   absl::flat_hash_map<std::string, std::vector<Pending*>> by_question;
@@ -310,13 +311,11 @@ int Forwarder::Impl::OpenPoolSocket(int family) {
   // Room for a burst of answers while the loop is busy elsewhere.
   const int rcvbuf = 1 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-  // A port drawn by us from 1024..65535 (unbound's outgoing-port-permit
-  // default), not the kernel's ephemeral range: more of them, and drawn
-  // from the CSPRNG. Taken ones are drawn again; after 32 misses the kernel
-  // picks.
+  // A port of the ephemeral range (less the reserved ports) drawn from the
+  // CSPRNG; taken ones are drawn again; after 32 misses the kernel picks.
   bool bound = false;
   for (int i = 0; i < 33 && !bound; ++i) {
-    const uint16_t port = i < 32 ? static_cast<uint16_t>(1024 + rng.Below(65536 - 1024)) : 0;
+    const uint16_t port = i < 32 ? ports.Draw(rng) : 0;
     sockaddr_storage ss{};
     socklen_t len;
     if (family == AF_INET) {
@@ -347,7 +346,18 @@ int Forwarder::Impl::OpenPoolSocket(int family) {
   return fd;
 }
 
+static std::string ReadSmallFile(const char* path) {
+  char text[4096];
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return {};
+  const size_t n = std::fread(text, 1, sizeof(text), f);
+  std::fclose(f);
+  return std::string(text, n);
+}
+
 absl::Status Forwarder::Impl::OpenPool() {
+  ports = PortRange::FromProc(ReadSmallFile("/proc/sys/net/ipv4/ip_local_port_range"),
+                              ReadSmallFile("/proc/sys/net/ipv4/ip_local_reserved_ports"));
   bool want[2] = {false, false};
   for (const Endpoint& e : endpoints) want[e.address.family() == AF_INET ? 0 : 1] = true;
   for (int f = 0; f < 2; ++f) {
@@ -816,7 +826,7 @@ void Forwarder::Impl::SwitchToTcp(Pending* p, bool expect_late) {
 void Forwarder::Impl::ArmTry(Pending* p) {
   by_generation[p->generation] = p;
   // A try the pending finished or re-sent since is skipped (and cancelled
-  // in CloseSocket): the timer names its try by generation.
+  // in EndTry): the timer names its try by generation.
   p->try_timer = loop.At(p->deadline, [this, gen = p->generation] {
     auto it = by_generation.find(gen);
     if (it != by_generation.end()) OnTimeout(it->second);

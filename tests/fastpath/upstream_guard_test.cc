@@ -223,6 +223,27 @@ TEST(TryTable, LateWindowAndCapacity) {
   EXPECT_TRUE(t.Free({1, 0, 3}, t0 + std::chrono::seconds(5)));
 }
 
+TEST(PortRange, EphemeralRangeLessReservedPorts) {
+  SecureRandom rng;
+  const PortRange r = PortRange::FromProc("32768\t32777\n", "32770,32772-32775\n");
+  EXPECT_EQ(r.low(), 32768);
+  EXPECT_EQ(r.high(), 32777);
+  std::set<uint16_t> seen;
+  for (int i = 0; i < 500; ++i) seen.insert(r.Draw(rng));
+  EXPECT_EQ(seen, (std::set<uint16_t>{32768, 32769, 32771, 32776, 32777}));
+
+  // Unreadable text: Linux's default range, nothing reserved.
+  const PortRange d = PortRange::FromProc("", "garbage");
+  EXPECT_EQ(d.low(), 32768);
+  EXPECT_EQ(d.high(), 60999);
+  EXPECT_FALSE(d.Reserved(40000));
+  const PortRange low = PortRange::FromProc("80 90", "");  // below 1024: refused
+  EXPECT_EQ(low.low(), 32768);
+
+  const PortRange all = PortRange::FromProc("5000 5001", "5000-5001");
+  EXPECT_EQ(all.Draw(rng), 0);
+}
+
 TEST(SecureRandom, BelowIsInRangeAndCoversIt) {
   SecureRandom rng;
   std::vector<int> seen(7);

@@ -21,6 +21,9 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/common/socket_address.h"
@@ -41,6 +44,27 @@ class SecureRandom {
   void Refill();
   std::array<uint8_t, 4096> buf_{};
   size_t pos_ = sizeof(buf_);
+};
+
+// The ports the pool's sockets are drawn from: the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range) less net.ipv4.ip_local_reserved_ports, so
+// no service that binds a fixed port outside that range (a recursor on the
+// same host, say) can find it taken. Parsed from the two files' text; a
+// text that does not parse gives Linux's default range, nothing reserved.
+class PortRange {
+ public:
+  static PortRange FromProc(std::string_view range_text, std::string_view reserved_text);
+  uint16_t low() const { return low_; }
+  uint16_t high() const { return high_; }
+  // A port of the range that is not reserved, drawn uniformly; 0 when every
+  // port of the range is reserved.
+  uint16_t Draw(SecureRandom& rng) const;
+  bool Reserved(uint16_t port) const;
+
+ private:
+  uint16_t low_ = 32768;
+  uint16_t high_ = 60999;
+  std::vector<std::pair<uint16_t, uint16_t>> reserved_;
 };
 
 // SipHash-2-4 (Aumasson and Bernstein) of `data` under `key`: the keyed PRF
