@@ -273,7 +273,7 @@ Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> cha
   }
   // One cookie secret for the process's life: the client cookies stay the
   // same across the pool's port changes, as RFC 7873 5.1 wants.
-  std::array<uint8_t, 16> secret;
+  std::array<uint8_t, 16> secret{};
   impl_->rng.Fill(secret.data(), secret.size());
   for (Group& grp : impl_->groups) {
     for (const UpstreamConfig& u : grp.upstreams) {
@@ -317,7 +317,7 @@ int Forwarder::Impl::OpenPoolSocket(int family) {
   for (int i = 0; i < 33 && !bound; ++i) {
     const uint16_t port = i < 32 ? ports.Draw(rng) : 0;
     sockaddr_storage ss{};
-    socklen_t len;
+    socklen_t len = 0;
     if (family == AF_INET) {
       auto* a = reinterpret_cast<sockaddr_in*>(&ss);
       a->sin_family = AF_INET;

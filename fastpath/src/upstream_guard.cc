@@ -38,7 +38,7 @@ void SecureRandom::Fill(uint8_t* out, size_t len) {
 }
 
 uint64_t SecureRandom::Next64() {
-  uint64_t v;
+  uint64_t v = 0;
   Fill(reinterpret_cast<uint8_t*>(&v), sizeof(v));
   return v;
 }
