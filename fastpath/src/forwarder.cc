@@ -1,6 +1,8 @@
 #include "weir/fastpath/forwarder.h"
 
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,13 +10,13 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <random>
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/common/log.h"
 #include "weir/dns/writer.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
+#include "weir/fastpath/upstream_guard.h"
 #include "weir/fastpath/upstream_ring.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
@@ -27,7 +29,9 @@ using Clock = std::chrono::steady_clock;
 // Names learned as tagged at once (docs/behaviour.md#domain-tags); each learn copies the set.
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
-constexpr int32_t kAnswered = -2;  // a waiter answered early (ClientRoute::worker)
+constexpr int32_t kAnswered = -2;         // a waiter answered early (ClientRoute::worker)
+constexpr uint16_t kRcodeBadCookie = 23;  // RFC 7873 8
+constexpr int kForwarderNice = 10;        // below the workers: hits first (Run)
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -40,9 +44,20 @@ struct Pending {
   int upstream = -1;
   uint64_t tried = 0;
   int attempts = 0;
-  int fd = -1;
+  // The UDP try in flight, if any: a pool socket (shared, not owned), the
+  // upstream's endpoint and the ID; the three name it in the TryTable.
+  bool udp_live = false;
+  int udp_socket = -1;
+  int endpoint = -1;
   uint16_t id = 0;
   uint16_t port = 0;
+  bool case_randomized = false;  // the query's qname went out in 0x20 case
+  // Answers carrying this question that matched no try (a forger's ID
+  // guesses); past upstream.unwanted_reply_threshold the UDP try is
+  // abandoned and the question asked over TCP.
+  uint32_t unwanted = 0;
+  int tcp_fd = -1;  // the TCP try in flight, if any (owned)
+  bool has_try() const { return udp_live || tcp_fd >= 0; }
   Clock::time_point sent;
   Clock::time_point deadline;
   uint64_t generation = 0;
@@ -61,11 +76,33 @@ struct Pending {
 
 struct Group {
   std::vector<UpstreamConfig> upstreams;
+  std::vector<int> endpoint;  // index into Impl::endpoints, per upstream
   std::vector<std::unique_ptr<UpstreamStats>>* stats;
   std::unique_ptr<UpstreamRing> ring;
   std::vector<int> consecutive_failures;
   std::vector<Clock::time_point> next_probe;
 };
+
+// A recursor's address, shared by the groups that list it: its cookie and
+// 0x20 state are the server's, whichever group asks.
+struct Endpoint {
+  SocketAddress address;
+  UpstreamCookie cookie;
+  CaseRandomization case_state;
+};
+
+// A socket of the UDP pool: bound to a random port at start (or when it
+// replaced a retired one), shared by every query that draws it.
+struct PoolSocket {
+  int fd = -1;
+  int family = AF_INET;
+  uint16_t port = 0;
+  uint32_t tries = 0;  // UDP tries in flight on it
+  bool retired = false;
+  Clock::time_point close_after;  // retired: once its late answers can no longer come
+};
+
+using Tries = TryTable<Pending*>;
 
 }  // namespace
 
@@ -81,12 +118,26 @@ struct Forwarder::Impl {
   net::EventLoop loop;
   // Answers refused as malformed or not matching the query (spoofed_).
   common::RateLimitedLog refused_log{{.component = "upstream"}};
+  // Questions moved to TCP after too many unwanted answers.
+  common::RateLimitedLog reaction_log{{.component = "upstream"}};
   bool loop_ready = false;
   std::atomic<bool> running{false};
   std::thread thread;
   Group groups[2];  // 0 ordinary, 1 weighted
   absl::flat_hash_map<std::string, std::unique_ptr<Pending>> inflight;
-  absl::flat_hash_map<int, Pending*> by_fd;
+  absl::flat_hash_map<int, Pending*> by_fd;  // TCP tries, by socket
+  std::vector<Endpoint> endpoints;
+  // The UDP pool (per address family) and the retired sockets still open
+  // for their tries' answers, all by descriptor.
+  absl::flat_hash_map<int, PoolSocket> sockets;
+  std::vector<int> pool[2];  // [0] IPv4, [1] IPv6
+  std::unique_ptr<Tries> tries;
+  PortRange ports;  // where the pool's ports are drawn from
+  // UDP tries in flight by question (endpoint, qtype, qname), to charge a
+  // forger's unwanted answers to the question they target.
+  absl::flat_hash_map<std::string, std::vector<Pending*>> by_question;
+  Clock::time_point next_housekeeping{};
+  Clock::time_point next_rotation{};
   // Timers name their try by generation, never by pointer: a Pending may
   // be freed long before its old deadlines come up.
   absl::flat_hash_map<uint64_t, Pending*> by_generation;
@@ -94,7 +145,7 @@ struct Forwarder::Impl {
   // the pending's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers;
   uint64_t next_generation = 1;
-  std::mt19937_64 rng{std::random_device{}()};
+  SecureRandom rng;
   dns::ParseOptions parse_options;
   dnstap::Producer* tap = nullptr;
   uint8_t buf[kMaxMessage];
@@ -104,10 +155,27 @@ struct Forwarder::Impl {
   void Drain();
   void Accept(PendingClient&& c);
   void Send(Pending* p);
-  void OnReadable(int fd);
   void OnTcp(Pending* p, uint32_t events);
-  void SwitchToTcp(Pending* p);
-  void CloseSocket(Pending* p);
+  void SwitchToTcp(Pending* p, bool expect_late);
+  // Ends the try in flight (UDP or TCP). `expect_late`: its answer may
+  // still come and is then counted as late, not as unwanted.
+  void EndTry(Pending* p, bool expect_late);
+  absl::Status OpenPool();
+  // A socket bound to a random port of the family; -1 when none could be.
+  int OpenPoolSocket(int family);
+  // Retires pool sockets past their lifetime, closes retired ones whose
+  // tries are over.
+  void Housekeep();
+  void OnPoolReadable(int fd);
+  void OnDatagram(int fd, size_t n, const SocketAddress& src);
+  // An answer from endpoint `e` that matched no try: charged to the
+  // question it carries.
+  void NoteUnwanted(int e, size_t n);
+  int EndpointOf(const SocketAddress& src) const;
+  static std::string QuestionKey(int endpoint, uint16_t qtype, const dns::NameKey& qname);
+  Clock::duration LateWindow() const {
+    return std::chrono::milliseconds(std::max(5000, 4 * config.upstream_timeout_ms));
+  }
   // Checks an answer against the question sent; counts spoofed ones.
   bool Genuine(const Pending* p, const uint8_t* data, size_t len, dns::Message* m);
   void OnTimeout(Pending* p);
@@ -141,7 +209,7 @@ struct Forwarder::Impl {
   void OnAnswerDeadline(uint64_t generation);
   bool FillCache(const Pending& p, const dns::Message& up, bool* stale_instead, bool* learned);
   void MarkResult(Group& g, int u, bool ok);
-  void Release(Pending* p);
+  void Release(Pending* p, bool expect_late);
   // dnstap of the try just sent on `fd`, and of its genuine answer.
   void TapQuery(Pending* p, int fd, bool tcp);
   void TapResponse(const Pending* p, const uint8_t* answer, size_t len);
@@ -203,6 +271,144 @@ Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> cha
     grp.consecutive_failures.assign(grp.upstreams.size(), 0);
     grp.next_probe.assign(grp.upstreams.size(), Clock::time_point{});
   }
+  // One cookie secret for the process's life: the client cookies stay the
+  // same across the pool's port changes, as RFC 7873 5.1 wants.
+  std::array<uint8_t, 16> secret{};
+  impl_->rng.Fill(secret.data(), secret.size());
+  for (Group& grp : impl_->groups) {
+    for (const UpstreamConfig& u : grp.upstreams) {
+      int e = impl_->EndpointOf(u.address);
+      if (e < 0) {
+        e = static_cast<int>(impl_->endpoints.size());
+        impl_->endpoints.push_back({u.address, UpstreamCookie(secret, u.address), {}});
+      }
+      grp.endpoint.push_back(e);
+    }
+  }
+  const size_t late_capacity =
+      4 * static_cast<size_t>(config.max_inflight) * static_cast<size_t>(config.upstream_attempts) + 1024;
+  impl_->tries = std::make_unique<Tries>(impl_->LateWindow(), late_capacity);
+}
+
+int Forwarder::Impl::EndpointOf(const SocketAddress& src) const {
+  for (size_t e = 0; e < endpoints.size(); ++e) {
+    const SocketAddress& a = endpoints[e].address;
+    if (src.family() == a.family() && src.port() == a.port() &&
+        std::memcmp(src.addr_bytes(), a.addr_bytes(), a.addr_len()) == 0) {
+      return static_cast<int>(e);
+    }
+  }
+  return -1;
+}
+
+int Forwarder::Impl::OpenPoolSocket(int family) {
+  const int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (family == AF_INET6) {
+    const int on = 1;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+  }
+  // Room for a burst of answers while the loop is busy elsewhere.
+  const int rcvbuf = 1 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+  // A port of the ephemeral range (less the reserved ports) drawn from the
+  // CSPRNG; taken ones are drawn again; after 32 misses the kernel picks.
+  bool bound = false;
+  for (int i = 0; i < 33 && !bound; ++i) {
+    const uint16_t port = i < 32 ? ports.Draw(rng) : 0;
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      a->sin_port = htons(port);
+      len = sizeof(sockaddr_in);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      a->sin6_port = htons(port);
+      len = sizeof(sockaddr_in6);
+    }
+    bound = bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0;
+  }
+  if (!bound) {
+    close(fd);
+    return -1;
+  }
+  sockaddr_storage local{};
+  socklen_t ll = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
+  PoolSocket& s = sockets[fd];
+  s.fd = fd;
+  s.family = family;
+  s.port = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll).port();
+  loop.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnPoolReadable(fd); });
+  return fd;
+}
+
+static std::string ReadSmallFile(const char* path) {
+  char text[4096];
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return {};
+  const size_t n = std::fread(text, 1, sizeof(text), f);
+  std::fclose(f);
+  return std::string(text, n);
+}
+
+absl::Status Forwarder::Impl::OpenPool() {
+  ports = PortRange::FromProc(ReadSmallFile("/proc/sys/net/ipv4/ip_local_port_range"),
+                              ReadSmallFile("/proc/sys/net/ipv4/ip_local_reserved_ports"));
+  bool want[2] = {false, false};
+  for (const Endpoint& e : endpoints) want[e.address.family() == AF_INET ? 0 : 1] = true;
+  for (int f = 0; f < 2; ++f) {
+    if (!want[f] || !pool[f].empty()) continue;
+    for (int i = 0; i < config.udp_sockets; ++i) {
+      const int fd = OpenPoolSocket(f == 0 ? AF_INET : AF_INET6);
+      if (fd < 0) {
+        return absl::UnavailableError(common::Cat("forwarder: cannot open upstream socket ", i + 1, " of ",
+                                                  config.udp_sockets, ": ", std::strerror(errno)));
+      }
+      pool[f].push_back(fd);
+    }
+  }
+  self->udp_sockets_.store(sockets.size(), std::memory_order_relaxed);
+  if (config.udp_socket_lifetime_s > 0) {
+    next_rotation = Clock::now() + std::chrono::seconds(config.udp_socket_lifetime_s) / config.udp_sockets;
+  }
+  return absl::OkStatus();
+}
+
+void Forwarder::Impl::Housekeep() {
+  const auto now = Clock::now();
+  if (now < next_housekeeping) return;
+  next_housekeeping = now + std::chrono::seconds(1);
+  std::vector<int> done;
+  for (const auto& [fd, s] : sockets) {
+    if (s.retired && s.tries == 0 && now >= s.close_after) done.push_back(fd);
+  }
+  for (int fd : done) {
+    loop.Unwatch(fd);
+    close(fd);
+    sockets.erase(fd);
+  }
+  if (config.udp_socket_lifetime_s > 0 && now >= next_rotation) {
+    // One socket of each pool moves to a fresh random port; over a lifetime
+    // every port is replaced, so a port that leaked (a packet capture, a
+    // listing of the host's sockets) stops being useful. The old socket
+    // stays open for its tries' answers, then closes.
+    next_rotation = now + std::chrono::seconds(config.udp_socket_lifetime_s) / config.udp_sockets;
+    for (int f = 0; f < 2; ++f) {
+      if (pool[f].empty()) continue;
+      const int fresh = OpenPoolSocket(f == 0 ? AF_INET : AF_INET6);
+      if (fresh < 0) continue;  // keep the old one until the next turn
+      const uint32_t i = rng.Below(static_cast<uint32_t>(pool[f].size()));
+      PoolSocket& old = sockets[pool[f][i]];
+      old.retired = true;
+      old.close_after = now + LateWindow();
+      pool[f][i] = fresh;
+    }
+  }
+  self->udp_sockets_.store(sockets.size(), std::memory_order_relaxed);
 }
 
 Forwarder::~Forwarder() { Stop(); }
@@ -215,6 +421,7 @@ absl::Status Forwarder::Start() {
     }
     f.loop_ready = true;
   }
+  if (absl::Status st = f.OpenPool(); !st.ok()) return st;
   f.loop.SetWakeHandler([&f] { f.Drain(); });
   f.running = true;
   f.thread = std::thread([&f] { f.Run(); });
@@ -228,7 +435,15 @@ void Forwarder::Stop() {
   for (auto& [fd, p] : impl_->by_fd) {
     impl_->loop.Unwatch(fd);
     close(fd);
+    p->tcp_fd = -1;
   }
+  for (auto& [fd, s] : impl_->sockets) {
+    impl_->loop.Unwatch(fd);
+    close(fd);
+  }
+  impl_->sockets.clear();
+  impl_->pool[0].clear();
+  impl_->pool[1].clear();
   for (auto& [fd, probe] : impl_->probes) {
     impl_->loop.Unwatch(fd);
     close(fd);
@@ -242,6 +457,14 @@ void Forwarder::Notify() {
 }
 
 void Forwarder::Impl::Run() {
+  // Cache hits before misses: when the CPUs are short (a miss flood), the
+  // workers' threads win over this one, so the hit rate holds and the
+  // misses wait (they are answered, stale or SERVFAIL, by their deadline).
+  // Linux applies a thread's nice value to that thread alone; lowering
+  // one's own priority needs no privilege.
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, 0);
+  if (errno == 0 && nice < kForwarderNice) setpriority(PRIO_PROCESS, 0, kForwarderNice);
   // The forwarder reads and writes the cache: an RCU thread like the
   // workers, offline while its loop waits.
   partitions::RcuThread rcu;
@@ -251,6 +474,7 @@ void Forwarder::Impl::Run() {
     loop.RunOnce(std::chrono::milliseconds(50));
     Drain();  // a push may have raced the wake
     SendProbes();
+    Housekeep();
     FlushReturns();  // one wake per worker per turn
     rcu.Quiescent();
   }
@@ -332,6 +556,16 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   Send(raw);
 }
 
+std::string Forwarder::Impl::QuestionKey(int endpoint, uint16_t qtype, const dns::NameKey& qname) {
+  std::string key;
+  key.reserve(4 + qname.len);
+  key.push_back(static_cast<char>(endpoint >> 8));
+  key.push_back(static_cast<char>(endpoint));
+  key.append(reinterpret_cast<const char*>(&qtype), 2);
+  key.append(reinterpret_cast<const char*>(qname.bytes.data()), qname.len);
+  return key;
+}
+
 void Forwarder::Impl::Send(Pending* p) {
   Group& g = groups[p->weighted_group ? 1 : 0];
   uint8_t hashkey[8 + dns::kMaxNameWire];
@@ -344,87 +578,172 @@ void Forwarder::Impl::Send(Pending* p) {
   int u;
   bool full = false;
   while ((u = g.ring->Pick(hash, exclude)) >= 0) {
-    const int own = p->fd >= 0 && p->upstream == u ? 1 : 0;
+    const int own = p->has_try() && p->upstream == u ? 1 : 0;
     if (g.ring->load(u) - own < config.max_inflight_per_upstream) break;
     exclude |= uint64_t{1} << u;
     full = true;
   }
   if (u < 0 && full) self->inflight_limited_.Add();
   if (u < 0 || p->attempts >= config.upstream_attempts) return Fail(p);
-  CloseSocket(p);
-  const SocketAddress& dst = g.upstreams[u].address;
-  // A fresh socket per query: the kernel picks a random ephemeral source port.
-  const int fd = socket(dst.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Fail(p);
-  p->id = static_cast<uint16_t>(rng());
+  EndTry(p, true);  // a try that timed out may still be answered: late
+  const int e = g.endpoint[u];
+  Endpoint& ep = endpoints[e];
+  const SocketAddress& dst = ep.address;
+  const std::vector<int>& socks = pool[dst.family() == AF_INET ? 0 : 1];
+  const auto now = Clock::now();
+  // A random socket of the pool and a random ID; the pair (with the
+  // upstream) must be neither in flight nor recently ended.
+  Tries::Key key;
+  bool found = false;
+  for (int i = 0; i < 64 && !found && !socks.empty(); ++i) {
+    key = {socks[rng.Below(static_cast<uint32_t>(socks.size()))], static_cast<uint16_t>(e), rng.Next16()};
+    found = tries->Free(key, now);
+  }
+  if (!found) return Fail(p);
   dns::ResponseWriter w(out, sizeof(out));
-  w.Begin(p->id, dns::flag::kRd | (p->miss.cd_bit ? dns::flag::kCd : 0), p->miss.qname.span(), p->miss.qtype,
+  w.Begin(key.id, dns::flag::kRd | (p->miss.cd_bit ? dns::flag::kCd : 0), p->miss.qname.span(), p->miss.qtype,
           p->miss.qclass);
   w.BeginOpt(kEdnsUdpSize, p->miss.do_bit);
   if (p->miss.send_ecs) w.AddEcs(p->miss.ecs);
   if (p->miss.weighted) w.AddWeights(config.weight_option_code, {});
+  if (config.upstream_cookies) w.AddOption(dns::option::kCookie, ep.cookie.OptionData());
   const size_t len = w.Finish(sizeof(out));
+  p->case_randomized = config.case_randomization && ep.case_state.Enabled(now) &&
+                       RandomizeCase(out + dns::kHeaderSize, p->miss.qname.len, rng) > 0;
   p->query.assign(out, out + len);
-  if (sendto(fd, out, len, 0, dst.sa(), dst.len) < 0) {
-    close(fd);
+  if (sendto(key.socket, out, len, 0, dst.sa(), dst.len) < 0) {
     p->tried |= uint64_t{1} << u;
     ++p->attempts;
+    // A full socket buffer is ours, not the recursor's fault.
+    if (errno == EAGAIN || errno == ENOBUFS) return Fail(p);
     MarkResult(g, u, false);
     return Send(p);
   }
-  sockaddr_storage local{};
-  socklen_t ll = sizeof(local);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
-  p->port = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&local), ll).port();
-  p->fd = fd;
+  PoolSocket& sock = sockets[key.socket];
+  ++sock.tries;
+  tries->Add(key, p);
+  by_question[QuestionKey(e, p->miss.qtype, p->miss.qname)].push_back(p);
+  p->udp_live = true;
+  p->udp_socket = key.socket;
+  p->endpoint = e;
+  p->id = key.id;
+  p->port = sock.port;
   p->upstream = u;
   p->tried |= uint64_t{1} << u;
   ++p->attempts;
-  p->sent = Clock::now();
+  p->sent = now;
   p->deadline = p->sent + std::chrono::milliseconds(config.upstream_timeout_ms);
   p->generation = next_generation++;
   g.ring->AddLoad(u, 1);
   (*g.stats)[u]->queries.Add();
   self->upstream_queries_.Add();
-  by_fd[fd] = p;
-  loop.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnReadable(fd); });
   p->tapped_at = {};
-  if (tap != nullptr && tap->Sample()) TapQuery(p, fd, false);
+  if (tap != nullptr && tap->Sample()) TapQuery(p, key.socket, false);
   ArmTry(p);
 }
 
-void Forwarder::Impl::OnReadable(int fd) {
-  auto it = by_fd.find(fd);
-  if (it == by_fd.end()) return;
-  Pending* p = it->second;
-  Group& g = groups[p->weighted_group ? 1 : 0];
-  for (;;) {
+void Forwarder::Impl::OnPoolReadable(int fd) {
+  // A bounded batch per wake-up: a flood on one socket cannot starve the
+  // others, the workers' misses or the timers.
+  for (int i = 0; i < 256; ++i) {
     sockaddr_storage from{};
     socklen_t fl = sizeof(from);
     const ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
     if (n < 0) return;
-    const SocketAddress src = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
-    const SocketAddress& dst = g.upstreams[p->upstream].address;
-    dns::Message m;
-    // Anti-spoofing: the answer must come from the recursor's address and
-    // port, carry our random ID and echo our question exactly.
-    const bool from_ok = src.family() == dst.family() && src.port() == dst.port() &&
-                         std::memcmp(src.addr_bytes(), dst.addr_bytes(), dst.addr_len()) == 0;
-    if (!from_ok) {
-      self->spoofed_.Add();
-      continue;
-    }
-    if (!Genuine(p, buf, static_cast<size_t>(n), &m)) continue;  // wait for the genuine one
-    TapResponse(p, buf, static_cast<size_t>(n));
-    if (m.flags() & dns::flag::kTc) {
-      SwitchToTcp(p);
+    OnDatagram(fd, static_cast<size_t>(n),
+               SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl));
+    if (!sockets.contains(fd)) return;  // closed meanwhile (never today; cheap to be sure)
+  }
+}
+
+void Forwarder::Impl::OnDatagram(int fd, size_t n, const SocketAddress& src) {
+  // Anti-spoofing: the answer must come from a recursor's address and port,
+  // to the socket and with the ID of a try in flight to it, echo our
+  // question exactly (in our 0x20 case) and our cookie.
+  const int e = EndpointOf(src);
+  if (e < 0 || n < dns::kHeaderSize) {
+    self->unwanted_.Add();
+    self->spoofed_.Add();
+    return;
+  }
+  const auto now = Clock::now();
+  const Tries::Key key{fd, static_cast<uint16_t>(e), dns::Load16(buf)};
+  Pending* p = tries->Find(key);
+  if (p == nullptr) {
+    if (tries->TakeLate(key, now)) {
+      self->late_.Add();  // the answer to a try that timed out or was abandoned
       return;
     }
-    (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
-    (*g.stats)[p->upstream]->answers.Add();
-    MarkResult(g, p->upstream, true);
-    Finish(p, buf, static_cast<size_t>(n));
+    self->unwanted_.Add();
+    self->spoofed_.Add();
+    NoteUnwanted(e, n);
     return;
+  }
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  dns::Message m;
+  if (!Genuine(p, buf, n, &m)) return;  // wait for the genuine one
+  Endpoint& ep = endpoints[e];
+  if (p->case_randomized) {
+    if (!SameSpelling(p->query, {buf, n}, p->miss.qname.len)) {
+      // A forger that guessed socket and ID but not our case, or a server
+      // that does not keep it: either way this answer is not taken, and the
+      // question is asked again over TCP, where case does not matter.
+      self->case_mismatches_.Add();
+      self->spoofed_.Add();
+      refused_log(ep.address.ToString(), ": answer refused (question case differs from the 0x20 query)");
+      if (ep.case_state.Mismatched(now)) {
+        common::LogWarning("upstream", ep.address.ToString(),
+                           " does not keep the question's case: 0x20 off for it for 10 minutes");
+      }
+      return SwitchToTcp(p, true);
+    }
+    ep.case_state.Echoed();
+  }
+  if (config.upstream_cookies) {
+    const UpstreamCookie::Verdict v = ep.cookie.Check(m);
+    const bool refused = v == UpstreamCookie::Verdict::kWrong || v == UpstreamCookie::Verdict::kMalformed ||
+                         (v == UpstreamCookie::Verdict::kAbsent && ep.cookie.server_supports());
+    if (refused) {
+      self->cookie_mismatches_.Add();
+      self->spoofed_.Add();
+      refused_log(ep.address.ToString(), ": answer refused (",
+                  v == UpstreamCookie::Verdict::kAbsent ? "no cookie from a server that sends them"
+                                                        : "wrong or malformed cookie",
+                  ")");
+      return SwitchToTcp(p, true);
+    }
+    // BADCOOKIE (RFC 7873 5.3): the new server cookie is learned; TCP
+    // needs none.
+    if (m.rcode() == kRcodeBadCookie) {
+      TapResponse(p, buf, n);
+      return SwitchToTcp(p, false);
+    }
+  }
+  TapResponse(p, buf, n);
+  if (m.flags() & dns::flag::kTc) return SwitchToTcp(p, false);
+  (*g.stats)[p->upstream]->latency.Observe(Seconds(now - p->sent));
+  (*g.stats)[p->upstream]->answers.Add();
+  MarkResult(g, p->upstream, true);
+  Finish(p, buf, n);
+}
+
+void Forwarder::Impl::NoteUnwanted(int e, size_t n) {
+  if (config.unwanted_reply_threshold == 0) return;
+  dns::Message m;
+  if (m.Parse({buf, n}, parse_options) != dns::ParseError::kOk) return;
+  auto it = by_question.find(QuestionKey(e, m.qtype(), m.qname()));
+  if (it == by_question.end()) return;
+  // A copy: a reaction ends the try and edits the list.
+  const std::vector<Pending*> targets = it->second;
+  for (Pending* p : targets) {
+    if (++p->unwanted < static_cast<uint32_t>(config.unwanted_reply_threshold) || !p->udp_live) continue;
+    // Someone is guessing our IDs for this question: stop offering them.
+    // TCP cannot be answered blind (unbound's unwanted-reply-threshold,
+    // per question).
+    self->spoof_reactions_.Add();
+    reaction_log(endpoints[e].address.ToString(), ": ", p->unwanted,
+                 " unwanted answers for one question in flight: asking it over TCP");
+    SwitchToTcp(p, true);
   }
 }
 
@@ -441,25 +760,40 @@ bool Forwarder::Impl::Genuine(const Pending* p, const uint8_t* data, size_t len,
   return true;
 }
 
-void Forwarder::Impl::CloseSocket(Pending* p) {
+void Forwarder::Impl::EndTry(Pending* p, bool expect_late) {
   by_generation.erase(p->generation);
   loop.Cancel(p->try_timer);
-  if (p->fd < 0) return;
-  loop.Unwatch(p->fd);
-  by_fd.erase(p->fd);
-  close(p->fd);
-  p->fd = -1;
-  groups[p->weighted_group ? 1 : 0].ring->AddLoad(p->upstream, -1);
+  Group& g = groups[p->weighted_group ? 1 : 0];
+  if (p->udp_live) {
+    p->udp_live = false;
+    tries->End({p->udp_socket, static_cast<uint16_t>(p->endpoint), p->id}, expect_late, Clock::now());
+    auto q = by_question.find(QuestionKey(p->endpoint, p->miss.qtype, p->miss.qname));
+    if (q != by_question.end()) {
+      std::erase(q->second, p);
+      if (q->second.empty()) by_question.erase(q);
+    }
+    auto s = sockets.find(p->udp_socket);
+    if (s != sockets.end() && s->second.tries > 0) --s->second.tries;
+    p->udp_socket = -1;
+    g.ring->AddLoad(p->upstream, -1);
+  }
+  if (p->tcp_fd >= 0) {
+    loop.Unwatch(p->tcp_fd);
+    by_fd.erase(p->tcp_fd);
+    close(p->tcp_fd);
+    p->tcp_fd = -1;
+    g.ring->AddLoad(p->upstream, -1);
+  }
   p->over_tcp = false;
   p->tcp_out.clear();
   p->tcp_in.Clear();
   p->tcp_sent = 0;
 }
 
-void Forwarder::Impl::SwitchToTcp(Pending* p) {
+void Forwarder::Impl::SwitchToTcp(Pending* p, bool expect_late) {
   Group& g = groups[p->weighted_group ? 1 : 0];
   const int u = p->upstream;
-  CloseSocket(p);
+  EndTry(p, expect_late);
   const SocketAddress& dst = g.upstreams[u].address;
   const int fd = socket(dst.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Send(p);
@@ -468,7 +802,7 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
     MarkResult(g, u, false);
     return Send(p);
   }
-  p->fd = fd;
+  p->tcp_fd = fd;
   p->upstream = u;
   p->over_tcp = true;
   const timespec udp_tapped_at = p->tapped_at;
@@ -492,7 +826,7 @@ void Forwarder::Impl::SwitchToTcp(Pending* p) {
 void Forwarder::Impl::ArmTry(Pending* p) {
   by_generation[p->generation] = p;
   // A try the pending finished or re-sent since is skipped (and cancelled
-  // in CloseSocket): the timer names its try by generation.
+  // in EndTry): the timer names its try by generation.
   p->try_timer = loop.At(p->deadline, [this, gen = p->generation] {
     auto it = by_generation.find(gen);
     if (it != by_generation.end()) OnTimeout(it->second);
@@ -508,17 +842,17 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   if (events & (EPOLLERR | EPOLLHUP) && !(events & EPOLLIN)) return fail();
   if ((events & EPOLLOUT) && p->tcp_sent < p->tcp_out.size()) {
     const ssize_t n =
-        send(p->fd, p->tcp_out.data() + p->tcp_sent, p->tcp_out.size() - p->tcp_sent, MSG_NOSIGNAL);
+        send(p->tcp_fd, p->tcp_out.data() + p->tcp_sent, p->tcp_out.size() - p->tcp_sent, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN) return fail();
     if (n > 0) p->tcp_sent += static_cast<size_t>(n);
     if (p->tcp_sent == p->tcp_out.size()) {
-      loop.Modify(p->fd, EPOLLIN);
+      loop.Modify(p->tcp_fd, EPOLLIN);
     }
   }
   if (!(events & EPOLLIN)) return;
   // Only the bytes of the one answer expected are taken off the socket.
   while (!p->tcp_in.Complete()) {
-    const ssize_t n = recv(p->fd, buf, std::min(sizeof(buf), p->tcp_in.Want()), 0);
+    const ssize_t n = recv(p->tcp_fd, buf, std::min(sizeof(buf), p->tcp_in.Want()), 0);
     if (n == 0) return fail();  // closed before a whole answer
     if (n < 0) {
       if (errno == EAGAIN) return;
@@ -532,6 +866,20 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   // Copy out: Finish releases `p` and with it tcp_in.
   std::memcpy(out, p->tcp_in.Message().data(), len);
   if (!Genuine(p, out, len, &m)) return fail();
+  if (config.upstream_cookies) {
+    UpstreamCookie& cookie = endpoints[p->endpoint].cookie;
+    switch (cookie.Check(m)) {
+      case UpstreamCookie::Verdict::kWrong:
+      case UpstreamCookie::Verdict::kMalformed:
+        self->cookie_mismatches_.Add();
+        return fail();
+      case UpstreamCookie::Verdict::kAbsent:
+        cookie.Forget();  // no forger on TCP: the server stopped sending them
+        break;
+      case UpstreamCookie::Verdict::kOk:
+        break;
+    }
+  }
   TapResponse(p, out, len);
   std::memcpy(buf, out, len);
   (*g.stats)[p->upstream]->latency.Observe(Seconds(Clock::now() - p->sent));
@@ -573,8 +921,8 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
   }
 }
 
-void Forwarder::Impl::Release(Pending* p) {
-  CloseSocket(p);
+void Forwarder::Impl::Release(Pending* p, bool expect_late) {
+  EndTry(p, expect_late);
   inflight.erase(p->key);  // frees p
   self->in_flight_.store(inflight.size(), std::memory_order_relaxed);
 }
@@ -741,7 +1089,7 @@ void Forwarder::Impl::Finish(Pending* p, const uint8_t* answer, size_t len) {
   // cannot answer.
   const std::shared_ptr<const RelayedAnswer> relay = PrepareRelay(up, p->miss.qtype, !p->miss.do_bit);
   for (PendingClient& c : p->waiters) Reply(c, mode, relay);
-  Release(p);
+  Release(p, false);
 }
 
 void Forwarder::Impl::SendProbes() {
@@ -764,7 +1112,7 @@ void Forwarder::Impl::SendProbes() {
       const SocketAddress& dst = g.upstreams[u].address;
       const int fd = socket(dst.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (fd < 0) continue;
-      const uint16_t id = static_cast<uint16_t>(rng());
+      const uint16_t id = rng.Next16();
       static constexpr uint8_t kRoot[1] = {0};
       dns::ResponseWriter w(out, sizeof(out));
       w.Begin(id, dns::flag::kRd, kRoot, dns::type::kNs, dns::klass::kIn);
@@ -802,7 +1150,7 @@ void Forwarder::Impl::Fail(Pending* p) {
   for (PendingClient& c : p->waiters) {
     if (c.route.waits()) StaleOrServfail(c);
   }
-  Release(p);
+  Release(p, true);
 }
 
 Pending* Forwarder::Impl::TimerTarget(uint64_t generation) {

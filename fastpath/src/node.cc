@@ -287,8 +287,28 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
             "(or max_inflight_per_upstream) allows was in use.")
       .Add({}, forwarder_->inflight_limited());
   w.Counter("weir_upstream_spoofed_total",
-            "Upstream answers dropped for a wrong ID, source address or port, or question.")
+            "Upstream answers refused: wrong source, socket, ID, question, 0x20 case or cookie (late "
+            "answers are counted apart).")
       .Add({}, forwarder_->spoofed());
+  w.Counter("weir_upstream_unwanted_replies_total",
+            "Upstream answers that matched no query in flight nor one recently ended (a forger's guesses).")
+      .Add({}, forwarder_->unwanted());
+  w.Counter("weir_upstream_late_answers_total",
+            "Upstream answers to queries that had already timed out or been abandoned.")
+      .Add({}, forwarder_->late());
+  w.Counter("weir_upstream_spoof_reactions_total",
+            "Questions asked again over TCP after upstream.unwanted_reply_threshold unwanted answers.")
+      .Add({}, forwarder_->spoof_reactions());
+  w.Counter("weir_upstream_case_mismatches_total",
+            "Upstream answers refused because their question's case differed from the 0x20 query.")
+      .Add({}, forwarder_->case_mismatches());
+  w.Counter("weir_upstream_cookie_mismatches_total",
+            "Upstream answers refused for a wrong, malformed or missing DNS cookie.")
+      .Add({}, forwarder_->cookie_mismatches());
+  w.Gauge("weir_upstream_udp_sockets",
+          "UDP sockets open towards the recursors (the pool, and retired ones "
+          "waiting for answers).")
+      .Add({}, forwarder_->udp_sockets());
   w.Gauge("weir_upstream_in_flight", "Distinct questions waiting for a recursor's answer.")
       .Add({}, forwarder_->in_flight());
   auto& response_latency =

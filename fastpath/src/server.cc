@@ -132,6 +132,11 @@ absl::Status Server::Impl::Bind(int workers) {
       for (int w = 0; w < workers; ++w) {
         auto fd = BindSocket(addr, SOCK_DGRAM, {.reuseport = true});
         if (!fd.ok()) return fd.status();
+        // Room for a burst while the worker is off its CPU: a full queue
+        // drops hits and misses alike, so a miss flood would cost hits
+        // (the kernel caps it at net.core.rmem_max).
+        const int rcvbuf = 4 << 20;
+        setsockopt(*fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
         if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
         worker_fds[w].push_back(*fd);
       }

@@ -37,6 +37,37 @@ TEST(FastpathConfig, MinimalGetsDocumentedDefaults) {
   EXPECT_EQ(c->weighted[0].address.ToString(), "127.0.0.1:5301");
 }
 
+TEST(FastpathConfig, UpstreamSpoofingDefencesDefaultsAndErrors) {
+  auto d = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->udp_sockets, 256);
+  EXPECT_EQ(d->udp_socket_lifetime_s, 600);
+  EXPECT_EQ(d->unwanted_reply_threshold, 10);
+  EXPECT_TRUE(d->case_randomization);
+  EXPECT_TRUE(d->upstream_cookies);
+
+  auto c = ParseConfig(std::string(kMinimal) +
+                           "udp_sockets = 8\nudp_socket_lifetime_s = 0\nunwanted_reply_threshold = 0\n"
+                           "case_randomization = false\ncookies = false\n",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->udp_sockets, 8);
+  EXPECT_EQ(c->udp_socket_lifetime_s, 0);
+  EXPECT_EQ(c->unwanted_reply_threshold, 0);
+  EXPECT_FALSE(c->case_randomization);
+  EXPECT_FALSE(c->upstream_cookies);
+
+  auto zero = ParseConfig(std::string(kMinimal) + "udp_sockets = 0\n", "t.toml");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(Message(zero.status()).find("t.toml:8:"), std::string::npos) << zero.status();
+  EXPECT_NE(Message(zero.status()).find("udp_sockets"), std::string::npos) << zero.status();
+  auto lifetime = ParseConfig(std::string(kMinimal) + "udp_socket_lifetime_s = 5\n", "t.toml");
+  ASSERT_FALSE(lifetime.ok());
+  EXPECT_NE(Message(lifetime.status()).find("t.toml:8:"), std::string::npos) << lifetime.status();
+  auto cookies = ParseConfig(std::string(kMinimal) + "cookies = 1\n", "t.toml");
+  EXPECT_FALSE(cookies.ok());
+}
+
 TEST(FastpathConfig, DnstapTableIsReadAndPathsAreRelativeToTheFile) {
   EXPECT_FALSE(ParseConfig(kMinimal, "t.toml")->dnstap.enabled());
   const std::string dir = ::testing::TempDir();

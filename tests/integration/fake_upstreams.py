@@ -21,6 +21,25 @@ poison address, each wrong in exactly one way an attacker cannot avoid
 and `--delay-ms` later the genuine answer (the `--answer` address) from the
 listening socket. A resolver that accepts any forged answer caches the poison.
 
+`slow`: a genuine answer `--delay-ms` after each UDP query (echoing the
+question's case, as weir-recursor does), at once over TCP on the same port.
+With `--forge-ports-file FILE` it is also a blind forger: for each UDP query
+it reads the resolver's source ports from FILE (one per line, as a test
+read them with `ss`) and sends to each of them an answer with the poison
+address under every one of the 65,536 IDs, from the listening socket (the
+right source address and port, as an off-path attacker spoofs them). The
+forger knows the name asked but not the resolver's 0x20 case: it writes the
+name in lower case. It prints `forged N` after each flood.
+
+`cookies`: a server that makes DNS cookies (RFC 7873): every answer, over
+UDP and TCP, echoes the query's client cookie with a 16-byte server cookie.
+It prints `query cookie=HEX` (the option as received, `none` without one).
+With `--forge absent|wrong` each UDP query first gets a forged answer that
+has the right ID and question (case included: a forger on the path, or one
+that guessed both) with the poison address and no cookie, or another client
+cookie; the genuine answer follows `--delay-ms` later (`--forge-from N`: from
+the Nth UDP query on).
+
 Tests start it with weirtest.Process(...) and stop it by PID.
 """
 
@@ -31,6 +50,7 @@ import ipaddress
 import socket
 import sys
 import threading
+import time
 
 import weirtest  # this file's folder is on sys.path when it runs as a program
 
@@ -78,6 +98,159 @@ def run_spoofing(args) -> None:
         t.start()
 
 
+def forge_flood(sock: socket.socket, lock: threading.Lock, q: weirtest.RawQuery, poison: str,
+                ports_file: str) -> int:
+    """Every ID to every port in `ports_file`, lower-case question."""
+    with open(ports_file) as f:
+        ports = [int(line) for line in f if line.strip()]
+    lower = q.qname  # parse_raw_query's lower-case name
+    pkt = bytearray(weirtest.build_response(q, answer=[(lower, "A", 300, weirtest.rdata_a(poison))],
+                                            options=[] if q.edns else None, qname=lower, qid=0))
+    sent = 0
+    for port in ports:
+        for qid in range(65536):
+            pkt[0] = qid >> 8
+            pkt[1] = qid & 0xFF
+            while True:
+                try:
+                    with lock:
+                        sock.sendto(pkt, ("127.0.0.1", port))
+                    break
+                except BlockingIOError:
+                    time.sleep(0.0005)
+            sent += 1
+    return sent
+
+
+def run_slow(args) -> None:
+    main = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    main.bind((args.host, 0))
+    port = main.getsockname()[1]
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind((args.host, port))
+    tcp.listen(64)
+    print(f"listening udp {args.host}:{port}", flush=True)
+    print("ready", flush=True)
+    lock = threading.Lock()
+
+    def serve_tcp():
+        while True:
+            conn, _ = tcp.accept()
+            threading.Thread(target=tcp_conn, args=(conn,), daemon=True).start()
+
+    def tcp_conn(conn):
+        with conn:
+            data = b""
+            while True:
+                chunk = conn.recv(65535)
+                if not chunk:
+                    return
+                data += chunk
+                msgs, data = weirtest.split_tcp_frames(data)
+                for m in msgs:
+                    q = weirtest.parse_raw_query(m, "tcp")
+                    if q is None:
+                        continue
+                    print(f"query tcp id={q.id} qname={q.name.to_text()} qtype={q.qtype}", flush=True)
+                    conn.sendall(weirtest.tcp_frame(answer(q, args.answer)))
+
+    threading.Thread(target=serve_tcp, daemon=True).start()
+    while True:
+        pkt, peer = main.recvfrom(65535)
+        q = weirtest.parse_raw_query(pkt)
+        if q is None:
+            continue
+        print(f"query id={q.id} qname={q.name.to_text()} qtype={q.qtype} from={peer[0]}:{peer[1]}", flush=True)
+        genuine = answer(q, args.answer)
+
+        def send_genuine(data=genuine, to=peer):
+            with lock:
+                main.sendto(data, to)
+
+        t = threading.Timer(args.delay_ms / 1000.0, send_genuine)
+        t.daemon = True
+        t.start()
+        if args.forge_ports_file:
+            def flood(q=q):
+                n = forge_flood(main, lock, q, args.poison, args.forge_ports_file)
+                print(f"forged {n}", flush=True)
+            threading.Thread(target=flood, daemon=True).start()
+
+
+SERVER_COOKIE = b"weir-test-srv-c1"  # 16 bytes
+
+
+def run_cookies(args) -> None:
+    main = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    main.bind((args.host, 0))
+    port = main.getsockname()[1]
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind((args.host, port))
+    tcp.listen(64)
+    print(f"listening udp {args.host}:{port}", flush=True)
+    print("ready", flush=True)
+    lock = threading.Lock()
+
+    def reply(q, address=None, cookie=b"keep"):
+        sent = q.option(10)
+        if cookie == b"keep":
+            cookie = sent[:8] + SERVER_COOKIE if sent else None
+        options = ([] if cookie is None else [(10, cookie)]) if q.edns else None
+        owner = q.name.to_text()
+        return weirtest.build_response(q, answer=[(owner, "A", 300, weirtest.rdata_a(address or args.answer))],
+                                       options=options)
+
+    def log(q):
+        sent = q.option(10)
+        print(f"query {q.transport} cookie={sent.hex() if sent else 'none'} qname={q.name.to_text()}", flush=True)
+
+    def tcp_conn(conn):
+        with conn:
+            data = b""
+            while True:
+                chunk = conn.recv(65535)
+                if not chunk:
+                    return
+                data += chunk
+                msgs, data = weirtest.split_tcp_frames(data)
+                for m in msgs:
+                    q = weirtest.parse_raw_query(m, "tcp")
+                    if q is not None:
+                        log(q)
+                        conn.sendall(weirtest.tcp_frame(reply(q)))
+
+    def serve_tcp():
+        while True:
+            conn, _ = tcp.accept()
+            threading.Thread(target=tcp_conn, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve_tcp, daemon=True).start()
+    count = 0
+    while True:
+        pkt, peer = main.recvfrom(65535)
+        q = weirtest.parse_raw_query(pkt)
+        if q is None:
+            continue
+        log(q)
+        count += 1
+        if args.forge != "none" and count >= args.forge_from:
+            sent = q.option(10) or bytes(8)
+            forged_cookie = None if args.forge == "absent" else bytes(b ^ 0xFF for b in sent[:8]) + SERVER_COOKIE
+            with lock:
+                main.sendto(reply(q, args.poison, forged_cookie), peer)
+        genuine = reply(q)
+
+        def send_genuine(data=genuine, to=peer):
+            with lock:
+                main.sendto(data, to)
+
+        t = threading.Timer(args.delay_ms / 1000.0, send_genuine)
+        t.daemon = True
+        t.start()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -87,11 +260,25 @@ def main(argv=None) -> int:
     s.add_argument("--poison", default="192.0.2.66", help="address in every forged answer")
     s.add_argument("--wrong-name", default="poison.example.", help="question name of forgery (b)")
     s.add_argument("--delay-ms", type=int, default=100, help="delay of the genuine answer")
+    s = sub.add_parser("slow", help="the genuine answer late over UDP (at once over TCP), optional forger")
+    s.add_argument("--host", default="127.0.0.1", help="loopback address to bind (port 0)")
+    s.add_argument("--answer", default="192.0.2.10", help="address in the genuine answer")
+    s.add_argument("--poison", default="192.0.2.66", help="address in every forged answer")
+    s.add_argument("--delay-ms", type=int, default=1000, help="delay of the genuine UDP answer")
+    s.add_argument("--forge-ports-file", default=None, help="flood every ID to the ports listed here")
+    s = sub.add_parser("cookies", help="a server that makes DNS cookies, optional forged answers without them")
+    s.add_argument("--host", default="127.0.0.1", help="loopback address to bind (port 0)")
+    s.add_argument("--answer", default="192.0.2.10", help="address in the genuine answer")
+    s.add_argument("--poison", default="192.0.2.66", help="address in every forged answer")
+    s.add_argument("--delay-ms", type=int, default=100, help="delay of the genuine UDP answer")
+    s.add_argument("--forge", choices=["none", "absent", "wrong"], default="none",
+                   help="a forged answer first: without a cookie, or with another client cookie")
+    s.add_argument("--forge-from", type=int, default=1, help="forge from the Nth UDP query on (1: all)")
     args = p.parse_args(argv)
     if not ipaddress.ip_address(args.host).is_loopback:
         p.error("--host must be a loopback address")
     try:
-        run_spoofing(args)
+        {"slow": run_slow, "cookies": run_cookies, "spoofing": run_spoofing}[args.mode](args)
     except KeyboardInterrupt:
         pass
     return 0

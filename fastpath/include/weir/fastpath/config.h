@@ -113,11 +113,23 @@ struct FastpathConfig {
   // 8767), else SERVFAIL; the tries go on and fill the cache. Under dig's
   // and stub resolvers' 5 s, so a client never times out on weir.
   int answer_deadline_ms = 3000;
-  // Questions in flight upstream at once (each holds one socket), in all
+  // Questions in flight upstream at once (over UDP they share the pool's
+  // sockets, over TCP each holds one), in all
   // and per recursor; a miss that would start one more is answered at once
   // from stale, else SERVFAIL.
   int max_inflight = 10000;
   int max_inflight_per_upstream = 5000;
+  // Queries go out on a pool of UDP sockets bound to random ports, each
+  // query on a random one of them with a random ID (per address family).
+  int udp_sockets = 256;
+  // Each pool socket moves to a fresh random port within this long (one
+  // socket at a time); 0: never.
+  int udp_socket_lifetime_s = 600;
+  // Unwanted answers (matching no try) carrying a question in flight after
+  // which its UDP try is abandoned and it is asked over TCP; 0: never.
+  int unwanted_reply_threshold = 10;
+  bool case_randomization = true;  // 0x20 on every UDP query
+  bool upstream_cookies = true;    // RFC 7873 client cookies
   int health_failures = 3;         // consecutive failures that mark an upstream down
   int health_interval_ms = 1000;   // a down upstream gets one trial query this often
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)

@@ -1,7 +1,8 @@
 // The upstream side of the front cache: one thread that takes misses from the
 // workers, coalesces identical in-flight questions, sends one query per
 // question to a recursor chosen by consistent hashing of (partition, qname),
-// checks answers against spoofing, retries on the next recursor, tracks
+// checks answers against spoofing (shared UDP sockets on random ports,
+// random IDs, 0x20, DNS cookies, a reaction to unwanted answers), retries on the next recursor, tracks
 // recursor health, and answers every waiting client.
 //
 // Workers reach it only through their MissChannels (a ring each way); it
@@ -63,8 +64,22 @@ class Forwarder {
   // Questions answered at once (stale or SERVFAIL) because every socket
   // allowed (upstream.max_inflight[_per_upstream]) was in use.
   uint64_t inflight_limited() const { return inflight_limited_.Read(); }
-  // Upstream answers dropped for a wrong ID, source or question.
+  // Upstream answers refused: wrong source, socket, ID, question, 0x20
+  // case or cookie (late answers are not among them).
   uint64_t spoofed() const { return spoofed_.Read(); }
+  // Of those, the answers that matched no try in flight nor one ended
+  // recently: what a blind forger's guesses look like.
+  uint64_t unwanted() const { return unwanted_.Read(); }
+  // Answers to tries that had already timed out or been abandoned.
+  uint64_t late() const { return late_.Read(); }
+  // Questions moved to TCP after upstream.unwanted_reply_threshold
+  // unwanted answers carrying them.
+  uint64_t spoof_reactions() const { return spoof_reactions_.Read(); }
+  uint64_t case_mismatches() const { return case_mismatches_.Read(); }
+  uint64_t cookie_mismatches() const { return cookie_mismatches_.Read(); }
+  // UDP sockets open towards the recursors (the pool and the retired ones
+  // still waiting for answers).
+  uint64_t udp_sockets() const { return udp_sockets_.load(std::memory_order_relaxed); }
   // Distinct questions waiting for a recursor now.
   uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   uint64_t upstream_queries() const { return upstream_queries_.Read(); }
@@ -80,6 +95,12 @@ class Forwarder {
   OwnedCounter coalesced_;
   OwnedCounter inflight_limited_;
   OwnedCounter spoofed_;
+  OwnedCounter unwanted_;
+  OwnedCounter late_;
+  OwnedCounter spoof_reactions_;
+  OwnedCounter case_mismatches_;
+  OwnedCounter cookie_mismatches_;
+  std::atomic<uint64_t> udp_sockets_{0};
   std::atomic<uint64_t> in_flight_{0};  // written by the forwarder thread
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
