@@ -326,6 +326,25 @@ class RecursorTcpAbuseTest(_TcpAbuse, unittest.TestCase):
         self.addCleanup(d.stop)
         return d
 
+    def test_stats_keys_match_the_metrics(self):
+        d = self.start(tcp_max_connections_per_source=2)
+        socks = [connect_from(ABUSER, d.host, d.port) for _ in range(3)]  # the third is refused
+        try:
+            wait_for(lambda: d.stats()["tcp_closed_per_source_limit"] == 1, 10, "the third connection refused")
+            self.assertTrue(served(socks[0], 1))
+            st = d.stats()
+            m = d.metrics()
+            self.assertEqual(st["tcp_connections"], 2)
+            self.assertEqual(st["tcp_connections"], m.value("weir_recursor_tcp_connections"))
+            self.assertEqual(st["tcp_accepted"], m.value("weir_recursor_tcp_connections_accepted_total"))
+            for reason in ("idle", "lifetime", "pressure", "per_source_limit", "max_connections", "unsent",
+                           "client"):
+                self.assertEqual(st[f"tcp_closed_{reason}"],
+                                 m.value("weir_recursor_tcp_connections_closed_total", reason=reason), reason)
+        finally:
+            for s in socks:
+                s.close()
+
 
 if __name__ == "__main__":
     unittest.main()
