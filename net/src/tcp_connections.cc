@@ -137,14 +137,22 @@ void TcpConnectionTable::Remove(Handle h, TcpCloseReason why) {
   free_.push_back(h);
   --size_;
   Bump(stats_.open, -1);
-  if (why != TcpCloseReason::kCount) Bump(stats_.closed[static_cast<size_t>(why)]);
+  if (why == TcpCloseReason::kCount) return;
+  if (e.draining) why = TcpCloseReason::kLifetime;
+  Bump(stats_.closed[static_cast<size_t>(why)]);
 }
 
-void TcpConnectionTable::Expired(Clock::time_point now, std::vector<Expiry>* out) const {
+void TcpConnectionTable::Expired(Clock::time_point now, std::vector<Expiry>* out) {
   // Both lists are in time order: the walks stop at the first one not due.
   for (Handle h = by_age_.head; h != kNone && now - entries_[h].accepted >= limits_.lifetime;
        h = entries_[h].by_age.next) {
-    out->push_back({entries_[h].id, TcpCloseReason::kLifetime});
+    Entry& e = entries_[h];
+    if (!e.draining) {
+      e.draining = true;
+      out->push_back({e.id, TcpCloseReason::kLifetime, true});
+    } else if (now - e.accepted >= limits_.lifetime + limits_.idle_timeout) {
+      out->push_back({e.id, TcpCloseReason::kLifetime, false});  // its client does not read
+    }
   }
   for (Handle h = idle_.head; h != kNone && now - entries_[h].idle_since >= limits_.idle_timeout;
        h = entries_[h].idle.next) {

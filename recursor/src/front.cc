@@ -123,10 +123,21 @@ void Front::CloseIdle(SteadyClock::time_point now) {
     CloseConn(id, net::TcpCloseReason::kUnsent);
   }
   // Idle (no answer owed, no whole query since: trickling bytes are not
-  // activity) or open for the whole lifetime.
+  // activity) or open for the whole lifetime: drained (nothing more read,
+  // closed once its answers are sent), then closed if the front does not
+  // take them.
   expired_.clear();
   table_.Expired(now, &expired_);
-  for (const auto& e : expired_) CloseConn(e.id, e.reason);
+  for (const auto& e : expired_) {
+    auto it = conns_.find(e.id);
+    if (it == conns_.end()) continue;
+    if (!e.drain) {
+      CloseConn(e.id, e.reason);
+      continue;
+    }
+    it->second.stream->StopReading();
+    if (!CloseIfDone(e.id, it->second)) WatchConn(it->second);
+  }
 }
 
 size_t Front::unsent_bytes() const {

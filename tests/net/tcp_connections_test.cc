@@ -37,7 +37,7 @@ class TcpConnectionTableTest : public ::testing::Test {
     handles_[id] = h;
     return h;
   }
-  std::vector<TcpConnectionTable::Expiry> Expired(const TcpConnectionTable& t) {
+  std::vector<TcpConnectionTable::Expiry> Expired(TcpConnectionTable& t) {
     std::vector<TcpConnectionTable::Expiry> out;
     t.Expired(now_, &out);
     return out;
@@ -175,14 +175,27 @@ TEST_F(TcpConnectionTableTest, LifetimeClosesBusyAndActiveConnections) {
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].id, 1u);
   EXPECT_EQ(e[0].reason, TcpCloseReason::kLifetime);
-  t.Remove(h1, e[0].reason);
-  now_ += seconds(30);
-  t.QueryRead(h2, now_);
+  EXPECT_TRUE(e[0].drain);  // its answer still goes out
+  t.QueryRead(h2, now_);    // busy from here on: never idle
+  // Drained: listed again only when still open idle_timeout later.
+  now_ += seconds(9);
+  EXPECT_TRUE(Expired(t).empty());
+  now_ += seconds(1);
+  e = Expired(t);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].id, 1u);
+  EXPECT_FALSE(e[0].drain);               // close it now
+  t.Remove(h1, TcpCloseReason::kClient);  // however it closed: counted as its lifetime
+  EXPECT_EQ(Closed(t, TcpCloseReason::kLifetime), 1u);
+  EXPECT_EQ(Closed(t, TcpCloseReason::kClient), 0u);
+  now_ += seconds(20);
   e = Expired(t);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].id, 2u);
   EXPECT_EQ(e[0].reason, TcpCloseReason::kLifetime);
-  t.Remove(h2, e[0].reason);
+  EXPECT_TRUE(e[0].drain);
+  t.QueryDone(h2, now_);  // its last answer sent: the owner closes it
+  t.Remove(h2, TcpCloseReason::kClient);
   EXPECT_EQ(Closed(t, TcpCloseReason::kLifetime), 2u);
   EXPECT_EQ(t.size(), 0u);
 }
@@ -197,6 +210,7 @@ TEST_F(TcpConnectionTableTest, IdleAndPastLifetimeIsListedOnceAsLifetime) {
   const auto e = Expired(t);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].reason, TcpCloseReason::kLifetime);
+  EXPECT_TRUE(e[0].drain);
 }
 
 TEST_F(TcpConnectionTableTest, UnderPressureTheLongestIdleMakesRoom) {

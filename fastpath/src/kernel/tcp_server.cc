@@ -176,11 +176,25 @@ void TcpServer::Close(uint64_t id, net::TcpCloseReason why) {
 
 void TcpServer::CloseExpired() {
   // Idle (RFC 7766 6.2.3: no answer owed, no whole query since) or open
-  // for the whole lifetime.
+  // for the whole lifetime: drained (nothing more read, closed once its
+  // answers are sent), then closed if its client does not take them.
   now_ = std::chrono::steady_clock::now();
   expired_.clear();
   table_.Expired(now_, &expired_);
-  for (const auto& e : expired_) Close(e.id, e.reason);
+  for (const auto& e : expired_) {
+    auto it = conns_.find(e.id);
+    if (it == conns_.end()) continue;
+    if (!e.drain) {
+      Close(e.id, e.reason);
+      continue;
+    }
+    it->second.stream->StopReading();
+    if (it->second.stream->Done()) {
+      Close(e.id, e.reason);
+    } else {
+      Watch(e.id);
+    }
+  }
 }
 
 void TcpServer::RenderMetrics(common::PrometheusWriter& w) const {

@@ -69,6 +69,9 @@ class DnsTcpStream {
   // Half-closed, nothing pending, buffered or unsent: close it.
   bool Done() const { return read_closed_ && pending_ == 0 && out_.empty() && !HasQuery(); }
   bool read_closed() const { return read_closed_; }
+  // The server ends the connection: nothing more is read, and as after the
+  // client's half-close, Done() once every answer owed is sent.
+  void StopReading() { read_closed_ = true; }
   // Reading is paused because the client does not read its answers; since when.
   bool paused() const { return out_.size() >= max_unsent_; }
   Clock::time_point paused_since() const { return paused_since_; }

@@ -13,16 +13,18 @@
 //    (or from accept). Only whole messages count: a client trickling the
 //    bytes of a query it never completes stays idle, and is closed
 //    idle_timeout after it went idle.
-//  * Lifetime: whatever it does, a connection is closed lifetime after it
+//  * Lifetime: whatever it does, a connection is ended lifetime after it
 //    was accepted, so a client that completes a query every few seconds
 //    cannot keep its slot forever (RFC 7766 6.2.3 lets a server close any
-//    connection; the client reconnects).
+//    connection; the client reconnects). It is drained first: nothing more
+//    is read, the answers it is owed are sent, then it is closed; one still
+//    open idle_timeout later is closed regardless.
 //
 // The table decides and counts; its owner holds the sockets: it asks
 // Admit() at accept, Add()s what was admitted, reports every whole query
-// read (QueryRead) and every query answered or dropped (QueryDone), closes
-// what Expired() lists, and Remove()s each connection once, with the reason
-// it closed. Time is passed in (the owner's steady clock, or a test's).
+// read (QueryRead) and every query answered or dropped (QueryDone), drains
+// or closes what Expired() lists, and Remove()s each connection once, with
+// the reason it closed. Time is passed in (the owner's steady clock, or a test's).
 //
 // Threading: one owner thread makes every call. stats() may be read from
 // any thread (relaxed atomics, each written by the owner only).
@@ -84,6 +86,9 @@ class TcpConnectionTable {
   struct Expiry {
     uint64_t id;
     TcpCloseReason reason;  // kIdle or kLifetime
+    // kLifetime the first time: stop reading (DnsTcpStream::StopReading)
+    // and close it once it is done. Otherwise: close it now.
+    bool drain = false;
   };
   struct Stats {
     std::atomic<uint64_t> accepted{0};  // every socket accepted, refused ones too
@@ -105,11 +110,15 @@ class TcpConnectionTable {
   void QueryRead(Handle h, Clock::time_point now);
   // A query was answered (or dropped); with none owed, idle from `now`.
   void QueryDone(Handle h, Clock::time_point now);
-  // The connection is closed, for `why` (kCount: not counted, the daemon stops).
+  // The connection is closed, for `why` (kCount: not counted, the daemon
+  // stops). One being drained at its lifetime counts as kLifetime whatever
+  // closed it.
   void Remove(Handle h, TcpCloseReason why);
   // Appends the connections past their lifetime or idle timeout to `out`
-  // (each once, lifetime first); the owner closes them and Remove()s them.
-  void Expired(Clock::time_point now, std::vector<Expiry>* out) const;
+  // (each once, lifetime first): those to drain (listed once, then again
+  // when still open idle_timeout later) and those to close now, which the
+  // owner closes and Remove()s.
+  void Expired(Clock::time_point now, std::vector<Expiry>* out);
   // Accept failed with EMFILE/ENFILE/ENOBUFS/ENOMEM: counted.
   void AcceptPaused() { Bump(stats_.accept_paused); }
 
@@ -144,8 +153,9 @@ class TcpConnectionTable {
     Clock::time_point idle_since;
     uint32_t pending = 0;
     bool in_use = false;
-    Link by_age;  // in accept order
-    Link idle;    // in `idle_` while nothing is owed, oldest idle first
+    bool draining = false;  // past its lifetime, its last answers going out
+    Link by_age;            // in accept order
+    Link idle;              // in `idle_` while nothing is owed, oldest idle first
   };
 
   SourceKey KeyOf(const common::SocketAddress& peer) const;
