@@ -8,6 +8,7 @@
 
 #include "weir/common/config_file.h"
 #include "weir/common/toml_checker.h"
+#include "weir/net/tcp_limits_config.h"
 
 namespace weir::fastpath {
 
@@ -173,7 +174,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.OnlyKeys(*s, "server",
                {"backend", "listen", "workers", "tcp", "weight_option_code", "metrics_listen",
                 "metrics_answer_names", "metrics_conformance_window_s", "tcp_idle_timeout_ms",
-                "tcp_max_connections"});
+                "tcp_max_connections", "tcp_max_connections_per_source", "tcp_source_prefix_v4",
+                "tcp_source_prefix_v6", "tcp_lifetime_ms"});
     c.String(*s, "backend", &cfg.backend);
     if (c.ok() && cfg.backend != "kernel" && cfg.backend != "dpdk") {
       c.Fail(s->get("backend")->source(),
@@ -210,8 +212,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     }
     c.Int(*s, "metrics_answer_names", &cfg.metrics_answer_names, 0, 100000);
     c.Int(*s, "metrics_conformance_window_s", &cfg.metrics_conformance_window_s, 1, 86400);
-    c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
-    c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+    net::ParseTcpLimits(c, *s, &cfg.tcp_limits);
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});

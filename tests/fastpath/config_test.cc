@@ -139,6 +139,43 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
   }
 }
 
+TEST(FastpathConfig, TcpConnectionLimits) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_limits.max_connections, 1024);
+  EXPECT_EQ(c->tcp_limits.max_per_source, 64);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v4, 32);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v6, 56);
+  EXPECT_EQ(c->tcp_limits.idle_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(120000));
+  c = ParseConfig(
+      "[server]\nlisten = [\"127.0.0.1:53\"]\ntcp_max_connections = 10\ntcp_max_connections_per_source = 0\n"
+      "tcp_source_prefix_v4 = 24\ntcp_source_prefix_v6 = 64\ntcp_idle_timeout_ms = 500\ntcp_lifetime_ms = "
+      "3000\n"
+      "[acl]\nallow = [\"127.0.0.0/8\"]\n[upstream]\nordinary = [\"127.0.0.1:5301\"]\n",
+      "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_limits.max_connections, 10);
+  EXPECT_EQ(c->tcp_limits.max_per_source, 0);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v4, 24);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v6, 64);
+  EXPECT_EQ(c->tcp_limits.idle_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(3000));
+  const BadCase cases[] = {
+      {"[server]\ntcp_max_connections_per_source = -1\n", "t.toml:2:"},
+      {"[server]\ntcp_source_prefix_v4 = 33\n", "'tcp_source_prefix_v4' must be between 8 and 32"},
+      {"[server]\ntcp_source_prefix_v6 = 8\n", "'tcp_source_prefix_v6' must be between 16 and 128"},
+      {"[server]\ntcp_lifetime_ms = 999\n", "'tcp_lifetime_ms' must be between 1000 and 86400000"},
+      {"[server]\ntcp_idle_timeout_ms = 50\n", "t.toml:2:"},
+      {"[server]\ntcp_lifetime_ms = \"2m\"\n", "'tcp_lifetime_ms' must be an integer"},
+  };
+  for (const auto& bc : cases) {
+    auto bad = ParseConfig(bc.text, "t.toml");
+    ASSERT_FALSE(bad.ok()) << bc.text;
+    EXPECT_NE(Message(bad.status()).find(bc.expect), std::string::npos) << bc.text << "\n" << bad.status();
+  }
+}
+
 TEST(FastpathConfig, MissingRequiredSectionsAreErrors) {
   auto no_acl =
       ParseConfig("[server]\nlisten=[\"127.0.0.1:53\"]\n[upstream]\nordinary=[\"127.0.0.1:1\"]\n", "t.toml");

@@ -12,6 +12,7 @@
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/net/tcp_connections.h"
 #include "weir/partitions/partition.h"
 
 namespace weir::fastpath {
@@ -75,8 +76,9 @@ struct FastpathConfig {
   int metrics_answer_names = 100;
   // The weight-conformance window (weir_answer_share_deviation_ratio).
   int metrics_conformance_window_s = 60;
-  int tcp_idle_timeout_ms = 10000;
-  int tcp_max_connections = 1024;
+  // Who may hold TCP connections and for how long (tcp_max_connections,
+  // tcp_max_connections_per_source, tcp_idle_timeout_ms, tcp_lifetime_ms...).
+  net::TcpConnectionLimits tcp_limits;
 
   // [acl]
   std::vector<partitions::Cidr> allow;               // subscriber networks; others get REFUSED
