@@ -211,13 +211,10 @@ size_t QueryHandler::WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, ui
 }
 
 void QueryHandler::BudgetBytes(Work* w, uint32_t now) {
-  byte_budget_ = SIZE_MAX;
-  if (w->tcp || !limiter_.limits_bytes()) return;  // TCP cannot be spoofed: not an amplifier
-  byte_budget_ = limiter_.ByteAllowance(&w->source_slot, *w->source, now);
+  byte_budget_ = limiter_.ByteAllowance(&w->source_slot, w->source_generation, *w->source, now);
 }
 
 void QueryHandler::ChargeBytes(Work* w, size_t sent) {
-  if (byte_budget_ == SIZE_MAX) return;
   byte_budget_ = SIZE_MAX;
   limiter_.TakeBytes(w->source_slot, static_cast<uint32_t>(sent));
   // Sent with TC because of the budget only (it fitted the client's size).
@@ -234,9 +231,10 @@ Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const Clien
   // Not in the cache: the upstream's answer as it came (DNSSEC-aware
   // queries, REFUSED, uncacheable), or SERVFAIL when every upstream failed.
   if (relay != nullptr) {
-    BudgetBytes(&single_, now);
+    const bool charged = ByteLimited(single_);
+    if (charged) BudgetBytes(&single_, now);
     *out_len = WriteRelayed(pkt, single_, *relay, out, out_cap);
-    ChargeBytes(&single_, *out_len);
+    if (charged) ChargeBytes(&single_, *out_len);
   } else {
     *out_len = WriteError(pkt, len, &single_.query, dns::Rcode::kServFail, out, out_cap);
     if (*out_len != 0) {
@@ -272,14 +270,17 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     counters_->Drop(DropReason::kGarbage);
     return false;
   }
-  w->source = &client.addr;
-  w->source_slot = RateLimiter::kNoSlot;
-  if (limiter_.enabled() && mode == HandleMode::kNormal) {
+  if (limiter_.enabled()) [[unlikely]] {
+    w->source = &client.addr;
+    w->source_slot = RateLimiter::kNoSlot;
     // Queries returned from the upstream side were counted when they came.
-    w->source_slot = limiter_.Track(client.addr, now);
-    if (!limiter_.TakeQuery(w->source_slot)) {
-      counters_->Drop(DropReason::kRateLimited);
-      return false;
+    if (mode == HandleMode::kNormal) {
+      w->source_slot = limiter_.Track(client.addr, now);
+      w->source_generation = limiter_.generation();
+      if (!limiter_.TakeQuery(w->source_slot)) {
+        counters_->Drop(DropReason::kRateLimited);
+        return false;
+      }
     }
   }
   dns::Query& query = w->query;
@@ -334,9 +335,10 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     // (RFC 8482 4.2) from here, never the upstream's whole name. Over TCP
     // (no spoofed sources) it is resolved as any other type.
     counters_->any_minimal.Add();
-    BudgetBytes(w, now);
+    const bool charged = ByteLimited(*w);
+    if (charged) BudgetBytes(w, now);
     const size_t n = WriteMinimalAny(pkt, query, out, out_cap);
-    ChargeBytes(w, n);
+    if (charged) ChargeBytes(w, n);
     return reply(n, dns::Rcode::kNoError, std::nullopt);
   }
   return true;
@@ -405,9 +407,12 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
-      BudgetBytes(w, now);
+      const bool charged = ByteLimited(*w);
+      if (charged) [[unlikely]]
+        BudgetBytes(w, now);
       *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, age, out, out_cap);
-      ChargeBytes(w, *out_len);
+      if (charged) [[unlikely]]
+        ChargeBytes(w, *out_len);
       if (*out_len == 0) {
         counters_->Drop(DropReason::kNoRoom);
         return Verdict::kDrop;

@@ -8,13 +8,17 @@
 namespace weir::fastpath {
 namespace {
 
-std::array<uint8_t, 16> PrefixMask(unsigned bits, unsigned width_bytes) {
-  std::array<uint8_t, 16> m{};
+// The mask of a prefix over the address bytes, as the two 8-byte words
+// they are loaded in (memory order, so the same on any endianness).
+std::array<uint64_t, 2> PrefixMask(unsigned bits, unsigned width_bytes) {
+  uint8_t m[16] = {};
   for (unsigned i = 0; i < width_bytes; ++i) {
     const unsigned have = bits > i * 8 ? bits - i * 8 : 0;
     m[i] = have >= 8 ? 0xff : static_cast<uint8_t>(0xff00u >> have);
   }
-  return m;
+  std::array<uint64_t, 2> w;
+  std::memcpy(w.data(), m, 16);
+  return w;
 }
 
 uint64_t RandomSeed() {
@@ -39,12 +43,12 @@ RateLimiter::RateLimiter(const RateLimitOptions& o)
 }
 
 RateLimiter::Key RateLimiter::KeyOf(const partitions::IpAddress& src) const {
-  const std::array<uint8_t, 16>& m = src.family == 4 ? v4_mask_ : v6_mask_;
-  uint8_t b[16];
-  for (size_t i = 0; i < 16; ++i) b[i] = src.bytes[i] & m[i];
+  const std::array<uint64_t, 2>& m = src.family == 4 ? v4_mask_ : v6_mask_;
   Key k;
-  std::memcpy(&k.lo, b, 8);
-  std::memcpy(&k.hi, b + 8, 8);
+  std::memcpy(&k.lo, src.bytes.data(), 8);
+  std::memcpy(&k.hi, src.bytes.data() + 8, 8);
+  k.lo &= m[0];
+  k.hi &= m[1];
   k.family = src.family;
   return k;
 }
@@ -58,16 +62,6 @@ uint64_t RateLimiter::Hash(const Key& k) const {
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 32;
   return h;
-}
-
-void RateLimiter::Refill(Entry& e, uint32_t now) const {
-  if (e.last == now) return;
-  // The clock only moves forward; if it ever steps back, nothing is added.
-  const uint64_t elapsed = now > e.last ? now - e.last : 0;
-  e.last = now;
-  if (elapsed == 0) return;
-  e.tokens = static_cast<uint32_t>(std::min<uint64_t>(burst_, e.tokens + elapsed * qps_));
-  e.bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes_burst_, e.bytes + elapsed * bytes_rate_));
 }
 
 uint32_t RateLimiter::Deficit(const Entry& e, uint32_t now) const {
@@ -113,6 +107,7 @@ uint32_t RateLimiter::Track(const partitions::IpAddress& src, uint32_t now) {
       }
     }
   }
+  ++generation_;
   Entry& e = table_[victim];
   if (e.family != 0) (victim_deficit == 0 ? evicted_idle_ : evicted_active_).Add();
   e.lo = k.lo;
@@ -124,11 +119,10 @@ uint32_t RateLimiter::Track(const partitions::IpAddress& src, uint32_t now) {
   return victim;
 }
 
-uint32_t RateLimiter::ByteAllowance(uint32_t* slot, const partitions::IpAddress& src, uint32_t now) {
+uint32_t RateLimiter::ByteAllowance(uint32_t* slot, uint32_t generation, const partitions::IpAddress& src,
+                                    uint32_t now) {
   if (bytes_rate_ == 0) return UINT32_MAX;
-  const Key k = KeyOf(src);
-  if (*slot == kNoSlot || table_[*slot].family != k.family || table_[*slot].lo != k.lo ||
-      table_[*slot].hi != k.hi) {
+  if (*slot == kNoSlot || generation != generation_) {
     *slot = Track(src, now);
   } else {
     Refill(table_[*slot], now);

@@ -171,18 +171,19 @@ TEST(RateLimiterTest, ByteBudget) {
   ASSERT_TRUE(l.limits_bytes());
   const IpAddress a = Ip("192.0.2.9");
   uint32_t slot = l.Track(a, 1);
+  const uint32_t gen = l.generation();
   EXPECT_TRUE(l.TakeQuery(slot));  // queries are not limited
-  EXPECT_EQ(l.ByteAllowance(&slot, a, 1), 3000u);
+  EXPECT_EQ(l.ByteAllowance(&slot, gen, a, 1), 3000u);
   l.TakeBytes(slot, 1232);
   l.TakeBytes(slot, 1232);
-  EXPECT_EQ(l.ByteAllowance(&slot, a, 1), 536u);
+  EXPECT_EQ(l.ByteAllowance(&slot, gen, a, 1), 536u);
   l.TakeBytes(slot, 1232);  // never below 0
-  EXPECT_EQ(l.ByteAllowance(&slot, a, 1), 0u);
-  EXPECT_EQ(l.ByteAllowance(&slot, a, 2), 3000u);
+  EXPECT_EQ(l.ByteAllowance(&slot, gen, a, 1), 0u);
+  EXPECT_EQ(l.ByteAllowance(&slot, gen, a, 2), 3000u);
   // Another source is not charged.
   const IpAddress b = Ip("192.0.2.10");
   uint32_t other = RateLimiter::kNoSlot;
-  EXPECT_EQ(l.ByteAllowance(&other, b, 2), 3000u);
+  EXPECT_EQ(l.ByteAllowance(&other, 0, b, 2), 3000u);
   EXPECT_NE(other, slot);
 }
 
@@ -194,15 +195,16 @@ TEST(RateLimiterTest, ByteAllowanceFindsItsSourceAgainWhenTheSlotWasTaken) {
   RateLimiter l(o);
   const IpAddress a = Ip("192.0.2.1");
   uint32_t slot = l.Track(a, 1);
+  const uint32_t gen = l.generation();
   l.TakeBytes(slot, 1500);
   // Many other sources in the same second: a's slot may go to another.
   for (uint32_t i = 0; i < 200; ++i) l.Track(IpAddress::V4(0x0a000000u + i), 1);
-  const uint32_t left = l.ByteAllowance(&slot, a, 1);
+  const uint32_t left = l.ByteAllowance(&slot, gen, a, 1);
   // Either a kept its state (500 left) or was forgotten and starts full;
   // never someone else's budget.
   EXPECT_TRUE(left == 500 || left == 2000) << left;
   uint32_t again = RateLimiter::kNoSlot;
-  EXPECT_EQ(l.ByteAllowance(&again, a, 1), left);
+  EXPECT_EQ(l.ByteAllowance(&again, 0, a, 1), left);
   EXPECT_EQ(again, slot);
 }
 

@@ -201,6 +201,7 @@ class QueryHandler {
     bool tcp = false;                               // the client's transport
     const partitions::IpAddress* source = nullptr;  // the packet's source (rate limiting)
     uint32_t source_slot = RateLimiter::kNoSlot;    // its rate limiter slot
+    uint32_t source_generation = 0;                 // the limiter's generation then
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;
@@ -222,8 +223,11 @@ class QueryHandler {
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, uint64_t entry_hash,
                      bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap);
-  // Sets byte_budget_ for the UDP answer about to be written to w's source
-  // (rate_limit.bytes_per_second), and charges what was sent.
+  // Whether w's answer is charged to its source's byte budget
+  // (rate_limit.bytes_per_second): UDP only, TCP cannot be spoofed.
+  bool ByteLimited(const Work& w) const { return limiter_.limits_bytes() && !w.tcp; }
+  // Sets byte_budget_ for the UDP answer about to be written to w's source,
+  // and charges what was sent (byte_budget_ back to SIZE_MAX).
   void BudgetBytes(Work* w, uint32_t now);
   void ChargeBytes(Work* w, size_t sent);
   // The limit a writer gives ResponseWriter::Finish: the transport's and

@@ -10,6 +10,7 @@
 // cut the latter to 1/n. No allocation, lock or syscall per packet.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -65,10 +66,13 @@ class RateLimiter {
     --e.tokens;
     return true;
   }
+  // Counts the sources taken into the table: a slot from Track still holds
+  // its source while this has not changed.
+  uint32_t generation() const { return generation_; }
   // The UDP answer bytes `src` may get now. `slot` from Track for the same
-  // source and `now` (checked: a later source of the burst may have taken
-  // it, then it is tracked again).
-  uint32_t ByteAllowance(uint32_t* slot, const partitions::IpAddress& src, uint32_t now);
+  // source and `now` when the generation is still `generation` (a later
+  // source of the burst may have taken the slot: then it is tracked again).
+  uint32_t ByteAllowance(uint32_t* slot, uint32_t generation, const partitions::IpAddress& src, uint32_t now);
   // Takes `n` bytes (at most what is left) from `slot`'s byte bucket.
   void TakeBytes(uint32_t slot, uint32_t n) {
     Entry& e = table_[slot];
@@ -96,7 +100,15 @@ class RateLimiter {
 
   Key KeyOf(const partitions::IpAddress& src) const;
   uint64_t Hash(const Key& k) const;
-  void Refill(Entry& e, uint32_t now) const;
+  [[gnu::always_inline]] void Refill(Entry& e, uint32_t now) const {
+    if (e.last == now) return;
+    // The clock only moves forward; if it ever steps back, nothing is added.
+    const uint64_t elapsed = now > e.last ? now - e.last : 0;
+    e.last = now;
+    if (elapsed == 0) return;
+    e.tokens = static_cast<uint32_t>(std::min<uint64_t>(burst_, e.tokens + elapsed * qps_));
+    e.bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes_burst_, e.bytes + elapsed * bytes_rate_));
+  }
   // How much of its buckets `e` would miss at `now`, in 1/65536 of a bucket
   // (0: idle, nothing to lose).
   uint32_t Deficit(const Entry& e, uint32_t now) const;
@@ -105,10 +117,11 @@ class RateLimiter {
   uint32_t burst_;
   uint32_t bytes_rate_;
   uint32_t bytes_burst_;
-  std::array<uint8_t, 16> v4_mask_{};
-  std::array<uint8_t, 16> v6_mask_{};
+  std::array<uint64_t, 2> v4_mask_{};  // the prefixes as masks of the address's two words
+  std::array<uint64_t, 2> v6_mask_{};
   uint64_t seed_;
   uint32_t mask_ = 0;  // slots - 1; 0: off
+  uint32_t generation_ = 0;
   std::unique_ptr<Entry[]> table_;
   OwnedCounter evicted_idle_;
   OwnedCounter evicted_active_;
