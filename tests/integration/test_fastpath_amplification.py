@@ -82,9 +82,10 @@ def udp(server, port, q, source="127.0.0.1", timeout=2.0):
     return wire, dns.message.from_wire(wire)
 
 
-def udp_flood(server, port, queries, source, quiet=0.5):
+def udp_flood(server, port, queries, source, quiet=1.0):
     """Sends every query from one socket bound to `source`, then reads replies
-    until none came for `quiet` seconds. Returns {id: wire} of the replies."""
+    until every query has one or none came for `quiet` seconds. Returns
+    {id: wire} of the replies."""
     replies = {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -95,7 +96,7 @@ def udp_flood(server, port, queries, source, quiet=0.5):
             if i % 32 == 31:  # let the server keep up; the socket buffer holds the rest
                 time.sleep(0.001)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(replies) < len(queries):
             try:
                 wire = s.recv(65535)
             except socket.timeout:
