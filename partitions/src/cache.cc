@@ -37,6 +37,22 @@ bool SoaMinimum(std::span<const uint8_t> rdata, uint32_t* minimum) {
   return true;
 }
 
+// How many distinct RDATA the records hold (RFC 2181 5: an RRset's
+// duplicates are one record).
+template <typename Rec>
+size_t DistinctRdata(const std::vector<Rec>& records) {
+  std::vector<std::span<const uint8_t>> v;
+  v.reserve(records.size());
+  for (const Rec& r : records) v.emplace_back(r.rdata);
+  std::sort(v.begin(), v.end(), [](auto a, auto b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  });
+  return static_cast<size_t>(
+      std::unique(v.begin(), v.end(),
+                  [](auto a, auto b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }) -
+      v.begin());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- entry
@@ -147,7 +163,8 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
 
   if (kind == EntryKind::kServFail) {
     entry_ttl = limits.servfail_ttl;
-  } else if (kind == EntryKind::kPositive && others_.empty() && !addresses_.empty()) {
+  } else if (kind == EntryKind::kPositive && others_.empty() && !addresses_.empty() &&
+             DistinctRdata(addresses_) <= dns::kMaxWeightedAddresses) {
     // The weighted layout, encoded here so the address records' owners are
     // known pointers: CNAMEs point at the previous name, address records
     // at the chain's last name.
@@ -190,8 +207,6 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
       sorted.push_back(set[i]);
       ttls.push_back(addresses_[i].ttl);
     }
-    if (sorted.size() > dns::kMaxWeightedAddresses)
-      return absl::InvalidArgumentError("too many address records");
     address_size = static_cast<uint8_t>(12 + sorted.front().first.size());
     for (size_t i = 0; i < sorted.size(); ++i) {
       if (len + address_size > kMaxRecordsBytes) return absl::InvalidArgumentError("answer too large");

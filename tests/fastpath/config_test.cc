@@ -68,6 +68,27 @@ TEST(FastpathConfig, UpstreamSpoofingDefencesDefaultsAndErrors) {
   EXPECT_FALSE(cookies.ok());
 }
 
+TEST(FastpathConfig, RateLimitTable) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit_qps, 0u);
+  EXPECT_EQ(c->rate_limit_bytes_per_second, 0u);
+  EXPECT_EQ(c->rate_limit_ipv4_prefix, 32);
+  EXPECT_EQ(c->rate_limit_ipv6_prefix, 56);
+  EXPECT_EQ(c->rate_limit_table_size, 65536u);
+  c = ParseConfig(std::string(kMinimal) +
+                      "[rate_limit]\nqps_per_source = 200\nburst = 400\nbytes_per_second = 100000\n"
+                      "ipv4_prefix = 24\nipv6_prefix = 48\ntable_size = 4096\n",
+                  "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit_qps, 200u);
+  EXPECT_EQ(c->rate_limit_burst, 400u);
+  EXPECT_EQ(c->rate_limit_bytes_per_second, 100000u);
+  EXPECT_EQ(c->rate_limit_ipv4_prefix, 24);
+  EXPECT_EQ(c->rate_limit_ipv6_prefix, 48);
+  EXPECT_EQ(c->rate_limit_table_size, 4096u);
+}
+
 TEST(FastpathConfig, DnstapTableIsReadAndPathsAreRelativeToTheFile) {
   EXPECT_FALSE(ParseConfig(kMinimal, "t.toml")->dnstap.enabled());
   const std::string dir = ::testing::TempDir();
@@ -130,6 +151,12 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
       {"[log]\ntarget = \"syslog\"\n", "t.toml:2:10: log target must be stderr, journal or auto"},
       {"[log]\nlevel = 3\n", "'level' must be a string"},
       {"[log]\nfile = \"x\"\n", "t.toml:2:1: unknown key 'file' in [log]"},
+      {"[rate_limit]\nbytes_per_second = 1000\n", "t.toml:2:"},
+      {"[rate_limit]\nbytes_per_second = 1000\n", "at least 1232"},
+      {"[rate_limit]\nipv4_prefix = 33\n", "t.toml:2:"},
+      {"[rate_limit]\nipv6_prefix = 8\n", "'ipv6_prefix' must be between 16 and 128"},
+      {"[rate_limit]\ntable_size = 10\n", "'table_size' must be between 1024 and 16777216"},
+      {"[rate_limit]\nqps = 10\n", "t.toml:2:1: unknown key 'qps' in [rate_limit]"},
   };
   for (const auto& bc : cases) {
     auto c = ParseConfig(bc.text, "t.toml");

@@ -195,6 +195,41 @@ TEST_F(CacheTest, InvalidWeightsMeanEqualWeights) {
             (std::vector<uint8_t>{10, 20, 30}));
 }
 
+// More addresses than can be weighted (64): cached all the same, as a plain
+// answer (every record, no weights), so a large answer is a hit the next time.
+TEST_F(CacheTest, AnswerWithMoreAddressesThanCanBeWeightedIsCachedPlain) {
+  const dns::NameKey q = Key("big.example");
+  CacheEntryBuilder b({kCommonPartition, q.span(), dns::type::kA, dns::klass::kIn});
+  for (int i = 0; i < 150; ++i) {
+    const std::array<uint8_t, 4> a{10, 0, static_cast<uint8_t>(i / 250), static_cast<uint8_t>(i % 250 + 1)};
+    b.AddAddress(q.span(), a, 300);
+  }
+  std::vector<uint8_t> w(150, 1);
+  b.SetWeights(w);
+  auto e = b.Build(EntryKind::kPositive, 1);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->address_count(), 0);
+  EXPECT_FALSE((*e)->has_weights());
+  EXPECT_EQ((*e)->answer_count(), 150);
+  // Every record, its owner a pointer to the question's name: 16 bytes each.
+  EXPECT_EQ((*e)->records().size(), 150u * 16);
+  SwrrTable swrr;
+  uint8_t buf[4096];
+  AnswerWrite aw;
+  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kSingle, swrr, 0, buf, sizeof(buf), &aw));
+  EXPECT_EQ(aw.answer_count, 150);
+
+  // 64 distinct addresses (duplicates are one record) keep the weighted layout.
+  CacheEntryBuilder b64({kCommonPartition, q.span(), dns::type::kA, dns::klass::kIn});
+  for (int i = 0; i < 70; ++i) {
+    const std::array<uint8_t, 4> a{10, 0, 0, static_cast<uint8_t>(i % 64 + 1)};
+    b64.AddAddress(q.span(), a, 300);
+  }
+  auto e64 = b64.Build(EntryKind::kPositive, 1);
+  ASSERT_TRUE(e64.ok()) << e64.status();
+  EXPECT_EQ((*e64)->address_count(), 64);
+}
+
 // A key of city A never returns city B's entry, whatever the names.
 TEST_F(CacheTest, PartitionsNeverMix) {
   std::mt19937_64 rng(5);

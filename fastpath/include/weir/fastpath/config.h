@@ -85,8 +85,12 @@ struct FastpathConfig {
   std::vector<partitions::Cidr> trusted_forwarders;  // may send ECS that picks the partition
 
   // [rate_limit]
-  uint32_t rate_limit_qps = 0;  // per source address; 0 disables
+  uint32_t rate_limit_qps = 0;  // per source prefix; 0 disables
   uint32_t rate_limit_burst = 0;
+  uint32_t rate_limit_bytes_per_second = 0;  // UDP answer bytes per source prefix; 0 disables
+  uint8_t rate_limit_ipv4_prefix = 32;       // a source is its address cut to these
+  uint8_t rate_limit_ipv6_prefix = 56;
+  uint32_t rate_limit_table_size = 65536;  // sources tracked per worker
 
   // [partitions]
   std::string citymap_path;
