@@ -2,9 +2,9 @@
 // jemalloc's stats.allocated (bytes the program holds) and stats.resident
 // (bytes of the allocator's pages in RAM: the heap's share of the RSS, with
 // its fragmentation and dirty pages), read through mallctl after an "epoch"
-// refresh. The daemons link jemalloc when built with WEIR_JEMALLOC (the
-// default); without it (sanitizer and fuzz builds, or the option off)
-// mallctl is absent and the families are left out.
+// refresh. A daemon linked with jemalloc (weir-recursor with WEIR_JEMALLOC,
+// the default) has them; without it (the other daemons, sanitizer and fuzz
+// builds) mallctl is absent and the families are left out.
 //
 // Threading: thread-safe (mallctl is).
 #pragma once
