@@ -258,12 +258,13 @@ class Soak:
             weirtest.stop_pid(self.bench)
 
     # ----------------------------------------------------------- the report
-    def summary(self):
+    def summary(self, with_run=True):
         a = self.args
         print(f"soak: {a.duration} s, warm-up {a.warmup} s, {a.rate} qps, miss fraction {a.miss_fraction}, "
               f"fastpath cache.bytes {a.fastpath_cache_bytes}, recursor cache.max_entries {a.recursor_entries}")
-        print(f"tag pushes {self.pushes} ({self.push_failures} failed), recursor restarts "
-              f"{self.restarts[0]} + {self.restarts[1]}")
+        if with_run:
+            print(f"tag pushes {self.pushes} ({self.push_failures} failed), recursor restarts "
+                  f"{self.restarts[0]} + {self.restarts[1]}")
         hdr = (f"{'daemon':<20} {'RSS@warm':>9} {'max':>9} {'last':>9} {'slope':>10}   "
                f"{'fds@warm':>8} {'max':>5} {'last':>5} {'slope':>9}")
         print(hdr)
@@ -277,7 +278,7 @@ class Soak:
                 lr = [s for s in rows if s[2] == life]
                 t0 = lr[0][0]
                 # A restarted recursor warms up again from its restart.
-                warm_end = max(a.warmup, t0 + (a.warmup if life > 1 else 0))
+                warm_end = max(a.warmup, t0 + (a.life_warmup if life > 1 else 0))
                 warm = [s for s in lr if s[0] >= warm_end]
                 if len(warm) < 10:
                     continue
@@ -295,6 +296,8 @@ class Soak:
                       f"{r['rss_last_kb'] / 1024:9.1f} {r['rss_slope_kb_per_min']:10.1f}   "
                       f"{r['fds_warm']:8d} {r['fds_max']:5d} {r['fds_last']:5d} {r['fds_slope_per_min']:9.3f}"
                       f"   ({r['seconds']:.0f} s)")
+        if not with_run:
+            return
         try:
             with open(self.bench_json) as f:
                 b = json.load(f)
@@ -373,11 +376,23 @@ def main():
     ap.add_argument("--net", default="127.0.77", help="the fake hierarchy's /24 on loopback")
     ap.add_argument("--plot", help="directory for gnuplot PNGs of RSS and fds")
     ap.add_argument("--json", help="the summary as JSON")
+    ap.add_argument("--life-warmup", type=int, default=20,
+                    help="seconds after a recursor's restart before its flatness figures (default 20)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (configs, logs)")
+    ap.add_argument("--summarize", metavar="CSV", help="only print the summary of an earlier run's CSV")
     a = ap.parse_args()
     if a.warmup <= 0:
         a.warmup = max(10, a.duration // 6)
     soak = Soak(a)
+    if a.summarize:
+        with open(a.summarize) as f:
+            soak.samples = [(float(r["t"]), r["daemon"], int(r["life"]), int(r["pid"]), int(r["rss_kb"]),
+                             int(r["fds"])) for r in csv.DictReader(f)]
+        shutil.rmtree(soak.dir, ignore_errors=True)
+        soak.summary(with_run=False)
+        if a.plot:
+            soak.plot(a.plot)
+        return
     try:
         soak.start()
         soak.run()
