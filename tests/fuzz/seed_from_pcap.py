@@ -138,10 +138,20 @@ def in_ports(port: str, ranges: list) -> bool:
     return any(lo <= p <= hi for lo, hi in ranges)
 
 
+def shape(c: bytes) -> tuple:
+    """What makes two inputs different to a parser: the size, and for DNS
+    messages the flags and section counts (bytes 2..11)."""
+    return (len(c), c[2:12] if len(c) >= 12 else b"")
+
+
 def pick(candidates: list, max_files: int, max_bytes: int) -> list:
-    """Unique candidates spread over the sizes found, within the limits."""
+    """Unique candidates, one per shape first, spread over the sizes found,
+    within the limits."""
     unique = {hashlib.sha1(c).hexdigest(): c for c in candidates}
-    items = sorted(unique.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    by_shape = {}
+    for h, c in sorted(unique.items()):
+        by_shape.setdefault(shape(c), (h, c))
+    items = sorted(by_shape.values(), key=lambda kv: (len(kv[1]), kv[0]))
     if len(items) > max_files:
         step = len(items) / max_files
         items = [items[int(i * step)] for i in range(max_files)]
@@ -164,6 +174,7 @@ def main() -> None:
     ap.add_argument("--max-files", type=int, default=40, help="new files per target at most")
     ap.add_argument("--max-bytes", type=int, default=256 << 10, help="bytes of new files per target at most")
     ap.add_argument("--stream-bytes", type=int, default=4096, help="bytes kept of each TCP stream")
+    ap.add_argument("--targets", default="", help="only these targets (comma separated)")
     ap.add_argument("--dry-run", action="store_true", help="say what would be written")
     a = ap.parse_args()
 
@@ -215,6 +226,8 @@ def main() -> None:
                         found["mgmt_snapshot_file_fuzz"].append(b"\x01" + frame)
 
     for target in sorted(found):
+        if a.targets and target not in a.targets.split(","):
+            continue
         chosen = pick(found[target], a.max_files, a.max_bytes)
         d = os.path.join(a.out, target)
         new = 0
