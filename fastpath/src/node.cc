@@ -428,6 +428,9 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
                             "evicted memory still awaited its grace period).");
   refused.Add({{"reason", "busy"}}, cs.busy);
   refused.Add({{"reason", "reclaiming"}}, cs.reclaiming);
+  w.Counter("weir_cache_slab_drains_total",
+            "Slab chunks emptied to keep the cache's memory within 1.25x the budget when entry sizes shift.")
+      .Add({}, cs.slab_drains);
 }
 
 void Node::RenderAnswers(common::PrometheusWriter& w) const {
