@@ -5,7 +5,7 @@ weir's daemons and their peers really exchanged them.
 Take a capture on loopback while integration tests run, then extract:
 
     dumpcap -i lo -w /tmp/it.pcapng -f "not port 22" &   # root; stop it by its PID
-    python3 tests/integration/test_recursor_tcp.py --build-dir build-ci/main
+    python3 tests/integration/test_tcp_abuse.py --build-dir build-ci/main
     python3 tests/integration/test_mgmt.py --build-dir build-ci/main
     kill <dumpcap's PID>
     python3 tests/fuzz/seed_from_pcap.py /tmp/it.pcapng --mgmt-ports 40000-60999 --out tests/fuzz/corpus
