@@ -28,6 +28,7 @@
 #include <toml++/toml.h>
 
 #include "absl/status/statusor.h"
+#include "weir/common/owned_counter.h"
 #include "weir/common/prometheus.h"
 #include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
@@ -105,15 +106,7 @@ struct Options {
 // to `c`. Paths stay as written (the caller resolves relative ones).
 void ParseConfig(common::TomlChecker& c, const toml::table& root, Options* out);
 
-// A counter written by one thread and read by any.
-class OwnedCounter {
- public:
-  void Add(uint64_t n = 1) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
-  uint64_t Read() const { return v_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> v_{0};
-};
+using common::OwnedCounter;
 
 class Writer;
 

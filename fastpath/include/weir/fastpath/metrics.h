@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "weir/common/owned_counter.h"
 #include "weir/common/prometheus.h"
 
 namespace weir::fastpath {
@@ -41,15 +42,7 @@ enum class ErrorReason : uint8_t {
 std::string_view ErrorReasonName(ErrorReason r);
 std::string_view DropReasonName(DropReason r);
 
-// A counter written by exactly one thread.
-class OwnedCounter {
- public:
-  void Add(uint64_t n = 1) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
-  uint64_t Read() const { return v_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> v_{0};
-};
+using common::OwnedCounter;
 
 // A latency histogram with fixed Prometheus buckets (seconds), written by
 // one thread, rendered by the metrics thread.
