@@ -93,7 +93,8 @@ struct Options {
   uint64_t iterations = 0;  // > 0: the fixed-count (callgrind) mode
   size_t plain = 1000;
   size_t weighted = 1000;
-  int only = -1;  // one phase only (for a profiler), or all
+  int only = -1;            // one phase only (for a profiler), or all
+  bool rate_limit = false;  // per-source limits on, set so high that nothing is limited
   // The answers' checksums: "software" (what the worker does on net_ring,
   // which offers no offloads), "offload" (as on a NIC with IPv4 and UDP
   // TX checksum offload: the worker writes the pseudo-header sum only),
@@ -110,6 +111,7 @@ struct Options {
                "  --plain N       plain names, common partition (default 1000)\n"
                "  --weighted N    weighted tagged names, each in 2 city partitions (default 1000)\n"
                "  --only PHASE    run one phase only (loop, feed, core, handler), e.g. under perf\n"
+               "  --rate-limit on per-source query and byte limits on (never reached): their cost\n"
                "  --checksums M   software (default: net_ring has no offloads), offload (as a NIC\n"
                "                  with IPv4/UDP TX checksum offload), off (no IPv4 UDP checksum)\n",
                argv0);
@@ -135,6 +137,8 @@ Options ParseArgs(int argc, char** argv) {
     } else if (a == "--checksums") {
       o.checksums = v;
       if (o.checksums != "software" && o.checksums != "offload" && o.checksums != "off") Usage(argv[0]);
+    } else if (a == "--rate-limit") {
+      o.rate_limit = std::string_view(v) == "on";
     } else if (a == "--only") {
       for (int ph = 0; ph < 4; ++ph) {
         if (v == std::string_view(kPhaseName[ph])) o.only = ph;
@@ -568,6 +572,10 @@ int Main(int argc, char** argv) {
   partitions::Cidr allow;
   if (!partitions::ParseCidr("198.18.0.0/15", &allow).ok()) Fail("acl");
   options.allow = {allow};
+  if (o.rate_limit) {
+    options.rate_limit.qps = options.rate_limit.burst = 10000000;
+    options.rate_limit.bytes_per_second = 1000000000;
+  }
   MissChannel channel;
   WorkerCore core(0, options, &shared, &channel, [] {});
   const frame::PortAddresses port = frame::testing::Port();

@@ -51,3 +51,13 @@ function(weir_link_closure target out_var)
   endwhile()
   set(${out_var} ${_seen} PARENT_SCOPE)
 endfunction()
+
+# weir_link_allocator(<target>): the daemon's malloc is jemalloc's when
+# WEIR_JEMALLOC is on (common/allocator_metrics.h then reports its
+# statistics). It comes before libc among the needed libraries, so its
+# malloc, free and operator new's malloc are the ones the process uses.
+function(weir_link_allocator target)
+  if(WEIR_JEMALLOC)
+    target_link_libraries(${target} PRIVATE PkgConfig::JEMALLOC)
+  endif()
+endfunction()

@@ -1,5 +1,7 @@
 #include "weir/common/process_metrics.h"
 
+#include "weir/common/allocator_metrics.h"
+
 #include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -137,7 +139,10 @@ void AddProcessMetrics(PrometheusWriter& w, const ProcessSample& s) {
   }
 }
 
-void AddProcessMetrics(PrometheusWriter& w) { AddProcessMetrics(w, ReadProcessSample()); }
+void AddProcessMetrics(PrometheusWriter& w) {
+  AddProcessMetrics(w, ReadProcessSample());
+  AddAllocatorMetrics(w);
+}
 
 void AddBuildInfo(PrometheusWriter& w, std::string_view daemon) {
   w.Gauge("weir_build_info",

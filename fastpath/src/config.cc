@@ -8,6 +8,7 @@
 
 #include "weir/common/config_file.h"
 #include "weir/common/toml_checker.h"
+#include "weir/net/tcp_limits_config.h"
 
 namespace weir::fastpath {
 
@@ -173,7 +174,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.OnlyKeys(*s, "server",
                {"backend", "listen", "workers", "tcp", "weight_option_code", "metrics_listen",
                 "metrics_answer_names", "metrics_conformance_window_s", "tcp_idle_timeout_ms",
-                "tcp_max_connections"});
+                "tcp_max_connections", "tcp_max_connections_per_source", "tcp_source_prefix_v4",
+                "tcp_source_prefix_v6", "tcp_lifetime_ms"});
     c.String(*s, "backend", &cfg.backend);
     if (c.ok() && cfg.backend != "kernel" && cfg.backend != "dpdk") {
       c.Fail(s->get("backend")->source(),
@@ -210,8 +212,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     }
     c.Int(*s, "metrics_answer_names", &cfg.metrics_answer_names, 0, 100000);
     c.Int(*s, "metrics_conformance_window_s", &cfg.metrics_conformance_window_s, 1, 86400);
-    c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
-    c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+    net::ParseTcpLimits(c, *s, &cfg.tcp_limits);
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});
@@ -219,9 +220,19 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, partitions::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "rate_limit")) {
-    c.OnlyKeys(*s, "rate_limit", {"qps_per_source", "burst"});
+    c.OnlyKeys(*s, "rate_limit",
+               {"qps_per_source", "burst", "bytes_per_second", "ipv4_prefix", "ipv6_prefix", "table_size"});
     c.Int(*s, "qps_per_source", &cfg.rate_limit_qps, 0, 10000000);
     c.Int(*s, "burst", &cfg.rate_limit_burst, 0, 10000000);
+    c.Int(*s, "bytes_per_second", &cfg.rate_limit_bytes_per_second, 0, 1000000000);
+    c.Int(*s, "ipv4_prefix", &cfg.rate_limit_ipv4_prefix, 8, 32);
+    c.Int(*s, "ipv6_prefix", &cfg.rate_limit_ipv6_prefix, 16, 128);
+    c.Int(*s, "table_size", &cfg.rate_limit_table_size, 1024, 16777216);
+    // Below one full UDP answer, no large answer would ever fit the budget.
+    if (cfg.rate_limit_bytes_per_second != 0 && cfg.rate_limit_bytes_per_second < 1232) {
+      c.Fail(s->get("bytes_per_second")->source(),
+             "'bytes_per_second' must be 0 (off) or at least 1232 (one full UDP answer)");
+    }
   }
   if (const toml::table* s = SubTable(c, root, "partitions")) {
     c.OnlyKeys(*s, "partitions", {"citymap", "default_city", "tags"});

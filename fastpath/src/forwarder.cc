@@ -538,9 +538,11 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
     return;
   }
   bool stale_exists = false;
-  if (c.route.waits()) {
+  if (c.route.waits() && !m.do_bit && !m.cd_bit) {
     // The question may have been answered and cached between the worker's
-    // miss and now (it waited in the queue): answer from the cache.
+    // miss and now (it waited in the queue): answer from the cache. Not a
+    // DO or CD one: the cache never answers those (the worker would find
+    // nothing and send SERVFAIL).
     const partitions::CacheKey ck{m.partition, m.qname.span(), m.qtype, m.qclass};
     partitions::Freshness f;
     if (shared->cache->Find(ck, shared->clock->NowSeconds(), &f) != nullptr) {

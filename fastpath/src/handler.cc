@@ -8,23 +8,6 @@
 
 namespace weir::fastpath {
 
-RateLimiter::RateLimiter(uint32_t qps, uint32_t burst)
-    : qps_(qps), burst_(burst > 0 ? burst : qps), buckets_(qps > 0 ? 65536 : 0) {}
-
-bool RateLimiter::Allow(const partitions::IpAddress& src, uint32_t now) {
-  if (qps_ == 0) return true;
-  const size_t n = src.family == 4 ? 4 : 16;
-  Bucket& b = buckets_[StableHash(src.bytes.data(), n) & 0xffff];
-  if (b.last != now) {
-    const uint64_t refill = b.last == 0 ? burst_ : uint64_t{now - b.last} * qps_;
-    b.tokens = static_cast<uint32_t>(std::min<uint64_t>(burst_, b.tokens + refill));
-    b.last = now;
-  }
-  if (b.tokens == 0) return false;
-  --b.tokens;
-  return true;
-}
-
 void AnswerCounters::Count(uint64_t entry_hash, partitions::Partition partition,
                            std::span<const uint8_t> qname, const uint8_t* addr, uint8_t addr_len) {
   // The entry's hash with the address mixed in (an entry's addresses change
@@ -63,7 +46,7 @@ QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, W
     : options_(options),
       shared_(shared),
       counters_(counters),
-      limiter_(options.rate_limit_qps, options.rate_limit_burst),
+      limiter_(options.rate_limit),
       prefetched_(1024, {0, 0}) {
   parse_options_.weight_option_code = options.weight_option_code;
 }
@@ -157,10 +140,11 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
       }
     }
   }
-  // Larger than the client's buffer (or than ours): TC, the client retries over TCP.
-  const size_t limit = fits ? response_limit_ : 0;
+  // Larger than the client's buffer (or than ours), or than its source's
+  // byte budget: TC, the client retries over TCP.
   const size_t whole = w.size();
-  const size_t n = w.Finish(limit == 0 ? dns::kHeaderSize : limit);
+  unlimited_size_ = whole;
+  const size_t n = w.Finish(fits ? AnswerLimit() : dns::kHeaderSize);
   if (n != whole || !fits) counters_->truncated.Add();
   if (n != 0) counters_->Response(tcp_, rcode);
   return n;
@@ -203,7 +187,8 @@ size_t QueryHandler::WriteRelayed(const uint8_t* pkt, const Work& w, const Relay
     }
   }
   const size_t whole = wr.size();
-  const size_t n = wr.Finish(fits ? response_limit_ : dns::kHeaderSize);
+  unlimited_size_ = whole;
+  const size_t n = wr.Finish(fits ? AnswerLimit() : dns::kHeaderSize);
   if (n != whole || !fits) counters_->truncated.Add();
   if (n != 0) counters_->Response(tcp_, r.flags & dns::flag::kRcodeMask);
   return n;
@@ -219,7 +204,21 @@ size_t QueryHandler::WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, ui
   static constexpr uint8_t kRdata[] = {7, 'R', 'F', 'C', '8', '4', '8', '2', 0};
   w.AppendRecord(dns::Section::kAnswer, qname, dns::type::kHinfo, dns::klass::kIn, kMinimalAnyTtl, kRdata);
   if (q.edns.present) w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
-  return w.Finish(response_limit_);
+  unlimited_size_ = w.size();
+  const size_t n = w.Finish(AnswerLimit());
+  if (n != unlimited_size_) counters_->truncated.Add();
+  return n;
+}
+
+void QueryHandler::BudgetBytes(Work* w, uint32_t now) {
+  byte_budget_ = limiter_.ByteAllowance(&w->source_slot, w->source_generation, *w->source, now);
+}
+
+void QueryHandler::ChargeBytes(Work* w, size_t sent) {
+  byte_budget_ = SIZE_MAX;
+  limiter_.TakeBytes(w->source_slot, static_cast<uint32_t>(sent));
+  // Sent with TC because of the budget only (it fitted the client's size).
+  if (unlimited_size_ > sent && unlimited_size_ <= response_limit_) counters_->rate_limited_bytes.Add();
 }
 
 Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
@@ -232,7 +231,10 @@ Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const Clien
   // Not in the cache: the upstream's answer as it came (DNSSEC-aware
   // queries, REFUSED, uncacheable), or SERVFAIL when every upstream failed.
   if (relay != nullptr) {
+    const bool charged = ByteLimited(single_);
+    if (charged) BudgetBytes(&single_, now);
     *out_len = WriteRelayed(pkt, single_, *relay, out, out_cap);
+    if (charged) ChargeBytes(&single_, *out_len);
   } else {
     *out_len = WriteError(pkt, len, &single_.query, dns::Rcode::kServFail, out, out_cap);
     if (*out_len != 0) {
@@ -268,9 +270,18 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     counters_->Drop(DropReason::kGarbage);
     return false;
   }
-  if (mode == HandleMode::kNormal && !limiter_.Allow(client.addr, now)) {
-    counters_->Drop(DropReason::kRateLimited);
-    return false;
+  if (limiter_.enabled()) [[unlikely]] {
+    w->source = &client.addr;
+    w->source_slot = RateLimiter::kNoSlot;
+    // Queries returned from the upstream side were counted when they came.
+    if (mode == HandleMode::kNormal) {
+      w->source_slot = limiter_.Track(client.addr, now);
+      w->source_generation = limiter_.generation();
+      if (!limiter_.TakeQuery(w->source_slot)) {
+        counters_->Drop(DropReason::kRateLimited);
+        return false;
+      }
+    }
   }
   dns::Query& query = w->query;
   const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query);
@@ -324,7 +335,11 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     // (RFC 8482 4.2) from here, never the upstream's whole name. Over TCP
     // (no spoofed sources) it is resolved as any other type.
     counters_->any_minimal.Add();
-    return reply(WriteMinimalAny(pkt, query, out, out_cap), dns::Rcode::kNoError, std::nullopt);
+    const bool charged = ByteLimited(*w);
+    if (charged) BudgetBytes(w, now);
+    const size_t n = WriteMinimalAny(pkt, query, out, out_cap);
+    if (charged) ChargeBytes(w, n);
+    return reply(n, dns::Rcode::kNoError, std::nullopt);
   }
   return true;
 }
@@ -392,7 +407,12 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
+      const bool charged = ByteLimited(*w);
+      if (charged) [[unlikely]]
+        BudgetBytes(w, now);
       *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, age, out, out_cap);
+      if (charged) [[unlikely]]
+        ChargeBytes(w, *out_len);
       if (*out_len == 0) {
         counters_->Drop(DropReason::kNoRoom);
         return Verdict::kDrop;

@@ -25,8 +25,12 @@ HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
   o.weight_option_code = c.weight_option_code;
   o.allow = c.allow;
   o.trusted_forwarders = c.trusted_forwarders;
-  o.rate_limit_qps = c.rate_limit_qps;
-  o.rate_limit_burst = c.rate_limit_burst;
+  o.rate_limit.qps = c.rate_limit_qps;
+  o.rate_limit.burst = c.rate_limit_burst;
+  o.rate_limit.bytes_per_second = c.rate_limit_bytes_per_second;
+  o.rate_limit.ipv4_prefix = c.rate_limit_ipv4_prefix;
+  o.rate_limit.ipv6_prefix = c.rate_limit_ipv6_prefix;
+  o.rate_limit.table_size = c.rate_limit_table_size;
   o.stale_answer_ttl = c.stale_answer_ttl;
   o.prefetch_percent = c.prefetch_percent;
   return o;
@@ -265,6 +269,33 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       .Add({}, sum([](const WorkerCounters& c) { return c.truncated.Read(); }));
   w.Counter("weir_any_minimal_total", "ANY queries over UDP answered with the RFC 8482 HINFO.")
       .Add({}, sum([](const WorkerCounters& c) { return c.any_minimal.Read(); }));
+  // Over the per-source limits (docs/fastpath-config.md#rate-limiting): `qps`
+  // are dropped (also in weir_drops_total{reason="rate_limited"}), `bytes`
+  // answered with TC (also in weir_responses_total and weir_truncated_total).
+  auto& limited =
+      w.Counter("weir_rate_limited_total", "Queries over their source's rate limit, by which limit.");
+  limited.Add({{"reason", "qps"}}, sum([](const WorkerCounters& c) {
+                return c.drops[static_cast<size_t>(DropReason::kRateLimited)].Read();
+              }));
+  limited.Add({{"reason", "bytes"}},
+              sum([](const WorkerCounters& c) { return c.rate_limited_bytes.Read(); }));
+  {
+    uint64_t idle = 0, active = 0, capacity = 0;
+    for (const auto& c : cores_) {
+      const RateLimiter& l = c->handler().rate_limiter();
+      idle += l.evicted_idle();
+      active += l.evicted_active();
+      capacity += l.capacity();
+    }
+    w.Gauge("weir_rate_limit_table_capacity", "Sources the rate limiter can track, summed over the workers.")
+        .Add({}, capacity);
+    auto& evictions = w.Counter(
+        "weir_rate_limit_evictions_total",
+        "Sources the rate limiter forgot to make room for a new one: idle (its buckets were full) or "
+        "active (not yet full: rate_limit.table_size is small for the sources seen).");
+    evictions.Add({{"state", "idle"}}, idle);
+    evictions.Add({{"state", "active"}}, active);
+  }
   w.Counter("weir_stale_served_total",
             "Expired entries served because no upstream answered in time (RFC 8767).")
       .Add({}, sum([](const WorkerCounters& c) { return c.stale_served.Read(); }));
@@ -397,6 +428,9 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
                             "evicted memory still awaited its grace period).");
   refused.Add({{"reason", "busy"}}, cs.busy);
   refused.Add({{"reason", "reclaiming"}}, cs.reclaiming);
+  w.Counter("weir_cache_slab_drains_total",
+            "Slab chunks emptied to keep the cache's memory within 1.25x the budget when entry sizes shift.")
+      .Add({}, cs.slab_drains);
 }
 
 void Node::RenderAnswers(common::PrometheusWriter& w) const {

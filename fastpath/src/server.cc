@@ -192,7 +192,6 @@ absl::Status Server::Start() {
 #ifdef WEIR_HAVE_DPDK
   if (s.dpdk) {
     if (absl::Status st = s.dpdk->OpenPorts(*s.node); !st.ok()) return fail(st);
-    s.node->SetBackendMetrics([d = s.dpdk.get()](common::PrometheusWriter& w) { d->RenderMetrics(w); });
   }
 #endif
   for (int w = 0; w < static_cast<int>(s.worker_fds.size()); ++w)
@@ -201,6 +200,13 @@ absl::Status Server::Start() {
     s.tcp = std::make_unique<kernel::TcpServer>(*s.node, workers, s.tcp_fds);
     if (absl::Status st = s.tcp->Init(); !st.ok()) return fail(st);
   }
+  // The backends' own families: the TCP server's connections, DPDK's ports.
+  s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
+    if (s.tcp) s.tcp->RenderMetrics(w);
+#ifdef WEIR_HAVE_DPDK
+    if (s.dpdk) s.dpdk->RenderMetrics(w);
+#endif
+  });
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {

@@ -37,6 +37,22 @@ bool SoaMinimum(std::span<const uint8_t> rdata, uint32_t* minimum) {
   return true;
 }
 
+// How many distinct RDATA the records hold (RFC 2181 5: an RRset's
+// duplicates are one record).
+template <typename Rec>
+size_t DistinctRdata(const std::vector<Rec>& records) {
+  std::vector<std::span<const uint8_t>> v;
+  v.reserve(records.size());
+  for (const Rec& r : records) v.emplace_back(r.rdata);
+  std::sort(v.begin(), v.end(), [](auto a, auto b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  });
+  return static_cast<size_t>(
+      std::unique(v.begin(), v.end(),
+                  [](auto a, auto b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }) -
+      v.begin());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- entry
@@ -147,7 +163,8 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
 
   if (kind == EntryKind::kServFail) {
     entry_ttl = limits.servfail_ttl;
-  } else if (kind == EntryKind::kPositive && others_.empty() && !addresses_.empty()) {
+  } else if (kind == EntryKind::kPositive && others_.empty() && !addresses_.empty() &&
+             DistinctRdata(addresses_) <= dns::kMaxWeightedAddresses) {
     // The weighted layout, encoded here so the address records' owners are
     // known pointers: CNAMEs point at the previous name, address records
     // at the chain's last name.
@@ -190,8 +207,6 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
       sorted.push_back(set[i]);
       ttls.push_back(addresses_[i].ttl);
     }
-    if (sorted.size() > dns::kMaxWeightedAddresses)
-      return absl::InvalidArgumentError("too many address records");
     address_size = static_cast<uint8_t>(12 + sorted.front().first.size());
     for (size_t i = 0; i < sorted.size(); ++i) {
       if (len + address_size > kMaxRecordsBytes) return absl::InvalidArgumentError("answer too large");
@@ -311,6 +326,13 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
 // the last one with free blocks of its size. Blocks come back only after a
 // grace period (Cache::DrainFreedLocked). Writer side only, under the
 // cache's mutex. Entries above kMaxSlabBytes come from operator new.
+//
+// The slab's footprint has a hard cap (Reserve): when a block size needs a
+// new chunk and the cap leaves no room, the sparsest chunk is drained, as
+// memcached's slab rebalancer does with a page: its entries are evicted, it
+// takes no new blocks, and it is unmapped when its last block comes back.
+// Without this, a cache filled with small entries and then churned with big
+// ones keeps every small chunk mapped for a few live blocks each.
 class EntrySlab {
  public:
   static constexpr size_t kBlock = 64;
@@ -324,6 +346,41 @@ class EntrySlab {
   EntrySlab& operator=(const EntrySlab&) = delete;
 
   static size_t BlockBytes(size_t bytes) { return (bytes + kBlock - 1) & ~(kBlock - 1); }
+
+  // Whether a block of `block` bytes can be allocated now without the
+  // footprint (mapped_bytes()) passing `cap`. Past `drain_from`, drains the
+  // sparsest chunks, calling evict(block address) for each block in use
+  // (live or retired), until the chunks being drained will bring the
+  // footprint back under `drain_from` once their blocks are back: draining
+  // ahead of the cap lets grace periods come before inserts are refused.
+  // Drains retire at most `retire_allowance` bytes. Empty chunks are
+  // unmapped at once.
+  template <typename Evict>
+  bool Reserve(size_t block, size_t drain_from, size_t cap, size_t retire_allowance, Evict&& evict) {
+    const bool has_free_block = block <= kMaxSlabBytes && partial_[block / kBlock] != nullptr;
+    if (has_free_block && mapped_bytes() <= cap) return true;
+    const size_t need = has_free_block ? 0 : block > kMaxSlabBytes ? block : chunk_bytes_;
+    while (mapped_bytes() - draining_bytes_ + need > drain_from) {
+      // The chunk whose draining evicts the fewest bytes, among those
+      // carved to the end once: a chunk still being carved is where its
+      // block size is growing, and draining it would undo that.
+      Chunk* victim = nullptr;
+      for (Chunk* c : chunks_) {
+        if (c->draining) continue;
+        const bool better = victim == nullptr ||
+                            (c->bump == c->capacity) > (victim->bump == victim->capacity) ||
+                            ((c->bump == c->capacity) == (victim->bump == victim->capacity) &&
+                             size_t{c->live} * c->block < size_t{victim->live} * victim->block);
+        if (better) victim = c;
+      }
+      if (victim == nullptr) break;  // big entries only: CLOCK frees them
+      const size_t used = size_t{victim->live} * victim->block;
+      if (used > retire_allowance) break;  // after the retired blocks are back
+      retire_allowance -= used;
+      Drain(victim, evict);
+    }
+    return mapped_bytes() + need <= cap;
+  }
 
   // A block of `block` bytes (a BlockBytes() value), 64-byte aligned.
   void* Allocate(size_t block) {
@@ -347,6 +404,8 @@ class EntrySlab {
       ASAN_UNPOISON_MEMORY_REGION(p, block);
     }
     ++c->live;
+    const size_t i = IndexOf(c, p);
+    c->used[i / 64] |= uint64_t{1} << (i % 64);
     if (Full(c)) Unlink(c);
     return p;
   }
@@ -358,39 +417,68 @@ class EntrySlab {
       return;
     }
     Chunk* c = reinterpret_cast<Chunk*>(reinterpret_cast<uintptr_t>(p) & ~(chunk_bytes_ - 1));
+    const size_t i = IndexOf(c, p);
+    c->used[i / 64] &= ~(uint64_t{1} << (i % 64));
     const bool was_full = Full(c);
     std::memcpy(p, &c->free, sizeof(void*));
     c->free = p;
     ASAN_POISON_MEMORY_REGION(p, block);  // a reader past its grace period trips ASan
     --c->live;
+    if (c->draining) {
+      if (c->live == 0) Remove(c);
+      return;
+    }
     if (was_full) Link(c);
     if (c->live == 0 && partial_count_[c->block / kBlock] > 1) {
       Unlink(c);
-      chunks_[c->pos] = chunks_.back();
-      chunks_[c->pos]->pos = c->pos;
-      chunks_.pop_back();
-      Unmap(c);
+      Remove(c);
     }
   }
 
   size_t mapped_bytes() const { return chunks_.size() * chunk_bytes_ + big_bytes_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  uint64_t drains() const { return drains_; }
 
  private:
   struct Chunk {        // in the chunk's first 64 bytes
     uint32_t block;     // block size
-    uint32_t live;      // blocks in use
+    uint32_t live;      // blocks in use (live or retired)
     uint32_t bump;      // blocks [bump, capacity) were never used
     uint32_t capacity;  // blocks in the chunk
     void* free;         // freed blocks, linked through their first 8 bytes
     Chunk* prev;        // chunks of this block size with a free block
     Chunk* next;
-    size_t pos;  // in chunks_
+    uint64_t* used;  // one bit per block in use
+    uint32_t pos;    // in chunks_
+    bool draining;   // takes no new blocks; unmapped when empty
   };
   static_assert(sizeof(Chunk) <= kBlock);
 
   static bool Full(const Chunk* c) { return c->free == nullptr && c->bump == c->capacity; }
   static uint8_t* BlockAt(Chunk* c, size_t i) {
     return reinterpret_cast<uint8_t*>(c) + kBlock + i * c->block;
+  }
+  static size_t IndexOf(const Chunk* c, const void* p) {
+    return (static_cast<const uint8_t*>(p) - reinterpret_cast<const uint8_t*>(c) - kBlock) / c->block;
+  }
+
+  template <typename Evict>
+  void Drain(Chunk* c, Evict& evict) {
+    if (!Full(c)) Unlink(c);
+    ++drains_;
+    if (c->live == 0) {
+      Remove(c);
+      return;
+    }
+    c->draining = true;
+    draining_bytes_ += chunk_bytes_;
+    // evict() only retires blocks (they come back through Free after their
+    // grace period), so the bitmap does not change under the walk.
+    for (size_t w = 0; w * 64 < c->bump; ++w) {
+      for (uint64_t bits = c->used[w]; bits != 0; bits &= bits - 1) {
+        evict(BlockAt(c, w * 64 + static_cast<size_t>(__builtin_ctzll(bits))));
+      }
+    }
   }
 
   Chunk* NewChunk(size_t block) {
@@ -408,13 +496,24 @@ class EntrySlab {
     Chunk* c = new (mem) Chunk{};
     c->block = static_cast<uint32_t>(block);
     c->capacity = static_cast<uint32_t>((chunk_bytes_ - kBlock) / block);
-    c->pos = chunks_.size();
+    c->used = new uint64_t[(c->capacity + 63) / 64]();
+    c->pos = static_cast<uint32_t>(chunks_.size());
     chunks_.push_back(c);
     ASAN_POISON_MEMORY_REGION(BlockAt(c, 0), chunk_bytes_ - kBlock);
     return c;
   }
 
+  // Unmaps an empty chunk that is on no partial list.
+  void Remove(Chunk* c) {
+    if (c->draining) draining_bytes_ -= chunk_bytes_;
+    chunks_[c->pos] = chunks_.back();
+    chunks_[c->pos]->pos = c->pos;
+    chunks_.pop_back();
+    Unmap(c);
+  }
+
   void Unmap(Chunk* c) {
+    delete[] c->used;
     // ASan keeps poison across munmap: whatever is mapped here next is clean.
     ASAN_UNPOISON_MEMORY_REGION(c, chunk_bytes_);
     munmap(c, chunk_bytes_);
@@ -441,6 +540,8 @@ class EntrySlab {
   Chunk* partial_[kMaxSlabBytes / kBlock + 1] = {};
   uint32_t partial_count_[kMaxSlabBytes / kBlock + 1] = {};
   size_t big_bytes_ = 0;
+  size_t draining_bytes_ = 0;  // chunks being drained, to be unmapped
+  uint64_t drains_ = 0;
 };
 
 // ---------------------------------------------------------------- cache
@@ -457,11 +558,12 @@ struct Cache::RetiredBatch {
 
 namespace {
 
-// Small caches get small chunks: a few partly used chunks per block size
-// must not dwarf the budget.
+// Small caches get small chunks: one partly used chunk per block size in
+// use must fit in the footprint's slack (a quarter of the budget) or the
+// slab drains chunks over and over.
 size_t ChunkBytesFor(size_t budget) {
-  size_t c = size_t{64} << 10;
-  while (c < (size_t{2} << 20) && c * 64 <= budget) c <<= 1;
+  size_t c = size_t{16} << 10;
+  while (c < (size_t{2} << 20) && c * 128 <= budget) c <<= 1;
   return c;
 }
 
@@ -611,6 +713,10 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
     ++stats_.reclaiming;
     return InsertResult::kReclaiming;
   }
+  if (!ReserveLocked(block)) {
+    ++stats_.reclaiming;
+    return InsertResult::kReclaiming;
+  }
   const CacheKey key{entry->partition(), entry->qname(), entry->qtype(), entry->qclass()};
   const uint64_t h = entry->hash();
 
@@ -656,6 +762,29 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
   ++g.inserts;
   EvictToBudgetLocked(clock_.NowSeconds());
   return InsertResult::kInserted;
+}
+
+bool Cache::ReserveLocked(size_t block) {
+  // The index this insert may grow into (MaybeRehashLocked) counts already.
+  const Index* idx = index_.load(std::memory_order_relaxed);
+  const bool grows = (used_ + 1) * 8 > idx->bucket_count() * kBucketSlots * 7;
+  const size_t index_bytes = idx->bucket_count() * sizeof(Bucket) * (grows ? 2 : 1);
+  const size_t limit = options_.byte_budget + options_.byte_budget / 4;
+  const size_t cap = limit > index_bytes ? limit - index_bytes : 0;
+  const size_t drain_from = cap - std::min(cap, options_.byte_budget / 8);
+  const size_t retire_allowance = RetiredCap() - std::min(RetiredCap(), retired_bytes_);
+  return slab_->Reserve(block, drain_from, cap, retire_allowance, [this](void* block_address) {
+    const CacheEntry* e = static_cast<const CacheEntry*>(block_address);
+    const CacheKey key{e->partition(), e->qname(), e->qtype(), e->qclass()};
+    Index* idx = index_.load(std::memory_order_relaxed);
+    const size_t pos = FindPositionLocked(idx, key, e->hash());
+    if (pos == SIZE_MAX) return;  // retired already
+    const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
+        std::memory_order_relaxed);
+    if (EntryOf(v) != e) return;  // retired already; the key has a newer entry elsewhere
+    EvictLocked(pos, false);
+    ++stats_.drain_evictions;
+  });
 }
 
 // Called before placing one more entry: keeps the load at most 7/8.
@@ -793,6 +922,7 @@ CacheStats Cache::stats() const {
   s.index_bytes = idx->bucket_count() * sizeof(Bucket);
   s.bytes = entry_bytes_ + s.index_bytes;
   s.slab_bytes = slab_->mapped_bytes();
+  s.slab_drains = slab_->drains();
   s.busy = busy_.load(std::memory_order_relaxed);
   s.retired_bytes = retired_bytes_;
   return s;

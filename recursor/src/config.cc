@@ -7,6 +7,7 @@
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
 #include "weir/dns/message.h"
+#include "weir/net/tcp_limits_config.h"
 
 namespace weir::recursor {
 
@@ -83,8 +84,9 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   if (const toml::table* s = SubTable(c, root, "server")) {
     c.OnlyKeys(*s, "server",
                {"listen", "tcp", "weight_option_code", "control", "control_allow", "tcp_idle_timeout_ms",
-                "tcp_max_connections", "tcp_max_unsent_bytes", "max_inflight", "answer_deadline_ms",
-                "metrics_listen"});
+                "tcp_max_connections", "tcp_max_connections_per_source", "tcp_source_prefix_v4",
+                "tcp_source_prefix_v6", "tcp_lifetime_ms", "tcp_max_unsent_bytes", "max_inflight",
+                "answer_deadline_ms", "metrics_listen"});
     c.List(*s, "listen", &cfg.listen, ParseAddress53);
     c.Bool(*s, "tcp", &cfg.tcp);
     c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
@@ -110,8 +112,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
         cfg.metrics_enabled = true;
       }
     }
-    c.Int(*s, "tcp_idle_timeout_ms", &cfg.tcp_idle_timeout_ms, 100, 600000);
-    c.Int(*s, "tcp_max_connections", &cfg.tcp_max_connections, 1, 1000000);
+    net::ParseTcpLimits(c, *s, &cfg.tcp_limits);
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);

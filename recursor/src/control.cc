@@ -8,6 +8,22 @@ namespace weir::recursor {
 
 using common::Cat;
 
+namespace {
+
+// ,"tcp_connections":N,"tcp_accepted":N,"tcp_closed_<reason>":N... (the
+// front's connection table; docs/metrics.md).
+std::string TcpStatsJson(const net::TcpConnectionTable::Stats& st) {
+  std::string out = Cat(",\"tcp_connections\":", st.open.load(std::memory_order_relaxed),
+                        ",\"tcp_accepted\":", st.accepted.load(std::memory_order_relaxed));
+  for (size_t r = 0; r < st.closed.size(); ++r) {
+    out += Cat(",\"tcp_closed_", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r)),
+               "\":", st.closed[r].load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
+}  // namespace
+
 dnstap::Writer::Totals Control::DnstapTotals() const {
   const dnstap::Writer* w = p_.dnstap ? p_.dnstap() : nullptr;
   return w != nullptr ? w->totals() : dnstap::Writer::Totals{};
@@ -45,8 +61,8 @@ std::string Control::StatsJson() const {
       ",\"inflight_limited\":", ow.inflight_limited + tw.inflight_limited,
       ",\"control_refused\":", f.control_refused, ",\"accept_paused\":", f.accept_paused,
       ",\"tcp_reads_paused\":", f.tcp_reads_paused, ",\"tcp_unsent_closed\":", f.tcp_unsent_closed,
-      ",\"tcp_unsent_bytes\":", p_.front->unsent_bytes(), ",\"tagged_names\":", p_.tagged->tagged_names(),
-      ",\"plain_entries\":", p_.ordinary->entries(),
+      ",\"tcp_unsent_bytes\":", p_.front->unsent_bytes(), TcpStatsJson(p_.front->tcp_stats()),
+      ",\"tagged_names\":", p_.tagged->tagged_names(), ",\"plain_entries\":", p_.ordinary->entries(),
       ",\"zero_source_entries\":", p_.tagged->zero_source_entries(), ",\"zone_cuts\":", p_.cuts->size(),
       ",\"evictions\":", p_.ordinary->evictions() + p_.tagged->evictions() + p_.cuts->evictions(),
       ",\"in_flight\":", p_.ordinary->in_flight() + p_.tagged->in_flight(),

@@ -41,12 +41,16 @@ partitions::IpAddress IpOf(const SocketAddress& a) {
   return ip;
 }
 
-Front::Front(const RecursorConfig& cfg, net::EventLoop& loop) : cfg_(cfg), loop_(loop) {}
+Front::Front(const RecursorConfig& cfg, net::EventLoop& loop)
+    : cfg_(cfg), loop_(loop), table_(cfg.tcp_limits) {}
 
 Front::~Front() { CloseAll(); }
 
 void Front::CloseAll() {
-  for (auto& [id, c] : conns_) close(c.fd);
+  for (auto& [id, c] : conns_) {
+    if (c.stream) table_.Remove(c.handle, net::TcpCloseReason::kCount);  // not counted: the daemon stops
+    close(c.fd);
+  }
   conns_.clear();
   for (int fd : listen_fds_) close(fd);
   listen_fds_.clear();
@@ -102,21 +106,38 @@ absl::Status Front::Listen() {
 }
 
 void Front::CloseIdle(SteadyClock::time_point now) {
-  const auto idle = std::chrono::milliseconds(cfg_.tcp_idle_timeout_ms);
-  std::vector<uint64_t> old;
+  const auto idle = cfg_.tcp_limits.idle_timeout;
+  std::vector<uint64_t> old, stuck;
   for (auto& [id, c] : conns_) {
     if (!c.stream) {
       if (now - c.last > idle) old.push_back(id);
       continue;
     }
-    // Idle counts from the last whole query (trickling bytes do not reset
-    // it); a front that reads nothing while its answers pile up is closed
-    // after the idle timeout too.
-    const bool stuck = c.stream->paused() && now - c.stream->paused_since() > idle;
-    if (stuck) ++stats_.tcp_unsent_closed;
-    if ((now - c.stream->last_activity() > idle && c.stream->pending() == 0) || stuck) old.push_back(id);
+    // A front that reads nothing while its answers pile up is closed after
+    // the idle timeout too.
+    if (c.stream->paused() && now - c.stream->paused_since() > idle) stuck.push_back(id);
   }
-  for (uint64_t id : old) CloseConn(id);
+  for (uint64_t id : old) CloseConn(id, net::TcpCloseReason::kIdle);
+  for (uint64_t id : stuck) {
+    ++stats_.tcp_unsent_closed;
+    CloseConn(id, net::TcpCloseReason::kUnsent);
+  }
+  // Idle (no answer owed, no whole query since: trickling bytes are not
+  // activity) or open for the whole lifetime: drained (nothing more read,
+  // closed once its answers are sent), then closed if the front does not
+  // take them.
+  expired_.clear();
+  table_.Expired(now, &expired_);
+  for (const auto& e : expired_) {
+    auto it = conns_.find(e.id);
+    if (it == conns_.end()) continue;
+    if (!e.drain) {
+      CloseConn(e.id, e.reason);
+      continue;
+    }
+    it->second.stream->StopReading();
+    if (!CloseIfDone(e.id, it->second)) WatchConn(it->second);
+  }
 }
 
 size_t Front::unsent_bytes() const {
@@ -169,13 +190,22 @@ void Front::OnAccept(int fd, bool control) {
         close(c);
         continue;
       }
-    } else if (static_cast<int>(conns_.size()) >= cfg_.tcp_max_connections) {
-      static common::RateLimitedLog limit_log({.component = "accept"});
-      limit_log(peer.ToString(), ": refused (server.tcp_max_connections ", cfg_.tcp_max_connections,
-                " reached)");
-      close(c);
-      continue;
     }
+    std::optional<uint64_t> evict;
+    if (!control) {
+      const net::TcpConnectionTable::Admission a = table_.Admit(peer, SteadyClock::now());
+      if (!a.admitted) {
+        static common::RateLimitedLog limit_log({.component = "accept"});
+        limit_log(peer.ToString(), ": refused (",
+                  a.refused == net::TcpCloseReason::kPerSourceLimit
+                      ? "server.tcp_max_connections_per_source reached)"
+                      : "server.tcp_max_connections reached and none idle)");
+        close(c);
+        continue;
+      }
+      evict = a.evict;
+    }
+    if (evict) CloseConn(*evict, net::TcpCloseReason::kPressure);
     const uint64_t id = next_conn_++;
     Conn& conn = conns_[id];
     conn.fd = c;
@@ -183,14 +213,18 @@ void Front::OnAccept(int fd, bool control) {
     conn.peer = peer;
     conn.last = SteadyClock::now();
     conn.events = EPOLLIN;
-    if (!control) conn.stream.emplace(c, static_cast<size_t>(cfg_.tcp_max_unsent_bytes), conn.last);
+    if (!control) {
+      conn.stream.emplace(c, static_cast<size_t>(cfg_.tcp_max_unsent_bytes), conn.last);
+      conn.handle = table_.Add(id, peer, conn.last);
+    }
     loop_.Watch(c, EPOLLIN, [this, id](uint32_t events) { OnConn(id, events); });
   }
 }
 
-void Front::CloseConn(uint64_t id) {
+void Front::CloseConn(uint64_t id, net::TcpCloseReason why) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
+  if (it->second.stream) table_.Remove(it->second.handle, why);
   loop_.Unwatch(it->second.fd);
   close(it->second.fd);
   conns_.erase(it);
@@ -213,7 +247,7 @@ bool Front::CloseIfDone(uint64_t id, Conn& c) {
   if (c.dispatching) return false;
   const bool done = c.stream ? c.stream->Done() : c.closing && c.out.empty();
   if (!done) return false;
-  CloseConn(id);
+  CloseConn(id, net::TcpCloseReason::kClient);
   return true;
 }
 
@@ -221,15 +255,18 @@ void Front::OnConn(uint64_t id, uint32_t events) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn* c = &it->second;
-  if (events & EPOLLERR) return CloseConn(id);
+  if (events & EPOLLERR) return CloseConn(id, net::TcpCloseReason::kClient);
   if (c->control) return OnControl(id, c, events);
   net::DnsTcpStream& s = *c->stream;
-  if ((events & EPOLLOUT) && s.Flush() != net::DnsTcpStream::Status::kOpen) return CloseConn(id);
+  if ((events & EPOLLOUT) && s.Flush() != net::DnsTcpStream::Status::kOpen) {
+    return CloseConn(id, net::TcpCloseReason::kClient);
+  }
   // EPOLLHUP without a readable half: the front is gone (reset), nothing
   // more can be delivered.
-  if ((events & EPOLLHUP) && (s.read_closed() || s.paused())) return CloseConn(id);
+  if ((events & EPOLLHUP) && (s.read_closed() || s.paused()))
+    return CloseConn(id, net::TcpCloseReason::kClient);
   if ((events & (EPOLLIN | EPOLLHUP)) && s.Read(SteadyClock::now()) != net::DnsTcpStream::Status::kOpen) {
-    return CloseConn(id);
+    return CloseConn(id, net::TcpCloseReason::kClient);
   }
   DispatchFrames(id);
   it = conns_.find(id);  // a handler may have closed it
@@ -243,7 +280,8 @@ void Front::OnControl(uint64_t id, Conn* c, uint32_t events) {
   if (events & EPOLLOUT) {
     while (!c->out.empty()) {
       const ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return CloseConn(id);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return CloseConn(id, net::TcpCloseReason::kClient);
       if (n <= 0) break;
       c->out.erase(c->out.begin(), c->out.begin() + n);
     }
@@ -260,10 +298,10 @@ void Front::OnControl(uint64_t id, Conn* c, uint32_t events) {
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EINTR) continue;
-        return CloseConn(id);
+        return CloseConn(id, net::TcpCloseReason::kClient);
       }
       c->in.insert(c->in.end(), buf_, buf_ + n);
-      if (c->in.size() > kMaxControlLine) return CloseConn(id);
+      if (c->in.size() > kMaxControlLine) return CloseConn(id, net::TcpCloseReason::kClient);
     }
   }
   const auto nl = std::find(c->in.begin(), c->in.end(), '\n');
@@ -282,7 +320,7 @@ void Front::OnControl(uint64_t id, Conn* c, uint32_t events) {
     c->closing = true;
     return WatchConn(*c);
   }
-  if (peer_closed) return CloseConn(id);
+  if (peer_closed) return CloseConn(id, net::TcpCloseReason::kClient);
   WatchConn(*c);
 }
 
@@ -296,7 +334,9 @@ void Front::DispatchFrames(uint64_t id) {
   c->dispatching = true;
   std::span<const uint8_t> query;
   std::vector<uint8_t> frame;
-  while (c->stream->NextQuery(&query, SteadyClock::now())) {
+  const SteadyClock::time_point now = SteadyClock::now();
+  while (c->stream->NextQuery(&query, now)) {
+    table_.QueryRead(c->handle, now);
     // A copy: the handler may close the connection, and with it the stream.
     frame.assign(query.begin(), query.end());
     FrontRef to;
@@ -344,13 +384,14 @@ void Front::Send(const FrontRef& to, const uint8_t* data, size_t len) {
   if (it == conns_.end() || !it->second.stream) return;
   Conn& c = it->second;
   // Every TCP query gets one Send, len 0 when it is dropped.
+  table_.QueryDone(c.handle, SteadyClock::now());
   const bool was_paused = c.stream->paused();
   switch (c.stream->Answer({data, len})) {
     case net::DnsTcpStream::Status::kOverflow:
       ++stats_.tcp_unsent_closed;  // a front that lets that much pile up is cut off
-      return CloseConn(to.conn);
+      return CloseConn(to.conn, net::TcpCloseReason::kUnsent);
     case net::DnsTcpStream::Status::kClose:
-      return CloseConn(to.conn);
+      return CloseConn(to.conn, net::TcpCloseReason::kClient);
     case net::DnsTcpStream::Status::kOpen:
       break;
   }

@@ -1,7 +1,8 @@
 // weir-recursor's side towards the front tier: the UDP and TCP listeners,
 // the front's DNS-over-TCP connections (net::DnsTcpStream: framing,
-// pipelining, half-close, unsent-bytes bound, idle time), and the control
-// port (one line in, one reply out). Each query goes to the QueryRouter;
+// pipelining, half-close, unsent-bytes bound; net::TcpConnectionTable: who
+// may connect and for how long), and the control port (one line in, one
+// reply out). Each query goes to the QueryRouter;
 // responses come back through Send(), and FrontReplies writes them.
 //
 // Threading: everything on the recursor's loop thread, after Listen().
@@ -21,6 +22,7 @@
 #include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
+#include "weir/net/tcp_connections.h"
 #include "weir/partitions/partition.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/waiter.h"
@@ -62,12 +64,15 @@ class Front {
   // query is done with all the same).
   void Send(const FrontRef& to, const uint8_t* data, size_t len);
   // Closes front connections idle (or stuck unread) longer than
-  // tcp_idle_timeout_ms, and control connections idle that long.
+  // tcp_idle_timeout_ms or open longer than tcp_lifetime_ms, and control
+  // connections idle longer than tcp_idle_timeout_ms.
   void CloseIdle(SteadyClock::time_point now);
   // Closes every socket (the daemon stops).
   void CloseAll();
   size_t unsent_bytes() const;
   const Stats& stats() const { return stats_; }
+  // The front's DNS-over-TCP connections: open, accepted, closed by reason.
+  const net::TcpConnectionTable::Stats& tcp_stats() const { return table_.stats(); }
 
  private:
   // A front's DNS-over-TCP connection or a control connection.
@@ -78,6 +83,7 @@ class Front {
     uint32_t events = 0;                      // what the loop watches
     common::SocketAddress peer;               // as accepted
     std::optional<net::DnsTcpStream> stream;  // DNS connections
+    net::TcpConnectionTable::Handle handle = 0;  // DNS connections: in `table_`
     // Control connections.
     bool closing = false;  // close once `out` is flushed
     std::vector<uint8_t> in;
@@ -89,7 +95,8 @@ class Front {
   void OnAccept(int fd, bool control);
   void OnConn(uint64_t id, uint32_t events);
   void OnControl(uint64_t id, Conn* c, uint32_t events);
-  void CloseConn(uint64_t id);
+  // `why`: for a DNS connection, counted in the table (control ones are not).
+  void CloseConn(uint64_t id, net::TcpCloseReason why);
   void WatchConn(Conn& c);
   bool CloseIfDone(uint64_t id, Conn& c);
   void DispatchFrames(uint64_t id);
@@ -104,6 +111,8 @@ class Front {
   std::vector<int> listen_fds_;
   std::vector<std::string> describe_;
   absl::flat_hash_map<uint64_t, Conn> conns_;
+  net::TcpConnectionTable table_;
+  std::vector<net::TcpConnectionTable::Expiry> expired_;
   uint64_t next_conn_ = 1;
   Stats stats_;
   uint8_t buf_[net::kMaxDnsMessage];

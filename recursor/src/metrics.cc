@@ -64,6 +64,18 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
       .Add({}, f.tcp_unsent_closed);
   w.Gauge("weir_recursor_tcp_unsent_bytes", "Answers queued for front TCP connections, in bytes.")
       .Add({}, p.front->unsent_bytes());
+  const net::TcpConnectionTable::Stats& tcp = p.front->tcp_stats();
+  w.Counter("weir_recursor_tcp_connections_accepted_total",
+            "Front TCP connections accepted (those refused at once included).")
+      .Add({}, tcp.accepted.load(std::memory_order_relaxed));
+  auto& closed = w.Counter("weir_recursor_tcp_connections_closed_total",
+                           "Front TCP connections closed or refused at accept, by reason (docs/metrics.md).");
+  for (size_t r = 0; r < tcp.closed.size(); ++r) {
+    closed.Add({{"reason", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r))}},
+               tcp.closed[r].load(std::memory_order_relaxed));
+  }
+  w.Gauge("weir_recursor_tcp_connections", "Front TCP connections open.")
+      .Add({}, tcp.open.load(std::memory_order_relaxed));
 
   // The caches and the waits.
   ByTier(w.Counter("weir_recursor_cache_hits_total", "Queries answered from the cache, by tier."), ow.hits,

@@ -68,6 +68,27 @@ TEST(FastpathConfig, UpstreamSpoofingDefencesDefaultsAndErrors) {
   EXPECT_FALSE(cookies.ok());
 }
 
+TEST(FastpathConfig, RateLimitTable) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit_qps, 0u);
+  EXPECT_EQ(c->rate_limit_bytes_per_second, 0u);
+  EXPECT_EQ(c->rate_limit_ipv4_prefix, 32);
+  EXPECT_EQ(c->rate_limit_ipv6_prefix, 56);
+  EXPECT_EQ(c->rate_limit_table_size, 65536u);
+  c = ParseConfig(std::string(kMinimal) +
+                      "[rate_limit]\nqps_per_source = 200\nburst = 400\nbytes_per_second = 100000\n"
+                      "ipv4_prefix = 24\nipv6_prefix = 48\ntable_size = 4096\n",
+                  "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rate_limit_qps, 200u);
+  EXPECT_EQ(c->rate_limit_burst, 400u);
+  EXPECT_EQ(c->rate_limit_bytes_per_second, 100000u);
+  EXPECT_EQ(c->rate_limit_ipv4_prefix, 24);
+  EXPECT_EQ(c->rate_limit_ipv6_prefix, 48);
+  EXPECT_EQ(c->rate_limit_table_size, 4096u);
+}
+
 TEST(FastpathConfig, DnstapTableIsReadAndPathsAreRelativeToTheFile) {
   EXPECT_FALSE(ParseConfig(kMinimal, "t.toml")->dnstap.enabled());
   const std::string dir = ::testing::TempDir();
@@ -130,12 +151,55 @@ TEST(FastpathConfig, BadConfigsNameFileLineAndReason) {
       {"[log]\ntarget = \"syslog\"\n", "t.toml:2:10: log target must be stderr, journal or auto"},
       {"[log]\nlevel = 3\n", "'level' must be a string"},
       {"[log]\nfile = \"x\"\n", "t.toml:2:1: unknown key 'file' in [log]"},
+      {"[rate_limit]\nbytes_per_second = 1000\n", "t.toml:2:"},
+      {"[rate_limit]\nbytes_per_second = 1000\n", "at least 1232"},
+      {"[rate_limit]\nipv4_prefix = 33\n", "t.toml:2:"},
+      {"[rate_limit]\nipv6_prefix = 8\n", "'ipv6_prefix' must be between 16 and 128"},
+      {"[rate_limit]\ntable_size = 10\n", "'table_size' must be between 1024 and 16777216"},
+      {"[rate_limit]\nqps = 10\n", "t.toml:2:1: unknown key 'qps' in [rate_limit]"},
   };
   for (const auto& bc : cases) {
     auto c = ParseConfig(bc.text, "t.toml");
     ASSERT_FALSE(c.ok()) << bc.text;
     EXPECT_NE(Message(c.status()).find(bc.expect), std::string::npos) << "config:\n"
                                                                       << bc.text << "\nerror: " << c.status();
+  }
+}
+
+TEST(FastpathConfig, TcpConnectionLimits) {
+  auto c = ParseConfig(kMinimal, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_limits.max_connections, 1024);
+  EXPECT_EQ(c->tcp_limits.max_per_source, 64);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v4, 32);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v6, 56);
+  EXPECT_EQ(c->tcp_limits.idle_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(120000));
+  c = ParseConfig(
+      "[server]\nlisten = [\"127.0.0.1:53\"]\ntcp_max_connections = 10\ntcp_max_connections_per_source = 0\n"
+      "tcp_source_prefix_v4 = 24\ntcp_source_prefix_v6 = 64\ntcp_idle_timeout_ms = 500\ntcp_lifetime_ms = "
+      "3000\n"
+      "[acl]\nallow = [\"127.0.0.0/8\"]\n[upstream]\nordinary = [\"127.0.0.1:5301\"]\n",
+      "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_limits.max_connections, 10);
+  EXPECT_EQ(c->tcp_limits.max_per_source, 0);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v4, 24);
+  EXPECT_EQ(c->tcp_limits.source_prefix_v6, 64);
+  EXPECT_EQ(c->tcp_limits.idle_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(3000));
+  const BadCase cases[] = {
+      {"[server]\ntcp_max_connections_per_source = -1\n", "t.toml:2:"},
+      {"[server]\ntcp_source_prefix_v4 = 33\n", "'tcp_source_prefix_v4' must be between 8 and 32"},
+      {"[server]\ntcp_source_prefix_v6 = 8\n", "'tcp_source_prefix_v6' must be between 16 and 128"},
+      {"[server]\ntcp_lifetime_ms = 999\n", "'tcp_lifetime_ms' must be between 1000 and 86400000"},
+      {"[server]\ntcp_idle_timeout_ms = 50\n", "t.toml:2:"},
+      {"[server]\ntcp_lifetime_ms = \"2m\"\n", "'tcp_lifetime_ms' must be an integer"},
+  };
+  for (const auto& bc : cases) {
+    auto bad = ParseConfig(bc.text, "t.toml");
+    ASSERT_FALSE(bad.ok()) << bc.text;
+    EXPECT_NE(Message(bad.status()).find(bc.expect), std::string::npos) << bc.text << "\n" << bad.status();
   }
 }
 

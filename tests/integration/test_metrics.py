@@ -41,12 +41,26 @@ PROCESS_FAMILIES = ("process_cpu_seconds_total", "process_resident_memory_bytes"
                     "process_open_fds", "process_max_fds", "process_start_time_seconds")
 
 
+ALLOCATOR_FAMILIES = ("weir_allocator_allocated_bytes", "weir_allocator_active_bytes",
+                      "weir_allocator_resident_bytes", "weir_allocator_mapped_bytes")
+
+
+def built_with_jemalloc():
+    """WEIR_JEMALLOC of the build under test, from its CMake cache."""
+    try:
+        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+            return any(line.strip() in ("WEIR_JEMALLOC:BOOL=ON", "WEIR_JEMALLOC:BOOL=TRUE") for line in f)
+    except OSError:
+        return False
+
+
 class EndpointChecks:
     """The checks every daemon's endpoint passes; a subclass sets
     `self.daemon` (with metrics_host/metrics_port) in setUpClass and
     DAEMON, the name weir_build_info carries."""
 
     DAEMON = ""
+    JEMALLOC = False  # linked with jemalloc when the build has WEIR_JEMALLOC
 
     def request(self, method, path, timeout=5.0):
         """(status, headers, body) of one request with Python's http.client."""
@@ -93,6 +107,28 @@ class EndpointChecks:
         self.assertEqual(labels["daemon"], self.DAEMON)
         self.assertRegex(labels["version"], r"^\d+\.\d+\.\d+$")
         self.assertTrue(labels["commit"], labels)
+
+    def test_allocator_families(self):
+        m = self.scrape()
+        if not (self.JEMALLOC and built_with_jemalloc()):
+            for family in ALLOCATOR_FAMILIES + ("weir_allocator_info",):
+                self.assertEqual(m.series(family), [], family)
+            return
+        for family in ALLOCATOR_FAMILIES:
+            self.assertEqual(len(m.series(family)), 1, family)
+        info = m.series("weir_allocator_info")
+        self.assertEqual(len(info), 1, info)
+        self.assertEqual(info[0][0]["allocator"], "jemalloc")
+        self.assertTrue(info[0][0]["version"], info)
+        allocated = m.value("weir_allocator_allocated_bytes")
+        self.assertGreater(allocated, 0)
+        self.assertLessEqual(allocated, m.value("weir_allocator_active_bytes"))
+        self.assertLessEqual(m.value("weir_allocator_active_bytes"), m.value("weir_allocator_mapped_bytes"))
+        # The heap is part of the process: its resident pages are (about) in
+        # the RSS read a moment later in the same scrape.
+        self.assertGreater(m.value("weir_allocator_resident_bytes"), 0)
+        self.assertLessEqual(m.value("weir_allocator_resident_bytes"),
+                             m.value("process_resident_memory_bytes") * 1.1 + (1 << 20))
 
     def test_head_is_200_without_a_body(self):
         status, headers, body = self.request("HEAD", "/metrics")
@@ -194,6 +230,7 @@ RECURSOR_TAGS = "cdn-gslb.example weight=on ecs=on\n"
 
 class RecursorMetricsTest(EndpointChecks, unittest.TestCase):
     DAEMON = "weir-recursor"
+    JEMALLOC = True
 
     @classmethod
     def setUpClass(cls):

@@ -198,6 +198,24 @@ TEST_F(DnsTcpStreamTest, AResetIsClose) {
   EXPECT_EQ(s.Answer(std::vector<uint8_t>(100, 1)), DnsTcpStream::Status::kClose);
 }
 
+TEST_F(DnsTcpStreamTest, StopReadingDrainsLikeAHalfClose) {
+  // The server ends a connection (its lifetime is over): nothing more is
+  // read, the answer owed still goes out, then it is done.
+  DnsTcpStream s(server_, 1 << 20, now_);
+  Send(Framed({1}));
+  ASSERT_EQ(s.Read(now_), DnsTcpStream::Status::kOpen);
+  ASSERT_EQ(Queries(s).size(), 1u);
+  s.StopReading();
+  EXPECT_EQ(s.WantedEvents() & EPOLLIN, 0u);
+  EXPECT_FALSE(s.Done());
+  Send(Framed({2}));
+  ASSERT_EQ(s.Read(now_), DnsTcpStream::Status::kOpen);
+  EXPECT_TRUE(Queries(s).empty());  // not read
+  ASSERT_EQ(s.Answer(std::vector<uint8_t>{9}), DnsTcpStream::Status::kOpen);
+  EXPECT_TRUE(s.Done());
+  EXPECT_EQ(Received(), Framed({9}));
+}
+
 TEST_F(DnsTcpStreamTest, IdleTimeCountsFromTheLastWholeQuery) {
   DnsTcpStream s(server_, 1 << 20, now_);
   const auto later = now_ + std::chrono::seconds(5);

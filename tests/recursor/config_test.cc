@@ -128,6 +128,21 @@ TEST(RecursorConfig, LimitsHaveDefaultsAndAreValidated) {
   EXPECT_EQ(c->tcp_max_unsent_bytes, 100000);
   EXPECT_FALSE(with_server("max_inflight = 0\n").ok());
   EXPECT_FALSE(with_server("tcp_max_unsent_bytes = 1000\n").ok());
+  // Front TCP connections: a front opens one per truncated answer, so a
+  // source may hold more than a fastpath subscriber.
+  c = ParseConfig(kMinimal, "r.toml");
+  EXPECT_EQ(c->tcp_limits.max_connections, 1024);
+  EXPECT_EQ(c->tcp_limits.max_per_source, 256);
+  EXPECT_EQ(c->tcp_limits.idle_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(120000));
+  c = with_server("tcp_max_connections_per_source = 8\ntcp_lifetime_ms = 5000\ntcp_source_prefix_v6 = 48\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_limits.max_per_source, 8);
+  EXPECT_EQ(c->tcp_limits.lifetime, std::chrono::milliseconds(5000));
+  EXPECT_EQ(c->tcp_limits.source_prefix_v6, 48);
+  c = with_server("tcp_lifetime_ms = 10\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:3:"), std::string::npos) << c.status();
 }
 
 TEST(RecursorConfig, ControlPortIsLoopbackOnlyByDefault) {

@@ -23,7 +23,12 @@ constexpr size_t kTcpOutCap = 256 * 1024;
 }  // namespace
 
 TcpServer::TcpServer(Node& node, int slot, std::vector<int> listen_fds)
-    : node_(node), core_(node.core(slot)), slot_(slot), listen_fds_(std::move(listen_fds)), out_(65535 + 2) {}
+    : node_(node),
+      core_(node.core(slot)),
+      slot_(slot),
+      listen_fds_(std::move(listen_fds)),
+      table_(node.config().tcp_limits),
+      out_(65535 + 2) {}
 
 TcpServer::~TcpServer() {
   for (auto& [id, c] : conns_) close(c.stream->fd());
@@ -32,7 +37,10 @@ TcpServer::~TcpServer() {
 absl::Status TcpServer::Init() {
   if (absl::Status st = loop_.Init(); !st.ok()) return st;
   node_.channel(slot_).wake_worker = [this] { loop_.Wake(); };
-  loop_.SetWakeHandler([this] { core_.DrainReturns(node_.NowSeconds(), *this); });
+  loop_.SetWakeHandler([this] {
+    now_ = std::chrono::steady_clock::now();
+    core_.DrainReturns(node_.NowSeconds(), *this);
+  });
   return absl::OkStatus();
 }
 
@@ -44,12 +52,13 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   net::DnsTcpStream& stream = *it->second.stream;
-  const auto now = std::chrono::steady_clock::now();
-  if ((ev & EPOLLOUT) && stream.Flush() != net::DnsTcpStream::Status::kOpen) return Close(id);
+  now_ = std::chrono::steady_clock::now();
+  using Status = net::DnsTcpStream::Status;
+  if ((ev & EPOLLOUT) && stream.Flush() != Status::kOpen) return Close(id, net::TcpCloseReason::kClient);
   // A reset while answers are still owed after a half-close ends them.
-  if ((ev & (EPOLLHUP | EPOLLERR)) && stream.read_closed()) return Close(id);
-  if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now) != net::DnsTcpStream::Status::kOpen) {
-    return Close(id);
+  if ((ev & (EPOLLHUP | EPOLLERR)) && stream.read_closed()) return Close(id, net::TcpCloseReason::kClient);
+  if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && stream.Read(now_) != Status::kOpen) {
+    return Close(id, net::TcpCloseReason::kClient);
   }
   const ClientInfo client{it->second.client, true, it->second.port};
   const ClientRoute route{slot_, Transport::kTcp, id};
@@ -57,7 +66,8 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
   // close the connection, and with it the stream's buffer.
   std::span<const uint8_t> query;
   bool open = true;
-  while (open && (it = conns_.find(id)) != conns_.end() && it->second.stream->NextQuery(&query, now)) {
+  while (open && (it = conns_.find(id)) != conns_.end() && it->second.stream->NextQuery(&query, now_)) {
+    table_.QueryRead(it->second.handle, now_);
     msg_.assign(query.begin(), query.end());
     size_t out_len = 0;
     bool dropped = false;
@@ -71,7 +81,7 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
   // Half-closed with everything owed written (RFC 7766 6.2.4): close.
   if (auto c = conns_.find(id); open && c != conns_.end()) {
     if (c->second.stream->Done()) {
-      Close(id);
+      Close(id, net::TcpCloseReason::kClient);
     } else {
       Watch(id);
     }
@@ -80,11 +90,16 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
 
 void TcpServer::OnAccept(int lfd) {
   for (;;) {
-    const int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    const int cfd = accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (cfd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors: stop listening for a moment instead of
-        // spinning on a listener that stays readable.
+        // Out of descriptors: the connection stays in the backlog and the
+        // listener readable, so stop listening for a moment instead of
+        // spinning on it.
+        table_.AcceptPaused();
         static common::RateLimitedLog accept_log({.component = "accept"});
         accept_log("TCP accept: ", std::strerror(errno), " (pausing accepts for 100 ms)");
         loop_.Unwatch(lfd);
@@ -92,19 +107,23 @@ void TcpServer::OnAccept(int lfd) {
       }
       return;
     }
-    if (static_cast<int>(conns_.size()) >= node_.config().tcp_max_connections) {
+    now_ = std::chrono::steady_clock::now();
+    const common::SocketAddress peer =
+        common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
+    const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
+    if (!a.admitted) {
       static common::RateLimitedLog limit_log({.component = "accept"});
-      limit_log("TCP connection refused: server.tcp_max_connections ", node_.config().tcp_max_connections,
-                " reached");
+      limit_log("TCP connection from ", peer.ToString(), " refused: ",
+                a.refused == net::TcpCloseReason::kPerSourceLimit
+                    ? "server.tcp_max_connections_per_source reached"
+                    : "server.tcp_max_connections reached and none idle");
       close(cfd);
       continue;
     }
+    if (a.evict) Close(*a.evict, net::TcpCloseReason::kPressure);
     const uint64_t id = next_conn_++;
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    getpeername(cfd, reinterpret_cast<sockaddr*>(&ss), &sl);
-    conns_[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, std::chrono::steady_clock::now()),
-                      ClientAddress(ss), ClientPort(ss), EPOLLIN};
+    conns_[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, now_), ClientAddress(ss),
+                      ClientPort(ss), EPOLLIN, table_.Add(id, peer, now_)};
     loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnConn(id, ev); });
   }
 }
@@ -116,9 +135,20 @@ void TcpServer::Listen(int lfd) {
 bool TcpServer::Answer(uint64_t id, std::span<const uint8_t> answer) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return false;  // the client went away
+  table_.QueryDone(it->second.handle, now_);
   net::DnsTcpStream& stream = *it->second.stream;
-  if (stream.Answer(answer) != net::DnsTcpStream::Status::kOpen || stream.Done()) {
-    Close(id);  // failed, a client that never reads, or everything owed is sent after a half-close
+  switch (stream.Answer(answer)) {
+    case net::DnsTcpStream::Status::kOverflow:  // a client that never reads
+      Close(id, net::TcpCloseReason::kUnsent);
+      return false;
+    case net::DnsTcpStream::Status::kClose:
+      Close(id, net::TcpCloseReason::kClient);
+      return false;
+    case net::DnsTcpStream::Status::kOpen:
+      break;
+  }
+  if (stream.Done()) {  // everything owed is sent after a half-close
+    Close(id, net::TcpCloseReason::kClient);
     return false;
   }
   Watch(id);
@@ -135,29 +165,52 @@ void TcpServer::Watch(uint64_t id) {
   loop_.Modify(c.stream->fd(), want);
 }
 
-void TcpServer::Close(uint64_t id) {
+void TcpServer::Close(uint64_t id, net::TcpCloseReason why) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
+  table_.Remove(it->second.handle, why);
   loop_.Unwatch(it->second.stream->fd());
   close(it->second.stream->fd());
   conns_.erase(it);
 }
 
-void TcpServer::CloseIdle() {
-  // Idle connections are closed (RFC 7766 6.2.3): idle since the last whole
-  // query, with no answer owed.
-  const auto now = std::chrono::steady_clock::now();
-  const auto idle = std::chrono::milliseconds(node_.config().tcp_idle_timeout_ms);
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    const net::DnsTcpStream& st = *it->second.stream;
-    if (st.pending() == 0 && now - st.last_activity() > idle) {
-      loop_.Unwatch(st.fd());
-      close(st.fd());
-      it = conns_.erase(it);
+void TcpServer::CloseExpired() {
+  // Idle (RFC 7766 6.2.3: no answer owed, no whole query since) or open
+  // for the whole lifetime: drained (nothing more read, closed once its
+  // answers are sent), then closed if its client does not take them.
+  now_ = std::chrono::steady_clock::now();
+  expired_.clear();
+  table_.Expired(now_, &expired_);
+  for (const auto& e : expired_) {
+    auto it = conns_.find(e.id);
+    if (it == conns_.end()) continue;
+    if (!e.drain) {
+      Close(e.id, e.reason);
+      continue;
+    }
+    it->second.stream->StopReading();
+    if (it->second.stream->Done()) {
+      Close(e.id, e.reason);
     } else {
-      ++it;
+      Watch(e.id);
     }
   }
+}
+
+void TcpServer::RenderMetrics(common::PrometheusWriter& w) const {
+  const net::TcpConnectionTable::Stats& st = table_.stats();
+  w.Counter("weir_tcp_connections_accepted_total",
+            "TCP connections accepted (those refused at once included).")
+      .Add({}, st.accepted.load(std::memory_order_relaxed));
+  auto& closed = w.Counter("weir_tcp_connections_closed_total",
+                           "TCP connections closed or refused at accept, by reason (docs/metrics.md).");
+  for (size_t r = 0; r < st.closed.size(); ++r) {
+    closed.Add({{"reason", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r))}},
+               st.closed[r].load(std::memory_order_relaxed));
+  }
+  w.Gauge("weir_tcp_connections", "TCP connections open.").Add({}, st.open.load(std::memory_order_relaxed));
+  w.Counter("weir_tcp_accept_paused_total", "Times accepting TCP connections paused (descriptors exhausted).")
+      .Add({}, st.accept_paused.load(std::memory_order_relaxed));
 }
 
 void TcpServer::Run(const std::atomic<bool>& running) {
@@ -168,7 +221,7 @@ void TcpServer::Run(const std::atomic<bool>& running) {
   for (int lfd : listen_fds_) Listen(lfd);
   while (running.load(std::memory_order_relaxed)) {
     loop_.RunOnce(std::chrono::milliseconds(100));
-    CloseIdle();
+    CloseExpired();
     rcu.Quiescent();
   }
   for (int lfd : listen_fds_) loop_.Unwatch(lfd);

@@ -56,7 +56,8 @@ ProcessSample ReadProcessSample();
 
 // The process families of `sample` (the absent ones left out).
 void AddProcessMetrics(PrometheusWriter& w, const ProcessSample& sample);
-// The same, for the process now.
+// The same, for the process now, and the allocator's families
+// (allocator_metrics.h) when jemalloc is linked.
 void AddProcessMetrics(PrometheusWriter& w);
 
 // weir_build_info{daemon, version, commit} 1. `daemon`: "weir-recursor", ...

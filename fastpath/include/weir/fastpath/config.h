@@ -12,6 +12,7 @@
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/net/tcp_connections.h"
 #include "weir/partitions/partition.h"
 
 namespace weir::fastpath {
@@ -75,16 +76,21 @@ struct FastpathConfig {
   int metrics_answer_names = 100;
   // The weight-conformance window (weir_answer_share_deviation_ratio).
   int metrics_conformance_window_s = 60;
-  int tcp_idle_timeout_ms = 10000;
-  int tcp_max_connections = 1024;
+  // Who may hold TCP connections and for how long (tcp_max_connections,
+  // tcp_max_connections_per_source, tcp_idle_timeout_ms, tcp_lifetime_ms...).
+  net::TcpConnectionLimits tcp_limits;
 
   // [acl]
   std::vector<partitions::Cidr> allow;               // subscriber networks; others get REFUSED
   std::vector<partitions::Cidr> trusted_forwarders;  // may send ECS that picks the partition
 
   // [rate_limit]
-  uint32_t rate_limit_qps = 0;  // per source address; 0 disables
+  uint32_t rate_limit_qps = 0;  // per source prefix; 0 disables
   uint32_t rate_limit_burst = 0;
+  uint32_t rate_limit_bytes_per_second = 0;  // UDP answer bytes per source prefix; 0 disables
+  uint8_t rate_limit_ipv4_prefix = 32;       // a source is its address cut to these
+  uint8_t rate_limit_ipv6_prefix = 56;
+  uint32_t rate_limit_table_size = 65536;  // sources tracked per worker
 
   // [partitions]
   std::string citymap_path;

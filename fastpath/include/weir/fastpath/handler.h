@@ -8,6 +8,7 @@
 // a quiescent state between bursts.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include "weir/dns/message.h"
 #include "weir/fastpath/learned_tags.h"
 #include "weir/fastpath/metrics.h"
+#include "weir/fastpath/rate_limiter.h"
 #include "weir/fastpath/relay.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
@@ -72,24 +74,6 @@ struct MissRequest {
   bool cd_bit = false;
 };
 
-// Per-source token buckets, hashed into a fixed table (no allocation). A
-// collision shares a bucket, which errs on the side of limiting.
-class RateLimiter {
- public:
-  RateLimiter(uint32_t qps, uint32_t burst);
-  // True when the source may send one more query at `now` (seconds).
-  bool Allow(const partitions::IpAddress& src, uint32_t now);
-
- private:
-  struct Bucket {
-    uint32_t last = 0;
-    uint32_t tokens = 0;
-  };
-  uint32_t qps_;
-  uint32_t burst_;
-  std::vector<Bucket> buckets_;
-};
-
 // Answers per (tagged name, partition, address), so operators can compare
 // the observed share with the weights. A fixed table per worker: the worker
 // fills slots (publishing each with a release store), the metrics thread
@@ -137,8 +121,7 @@ struct HandlerOptions {
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
   std::vector<partitions::Cidr> allow;
   std::vector<partitions::Cidr> trusted_forwarders;
-  uint32_t rate_limit_qps = 0;
-  uint32_t rate_limit_burst = 0;
+  RateLimitOptions rate_limit;  // per source prefix and worker
   uint16_t edns_udp_size = kEdnsUdpSize;
   uint32_t stale_answer_ttl = 30;
   uint32_t prefetch_percent = 10;  // refresh when less than this share of the TTL is left
@@ -187,6 +170,7 @@ class QueryHandler {
                     size_t out_cap);
 
   const AnswerCounters& answer_counters() const { return answers_; }
+  const RateLimiter& rate_limiter() const { return limiter_; }
   // Cache lookups and hits per partition slot: 0 the common partition,
   // 1 + city id for city partitions, kSubnetSlot for all subnet partitions.
   static constexpr size_t kSubnetSlot = partitions::kMaxCities + 1;
@@ -213,8 +197,11 @@ class QueryHandler {
     dns::Query query;
     size_t response_limit = 0;
     const partitions::Tag* tag = nullptr;
-    partitions::IpAddress who;  // the address that picks the partition
-    bool tcp = false;           // the client's transport
+    partitions::IpAddress who;                      // the address that picks the partition
+    bool tcp = false;                               // the client's transport
+    const partitions::IpAddress* source = nullptr;  // the packet's source (rate limiting)
+    uint32_t source_slot = RateLimiter::kNoSlot;    // its rate limiter slot
+    uint32_t source_generation = 0;                 // the limiter's generation then
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;
@@ -236,6 +223,16 @@ class QueryHandler {
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, uint64_t entry_hash,
                      bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap);
+  // Whether w's answer is charged to its source's byte budget
+  // (rate_limit.bytes_per_second): UDP only, TCP cannot be spoofed.
+  bool ByteLimited(const Work& w) const { return limiter_.limits_bytes() && !w.tcp; }
+  // Sets byte_budget_ for the UDP answer about to be written to w's source,
+  // and charges what was sent (byte_budget_ back to SIZE_MAX).
+  void BudgetBytes(Work* w, uint32_t now);
+  void ChargeBytes(Work* w, size_t sent);
+  // The limit a writer gives ResponseWriter::Finish: the transport's and
+  // the source's byte budget; `whole` is the answer's size before it.
+  size_t AnswerLimit() const { return std::min(response_limit_, byte_budget_); }
   // The RFC 8482 answer to ANY over UDP.
   static constexpr uint32_t kMinimalAnyTtl = 3600;
   size_t WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap);
@@ -261,6 +258,8 @@ class QueryHandler {
   Work single_;
   std::unique_ptr<Work[]> burst_{new Work[kMaxBurst]};
   size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being answered
+  size_t byte_budget_ = SIZE_MAX;                    // its source's UDP bytes left (SIZE_MAX: no limit)
+  size_t unlimited_size_ = 0;                        // the last answer's size before any truncation
   bool tcp_ = false;                                 // its transport, for the response counters
 };
 

@@ -99,7 +99,8 @@ struct alignas(64) WorkerCounters {
   OwnedCounter misses;
   OwnedCounter stale_served;
   OwnedCounter truncated;
-  OwnedCounter any_minimal;  // ANY over UDP answered with the RFC 8482 HINFO
+  OwnedCounter any_minimal;         // ANY over UDP answered with the RFC 8482 HINFO
+  OwnedCounter rate_limited_bytes;  // UDP answers sent with TC over the source's byte budget
   std::array<OwnedCounter, static_cast<size_t>(DropReason::kCount)> drops;
   std::array<OwnedCounter, static_cast<size_t>(ErrorReason::kCount)> errors;
   std::array<std::array<OwnedCounter, 24>, 2> responses;  // [tcp][RCODE 0..23] (larger: 2)

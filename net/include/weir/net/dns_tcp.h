@@ -12,8 +12,9 @@
 //    it the connection is to be closed;
 //  * bytes of a query still coming are bounded by one whole message.
 // The owner polls WantedEvents(), calls Read() on EPOLLIN and Flush() on
-// EPOLLOUT, closes the socket when a call returns kClose or Done() holds,
-// and applies the idle timeout from last_activity().
+// EPOLLOUT, and closes the socket when a call returns kClose or Done()
+// holds. Who may stay connected and for how long (per-source limits, idle
+// and lifetime timeouts) is net::TcpConnectionTable's (tcp_connections.h).
 //
 // DnsTcpReader is the client side for one answer: it never takes more bytes
 // off the socket than the message it is reading, so a peer that keeps
@@ -68,12 +69,15 @@ class DnsTcpStream {
   // Half-closed, nothing pending, buffered or unsent: close it.
   bool Done() const { return read_closed_ && pending_ == 0 && out_.empty() && !HasQuery(); }
   bool read_closed() const { return read_closed_; }
+  // The server ends the connection: nothing more is read, and as after the
+  // client's half-close, Done() once every answer owed is sent.
+  void StopReading() { read_closed_ = true; }
   // Reading is paused because the client does not read its answers; since when.
   bool paused() const { return out_.size() >= max_unsent_; }
   Clock::time_point paused_since() const { return paused_since_; }
   size_t unsent() const { return out_.size(); }
   size_t pending() const { return pending_; }
-  // The last whole query read (the idle timeout counts from it).
+  // The last whole query read (a byte trickle does not move it).
   Clock::time_point last_activity() const { return last_; }
 
  private:

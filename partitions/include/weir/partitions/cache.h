@@ -28,7 +28,11 @@
 // window are evicted first. Evicted blocks return to the slab after their
 // RCU grace period; while the blocks waiting for one exceed an eighth of the
 // budget, inserts are refused (kReclaiming), so entry memory stays within
-// 1.125x the budget (plus partly used slab chunks) at any churn rate.
+// 1.125x the budget at any churn rate. The slab's footprint (partly used
+// chunks included) plus the index stays within 1.25x the budget: when a
+// block size needs a new chunk past that cap, the sparsest chunk is drained
+// (its entries evicted, the chunk unmapped once its blocks are back) and the
+// insert is refused (kReclaiming) until then.
 //
 // Threading contract:
 // * Find()/FindBurst()/Prefetch(): any number of reader threads, each
@@ -320,7 +324,7 @@ struct CacheStats {
   uint64_t entries = 0;
   uint64_t bytes = 0;  // entry blocks + index: what the budget bounds
   // Memory held for entries: slab chunks (free and partly used blocks
-  // included) and big entries. Not bounded by the budget.
+  // included) and big entries. With the index, at most 1.25x the budget.
   uint64_t slab_bytes = 0;
   uint64_t index_slots = 0;
   uint64_t index_bytes = 0;
@@ -332,6 +336,8 @@ struct CacheStats {
   uint64_t reclaiming = 0;         // inserts refused while retired blocks awaited their grace period
   uint64_t retired_bytes = 0;      // blocks retired and not yet back in the slab
   uint64_t rehashes = 0;
+  uint64_t slab_drains = 0;      // chunks emptied to keep the slab's footprint under its cap
+  uint64_t drain_evictions = 0;  // live entries those drains evicted (also in evictions)
 };
 
 // One partition group's share of the cache (Cache::partition_stats()).
@@ -585,6 +591,9 @@ class Cache {
   // slab yet: at most RetiredCap(), so the slab stays within budget + 1/8.
   size_t retired_bytes_ = 0;
   size_t RetiredCap() const { return options_.byte_budget / 8; }
+  // Whether the slab can give a block of `block` bytes within its cap,
+  // draining chunks when not (EntrySlab::Reserve).
+  bool ReserveLocked(size_t block);
   size_t hand_ = 0, sweep_ = 0;  // positions
   std::unique_ptr<RetiredBatch> retired_;
   CacheStats stats_;

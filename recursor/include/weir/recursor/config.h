@@ -12,6 +12,7 @@
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/net/tcp_connections.h"
 #include "weir/partitions/partition.h"
 
 namespace weir::recursor {
@@ -34,8 +35,11 @@ struct RecursorConfig {
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
   bool metrics_enabled = false;
   common::SocketAddress metrics_listen;
-  int tcp_idle_timeout_ms = 10000;
-  int tcp_max_connections = 1024;
+  // Who may hold front TCP connections and for how long (tcp_max_connections,
+  // tcp_max_connections_per_source, tcp_idle_timeout_ms, tcp_lifetime_ms...).
+  // A front opens one connection per truncated answer it retries, so one
+  // front may hold more at once than a subscriber of the fastpath may.
+  net::TcpConnectionLimits tcp_limits{.max_per_source = 256};
   // Answers queued for a front TCP connection that does not read: above
   // this, no more queries are read from it; still above it after
   // tcp_idle_timeout_ms (or above four times it), the connection is closed.
