@@ -10,9 +10,14 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <optional>
+#include <span>
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/common/log.h"
+#include "weir/common/secure_random.h"
+#include "weir/dns/case_randomization.h"
+#include "weir/dns/cookies.h"
 #include "weir/dns/writer.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
@@ -29,9 +34,8 @@ using Clock = std::chrono::steady_clock;
 // Names learned as tagged at once (docs/behaviour.md#domain-tags); each learn copies the set.
 constexpr size_t kMaxLearnedNames = 10000;
 constexpr size_t kMaxMessage = 65535;
-constexpr int32_t kAnswered = -2;         // a waiter answered early (ClientRoute::worker)
-constexpr uint16_t kRcodeBadCookie = 23;  // RFC 7873 8
-constexpr int kForwarderNice = 10;        // below the workers: hits first (Run)
+constexpr int32_t kAnswered = -2;   // a waiter answered early (ClientRoute::worker)
+constexpr int kForwarderNice = 10;  // below the workers: hits first (Run)
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -83,12 +87,18 @@ struct Group {
   std::vector<Clock::time_point> next_probe;
 };
 
+// The question name as sent upstream (in its 0x20 case), at offset 12 of
+// the query.
+std::span<const uint8_t> SentName(const Pending* p) {
+  return {p->query.data() + dns::kHeaderSize, p->miss.qname.len};
+}
+
 // A recursor's address, shared by the groups that list it: its cookie and
-// 0x20 state are the server's, whichever group asks.
+// 0x20 state (in the CookieJar and the CaseMemory, keyed by address and
+// port) are the server's, whichever group asks.
 struct Endpoint {
   SocketAddress address;
-  UpstreamCookie cookie;
-  CaseRandomization case_state;
+  dns::CookieJar::ClientCookieBytes client_cookie{};
 };
 
 // A socket of the UDP pool: bound to a random port at start (or when it
@@ -145,7 +155,12 @@ struct Forwarder::Impl {
   // the pending's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers;
   uint64_t next_generation = 1;
-  SecureRandom rng;
+  common::SecureRandom rng;
+  // 0x20 off for the recursors found not to keep the question's case; the
+  // DNS cookies (RFC 7873) of every recursor (set in the constructor: its
+  // secret is drawn then).
+  dns::CaseMemory case_memory;
+  std::optional<dns::CookieJar> cookies;
   dns::ParseOptions parse_options;
   dnstap::Producer* tap = nullptr;
   uint8_t buf[kMaxMessage];
@@ -275,12 +290,15 @@ Forwarder::Forwarder(const FastpathConfig& config, std::vector<MissChannel*> cha
   // same across the pool's port changes, as RFC 7873 5.1 wants.
   std::array<uint8_t, 16> secret{};
   impl_->rng.Fill(secret.data(), secret.size());
+  impl_->cookies.emplace(secret);
   for (Group& grp : impl_->groups) {
     for (const UpstreamConfig& u : grp.upstreams) {
       int e = impl_->EndpointOf(u.address);
       if (e < 0) {
         e = static_cast<int>(impl_->endpoints.size());
-        impl_->endpoints.push_back({u.address, UpstreamCookie(secret, u.address), {}});
+        // The pool's sockets are bound to the wildcard address: the client
+        // cookie is made from the recursor's address alone.
+        impl_->endpoints.push_back({u.address, impl_->cookies->ClientCookie({}, u.address)});
       }
       grp.endpoint.push_back(e);
     }
@@ -608,10 +626,14 @@ void Forwarder::Impl::Send(Pending* p) {
   w.BeginOpt(kEdnsUdpSize, p->miss.do_bit);
   if (p->miss.send_ecs) w.AddEcs(p->miss.ecs);
   if (p->miss.weighted) w.AddWeights(config.weight_option_code, {});
-  if (config.upstream_cookies) w.AddOption(dns::option::kCookie, ep.cookie.OptionData());
+  if (config.upstream_cookies) {
+    uint8_t cookie[dns::CookieJar::kMaxOption];
+    const size_t cookie_len = cookies->OptionData(ep.client_cookie, ep.address, cookie);
+    w.AddOption(dns::option::kCookie, {cookie, cookie_len});
+  }
   const size_t len = w.Finish(sizeof(out));
-  p->case_randomized = config.case_randomization && ep.case_state.Enabled(now) &&
-                       RandomizeCase(out + dns::kHeaderSize, p->miss.qname.len, rng) > 0;
+  p->case_randomized = config.case_randomization && case_memory.Preserves(ep.address, now) &&
+                       dns::RandomizeCase({out + dns::kHeaderSize, p->miss.qname.len}, rng) > 0;
   p->query.assign(out, out + len);
   if (sendto(key.socket, out, len, 0, dst.sa(), dst.len) < 0) {
     p->tried |= uint64_t{1} << u;
@@ -686,37 +708,32 @@ void Forwarder::Impl::OnDatagram(int fd, size_t n, const SocketAddress& src) {
   if (!Genuine(p, buf, n, &m)) return;  // wait for the genuine one
   Endpoint& ep = endpoints[e];
   if (p->case_randomized) {
-    if (!SameSpelling(p->query, {buf, n}, p->miss.qname.len)) {
+    if (!dns::SameSpelling({buf, n}, SentName(p))) {
       // A forger that guessed socket and ID but not our case, or a server
       // that does not keep it: either way this answer is not taken, and the
-      // question is asked again over TCP, where case does not matter.
+      // question is asked again over TCP, where case does not matter and
+      // the server's own answer tells which it was (OnTcp).
       self->case_mismatches_.Add();
       self->spoofed_.Add();
       refused_log(ep.address.ToString(), ": answer refused (question case differs from the 0x20 query)");
-      if (ep.case_state.Mismatched(now)) {
-        common::LogWarning("upstream", ep.address.ToString(),
-                           " does not keep the question's case: 0x20 off for it for 10 minutes");
-      }
       return SwitchToTcp(p, true);
     }
-    ep.case_state.Echoed();
   }
   if (config.upstream_cookies) {
-    const UpstreamCookie::Verdict v = ep.cookie.Check(m);
-    const bool refused = v == UpstreamCookie::Verdict::kWrong || v == UpstreamCookie::Verdict::kMalformed ||
-                         (v == UpstreamCookie::Verdict::kAbsent && ep.cookie.server_supports());
-    if (refused) {
+    dns::CookieJar::Verdict v{};
+    const dns::CookieJar::Outcome o = cookies->OnAnswer(ep.client_cookie, ep.address, m, false, &v);
+    if (o == dns::CookieJar::Outcome::kRefuse) {
       self->cookie_mismatches_.Add();
       self->spoofed_.Add();
       refused_log(ep.address.ToString(), ": answer refused (",
-                  v == UpstreamCookie::Verdict::kAbsent ? "no cookie from a server that sends them"
+                  v == dns::CookieJar::Verdict::kAbsent ? "no cookie from a server that sends them"
                                                         : "wrong or malformed cookie",
                   ")");
       return SwitchToTcp(p, true);
     }
     // BADCOOKIE (RFC 7873 5.3): the new server cookie is learned; TCP
     // needs none.
-    if (m.rcode() == kRcodeBadCookie) {
+    if (o == dns::CookieJar::Outcome::kBadCookie) {
       TapResponse(p, buf, n);
       return SwitchToTcp(p, false);
     }
@@ -868,19 +885,20 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   // Copy out: Finish releases `p` and with it tcp_in.
   std::memcpy(out, p->tcp_in.Message().data(), len);
   if (!Genuine(p, out, len, &m)) return fail();
-  if (config.upstream_cookies) {
-    UpstreamCookie& cookie = endpoints[p->endpoint].cookie;
-    switch (cookie.Check(m)) {
-      case UpstreamCookie::Verdict::kWrong:
-      case UpstreamCookie::Verdict::kMalformed:
-        self->cookie_mismatches_.Add();
-        return fail();
-      case UpstreamCookie::Verdict::kAbsent:
-        cookie.Forget();  // no forger on TCP: the server stopped sending them
-        break;
-      case UpstreamCookie::Verdict::kOk:
-        break;
-    }
+  const Endpoint& ep = endpoints[p->endpoint];
+  // Over TCP the answer is the server's own: a question in another case
+  // than our 0x20 one says the server does not keep it (a forger cannot
+  // teach that, so one answer is proof enough).
+  if (p->case_randomized && !dns::SameSpelling({out, len}, SentName(p))) {
+    case_memory.NotPreserved(ep.address, Clock::now());
+    common::LogWarning(
+        "upstream", ep.address.ToString(), " does not keep the question's case: 0x20 off for it for ",
+        std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(), " minutes");
+  }
+  if (config.upstream_cookies &&
+      cookies->OnAnswer(ep.client_cookie, ep.address, m, true) == dns::CookieJar::Outcome::kRefuse) {
+    self->cookie_mismatches_.Add();
+    return fail();
   }
   TapResponse(p, out, len);
   std::memcpy(buf, out, len);

@@ -17,17 +17,11 @@ namespace weir::recursor {
 
 namespace {
 
-std::array<uint8_t, 16> CookieSecret(SecureRandom& random) {
+std::array<uint8_t, 16> CookieSecret(common::SecureRandom& random) {
   std::array<uint8_t, 16> secret{};
-  const uint64_t a = random(), b = random();
-  for (size_t i = 0; i < 8; ++i) {
-    secret[i] = static_cast<uint8_t>(a >> (8 * i));
-    secret[8 + i] = static_cast<uint8_t>(b >> (8 * i));
-  }
+  random.Fill(secret.data(), secret.size());
   return secret;
 }
-
-constexpr uint16_t kBadCookie = 23;  // RFC 7873 8
 
 }  // namespace
 
@@ -79,7 +73,7 @@ LastHopTransport::SendResult SocketLastHop::Send(uint64_t token, const LastHopQu
   if (q.wire.size() < dns::kHeaderSize + q.qname_len + 4u) return SendResult::kSendFailed;
   const auto now = std::chrono::steady_clock::now();
   if (use_0x20_ && case_memory_.Preserves(lq.server, now)) {
-    q.caps = RandomizeCase({q.wire.data() + dns::kHeaderSize, q.qname_len}, random_) > 0;
+    q.caps = dns::RandomizeCase({q.wire.data() + dns::kHeaderSize, q.qname_len}, random_) > 0;
   }
   if (use_cookies_) {
     // The option goes at the end of the OPT, which must end the message
@@ -107,7 +101,7 @@ LastHopTransport::SendResult SocketLastHop::SendUdp(uint64_t token, Query& q) {
     if (fd >= 0) close(fd);
     return SendResult::kNoSocket;
   }
-  q.q.id = static_cast<uint16_t>(random_());
+  q.q.id = random_.Next16();
   dns::Store16(q.wire.data(), q.q.id);
   if (q.opt_rdlen_at != 0) {
     sockaddr_storage local{};
@@ -140,7 +134,7 @@ void SocketLastHop::SetCookie(Query& q, const common::SocketAddress& local) {
     q.wire.resize(q.cookie_at - 4);
   }
   q.client_cookie = cookies_.ClientCookie(local, q.q.server);
-  uint8_t data[CookieJar::kMaxOption] = {};
+  uint8_t data[dns::CookieJar::kMaxOption] = {};
   const size_t n = cookies_.OptionData(q.client_cookie, q.q.server, data);
   const size_t at = q.wire.size();
   q.wire.resize(at + 4 + n);
@@ -222,7 +216,7 @@ void SocketLastHop::LearnNoCase(const Query& q) {
   ++stats_.case_fallbacks;
   case_memory_.NotPreserved(q.q.server, std::chrono::steady_clock::now());
   case_log_(q.q.server.ToString(), ": does not preserve the case of the question (", NameText(q.q.qname),
-            "): asked without 0x20 for ", CaseMemory::kHold.count(), " s");
+            "): asked without 0x20 for ", dns::CaseMemory::kHold.count(), " s");
 }
 
 void SocketLastHop::OnEvents(uint64_t token, uint32_t events) {
@@ -303,19 +297,14 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       return React(token, q, Reaction::kCase);
     }
     if (q.cookie) {
-      const dns::Edns& e = m.edns();
-      const std::span<const uint8_t> data =
-          e.has_cookie ? reply.subspan(e.cookie_offset, e.cookie_len) : std::span<const uint8_t>{};
-      const CookieJar::Verdict v = CookieJar::Check(q.client_cookie, e.has_cookie, data);
-      if (v == CookieJar::Verdict::kWrongClient || v == CookieJar::Verdict::kMalformed ||
-          (v == CookieJar::Verdict::kAbsent && cookies_.DoesCookies(q.q.server))) {
-        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
-        ++q.unwanted;
-        return React(token, q, Reaction::kCookie);
-      }
-      if (v == CookieJar::Verdict::kGood) {
-        cookies_.Learn(q.q.server, data);
-        if (m.rcode() == kBadCookie) {
+      switch (cookies_.OnAnswer(q.client_cookie, q.q.server, m, /*over_tcp=*/false)) {
+        case dns::CookieJar::Outcome::kAccept:
+          break;
+        case dns::CookieJar::Outcome::kRefuse:
+          ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+          ++q.unwanted;
+          return React(token, q, Reaction::kCookie);
+        case dns::CookieJar::Outcome::kBadCookie:
           // RFC 7873 5.3: once more with the server cookie just learnt,
           // then over TCP.
           TapReply(q, reply);
@@ -324,7 +313,6 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
           ++stats_.cookie_retries;
           if (SendUdp(token, q) != SendResult::kSent) return Fail(token, Failure::kFailed);
           return;
-        }
       }
     }
     TapReply(q, reply);
@@ -393,24 +381,12 @@ void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
   // it does not preserve the case, no cookie from a server that did them
   // says it stopped. A wrong client cookie is no answer to this query.
   if (!CaseMatches(q, q.tcp_in.Message())) LearnNoCase(q);
-  if (q.cookie) {
-    const dns::Edns& e = m.edns();
-    const std::span<const uint8_t> data =
-        e.has_cookie ? q.tcp_in.Message().subspan(e.cookie_offset, e.cookie_len) : std::span<const uint8_t>{};
-    switch (CookieJar::Check(q.client_cookie, e.has_cookie, data)) {
-      case CookieJar::Verdict::kGood:
-        cookies_.Learn(q.q.server, data);
-        break;
-      case CookieJar::Verdict::kAbsent:
-        cookies_.Forget(q.q.server);
-        break;
-      case CookieJar::Verdict::kWrongClient:
-      case CookieJar::Verdict::kMalformed:
-        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
-        spoofed_log_(q.q.server.ToString(), ": answer over TCP for ", NameText(q.q.qname),
-                     " with a wrong DNS cookie: next server");
-        return Fail(token, Failure::kFailed);
-    }
+  if (q.cookie && cookies_.OnAnswer(q.client_cookie, q.q.server, m, /*over_tcp=*/true) ==
+                      dns::CookieJar::Outcome::kRefuse) {
+    ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+    spoofed_log_(q.q.server.ToString(), ": answer over TCP for ", NameText(q.q.qname),
+                 " with a wrong DNS cookie: next server");
+    return Fail(token, Failure::kFailed);
   }
   TapReply(q, q.tcp_in.Message());
   Deliver(token, m);

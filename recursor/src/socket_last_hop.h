@@ -4,7 +4,7 @@
 // (RFC 7766, one message read with net::DnsTcpReader); a timeout per query
 // on the event loop ([last_hop] timeout_ms, tcp_timeout_ms).
 //
-// Against blind spoofing (spoof_guard.h) every query also gets its own ID
+// Against blind spoofing (weir/dns/case_randomization.h, weir/dns/cookies.h) every query also gets its own ID
 // from the kernel's random source, the question name in random case (0x20)
 // and a COOKIE option (RFC 7873). Over UDP an answer must echo all of them.
 // A reply with the query's ID that fails the case or the cookie, or more
@@ -26,13 +26,15 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "weir/common/log.h"
+#include "weir/common/secure_random.h"
+#include "weir/dns/case_randomization.h"
+#include "weir/dns/cookies.h"
 #include "weir/dns/message.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/last_hop.h"
-#include "weir/recursor/spoof_guard.h"
 
 namespace weir::recursor {
 
@@ -98,7 +100,7 @@ class SocketLastHop final : public LastHopTransport {
     // The COOKIE option: our client cookie, where its data sits in `wire`
     // (0: none) and where the OPT's RDLENGTH is (0: no OPT, no cookie).
     bool cookie = false;
-    std::array<uint8_t, CookieJar::kClientCookie> client_cookie{};
+    dns::CookieJar::ClientCookieBytes client_cookie{};
     size_t cookie_at = 0;
     size_t opt_rdlen_at = 0;
     uint32_t unwanted = 0;  // replies on this UDP try that were not its answer
@@ -119,7 +121,7 @@ class SocketLastHop final : public LastHopTransport {
   void React(uint64_t token, Query& q, Reaction why);
   void LearnNoCase(const Query& q);
   bool CaseMatches(const Query& q, std::span<const uint8_t> reply) const {
-    return !q.caps || SameSpelling(reply, {q.wire.data() + dns::kHeaderSize, q.qname_len});
+    return !q.caps || dns::SameSpelling(reply, {q.wire.data() + dns::kHeaderSize, q.qname_len});
   }
   void OnEvents(uint64_t token, uint32_t events);
   void OnUdp(uint64_t token, Query& q);
@@ -142,9 +144,9 @@ class SocketLastHop final : public LastHopTransport {
   const bool use_0x20_;
   const bool use_cookies_;
   const uint32_t unwanted_threshold_;  // 0: off
-  SecureRandom random_;
-  CaseMemory case_memory_;
-  CookieJar cookies_;
+  common::SecureRandom random_;
+  dns::CaseMemory case_memory_;
+  dns::CookieJar cookies_;
   dns::ParseOptions parse_options_;
   net::EventLoop& loop_;
   Sink* sink_ = nullptr;

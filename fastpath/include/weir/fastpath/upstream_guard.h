@@ -1,16 +1,15 @@
-// What makes a blind forger's answer fail on the forwarder's miss path,
-// without sockets, so each piece is unit-tested on its own
+// The forwarder's own pieces of its defences against blind forgers, without
+// sockets, so each is unit-tested on its own
 // (docs/behaviour.md#the-front-cache):
 //
-//   * SecureRandom: IDs, ports, 0x20 bits and secrets from the kernel's
-//     CSPRNG (getrandom), one syscall per 4 KiB of randomness;
-//   * 0x20 (draft-vixie-dnsext-dns0x20): the query name's letters in random
-//     case, the answer must echo them exactly;
-//   * DNS cookies (RFC 7873, client side): an 8-byte client cookie per
-//     upstream keyed by a secret, the server cookie remembered and echoed;
+//   * PortRange: the ports the pool's random-port sockets are drawn from;
 //   * TryTable: the UDP tries in flight keyed by (socket, upstream, ID), and
 //     the tries that ended recently, so a late answer is told from a forged
 //     one and an ID is never reused while its late answer may still come.
+//
+// The mechanisms both tiers share live apart: the random source in
+// weir/common/secure_random.h, 0x20 in weir/dns/case_randomization.h, DNS
+// cookies in weir/dns/cookies.h.
 //
 // Threading: every object belongs to the forwarder thread.
 #pragma once
@@ -20,31 +19,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "weir/common/socket_address.h"
-#include "weir/dns/message.h"
+#include "weir/common/secure_random.h"
 
 namespace weir::fastpath {
-
-// Buffered getrandom(2). Not for the hit path (a syscall per refill).
-class SecureRandom {
- public:
-  uint64_t Next64();
-  uint16_t Next16() { return static_cast<uint16_t>(Next64()); }
-  // Uniform in [0, n), n > 0.
-  uint32_t Below(uint32_t n);
-  void Fill(uint8_t* out, size_t len);
-
- private:
-  void Refill();
-  std::array<uint8_t, 4096> buf_{};
-  size_t pos_ = sizeof(buf_);
-};
 
 // The ports the pool's sockets are drawn from: the kernel's ephemeral range
 // (net.ipv4.ip_local_port_range) less net.ipv4.ip_local_reserved_ports, so
@@ -58,102 +40,13 @@ class PortRange {
   uint16_t high() const { return high_; }
   // A port of the range that is not reserved, drawn uniformly; 0 when every
   // port of the range is reserved.
-  uint16_t Draw(SecureRandom& rng) const;
+  uint16_t Draw(common::SecureRandom& rng) const;
   bool Reserved(uint16_t port) const;
 
  private:
   uint16_t low_ = 32768;
   uint16_t high_ = 60999;
   std::vector<std::pair<uint16_t, uint16_t>> reserved_;
-};
-
-// SipHash-2-4 (Aumasson and Bernstein) of `data` under `key`: the keyed PRF
-// the client cookie is built with (RFC 7873 appendix A.2 suggests a keyed
-// hash; RFC 9018 uses SipHash-2-4 for server cookies).
-uint64_t SipHash24(const std::array<uint8_t, 16>& key, std::span<const uint8_t> data);
-
-// Sets the case of every ASCII letter of the wire name `name` (labels with
-// their length bytes, uncompressed) from random bits. Returns the number of
-// letters, the bits of entropy added.
-int RandomizeCase(uint8_t* name, size_t len, SecureRandom& rng);
-
-// True when the answer's question name (at offset 12, never compressed) is
-// byte for byte the one sent, case included. Both messages must hold at
-// least 12 + qname_len bytes (the caller parsed them).
-bool SameSpelling(std::span<const uint8_t> sent, std::span<const uint8_t> answer, size_t qname_len);
-
-// An upstream's 0x20 state: on by default; off for a while after it sent
-// answers whose question case differs from ours more often than it echoed
-// it (a server or middlebox that rewrites names). Only answers that carried
-// our socket, ID and source count, so a blind forger cannot turn it off.
-class CaseRandomization {
- public:
-  using Clock = std::chrono::steady_clock;
-  static constexpr int kMismatchesToDisable = 3;
-  static constexpr std::chrono::minutes kRetryAfter{10};
-
-  bool Enabled(Clock::time_point now) {
-    if (!enabled_ && now >= retry_at_) {
-      enabled_ = true;
-      echoed_ = mismatched_ = 0;
-    }
-    return enabled_;
-  }
-  void Echoed() { ++echoed_; }
-  // Returns true when this mismatch turned 0x20 off for the upstream.
-  bool Mismatched(Clock::time_point now) {
-    ++mismatched_;
-    if (!enabled_ || mismatched_ < kMismatchesToDisable || mismatched_ <= echoed_) return false;
-    enabled_ = false;
-    retry_at_ = now + kRetryAfter;
-    return true;
-  }
-
- private:
-  bool enabled_ = true;
-  uint32_t echoed_ = 0;
-  uint32_t mismatched_ = 0;
-  Clock::time_point retry_at_{};
-};
-
-// RFC 7873 client side, one per upstream.
-class UpstreamCookie {
- public:
-  static constexpr size_t kClientLen = 8;
-  static constexpr size_t kMaxServerLen = 32;
-
-  // The client cookie: SipHash-2-4 of the upstream's address and port under
-  // `secret` (the same for every upstream, drawn at start), so each upstream
-  // sees its own client cookie and none can learn another's.
-  UpstreamCookie(const std::array<uint8_t, 16>& secret, const common::SocketAddress& upstream);
-
-  // The COOKIE option data to send: client cookie, then the server cookie
-  // last learned (if any).
-  std::span<const uint8_t> OptionData() const { return {data_.data(), kClientLen + server_len_}; }
-  // True once the upstream returned a valid cookie: from then on an answer
-  // over UDP without one is refused (a forger cannot know the client cookie).
-  bool server_supports() const { return server_supports_; }
-
-  enum class Verdict : uint8_t {
-    kAbsent,     // no COOKIE option in the answer
-    kOk,         // our client cookie, the server cookie (if any) remembered
-    kWrong,      // another client cookie: not an answer to us
-    kMalformed,  // length not 8 or 16..40
-  };
-  // Checks the COOKIE option of an answer (RFC 7873 5.3) and learns the
-  // server cookie of a good one.
-  Verdict Check(const dns::Message& answer);
-  // The upstream answered over TCP without a cookie: it stopped supporting
-  // them (a downgrade by a forger is impossible over TCP).
-  void Forget() {
-    server_supports_ = false;
-    server_len_ = 0;
-  }
-
- private:
-  std::array<uint8_t, kClientLen + kMaxServerLen> data_{};
-  size_t server_len_ = 0;
-  bool server_supports_ = false;
 };
 
 // The UDP tries in flight and those that ended recently. A key names one
