@@ -122,14 +122,29 @@ def forge_flood(sock: socket.socket, lock: threading.Lock, q: weirtest.RawQuery,
     return sent
 
 
+
+def bind_udp_and_tcp(host: str):
+    """A UDP socket and a listening TCP socket on one port the kernel picked.
+    Tests run in parallel: the UDP port's TCP twin may be taken, so another
+    port is tried then."""
+    for _ in range(100):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind((host, 0))
+        port = udp.getsockname()[1]
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind((host, port))
+        except OSError:
+            udp.close()
+            tcp.close()
+            continue
+        tcp.listen(64)
+        return udp, tcp, port
+    raise RuntimeError(f"no port free for both UDP and TCP on {host}")
+
 def run_slow(args) -> None:
-    main = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    main.bind((args.host, 0))
-    port = main.getsockname()[1]
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind((args.host, port))
-    tcp.listen(64)
+    main, tcp, port = bind_udp_and_tcp(args.host)
     print(f"listening udp {args.host}:{port}", flush=True)
     print("ready", flush=True)
     lock = threading.Lock()
@@ -182,13 +197,7 @@ SERVER_COOKIE = b"weir-test-srv-c1"  # 16 bytes
 
 
 def run_cookies(args) -> None:
-    main = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    main.bind((args.host, 0))
-    port = main.getsockname()[1]
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind((args.host, port))
-    tcp.listen(64)
+    main, tcp, port = bind_udp_and_tcp(args.host)
     print(f"listening udp {args.host}:{port}", flush=True)
     print("ready", flush=True)
     lock = threading.Lock()

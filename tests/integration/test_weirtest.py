@@ -10,6 +10,7 @@ Run: python3 tests/integration/test_weirtest.py
 import json
 import os
 import subprocess
+import socket
 import sys
 import tomllib
 import unittest
@@ -131,7 +132,7 @@ class FrameTest(unittest.TestCase):
 UDP_ECHO = """
 import socket, sys
 s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
-s.bind((sys.argv[1], 0))
+s.bind((sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))
 print(s.getsockname()[1], flush=True)
 while True:
     data, peer = s.recvfrom(65535)
@@ -233,14 +234,19 @@ class NetnsTest(unittest.TestCase):
         server = f"net:[{os.stat(f'/run/netns/{pair.server_ns}').st_ino}]"
         before = os.readlink("/proc/thread-self/ns/net")
         self.assertNotEqual(before, server)
+        silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(silent.close)
+        silent.bind(("127.0.0.1", 0))
+        port = silent.getsockname()[1]
         with pair.enter_server():
             self.assertEqual(os.readlink("/proc/thread-self/ns/net"), server)
             with weirtest.Process(["sleep", "60"], ready=None) as child:
                 self.assertEqual(os.readlink(f"/proc/{child.pid}/ns/net"), server)
             # What the daemons do: listen on loopback, reached from the test inside the block.
-            echo = weirtest.Process([sys.executable, "-c", UDP_ECHO, "127.0.0.1"], ready=r"^\d+$")
+            # The port is one this test holds on the host's loopback with a silent socket, so
+            # no other test's server can answer the "outside" probe below.
+            echo = weirtest.Process([sys.executable, "-c", UDP_ECHO, "127.0.0.1", str(port)], ready=r"^\d+$")
             self.addCleanup(echo.stop)
-            port = int(echo.lines[0])
             self.assertEqual(weirtest.udp_exchange("127.0.0.1", port, b"inside"), b"inside")
         self.assertEqual(os.readlink("/proc/thread-self/ns/net"), before)
         self.assertIsNone(weirtest.udp_exchange("127.0.0.1", port, b"outside", timeout=0.5))  # not our loopback
