@@ -100,13 +100,23 @@ class ScriptedAuthority:
         self.queries: list = []
         self._lock = threading.Lock()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.udp = socket.socket(family, socket.SOCK_DGRAM)
-        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.udp.bind((host, port))
-        self.host, self.port = host, self.udp.getsockname()[1]
-        self.tcp = socket.socket(family, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind((host, self.port))
+        # With port 0 the UDP port's TCP twin may be taken by a parallel test's
+        # connection: then another port is tried.
+        for attempt in range(1 if port else 100):
+            self.udp = socket.socket(family, socket.SOCK_DGRAM)
+            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.udp.bind((host, port))
+            self.host, self.port = host, self.udp.getsockname()[1]
+            self.tcp = socket.socket(family, socket.SOCK_STREAM)
+            self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                self.tcp.bind((host, self.port))
+                break
+            except OSError:
+                self.udp.close()
+                self.tcp.close()
+                if port or attempt == 99:
+                    raise
         self.tcp.listen(16)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._serve_udp, daemon=True),
