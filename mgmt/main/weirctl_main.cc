@@ -1,6 +1,7 @@
 // weirctl: the operator's command line for weir-mgmt (docs/behaviour.md#management).
 // Exit status: 0 done, 1 mgmt refused the request (the reason on stderr),
 // 2 usage, file or connection error.
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/socket_address.h"
 #include "weir/mgmt/node_client.h"
@@ -25,9 +27,81 @@ namespace {
 using weir::mgmt::Message;
 using weir::mgmt::MsgType;
 
-int Die(const std::string& msg) {
+// --json: errors are a JSON object on stdout too, so a script reads one
+// stream: {"error": "...", "exit_code": N}.
+bool g_json = false;
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Reports a failure (on stderr, and as JSON on stdout with --json) and
+// returns its exit code.
+int Fail(int code, const std::string& msg) {
   std::fprintf(stderr, "weirctl: %s\n", msg.c_str());
-  return 2;
+  if (g_json) std::printf("{\"error\": %s, \"exit_code\": %d}\n", JsonString(msg).c_str(), code);
+  return code;
+}
+
+// A usage, file or connection error: exit 2.
+int Die(const std::string& msg) { return Fail(2, msg); }
+
+// --server: an address ("192.0.2.1:8054", "[2001:db8::1]:8054") or a host
+// name with an optional port ("mgmt.example.net:8054"), every address the
+// name has, in the resolver's order.
+absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveServer(const std::string& text) {
+  auto literal = weir::common::SocketAddress::Parse(text, 8054);
+  if (literal.ok()) return std::vector<weir::common::SocketAddress>{*literal};
+  std::string host = text, port = "8054";
+  const size_t colon = text.rfind(':');
+  if (colon != std::string::npos && text.find(':') == colon) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+      port.size() > 5 || std::stoi(port) == 0 || std::stoi(port) > 65535) {
+    return absl::InvalidArgumentError("'" + text + "' is not ADDRESS[:PORT] or HOST[:PORT]");
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) return absl::NotFoundError("cannot resolve '" + host + "': " + gai_strerror(rc));
+  std::vector<weir::common::SocketAddress> out;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6) {
+      out.push_back(weir::common::SocketAddress::FromSockaddr(a->ai_addr, a->ai_addrlen));
+    }
+  }
+  freeaddrinfo(res);
+  if (out.empty()) return absl::NotFoundError("'" + host + "' has no IPv4 or IPv6 address");
+  return out;
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -40,14 +114,19 @@ bool ReadFile(const std::string& path, std::string* out) {
 }
 
 // Sends one request, waits for the reply (timeout_ms overall).
-int Call(const weir::common::SocketAddress& server, const Message& req, bool json, int timeout_ms) {
-  int fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Die(std::string("socket: ") + std::strerror(errno));
-  if (connect(fd, server.sa(), server.len) != 0) {
-    int e = errno;
+int Call(const std::vector<weir::common::SocketAddress>& servers, const Message& req, bool json,
+         int timeout_ms) {
+  int fd = -1;
+  std::string why;
+  for (const weir::common::SocketAddress& server : servers) {
+    fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Die(std::string("socket: ") + std::strerror(errno));
+    if (connect(fd, server.sa(), server.len) == 0) break;
+    why += (why.empty() ? "" : "; ") + server.ToString() + ": " + std::strerror(errno);
     close(fd);
-    return Die("cannot reach weir-mgmt at " + server.ToString() + ": " + std::strerror(e));
+    fd = -1;
   }
+  if (fd < 0) return Die("cannot reach weir-mgmt (" + why + ")");
   std::string out = weir::mgmt::Encode(req);
   size_t off = 0;
   while (off < out.size()) {
@@ -84,10 +163,7 @@ int Call(const weir::common::SocketAddress& server, const Message& req, bool jso
     const Message& r = **m;
     if (r.type == MsgType::kError) return Die("weir-mgmt refused: " + (r.fields.empty() ? "" : r.fields[0]));
     if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from weir-mgmt");
-    if (r.fields[0] != "ok") {
-      std::fprintf(stderr, "weirctl: %s\n", r.fields[1].c_str());
-      return 1;
-    }
+    if (r.fields[0] != "ok") return Fail(1, r.fields[1]);
     std::fputs(json ? (r.fields[2] + "\n").c_str() : r.fields[1].c_str(), stdout);
     return 0;
   }
@@ -113,7 +189,8 @@ int main(int argc, char** argv) {
   std::string actor = DefaultActor();
   bool json = false;
   int timeout_ms = 10000;
-  app.add_option("-s,--server", server_text, "weir-mgmt address (env WEIR_MGMT)")->capture_default_str();
+  app.add_option("-s,--server", server_text, "weir-mgmt: ADDRESS[:PORT] or HOST[:PORT] (env WEIR_MGMT)")
+      ->capture_default_str();
   app.add_option("-t,--token-file", token_file, "file holding the mgmt token (env WEIR_MGMT_TOKEN_FILE)");
   app.add_option("--actor", actor, "name recorded in the audit log")->capture_default_str();
   app.add_flag("--json", json, "print the reply as JSON");
@@ -148,10 +225,18 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // usage errors: 2, as every weir program
+    const int rc = app.exit(e);
+    if (rc == 0) return 0;
+    // Usage errors: 2, as every weir program; with --json as an object too.
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--json") g_json = true;
+    }
+    if (g_json) std::printf("{\"error\": %s, \"exit_code\": 2}\n", JsonString(e.what()).c_str());
+    return 2;
   }
 
-  auto server = weir::common::SocketAddress::Parse(server_text, 8054);
+  g_json = json;
+  auto server = ResolveServer(server_text);
   if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
   if (token_file.empty()) return Die("no token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
   auto token = weir::mgmt::ReadTokenFile(token_file);

@@ -5,6 +5,7 @@ weir-recursor. gslb-sim is the GSLB; cities are source ranges on loopback.
 Run: python3 tests/integration/test_mgmt.py --build-dir build
 """
 
+import json
 import os
 import shutil
 import sys
@@ -118,6 +119,35 @@ class MgmtTest(unittest.TestCase):
         self.mgmt.wait_in_sync("fp-1", 4)
         self.assertEqual(fp.dig(QNAME, source="127.1.0.7").addresses(), [])
         self.assertIn(fp.dig(QNAME, source="127.2.0.7").addresses()[0], CITY_B)
+
+    def test_weirctl_host_names_and_json_errors(self):
+        exe = weirtest.binary(BUILD_DIR, "mgmt/weirctl")
+
+        def ctl(server, *args):
+            return weirtest.run([exe, "--server", server, "--token-file", self.mgmt.token_file, "--actor", "test",
+                                 "--json", *args], timeout=30)
+
+        # A host name (localhost may give ::1 first; mgmt listens on 127.0.0.1 only).
+        r = ctl(f"localhost:{self.mgmt.port}", "status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("version", json.loads(r.stdout))
+        # Errors are one JSON object on stdout with the exit code, and the reason on stderr.
+        r = ctl(self.mgmt.address, "tag", "rm", "missing.example")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        err = json.loads(r.stdout)
+        self.assertEqual(err["exit_code"], 1)
+        self.assertIn("missing.example", err["error"])
+        free = weirtest.free_port(udp_and_tcp=False)
+        r = ctl(f"127.0.0.1:{free}", "status")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(json.loads(r.stdout)["exit_code"], 2)
+        self.assertIn("cannot reach weir-mgmt", json.loads(r.stdout)["error"])
+        r = ctl("no-such-host.invalid:8054", "status")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot resolve 'no-such-host.invalid'", json.loads(r.stdout)["error"])
+        r = weirtest.run([exe, "--json", "no-such-command"], timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(json.loads(r.stdout)["exit_code"], 2)
 
     def test_bad_import_rejected_whole_with_line_number(self):
         fp = self.start_fastpath()
