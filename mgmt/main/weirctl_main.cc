@@ -210,6 +210,12 @@ int main(int argc, char** argv) {
   tag_add->add_flag("--replace", replace, "replace the suffix's existing tag");
   CLI::App* tag_rm = tag->add_subcommand("rm", "remove the tag of a suffix");
   tag_rm->add_option("suffix", file, "domain suffix")->required();
+  CLI::App* tag_set =
+      tag->add_subcommand("set", "change keys of a suffix's tag in place: SUFFIX key=value ...");
+  std::string edit_suffix;
+  std::vector<std::string> edits;
+  tag_set->add_option("suffix", edit_suffix, "domain suffix that has a tag")->required();
+  tag_set->add_option("changes", edits, "key=value: replaces that key, or adds it")->required();
   CLI::App* tag_ls = tag->add_subcommand("ls", "list the tags");
   CLI::App* tag_import = tag->add_subcommand("import", "replace every tag with a tags file");
   tag_import->add_option("file", file, "tags file")->required();
@@ -217,6 +223,16 @@ int main(int argc, char** argv) {
   cm->require_subcommand(1);
   CLI::App* cm_import = cm->add_subcommand("import", "replace the city map with a CSV file");
   cm_import->add_option("file", file, "CSV: cidr,city,ecs_address/prefix")->required();
+  CLI::App* cm_add = cm->add_subcommand("add", "map one prefix: CIDR CITY [ECS_ADDRESS[/PREFIX]]");
+  std::string cm_cidr, cm_city, cm_ecs;
+  bool cm_replace = false;
+  cm_add->add_option("cidr", cm_cidr, "subscriber prefix, e.g. 10.1.0.0/16")->required();
+  cm_add->add_option("city", cm_city, "city partition")->required();
+  cm_add->add_option("ecs", cm_ecs, "ECS address sent upstream for the city (default: none on this line)");
+  cm_add->add_flag("--replace", cm_replace, "replace the prefix's existing line");
+  CLI::App* cm_rm = cm->add_subcommand("rm", "remove the line that maps a prefix: CIDR");
+  std::string cm_rm_cidr;
+  cm_rm->add_option("cidr", cm_rm_cidr, "the prefix as mapped")->required();
   CLI::App* cm_ls = cm->add_subcommand("ls", "print the city map");
   CLI::App* nodes = app.add_subcommand("nodes", "which snapshot version each node runs");
   CLI::App* status = app.add_subcommand("status", "current version and sizes");
@@ -251,6 +267,17 @@ int main(int argc, char** argv) {
   } else if (*tag_rm) {
     verb = "tag-rm";
     args = {file};
+  } else if (*tag_set) {
+    verb = "tag-edit";
+    args = {edit_suffix};
+    args.insert(args.end(), edits.begin(), edits.end());
+  } else if (*cm_add) {
+    verb = "citymap-add";
+    args = {cm_cidr + "," + cm_city + "," + cm_ecs};
+    if (cm_replace) args.push_back("replace");
+  } else if (*cm_rm) {
+    verb = "citymap-rm";
+    args = {cm_rm_cidr};
   } else if (*tag_ls) {
     verb = "tag-ls";
   } else if (*tag_import || *cm_import) {

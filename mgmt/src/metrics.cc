@@ -10,8 +10,9 @@ namespace weir::mgmt {
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kCommands = {
-    "tag-add", "tag-rm", "tag-import", "citymap-import", "tag-ls", "citymap-ls", "status", "nodes", "audit"};
+constexpr std::array<std::string_view, 12> kCommands = {
+    "tag-add",    "tag-rm", "tag-edit",   "tag-import", "citymap-import", "citymap-add",
+    "citymap-rm", "tag-ls", "citymap-ls", "status",     "nodes",          "audit"};
 
 }  // namespace
 

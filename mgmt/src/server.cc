@@ -531,6 +531,17 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (verb == "citymap-import" && args.size() == 1) {
     return changed(store->ImportCitymap(args[0], actor), "city map imported");
   }
+  if (verb == "tag-edit" && args.size() >= 2) {
+    return changed(store->EditTag(args[0], std::vector<std::string>(args.begin() + 1, args.end()), actor),
+                   "tag edited");
+  }
+  if (verb == "citymap-add" && (args.size() == 1 || args.size() == 2)) {
+    return changed(store->AddCityMapping(args[0], args.size() == 2 && args[1] == "replace", actor),
+                   "city mapping added");
+  }
+  if (verb == "citymap-rm" && args.size() == 1) {
+    return changed(store->RemoveCityMapping(args[0], actor), "city mapping removed");
+  }
   if (verb == "tag-ls" && args.empty()) {
     const std::string& text = store->snapshot().tags;
     std::string json = "[";

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <optional>
+#include <string_view>
 
 #include "weir/common/text.h"
 #include "weir/partitions/citymap.h"
@@ -79,6 +81,38 @@ std::string JoinLines(const std::vector<std::string>& lines) {
   std::string s;
   for (const std::string& l : lines) s += l + "\n";
   return s;
+}
+
+// The prefix a city-map line maps, or nullopt for a blank or comment line
+// (or one whose first field is not a prefix: the whole map would not load).
+std::optional<partitions::Cidr> LineCidr(std::string_view line) {
+  if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+  const size_t comma = line.find(',');
+  std::string_view field = line.substr(0, comma);
+  while (!field.empty() && (field.front() == ' ' || field.front() == '\t')) field.remove_prefix(1);
+  while (!field.empty() && (field.back() == ' ' || field.back() == '\t' || field.back() == '\r')) {
+    field.remove_suffix(1);
+  }
+  if (field.empty()) return std::nullopt;
+  auto cidr = partitions::Cidr::Parse(field);
+  if (!cidr.ok()) return std::nullopt;
+  return *cidr;
+}
+
+bool SameCidr(const partitions::Cidr& a, const partitions::Cidr& b) {
+  return a.prefix == b.prefix && a.address == b.address;
+}
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -244,6 +278,100 @@ absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std:
   if (!cm.ok()) return cm.status();
   size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
   return Commit(tag_lines_, csv, actor, "citymap import", Cat(lines, " lines, ", csv.size(), " bytes"));
+}
+
+absl::StatusOr<uint64_t> Store::EditTag(const std::string& suffix, const std::vector<std::string>& changes,
+                                        const std::string& actor) {
+  auto key_tag = partitions::ParseTagLine(suffix);
+  if (!key_tag.ok() || suffix.find_first_of(" \t") != std::string::npos) {
+    return absl::InvalidArgumentError(Cat("not a domain suffix: '", suffix, "'"));
+  }
+  if (changes.empty()) return absl::InvalidArgumentError("nothing to change: give key=value ...");
+  const std::string key = SuffixOf(partitions::FormatTag(*key_tag));
+  std::vector<std::string> lines = tag_lines_;
+  auto it =
+      std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return SuffixOf(l) == key; });
+  if (it == lines.end()) return absl::NotFoundError(Cat("no tag for ", key, " (add one with tag add)"));
+  // The stored line is canonical: "suffix key=value ...".
+  std::vector<std::string> words;
+  for (size_t start = 0; start < it->size();) {
+    size_t end = it->find(' ', start);
+    if (end == std::string::npos) end = it->size();
+    if (end > start) words.push_back(it->substr(start, end - start));
+    start = end + 1;
+  }
+  for (const std::string& change : changes) {
+    const size_t eq = change.find('=');
+    if (eq == std::string::npos || eq == 0 || change.find_first_of(" \t") != std::string::npos) {
+      return absl::InvalidArgumentError(Cat("'", change, "' is not key=value"));
+    }
+    const std::string name = change.substr(0, eq + 1);
+    auto w = std::find_if(words.begin() + 1, words.end(),
+                          [&](const std::string& x) { return x.compare(0, name.size(), name) == 0; });
+    if (w != words.end()) {
+      *w = change;
+    } else {
+      words.push_back(change);
+    }
+  }
+  std::string edited;
+  for (const std::string& w : words) edited += (edited.empty() ? "" : " ") + w;
+  auto tag = partitions::ParseTagLine(edited);
+  if (!tag.ok()) return tag.status();
+  const std::string canonical = partitions::FormatTag(*tag);
+  if (canonical == *it)
+    return absl::AlreadyExistsError(Cat(key, " already has exactly this tag: ", canonical));
+  *it = canonical;
+  return Commit(std::move(lines), snapshot_.citymap, actor, "tag edit", canonical);
+}
+
+absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool replace,
+                                               const std::string& actor) {
+  if (line.find_first_of("\n#") != std::string::npos) {
+    return absl::InvalidArgumentError("one mapping 'cidr,city[,ecs]', without a newline or a comment");
+  }
+  const std::optional<partitions::Cidr> cidr = LineCidr(line);
+  if (!cidr || line.find(',') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        Cat("not a city-map line 'cidr,city[,ecs_address/prefix]': '", line, "'"));
+  }
+  std::vector<std::string> lines = SplitLines(snapshot_.citymap);
+  auto it = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+    const auto c = LineCidr(l);
+    return c && SameCidr(*c, *cidr);
+  });
+  std::string action = "citymap add";
+  if (it != lines.end()) {
+    if (!replace)
+      return absl::AlreadyExistsError(Cat("already mapped: ", *it, " (use --replace to change it)"));
+    *it = line;
+    action = "citymap replace";
+  } else {
+    lines.push_back(line);
+  }
+  std::string csv = JoinLines(lines);
+  // The whole map must still load (a city's ECS address given twice, ...).
+  auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
+  if (!cm.ok()) return cm.status();
+  return Commit(tag_lines_, std::move(csv), actor, action, line);
+}
+
+absl::StatusOr<uint64_t> Store::RemoveCityMapping(const std::string& cidr_text, const std::string& actor) {
+  auto cidr = partitions::Cidr::Parse(cidr_text);
+  if (!cidr.ok())
+    return absl::InvalidArgumentError(Cat("not a prefix: '", cidr_text, "': ", cidr.status().message()));
+  std::vector<std::string> lines = SplitLines(snapshot_.citymap);
+  auto it = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+    const auto c = LineCidr(l);
+    return c && SameCidr(*c, *cidr);
+  });
+  if (it == lines.end()) return absl::NotFoundError(Cat("no city-map line maps ", cidr_text));
+  const std::string removed = *it;
+  lines.erase(it);
+  std::string csv = JoinLines(lines);
+  auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
+  if (!cm.ok()) return cm.status();
+  return Commit(tag_lines_, std::move(csv), actor, "citymap rm", removed);
 }
 
 absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,

@@ -120,6 +120,39 @@ class MgmtTest(unittest.TestCase):
         self.assertEqual(fp.dig(QNAME, source="127.1.0.7").addresses(), [])
         self.assertIn(fp.dig(QNAME, source="127.2.0.7").addresses()[0], CITY_B)
 
+    def test_citymap_and_tag_edits_in_place_reach_the_node(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        self.assert_city_answers(fp)
+        # One subscriber range of city A moves to city B: a longer prefix added by itself.
+        r = self.mgmt.weirctl("citymap", "add", "127.1.5.0/24", "city-b")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.mgmt.wait_in_sync("fp-1", 3)
+        self.assertIn(fp.dig(QNAME, source="127.1.5.9").addresses()[0], CITY_B)
+        self.assertIn(fp.dig(QNAME, source="127.1.0.7").addresses()[0], CITY_A)
+        self.assertEqual(self.mgmt.weirctl("citymap", "ls").stdout, CITYMAP + "127.1.5.0/24,city-b,\n")
+        # The same prefix again needs --replace; a bad line changes nothing.
+        self.assertEqual(self.mgmt.weirctl("citymap", "add", "127.1.5.0/24", "city-a").returncode, 1)
+        self.assertEqual(self.mgmt.weirctl("citymap", "add", "127.1.5.1/24", "city-a").returncode, 1)
+        self.assertEqual(self.mgmt.weirctl_json("status")["version"], 3)
+        r = self.mgmt.weirctl("citymap", "rm", "127.1.5.0/24")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.mgmt.wait_in_sync("fp-1", 4)
+        self.assertIn(fp.dig(QNAME, source="127.1.5.9").addresses()[0], CITY_A)
+        self.assertEqual(self.mgmt.weirctl("citymap", "ls").stdout, CITYMAP)
+        # A tag key changed in place: answer=ordered gives every address of the city.
+        r = self.mgmt.weirctl("tag", "set", "cdn.example.net", "answer=ordered")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.mgmt.wait_in_sync("fp-1", 5)
+        self.assertEqual(sorted(fp.dig(QNAME, source="127.1.0.7").addresses()), sorted(CITY_A))
+        tags = self.mgmt.weirctl_json("tag", "ls")["tags"]
+        self.assertEqual(len(tags), 1)
+        self.assertIn("answer=ordered", tags[0])
+        self.assertIn("ecs=on", tags[0])
+        audit = [e["action"] for e in self.mgmt.weirctl_json("audit")]
+        self.assertEqual(audit[-3:], ["citymap add", "citymap rm", "tag edit"])
+
     def test_weirctl_host_names_and_json_errors(self):
         exe = weirtest.binary(BUILD_DIR, "mgmt/weirctl")
 

@@ -93,6 +93,51 @@ TEST_F(StoreTest, TagImportReplacesEveryTag) {
             "b.example. weight=off ecs=on policy=iterate answer=single level=city\n");
 }
 
+TEST_F(StoreTest, TagEditChangesOnlyTheKeysGiven) {
+  auto s = Open();
+  ASSERT_TRUE(s->AddTag("cdn.example weight=on ecs=on answer=ordered", false, "alice").ok());
+  auto v = s->EditTag("CDN.example.", {"ecs=off", "level=subnet"}, "bob");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 2u);
+  const std::string& tags = s->snapshot().tags;
+  EXPECT_NE(tags.find("weight=on"), std::string::npos) << tags;
+  EXPECT_NE(tags.find("answer=ordered"), std::string::npos) << tags;
+  EXPECT_NE(tags.find("level=subnet"), std::string::npos) << tags;
+  EXPECT_EQ(tags.find("ecs=on"), std::string::npos) << tags;
+  // Refused, nothing changed: no such tag, a bad value, not key=value, no change at all.
+  EXPECT_EQ(s->EditTag("other.example", {"ecs=on"}, "bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(s->EditTag("cdn.example", {"ecs=maybe"}, "bob").ok());
+  EXPECT_FALSE(s->EditTag("cdn.example", {"ecs"}, "bob").ok());
+  EXPECT_FALSE(s->EditTag("cdn.example", {}, "bob").ok());
+  EXPECT_FALSE(s->EditTag("cdn.example", {"level=subnet"}, "bob").ok()) << "no change";
+  EXPECT_EQ(s->version(), 2u);
+  EXPECT_EQ(s->snapshot().tags, tags);
+}
+
+TEST_F(StoreTest, CityMappingsAreAddedReplacedAndRemovedOneAtATime) {
+  auto s = Open();
+  const std::string base = "# the operator's map\n10.0.0.0/8,bj,192.0.2.0/24\n";
+  ASSERT_TRUE(s->ImportCitymap(base, "alice").ok());
+  auto v = s->AddCityMapping("10.1.0.0/16,sh,198.51.100.0/24", false, "alice");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(s->snapshot().citymap, base + "10.1.0.0/16,sh,198.51.100.0/24\n") << "comments and order kept";
+  auto again = s->AddCityMapping("10.1.0.0/16,gz,203.0.113.0/24", false, "alice");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s->AddCityMapping("10.1.0.0/16, gz, 203.0.113.0/24", true, "alice").ok());
+  EXPECT_EQ(s->snapshot().citymap, base + "10.1.0.0/16, gz, 203.0.113.0/24\n");
+  // A line that would break the whole map is refused: a second ECS address for bj.
+  EXPECT_FALSE(s->AddCityMapping("10.2.0.0/16,bj,192.0.2.128/25", false, "alice").ok());
+  EXPECT_FALSE(s->AddCityMapping("10.3.0.1/16,bj,", false, "alice").ok()) << "host bits set";
+  EXPECT_FALSE(s->AddCityMapping("10.3.0.0/16", false, "alice").ok()) << "no city";
+  EXPECT_FALSE(s->AddCityMapping("10.3.0.0/16,bj\n10.4.0.0/16,bj", false, "alice").ok());
+  const uint64_t before = s->version();
+  EXPECT_EQ(s->RemoveCityMapping("10.9.0.0/16", "bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(s->RemoveCityMapping("10.1.0.0", "bob").ok());
+  EXPECT_EQ(s->version(), before);
+  ASSERT_TRUE(s->RemoveCityMapping("10.1.0.0/16", "bob").ok());
+  EXPECT_EQ(s->snapshot().citymap, base);
+}
+
 TEST_F(StoreTest, NodeRegistry) {
   auto s = Open();
   ASSERT_TRUE(s->NodeSeen("fp-1", "fastpath", "127.0.0.1:4000", 0).ok());

@@ -55,6 +55,16 @@ class Store {
   absl::StatusOr<uint64_t> ImportTags(const std::string& text, const std::string& actor);
   // Replaces the city map; a bad line rejects the whole CSV ("line N: ...").
   absl::StatusOr<uint64_t> ImportCitymap(const std::string& csv, const std::string& actor);
+  // Changes the tag of `suffix` in place: each "key=value" of `changes`
+  // replaces that key (or is added); the other keys stay.
+  absl::StatusOr<uint64_t> EditTag(const std::string& suffix, const std::vector<std::string>& changes,
+                                   const std::string& actor);
+  // Adds one city-map line ("cidr,city[,ecs]"); without `replace`, a prefix
+  // that is already mapped is an error. The map's other lines, comments
+  // included, stay as they are.
+  absl::StatusOr<uint64_t> AddCityMapping(const std::string& line, bool replace, const std::string& actor);
+  // Removes the line that maps exactly `cidr`.
+  absl::StatusOr<uint64_t> RemoveCityMapping(const std::string& cidr, const std::string& actor);
 
   // A node connected, running `version` (what it says in its HELLO).
   absl::Status NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
