@@ -100,12 +100,17 @@ void CheckCase(std::span<const uint8_t> in) {
   for (size_t i = 0; i < in.size(); ++i) {
     FUZZ_CHECK(name[i] == in[i] || (IsLetter(in[i]) && (name[i] ^ in[i]) == 0x20));
   }
+  // weir randomises only names it wrote itself, uncompressed: for those the
+  // name reads the same (a pointer's offset byte could be flipped as a letter).
+  size_t pos = 0;
+  while (pos < in.size() && in[pos] != 0 && (in[pos] & 0xc0) == 0) pos += in[pos] + 1u;
+  const bool uncompressed = pos < in.size() && in[pos] == 0;
   dns::NameKey a, b;
   size_t end_a = 0, end_b = 0;
   const dns::ParseError ea = dns::ReadName(in, 0, &end_a, &a);
   const dns::ParseError eb = dns::ReadName(name, 0, &end_b, &b);
-  FUZZ_CHECK(ea == eb);
-  if (ea == dns::ParseError::kOk) FUZZ_CHECK(end_a == end_b && a == b);
+  if (uncompressed) FUZZ_CHECK(ea == eb);
+  if (uncompressed && ea == dns::ParseError::kOk) FUZZ_CHECK(end_a == end_b && a == b);
   // The reply that echoes the name as sent matches; the input itself
   // matches only when nothing changed.
   std::vector<uint8_t> reply(12, 0);
