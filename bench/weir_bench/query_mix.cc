@@ -12,23 +12,8 @@
 namespace weir::bench {
 namespace {
 
-struct TypeName {
-  uint16_t type;
-  const char* name;
-};
-constexpr TypeName kTypes[] = {{1, "A"},      {2, "NS"},    {5, "CNAME"},   {6, "SOA"},   {12, "PTR"},
-                               {13, "HINFO"}, {15, "MX"},   {16, "TXT"},    {28, "AAAA"}, {33, "SRV"},
-                               {35, "NAPTR"}, {43, "DS"},   {48, "DNSKEY"}, {64, "SVCB"}, {65, "HTTPS"},
-                               {99, "SPF"},   {255, "ANY"}, {257, "CAA"}};
-
 constexpr const char* kRcodes[] = {"NOERROR",  "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP",  "REFUSED",
                                    "YXDOMAIN", "YXRRSET", "NXRRSET",  "NOTAUTH",  "NOTZONE", "DSOTYPENI"};
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::toupper(x) == std::toupper(y);
-         });
-}
 
 absl::StatusOr<Question> MakeQuestion(std::string_view name, uint16_t qtype, bool tagged) {
   Question q;
@@ -47,29 +32,6 @@ std::string Absolute(std::string zone) {
 }
 
 }  // namespace
-
-uint16_t TypeFromText(std::string_view text) {
-  for (const TypeName& t : kTypes) {
-    if (EqualsIgnoreCase(text, t.name)) return t.type;
-  }
-  if (text.size() > 4 && EqualsIgnoreCase(text.substr(0, 4), "TYPE")) {
-    uint32_t v = 0;
-    for (char c : text.substr(4)) {
-      if (c < '0' || c > '9') return 0;
-      v = v * 10 + static_cast<uint32_t>(c - '0');
-      if (v > 65535) return 0;
-    }
-    return static_cast<uint16_t>(v);
-  }
-  return 0;
-}
-
-std::string TypeToText(uint16_t type) {
-  for (const TypeName& t : kTypes) {
-    if (t.type == type) return t.name;
-  }
-  return common::Cat("TYPE", type);
-}
 
 std::string RcodeToText(uint16_t rcode) {
   if (rcode < std::size(kRcodes)) return kRcodes[rcode];

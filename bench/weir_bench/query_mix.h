@@ -28,9 +28,8 @@ struct Question {
   std::string text;     // presentation form, for reports
 };
 
-// "A", "aaaa", "TYPE65", ...; 0 when unknown.
-uint16_t TypeFromText(std::string_view text);
-std::string TypeToText(uint16_t type);
+using dns::TypeFromText;
+using dns::TypeToText;
 std::string RcodeToText(uint16_t rcode);
 
 // Parses a dnsperf-format query file: one "name [type]" per line, '#'

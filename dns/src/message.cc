@@ -191,6 +191,47 @@ std::string NameKeyToText(std::span<const uint8_t> key) {
   return s;
 }
 
+namespace {
+struct TypeName {
+  uint16_t type;
+  const char* name;
+};
+constexpr TypeName kTypeNames[] = {{1, "A"},      {2, "NS"},    {5, "CNAME"},   {6, "SOA"},   {12, "PTR"},
+                                   {13, "HINFO"}, {15, "MX"},   {16, "TXT"},    {28, "AAAA"}, {33, "SRV"},
+                                   {35, "NAPTR"}, {43, "DS"},   {48, "DNSKEY"}, {64, "SVCB"}, {65, "HTTPS"},
+                                   {99, "SPF"},   {255, "ANY"}, {257, "CAA"}};
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if ((a[i] | 0x20) != (b[i] | 0x20)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+uint16_t TypeFromText(std::string_view text) {
+  for (const TypeName& t : kTypeNames) {
+    if (EqualsIgnoreCase(text, t.name)) return t.type;
+  }
+  if (text.size() > 4 && EqualsIgnoreCase(text.substr(0, 4), "TYPE")) {
+    uint32_t v = 0;
+    for (char c : text.substr(4)) {
+      if (c < '0' || c > '9') return 0;
+      v = v * 10 + static_cast<uint32_t>(c - '0');
+      if (v > 65535) return 0;
+    }
+    return static_cast<uint16_t>(v);
+  }
+  return 0;
+}
+
+std::string TypeToText(uint16_t type) {
+  for (const TypeName& t : kTypeNames) {
+    if (t.type == type) return t.name;
+  }
+  return "TYPE" + std::to_string(type);
+}
+
 // ---------------------------------------------------------------- ECS
 
 ParseError DecodeEcs(std::span<const uint8_t> data, bool in_query, ClientSubnet* out) {

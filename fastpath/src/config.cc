@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "weir/common/text.h"
+#include "weir/mgmt/control.h"
 
 #include "weir/common/config_file.h"
 #include "weir/common/toml_checker.h"
@@ -164,10 +165,11 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   Checker c(name);
   FastpathConfig cfg;
   cfg.path = name;
-  c.OnlyKeys(
-      root, "top level",
-      {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "dpdk", "dnstap", "log"});
+  c.OnlyKeys(root, "top level",
+             {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "control", "dpdk",
+              "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
+  mgmt::ParseControlTable(c, root, "fastpath", &cfg.control);
   common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
@@ -315,7 +317,8 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
   common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file,
-                                   &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path});
+                                   &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
+                                   &cfg->control.socket_path, &cfg->control.token_file});
   return cfg;
 }
 

@@ -1222,4 +1222,12 @@ void Forwarder::Impl::OnAnswerDeadline(uint64_t generation) {
   ArmAnswerDeadline(p);
 }
 
+std::vector<double> Forwarder::RingShares(bool weighted) const {
+  const Group& g = impl_->groups[weighted ? 1 : 0];
+  const auto& stats = upstream_stats(weighted);
+  std::vector<bool> up(stats.size());
+  for (size_t i = 0; i < stats.size(); ++i) up[i] = stats[i]->up.load(std::memory_order_relaxed);
+  return g.ring ? g.ring->Shares(up) : std::vector<double>(stats.size(), 0.0);
+}
+
 }  // namespace weir::fastpath

@@ -96,6 +96,7 @@ absl::Status Node::Start() {
       [this](const mgmt::Snapshot& snap) {
         return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags");
       });
+  mgmt_client_->SetControlHandler([this](const mgmt::ControlRequest& r) { return Control(r); });
   return node_start_->stored ? mgmt_client_->Start(node_start_->stored->version, node_start_->stored->origin)
                              : mgmt_client_->Start(0, "");
 }
@@ -203,24 +204,11 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
 
 namespace {
 
-// A partition's name in metrics: "common", the city's name (from the
-// current city map), "subnet-<bits>" for a subnet partition.
-std::string CityName(const partitions::CityMap* cm, size_t id) {
-  if (cm != nullptr && id < cm->city_count()) return cm->city(static_cast<partitions::PartitionId>(id)).name;
-  return Cat("city", id);
-}
-
 std::string PartitionName(const partitions::CityMap* cm, partitions::Partition p) {
   const size_t slot = QueryHandler::PartitionSlot(p);
   if (slot == 0) return "common";
   if (slot == QueryHandler::kSubnetSlot) return Cat("subnet-", partitions::SubnetBitsOf(p));
   return CityName(cm, slot - 1);
-}
-
-std::string AddressText(const uint8_t* bytes, size_t len) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
-  return text;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "weir/common/metrics_http.h"
 #include "weir/common/text.h"
 #include "weir/fastpath/node.h"
+#include "weir/mgmt/control.h"
 #include "weir/net/socket.h"
 #include "weir/partitions/rcu.h"
 #ifdef WEIR_HAVE_DPDK
@@ -65,6 +66,7 @@ struct Server::Impl {
   std::vector<std::unique_ptr<kernel::UdpWorker>> udp;
   std::unique_ptr<kernel::TcpServer> tcp;
   std::unique_ptr<common::MetricsHttpServer> metrics;
+  std::unique_ptr<mgmt::ControlServer> control;  // weirctl's channel ([control])
 #ifdef WEIR_HAVE_DPDK
   std::unique_ptr<dpdk::Backend> dpdk;  // backend = "dpdk": the UDP path, in place of `udp`
 #endif
@@ -162,12 +164,17 @@ absl::Status Server::Impl::Bind(int workers) {
     metrics_fd = *fd;
     config.metrics_listen = LocalAddress(*fd);
   }
-  return absl::OkStatus();
+  // The control channel's handler reaches the node, created later.
+  control = std::make_unique<mgmt::ControlServer>(config.control, [this](const mgmt::ControlRequest& r) {
+    return node ? node->Control(r) : mgmt::ControlReply::Error("starting");
+  });
+  return control->Bind();
 }
 
 absl::Status Server::Start() {
   Impl& s = *impl_;
   auto fail = [&](absl::Status st) {
+    s.control.reset();
     s.udp.clear();
     s.tcp.reset();
 #ifdef WEIR_HAVE_DPDK
@@ -224,6 +231,10 @@ absl::Status Server::Start() {
   }
 #endif
   if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
+  if (absl::Status st = s.control->StartThread(); !st.ok()) {
+    Stop();
+    return st;
+  }
   if (s.metrics_fd >= 0) {
     s.metrics = std::make_unique<common::MetricsHttpServer>(
         [node = s.node.get()] { return RenderAsRcuReader(*node); });
@@ -245,6 +256,7 @@ void Server::Stop() {
   Impl& s = *impl_;
   if (!s.running.exchange(false)) return;
   s.node->StopMgmt();
+  if (s.control) s.control->Stop();  // before the node it controls goes
   if (s.metrics) s.metrics->Stop();  // before the node it renders goes
   s.metrics.reset();
   for (auto& t : s.threads) t.join();
@@ -275,6 +287,7 @@ std::string Server::DescribeListeners() const {
     out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(),
                "\n");
   }
+  if (impl_->control) out += impl_->control->Describe();
   if (impl_->metrics_fd >= 0) out += Cat("metrics http ", impl_->config.metrics_listen.ToString(), "\n");
   return out;
 }

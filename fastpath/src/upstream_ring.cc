@@ -51,4 +51,29 @@ int UpstreamRing::Pick(uint64_t hash, uint64_t exclude) const {
   return fallback;
 }
 
+std::vector<double> UpstreamRing::Shares(const std::vector<bool>& up) const {
+  std::vector<double> share(up_.size(), 0.0);
+  const size_t n = points_.size();
+  if (n == 0) return share;
+  auto live = [&](int u) { return static_cast<size_t>(u) < up.size() && up[u]; };
+  // The owner of each point's arc: the first live point at or after it.
+  std::vector<int> owner(n, -1);
+  int next = -1;
+  for (size_t pass = 0; pass < 2; ++pass) {  // twice round, for the wrap
+    for (size_t k = n; k-- > 0;) {
+      if (live(points_[k].upstream)) next = points_[k].upstream;
+      owner[k] = next;
+    }
+  }
+  constexpr long double kSpace = 18446744073709551616.0L;  // 2^64
+  for (size_t k = 0; k < n; ++k) {
+    if (owner[k] < 0) continue;
+    // The arc that ends at point k: the hashes after the previous point.
+    const uint64_t arc =
+        k == 0 ? points_[0].hash - points_[n - 1].hash : points_[k].hash - points_[k - 1].hash;
+    share[owner[k]] += static_cast<double>((n == 1 ? kSpace : static_cast<long double>(arc)) / kSpace);
+  }
+  return share;
+}
+
 }  // namespace weir::fastpath

@@ -1,5 +1,7 @@
 #include "weir/fastpath/worker_core.h"
 
+#include <thread>
+
 #include <algorithm>
 #include <chrono>
 
@@ -174,7 +176,38 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
   return false;
 }
 
+bool WorkerCore::ProbeSwrr(SwrrProbe* probe, std::chrono::milliseconds timeout,
+                           const std::function<void()>& wake) {
+  probe->done.store(false, std::memory_order_relaxed);
+  probe_.store(probe, std::memory_order_release);
+  if (wake) wake();
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!probe->done.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= until) {
+      SwrrProbe* expected = probe;
+      // Withdrawn before the worker took it: it never will. Taken: it is
+      // being answered now.
+      if (probe_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) return false;
+      while (!probe->done.load(std::memory_order_acquire)) std::this_thread::yield();
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+void WorkerCore::AnswerProbe() {
+  SwrrProbe* p = probe_.exchange(nullptr, std::memory_order_acq_rel);
+  if (p == nullptr) return;
+  for (SwrrProbe::Item& it : p->items) {
+    it.found = handler_.swrr().Peek(it.key_hash, it.fingerprint, it.n, it.current.data());
+  }
+  p->done.store(true, std::memory_order_release);
+}
+
 size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
+  if (probe_.load(std::memory_order_relaxed) != nullptr) [[unlikely]]
+    AnswerProbe();
   ReturnedQuery q;
   size_t handled = 0;
   bool resubmitted = false;

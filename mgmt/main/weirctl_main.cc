@@ -1,12 +1,15 @@
-// weirctl: the operator's command line for weir-mgmt (docs/behaviour.md#management).
-// Exit status: 0 done, 1 mgmt refused the request (the reason on stderr),
-// 2 usage, file or connection error.
+// weirctl: the operator's command line for weir-mgmt (docs/behaviour.md#management) and
+// for a node's control channel (mgmt/include/weir/mgmt/control.h).
+// Exit status: 0 done, 1 mgmt or the node refused the request (the reason on
+// stderr) or, with --all, some node failed, 2 usage, file or connection error.
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/control.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 
@@ -113,20 +117,38 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-// Sends one request, waits for the reply (timeout_ms overall).
-int Call(const std::vector<weir::common::SocketAddress>& servers, const Message& req, bool json,
-         int timeout_ms) {
-  int fd = -1;
+// A connected stream to the first of `servers` that accepts, or an error.
+absl::StatusOr<int> ConnectTcp(const std::vector<weir::common::SocketAddress>& servers) {
   std::string why;
   for (const weir::common::SocketAddress& server : servers) {
-    fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Die(std::string("socket: ") + std::strerror(errno));
-    if (connect(fd, server.sa(), server.len) == 0) break;
+    const int fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
+    if (connect(fd, server.sa(), server.len) == 0) return fd;
     why += (why.empty() ? "" : "; ") + server.ToString() + ": " + std::strerror(errno);
     close(fd);
-    fd = -1;
   }
-  if (fd < 0) return Die("cannot reach weir-mgmt (" + why + ")");
+  return absl::UnavailableError(why);
+}
+
+absl::StatusOr<int> ConnectUnix(const std::string& path) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(sa.sun_path)) return absl::InvalidArgumentError(path + ": path too long");
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    const std::string why = path + ": " + std::strerror(errno);
+    close(fd);
+    return absl::UnavailableError(why);
+  }
+  return fd;
+}
+
+// Sends one request on `fd` (connected to `peer`), waits for the reply
+// (timeout_ms overall). A "partial" reply (weirctl --all: some nodes failed)
+// is printed like a success and exits 1.
+int Call(int fd, const std::string& peer, const Message& req, bool json, int timeout_ms) {
   std::string out = weir::mgmt::Encode(req);
   size_t off = 0;
   while (off < out.size()) {
@@ -144,28 +166,28 @@ int Call(const std::vector<weir::common::SocketAddress>& servers, const Message&
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, timeout_ms) <= 0) {
       close(fd);
-      return Die("no reply from weir-mgmt within " + std::to_string(timeout_ms) + " ms");
+      return Die("no reply from " + peer + " within " + std::to_string(timeout_ms) + " ms");
     }
     ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       close(fd);
-      return Die("weir-mgmt closed the connection without a reply");
+      return Die(peer + " closed the connection without a reply");
     }
     reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
     auto m = reader.Next();
     if (!m.ok()) {
       close(fd);
-      return Die("bad reply from weir-mgmt: " + std::string(m.status().message()));
+      return Die("bad reply from " + peer + ": " + std::string(m.status().message()));
     }
     if (!m->has_value()) continue;
     close(fd);
     const Message& r = **m;
-    if (r.type == MsgType::kError) return Die("weir-mgmt refused: " + (r.fields.empty() ? "" : r.fields[0]));
-    if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from weir-mgmt");
-    if (r.fields[0] != "ok") return Fail(1, r.fields[1]);
+    if (r.type == MsgType::kError) return Die(peer + " refused: " + (r.fields.empty() ? "" : r.fields[0]));
+    if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from " + peer);
+    if (r.fields[0] != "ok" && r.fields[0] != "partial") return Fail(1, r.fields[1]);
     std::fputs(json ? (r.fields[2] + "\n").c_str() : r.fields[1].c_str(), stdout);
-    return 0;
+    return r.fields[0] == "ok" ? 0 : 1;
   }
 }
 
@@ -179,8 +201,11 @@ std::string DefaultActor() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"weirctl: manage weir's domain tags and city map through weir-mgmt"};
+  CLI::App app{
+      "weirctl: manage weir's domain tags and city map through weir-mgmt, and control a node's cache "
+      "(docs/operator-guide.md)"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--json, --control ...) may follow the command too
   app.set_version_flag("--version", weir::common::VersionLine("weirctl"),
                        "print the version, commit and build, and exit");
   std::string server_text = std::getenv("WEIR_MGMT") != nullptr ? std::getenv("WEIR_MGMT") : "127.0.0.1:8054";
@@ -195,6 +220,19 @@ int main(int argc, char** argv) {
   app.add_option("--actor", actor, "name recorded in the audit log")->capture_default_str();
   app.add_flag("--json", json, "print the reply as JSON");
   app.add_option("--timeout-ms", timeout_ms, "reply timeout")->check(CLI::Range(100, 600000));
+  std::string control_text =
+      std::getenv("WEIR_CONTROL") != nullptr ? std::getenv("WEIR_CONTROL") : "fastpath";
+  bool all = false;
+  std::string all_kind;
+  app.add_option("-C,--control", control_text,
+                 "node commands: the node to ask: 'fastpath' or 'recursor' (their default sockets "
+                 "/run/weir/KIND.ctl), a unix socket PATH, or ADDRESS:PORT (TCP, needs --token-file) "
+                 "(env WEIR_CONTROL)")
+      ->capture_default_str();
+  app.add_flag("--all", all,
+               "node commands: ask every node through weir-mgmt (--server), one result per node");
+  app.add_option("--kind", all_kind, "with --all: only the nodes of this kind")
+      ->check(CLI::IsMember({"fastpath", "recursor"}));
 
   std::vector<std::string> args;
   std::string verb;
@@ -238,6 +276,37 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "current version and sizes");
   CLI::App* audit = app.add_subcommand("audit", "recent changes");
   audit->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
+
+  // Node commands: answered by a node's control channel (--control), or by
+  // every node through weir-mgmt (--all).
+  CLI::App* cache = app.add_subcommand("cache", "a node's answer cache");
+  cache->require_subcommand(1);
+  CLI::App* flush = cache->add_subcommand(
+      "flush",
+      "remove cached answers of NAME (and, with --suffix, of every name under it), or of --partition");
+  std::string f_name, f_partition, f_type;
+  bool f_suffix = false;
+  flush->add_option("name", f_name, "the name; '.' with --suffix is every name");
+  flush->add_flag("--suffix", f_suffix, "NAME and every name under it");
+  flush->add_option("--partition", f_partition,
+                    "only this partition: a city, 'common', 'subnet' (every subnet partition), or an address "
+                    "(the subnet partition it falls in)");
+  flush->add_option("--type", f_type, "only this type (A, AAAA, MX, TYPE65, ...)");
+  CLI::App* dump = cache->add_subcommand("dump", "list cached answers with TTL left, weights and SWRR state");
+  std::string d_name, d_partition;
+  bool d_suffix = false;
+  int d_limit = 1000;
+  dump->add_option("--name", d_name, "only this name");
+  dump->add_flag("--suffix", d_suffix, "with --name: the name and every name under it");
+  dump->add_option("--partition", d_partition, "only this partition (as for flush)");
+  dump->add_option("--limit", d_limit, "at most this many entries")->check(CLI::Range(1, 1000000));
+  CLI::App* cache_stats =
+      cache->add_subcommand("stats", "entries, bytes, inserts and evictions, per partition");
+  CLI::App* node_stats = app.add_subcommand("stats", "a node's metrics, as a table (or --json)");
+  CLI::App* reload = app.add_subcommand("reload", "a node re-reads its files (city map, tags), as on SIGHUP");
+  CLI::App* upstreams = app.add_subcommand("upstreams", "a node's upstreams: health, latency, ring share");
+  CLI::App* partitions =
+      app.add_subcommand("partitions", "a node's city map as applied and each partition's hits");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -252,6 +321,75 @@ int main(int argc, char** argv) {
   }
 
   g_json = json;
+  if (*cache || *node_stats || *reload || *upstreams || *partitions) {
+    std::vector<std::string> cargs;
+    auto arg = [&](const char* key, const std::string& v) {
+      if (!v.empty()) cargs.push_back(std::string(key) + "=" + v);
+    };
+    if (*flush) {
+      verb = "cache-flush";
+      arg("name", f_name);
+      arg("suffix", f_suffix ? "1" : "");
+      arg("partition", f_partition);
+      arg("type", f_type);
+    } else if (*dump) {
+      verb = "cache-dump";
+      arg("name", d_name);
+      arg("suffix", d_suffix ? "1" : "");
+      arg("partition", d_partition);
+      arg("limit", std::to_string(d_limit));
+    } else if (*cache_stats) {
+      verb = "cache-stats";
+    } else if (*node_stats) {
+      verb = "stats";
+    } else if (*reload) {
+      verb = "reload";
+    } else if (*upstreams) {
+      verb = "upstreams";
+    } else {
+      verb = "partitions";
+    }
+    if (all) {
+      auto server = ResolveServer(server_text);
+      if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
+      if (token_file.empty())
+        return Die("--all needs the mgmt token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
+      auto token = weir::mgmt::ReadTokenFile(token_file);
+      if (!token.ok()) return Die(std::string(token.status().message()));
+      // mgmt waits for its nodes a second less than we wait for mgmt.
+      const int node_timeout = std::clamp(timeout_ms - 1000, 100, 25000);
+      Message req{MsgType::kRequest,
+                  {std::string(weir::mgmt::kProtocol), *token, actor, "node-control", all_kind,
+                   std::to_string(node_timeout), verb}};
+      for (std::string& a : cargs) req.fields.push_back(std::move(a));
+      auto fd = ConnectTcp(*server);
+      if (!fd.ok()) return Die("cannot reach weir-mgmt (" + std::string(fd.status().message()) + ")");
+      return Call(*fd, "weir-mgmt", req, json, timeout_ms);
+    }
+    std::string token;
+    absl::StatusOr<int> fd = absl::UnknownError("");
+    std::string peer = control_text;
+    if (control_text == "fastpath" || control_text == "recursor") {
+      peer = weir::mgmt::DefaultControlSocket(control_text);
+      fd = ConnectUnix(peer);
+    } else if (control_text.find('/') != std::string::npos) {
+      fd = ConnectUnix(control_text);
+    } else {
+      auto addrs = ResolveServer(control_text);
+      if (!addrs.ok()) return Die("--control: " + std::string(addrs.status().message()));
+      if (token_file.empty()) return Die("a TCP control channel needs the token: pass --token-file");
+      auto t = weir::mgmt::ReadTokenFile(token_file);
+      if (!t.ok()) return Die(std::string(t.status().message()));
+      token = *t;
+      fd = ConnectTcp(*addrs);
+    }
+    if (!fd.ok())
+      return Die("cannot reach the node's control channel (" + std::string(fd.status().message()) + ")");
+    Message req{MsgType::kRequest, {std::string(weir::mgmt::kProtocol), token, actor, verb}};
+    for (std::string& a : cargs) req.fields.push_back(std::move(a));
+    return Call(*fd, peer, req, json, timeout_ms);
+  }
+  if (all) return Die("--all applies to node commands (cache, stats, reload, upstreams, partitions)");
   auto server = ResolveServer(server_text);
   if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
   if (token_file.empty()) return Die("no token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
@@ -297,5 +435,7 @@ int main(int argc, char** argv) {
   }
   Message req{MsgType::kRequest, {std::string(weir::mgmt::kProtocol), *token, actor, verb}};
   for (std::string& a : args) req.fields.push_back(std::move(a));
-  return Call(*server, req, json, timeout_ms);
+  auto fd = ConnectTcp(*server);
+  if (!fd.ok()) return Die("cannot reach weir-mgmt (" + std::string(fd.status().message()) + ")");
+  return Call(*fd, "weir-mgmt", req, json, timeout_ms);
 }

@@ -10,9 +10,9 @@ namespace weir::mgmt {
 
 namespace {
 
-constexpr std::array<std::string_view, 12> kCommands = {
-    "tag-add",    "tag-rm", "tag-edit",   "tag-import", "citymap-import", "citymap-add",
-    "citymap-rm", "tag-ls", "citymap-ls", "status",     "nodes",          "audit"};
+constexpr std::array<std::string_view, 13> kCommands = {
+    "tag-add", "tag-rm",     "tag-edit", "tag-import", "citymap-import", "citymap-add", "citymap-rm",
+    "tag-ls",  "citymap-ls", "status",   "nodes",      "audit",          "node-control"};
 
 }  // namespace
 

@@ -173,6 +173,16 @@ absl::Status NodeClient::HandleFrames() {
     if (msg.type == MsgType::kError) {
       return absl::PermissionDeniedError(Cat("mgmt refused: ", msg.fields.empty() ? "" : msg.fields[0]));
     }
+    if (msg.type == MsgType::kControl && msg.fields.size() >= 3) {
+      // id, actor, verb, args...: answered in order, on this thread.
+      ControlRequest req{
+          Cat("weir-mgmt: ", msg.fields[1]), msg.fields[2], {msg.fields.begin() + 3, msg.fields.end()}};
+      const ControlReply r =
+          control_ ? control_(req) : ControlReply::Error("this node has no control handler");
+      s.out +=
+          Encode(Message{MsgType::kControlReply, {msg.fields[0], r.ok ? "ok" : "error", r.text, r.json}});
+      continue;
+    }
     if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
     auto snap = SnapshotFromMessage(msg);
     if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));

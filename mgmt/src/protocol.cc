@@ -25,7 +25,7 @@ uint32_t GetU32(const char* p) {
   return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
 }
 
-bool KnownType(uint8_t t) { return t >= 1 && t <= 7; }
+bool KnownType(uint8_t t) { return t >= 1 && t <= 9; }
 
 }  // namespace
 
@@ -87,6 +87,14 @@ absl::StatusOr<uint64_t> ParseU64(std::string_view s) {
     return absl::InvalidArgumentError(Cat("not a number: '", s.substr(0, 32), "'"));
   }
   return v;
+}
+
+bool TokenEquals(std::string_view a, std::string_view b) {
+  // Constant time in the token's length: no early exit on the first difference.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
 }
 
 void EnableKeepalive(int fd) {

@@ -93,14 +93,6 @@ absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path) {
 
 namespace {
 
-bool TokenEquals(std::string_view a, std::string_view b) {
-  // Constant time in the token's length: no early exit on the first difference.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
-}
-
 std::string TimeText(int64_t t) {
   if (t == 0) return "-";
   std::time_t tt = static_cast<std::time_t>(t);
@@ -135,6 +127,22 @@ struct Conn {
   net::EventLoop::TimerId deadline = 0;
 };
 
+// A control request fanned out to the nodes (weirctl --all): one result per
+// node, answered to the weirctl connection when every node has replied or
+// the timeout has passed.
+struct NodeResult {
+  std::string kind;
+  bool done = false;
+  bool ok = false;
+  std::string text, json;
+};
+struct FanOut {
+  int ctl_fd = -1;
+  std::map<std::string, NodeResult> results;  // by node id
+  size_t pending = 0;
+  net::EventLoop::TimerId timer = 0;
+};
+
 }  // namespace
 
 struct MgmtServer::Impl {
@@ -147,6 +155,8 @@ struct MgmtServer::Impl {
   std::atomic<bool> running{false};
   std::thread thread;
   std::map<int, Conn> conns;
+  std::map<uint64_t, FanOut> fanouts;
+  uint64_t next_fanout = 1;
   MgmtCounters counters;
   SnapshotSizes sizes;
   net::LoopMailbox mailbox{loop};
@@ -167,6 +177,11 @@ struct MgmtServer::Impl {
   void OnWritable(Conn& c);
   void Handle(Conn& c, const Message& m);
   void HandleRequest(Conn& c, const Message& m);
+  // weirctl --all: sends the control request to every connected node of
+  // `kind` ("" all) and replies once each has answered.
+  void FanOutControl(Conn& c, const std::string& actor, const std::vector<std::string>& args);
+  void NodeControlReply(Conn& node, const Message& m);
+  void FinishFanOut(uint64_t id);
   void Reply(Conn& c, bool ok, std::string text, std::string json);
   void Fail(Conn& c, std::string reason);
   void MaybePush(Conn& c);
@@ -346,6 +361,15 @@ void MgmtServer::Impl::CloseConn(int fd) {
   if (it == conns.end()) return;
   if (it->second.role == Role::kNode) {
     common::LogInfo("node", "node ", it->second.node_id, " (", it->second.peer, ") disconnected");
+    std::vector<uint64_t> finished;
+    for (auto& [id, f] : fanouts) {
+      auto r = f.results.find(it->second.node_id);
+      if (r == f.results.end() || r->second.done) continue;
+      r->second.done = true;
+      r->second.text = "disconnected before it replied";
+      if (--f.pending == 0) finished.push_back(id);
+    }
+    for (uint64_t id : finished) FinishFanOut(id);
   }
   if (it->second.deadline != 0) loop.Cancel(it->second.deadline);
   loop.Unwatch(fd);
@@ -485,6 +509,8 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
         ++counters.acks;
         if (absl::Status st = store->NodeAck(c.node_id, *v); !st.ok()) StoreFailed(st);
       }
+    } else if (m.type == MsgType::kControlReply) {
+      NodeControlReply(c, m);
     } else if (m.type == MsgType::kNack && m.fields.size() == 2) {
       auto v = ParseU64(m.fields[0]);
       if (v.ok()) {
@@ -542,6 +568,7 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (verb == "citymap-rm" && args.size() == 1) {
     return changed(store->RemoveCityMapping(args[0], actor), "city mapping removed");
   }
+  if (verb == "node-control" && args.size() >= 3) return FanOutControl(c, actor, args);
   if (verb == "tag-ls" && args.empty()) {
     const std::string& text = store->snapshot().tags;
     std::string json = "[";
@@ -626,6 +653,116 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     return Reply(c, true, text, json + "]");
   }
   return Reply(c, false, Cat("unknown request '", verb, "' with ", args.size(), " arguments"), "");
+}
+
+void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
+                                     const std::vector<std::string>& args) {
+  // args: kind ("" for every node), timeout in ms, verb, the verb's args.
+  const std::string& kind = args[0];
+  auto timeout = ParseU64(args[1]);
+  if (!timeout.ok() || *timeout < 100 || *timeout > 25000)
+    return Reply(c, false, "node-control: timeout must be 100..25000 ms", "");
+  auto known = store->Nodes();
+  if (!known.ok()) {
+    StoreFailed(known.status());
+    return Reply(c, false, Text(known.status().message()), "");
+  }
+  const uint64_t id = next_fanout++;
+  FanOut f;
+  f.ctl_fd = c.fd;
+  Message req{MsgType::kControl, {std::to_string(id), actor}};
+  req.fields.insert(req.fields.end(), args.begin() + 2, args.end());
+  const std::string frame = Encode(req);
+  std::vector<int> targets;
+  for (auto& [fd, n] : conns) {
+    if (n.role != Role::kNode || (!kind.empty() && n.kind != kind)) continue;
+    if (f.results.contains(n.node_id)) continue;
+    f.results[n.node_id].kind = n.kind;
+    targets.push_back(fd);
+  }
+  f.pending = targets.size();
+  // Nodes mgmt knows that are not connected now: the request cannot reach them.
+  for (const NodeRecord& r : *known) {
+    if ((!kind.empty() && r.kind != kind) || f.results.contains(r.node_id)) continue;
+    NodeResult& nr = f.results[r.node_id];
+    nr.kind = r.kind;
+    nr.done = true;
+    nr.text = "not connected to weir-mgmt";
+  }
+  if (f.results.empty()) {
+    return Reply(
+        c, false,
+        kind.empty() ? "no node is known to weir-mgmt" : Cat("no ", kind, " node is known to weir-mgmt"), "");
+  }
+  common::LogInfo("ctl", "control '", args[2], "' by ", actor, " sent to ", targets.size(), " nodes");
+  f.timer = loop.After(std::chrono::milliseconds(*timeout), [this, id] {
+    auto it = fanouts.find(id);
+    if (it == fanouts.end()) return;
+    it->second.timer = 0;
+    for (auto& [node, r] : it->second.results) {
+      if (!r.done) r.text = "no reply within the timeout";
+      r.done = true;
+    }
+    it->second.pending = 0;
+    FinishFanOut(id);
+  });
+  fanouts[id] = std::move(f);
+  if (targets.empty()) return FinishFanOut(id);
+  for (int fd : targets) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) continue;
+    it->second.out += frame;
+    Flush(it->second);
+  }
+}
+
+void MgmtServer::Impl::NodeControlReply(Conn& node, const Message& m) {
+  if (m.fields.size() != 4) return;
+  auto id = ParseU64(m.fields[0]);
+  if (!id.ok()) return;
+  auto it = fanouts.find(*id);
+  if (it == fanouts.end()) return;  // timed out already
+  auto r = it->second.results.find(node.node_id);
+  if (r == it->second.results.end() || r->second.done) return;
+  r->second.done = true;
+  r->second.ok = m.fields[1] == "ok";
+  r->second.text = m.fields[2];
+  r->second.json = m.fields[3];
+  if (--it->second.pending == 0) FinishFanOut(*id);
+}
+
+void MgmtServer::Impl::FinishFanOut(uint64_t id) {
+  auto it = fanouts.find(id);
+  if (it == fanouts.end()) return;
+  FanOut f = std::move(it->second);
+  fanouts.erase(it);
+  if (f.timer != 0) loop.Cancel(f.timer);
+  auto ctl = conns.find(f.ctl_fd);
+  if (ctl == conns.end()) return;  // weirctl gave up
+  std::string text, json = "{\"nodes\":[";
+  size_t ok = 0;
+  bool first = true;
+  for (const auto& [node, r] : f.results) {
+    ok += r.ok;
+    common::CatTo(text, "== ", node, " (", r.kind, "): ", r.ok ? "ok" : "error", "\n", r.text,
+                  r.text.empty() || r.text.back() == '\n' ? "" : "\n");
+    common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(node), ",\"kind\":", JsonString(r.kind),
+                  ",\"ok\":", r.ok ? "true" : "false");
+    if (r.ok) {
+      common::CatTo(json, ",\"result\":", r.json.empty() ? "null" : r.json, "}");
+    } else {
+      common::CatTo(json, ",\"error\":", JsonString(r.text), "}");
+    }
+    first = false;
+  }
+  common::CatTo(json, "],\"ok\":", ok, ",\"failed\":", f.results.size() - ok, "}");
+  // Some nodes failed: weirctl prints every node's result and exits 1.
+  ++counters.requests[{"node-control", ok == f.results.size()}];
+  Conn& c = ctl->second;
+  c.out += Encode(Message{MsgType::kReply,
+                          {ok == f.results.size() ? "ok" : "partial", std::move(text), std::move(json)}});
+  c.close_after_write = true;
+  Flush(c);
 }
 
 }  // namespace weir::mgmt

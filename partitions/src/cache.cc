@@ -876,6 +876,61 @@ bool Cache::Erase(const CacheKey& key) {
   return found;
 }
 
+size_t Cache::EraseMatching(const std::function<bool(const CacheEntry&)>& match, size_t step) {
+  size_t erased = 0;
+  size_t pos = 0;
+  const Index* walked = nullptr;
+  for (;;) {
+    std::unique_ptr<RetiredBatch> batch;
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Index* idx = index_.load(std::memory_order_relaxed);
+      // A rehash between steps moved entries: walk the new index from the
+      // start (what was removed stays removed).
+      if (idx != walked) pos = 0;
+      walked = idx;
+      const size_t positions = idx->bucket_count() * kPositionsPerBucket;
+      const size_t end = std::min(positions, pos + std::max<size_t>(step, 1));
+      for (; pos < end; ++pos) {
+        if (pos % kPositionsPerBucket == kBucketSlots) continue;
+        const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
+            std::memory_order_relaxed);
+        if (v == kEmpty || !match(*EntryOf(v))) continue;
+        const Partition p = EntryOf(v)->partition();
+        EvictLocked(pos, false);
+        --stats_.evictions;  // a flush is not an eviction
+        ++stats_.flushed;
+        PartitionCacheStats& g = GroupLocked(p);
+        --g.evictions;
+        ++g.flushed;
+        ++erased;
+      }
+      done = pos >= positions;
+      batch = TakeRetiredLocked(true);
+    }
+    FlushRetired(std::move(batch));
+    if (done) return erased;
+  }
+}
+
+void Cache::ForEach(const std::function<bool(const CacheEntry&)>& visit, size_t step) const {
+  size_t pos = 0;
+  for (;;) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Index* idx = index_.load(std::memory_order_relaxed);
+    const size_t positions = idx->bucket_count() * kPositionsPerBucket;
+    const size_t end = std::min(positions, pos + std::max<size_t>(step, 1));
+    for (; pos < end; ++pos) {
+      if (pos % kPositionsPerBucket == kBucketSlots) continue;
+      const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
+          std::memory_order_relaxed);
+      if (v != kEmpty && !visit(*EntryOf(v))) return;
+    }
+    if (pos >= positions) return;
+  }
+}
+
 void Cache::Maintain(size_t max_slots) {
   std::unique_ptr<RetiredBatch> batch;
   {

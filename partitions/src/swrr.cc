@@ -1,5 +1,7 @@
 #include "weir/partitions/swrr.h"
 
+#include <algorithm>
+
 namespace weir::partitions {
 
 SwrrTable::SwrrTable(size_t slots) {
@@ -31,6 +33,25 @@ uint8_t SwrrTable::Step(int16_t* current, std::span<const uint8_t> weights, uint
   }
   current[best] = static_cast<int16_t>(current[best] - total);
   return static_cast<uint8_t>(best);
+}
+
+bool SwrrTable::Peek(uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const {
+  if (n == 0 || n > 64) return false;
+  if (n > kInline) {
+    const BigSlot& b = big_[(key_hash >> 7) & big_mask_];
+    if (b.key != key_hash || b.fingerprint != fingerprint || b.n != n) return false;
+    std::copy_n(b.current, n, out);
+    return true;
+  }
+  const size_t base = key_hash & mask_ & ~size_t{1};
+  for (size_t i = 0; i < 2; ++i) {
+    const Slot& s = slots_[base | i];
+    if (s.n == n && s.key == key_hash && s.fingerprint == fingerprint) {
+      std::copy_n(s.current, n, out);
+      return true;
+    }
+  }
+  return false;
 }
 
 uint8_t SwrrTable::Pick(uint64_t key_hash, uint64_t fingerprint, std::span<const uint8_t> weights) {

@@ -7,6 +7,7 @@
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
 #include "weir/dns/message.h"
+#include "weir/mgmt/control.h"
 #include "weir/net/tcp_limits_config.h"
 
 namespace weir::recursor {
@@ -76,9 +77,11 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   cfg.path = name;
   for (const char* loopback : {"127.0.0.0/8", "::1/128"})
     cfg.control_allow.push_back(*partitions::Cidr::Parse(loopback));
-  c.OnlyKeys(root, "top level",
-             {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "dnstap", "log"});
+  c.OnlyKeys(
+      root, "top level",
+      {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "control", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
+  mgmt::ParseControlTable(c, root, "recursor", &cfg.control);
   common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
@@ -233,7 +236,8 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   if (!cfg.ok()) return cfg;
   common::ResolveRelativeTo(path,
                             {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file,
-                             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path});
+                             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
+                             &cfg->control.socket_path, &cfg->control.token_file});
   return cfg;
 }
 

@@ -44,6 +44,12 @@ bool NameKeyFromText(std::string_view text, NameKey* key);
 // Presentation form of a key ("www.example.com."), for logs and tests.
 std::string NameKeyToText(std::span<const uint8_t> key);
 
+// "A", "aaaa", "TYPE65", ... (mnemonics of the common types, any case); 0
+// when unknown. Control plane only.
+uint16_t TypeFromText(std::string_view text);
+// The mnemonic, or "TYPE<n>".
+std::string TypeToText(uint16_t type);
+
 // ---------------------------------------------------------------- ECS
 
 // EDNS Client Subnet (RFC 7871). `address` always holds the full-width

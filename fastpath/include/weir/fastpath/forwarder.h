@@ -88,6 +88,9 @@ class Forwarder {
   const std::vector<std::unique_ptr<UpstreamStats>>& upstream_stats(bool weighted) const {
     return weighted ? weighted_stats_ : ordinary_stats_;
   }
+  // The share of the consistent-hash ring each upstream of the group owns
+  // now (the down ones' arcs moved to the next live one). Any thread.
+  std::vector<double> RingShares(bool weighted) const;
 
  private:
   struct Impl;

@@ -186,6 +186,8 @@ class QueryHandler {
     }
     return kSubnetSlot;
   }
+  // The worker's SWRR states (read by the worker itself, for a control probe).
+  const partitions::SwrrTable& swrr() const { return swrr_; }
   uint64_t partition_lookups(size_t slot) const { return lookups_[slot].Read(); }
   uint64_t partition_hits(size_t slot) const { return hits_[slot].Read(); }
 

@@ -27,6 +27,7 @@
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/miss_channel.h"
 #include "weir/fastpath/worker_core.h"
+#include "weir/mgmt/control.h"
 #include "weir/partitions/clock.h"
 
 namespace weir::mgmt {
@@ -78,11 +79,23 @@ class Node {
     backend_metrics_ = std::move(render);
   }
 
+  // One weirctl request from the control channel or weir-mgmt
+  // (docs/operator-guide.md#cache-control): cache flush / dump / stats, stats,
+  // reload, upstreams, partitions. Any thread, once started; requests run
+  // one at a time, as an RCU reader, without stopping the workers.
+  mgmt::ControlReply Control(const mgmt::ControlRequest& request);
+
  private:
   absl::Status LoadPartitions();
   // Validates both texts, then swaps both in; names are for messages.
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
                                std::string_view tags_name);
+  // Control()'s commands (fastpath/src/control.cc).
+  mgmt::ControlReply CacheFlush(const mgmt::ControlRequest& r);
+  mgmt::ControlReply CacheDump(const mgmt::ControlRequest& r);
+  mgmt::ControlReply CacheStatsReply();
+  mgmt::ControlReply UpstreamsReply() const;
+  mgmt::ControlReply PartitionsReply() const;
   // RenderMetrics' parts.
   void RenderPartitions(common::PrometheusWriter& w) const;
   void RenderAnswers(common::PrometheusWriter& w) const;
@@ -104,6 +117,13 @@ class Node {
   // The weight-conformance window, advanced by scrapes (which may run concurrently).
   mutable std::mutex conformance_mu_;
   mutable ConformanceWindow conformance_;
+  std::mutex control_mu_;  // one control request at a time
 };
+
+// A partition's name as operators see it: "common", the city's name (from
+// `cm`, the current city map), "subnet" for the subnet slot.
+std::string CityName(const partitions::CityMap* cm, size_t id);
+// An IPv4 (4 bytes) or IPv6 (16) address in text.
+std::string AddressText(const uint8_t* bytes, size_t len);
 
 }  // namespace weir::fastpath

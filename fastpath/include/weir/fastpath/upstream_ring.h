@@ -32,6 +32,12 @@ class UpstreamRing {
   int load(int i) const { return load_[i]; }
   int size() const { return static_cast<int>(up_.size()); }
 
+  // The share of the hash space each upstream owns (sums to 1 over the
+  // live ones) when the upstreams with up[i] false are down: their arcs go
+  // to the next live point, as Pick() sends them. Reads only the points,
+  // fixed at construction, so any thread may call it.
+  std::vector<double> Shares(const std::vector<bool>& up) const;
+
  private:
   struct Point {
     uint64_t hash;

@@ -8,11 +8,15 @@
 // a quiescent state between bursts.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/metrics.h"
@@ -44,6 +48,21 @@ class WorkerIo : public AnswerSink {
   virtual ClientRoute HoldRoute(size_t index) = 0;
 };
 
+// A control request (weirctl cache dump) for the SWRR states of some
+// RRsets, answered by the worker between bursts: the states belong to its
+// thread alone.
+struct SwrrProbe {
+  struct Item {
+    uint64_t key_hash = 0;
+    uint64_t fingerprint = 0;
+    uint8_t n = 0;       // addresses
+    bool found = false;  // the worker holds a state (it has answered the RRset)
+    std::array<int16_t, 64> current{};
+  };
+  std::vector<Item> items;
+  std::atomic<bool> done{false};
+};
+
 class alignas(64) WorkerCore {
  public:
   // `channel` leads to the upstream side; `notify_upstream` wakes it after
@@ -72,6 +91,11 @@ class alignas(64) WorkerCore {
   // default, taps nothing. Before the worker runs.
   void SetTap(dnstap::Producer* tap) { tap_ = tap; }
 
+  // Control thread: has the worker fill `probe` at its next pass through
+  // DrainReturns (`wake` wakes it); true once filled, false when the worker
+  // did not take it within `timeout` (then it never will).
+  bool ProbeSwrr(SwrrProbe* probe, std::chrono::milliseconds timeout, const std::function<void()>& wake);
+
   int index() const { return index_; }
   QueryHandler& handler() { return handler_; }
   const QueryHandler& handler() const { return handler_; }
@@ -97,6 +121,8 @@ class alignas(64) WorkerCore {
   std::function<void()> notify_upstream_;
   std::unique_ptr<MissRequest[]> misses_;
   std::unique_ptr<uint8_t[]> out_;  // answers to returned queries (any transport)
+  std::atomic<SwrrProbe*> probe_{nullptr};
+  void AnswerProbe();
 };
 
 }  // namespace weir::fastpath

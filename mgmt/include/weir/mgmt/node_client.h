@@ -21,6 +21,7 @@
 #include "weir/common/log.h"
 #include "weir/common/prometheus.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/control.h"
 #include "weir/mgmt/snapshot.h"
 
 namespace weir::net {
@@ -53,6 +54,11 @@ class NodeClient {
   NodeClient(const NodeClient&) = delete;
   NodeClient& operator=(const NodeClient&) = delete;
 
+  // Control requests weir-mgmt fans out to its nodes (weirctl --all) are
+  // answered by `handler`, on the client's thread; without one they are
+  // answered with an error. Before Start().
+  void SetControlHandler(ControlHandler handler) { control_ = std::move(handler); }
+
   // `have_version` / `have_origin`: what the node already runs (its stored
   // snapshot), 0 / "" for none.
   absl::Status Start(uint64_t have_version, std::string have_origin);
@@ -82,6 +88,7 @@ class NodeClient {
 
   NodeClientOptions options_;
   ApplyFn apply_;
+  ControlHandler control_;
   std::thread thread_;
   std::unique_ptr<net::EventLoop> loop_;
   std::unique_ptr<Session> session_;  // none between connections

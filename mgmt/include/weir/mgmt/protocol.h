@@ -31,6 +31,10 @@ enum class MsgType : uint8_t {
   kRequest = 5,   // weirctl -> mgmt: protocol, token, verb, args...
   kReply = 6,     // mgmt -> weirctl: "ok" | "error", text, json
   kError = 7,     // mgmt -> peer: reason; the connection is closed after it
+  // mgmt -> node: id, actor, verb, args... (a control request fanned out by
+  // weirctl --all; control.h)
+  kControl = 8,
+  kControlReply = 9,  // node -> mgmt: id, "ok" | "error", text, json
 };
 
 struct Message {
@@ -57,6 +61,10 @@ class FrameReader {
 
 // Decodes exactly one frame body (type byte + fields), as FrameReader does.
 absl::StatusOr<Message> DecodeBody(std::string_view body);
+
+// Whether a presented token equals the expected one, in time independent of
+// where they differ. An empty expected token never matches.
+bool TokenEquals(std::string_view presented, std::string_view expected);
 
 // TCP keepalive tuned to notice a dead peer on an idle stream in ~25 s.
 void EnableKeepalive(int fd);

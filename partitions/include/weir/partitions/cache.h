@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -336,6 +337,7 @@ struct CacheStats {
   uint64_t reclaiming = 0;         // inserts refused while retired blocks awaited their grace period
   uint64_t retired_bytes = 0;      // blocks retired and not yet back in the slab
   uint64_t rehashes = 0;
+  uint64_t flushed = 0;          // removed by EraseMatching (an operator's flush)
   uint64_t slab_drains = 0;      // chunks emptied to keep the slab's footprint under its cap
   uint64_t drain_evictions = 0;  // live entries those drains evicted (also in evictions)
 };
@@ -347,6 +349,7 @@ struct PartitionCacheStats {
   uint64_t inserts = 0;
   uint64_t evictions = 0;          // CLOCK, over budget
   uint64_t expired_evictions = 0;  // past the stale window
+  uint64_t flushed = 0;            // removed by an operator's flush
 };
 
 // The group a partition's statistics are kept in: 0 the common partition,
@@ -409,6 +412,18 @@ class Cache {
   InsertResult Insert(CacheEntryPtr entry);
   InsertResult TryInsert(CacheEntryPtr entry);
   bool Erase(const CacheKey& key);
+  // Removes every entry `match` accepts (an operator's flush); returns how
+  // many. The index is walked in steps of `step` slots, the writer lock
+  // taken for one step at a time, so inserts wait at most one step and
+  // readers not at all (removed entries are freed after their grace
+  // period). Counted as flushed, not evicted. `match` runs under the lock:
+  // it must not call back into the cache.
+  size_t EraseMatching(const std::function<bool(const CacheEntry&)>& match, size_t step = 4096);
+  // Calls `visit` for entries, in index order, until it returns false
+  // (a dump). Same stepping as EraseMatching; an entry moved by a rehash
+  // during the walk may be visited twice or not at all. The entry is valid
+  // only during the call.
+  void ForEach(const std::function<bool(const CacheEntry&)>& visit, size_t step = 4096) const;
   // Evicts entries past the stale window, visiting at most `max_slots`
   // slots from where the last call stopped; flushes pending retirements.
   void Maintain(size_t max_slots = 4096);

@@ -43,6 +43,12 @@ class SwrrTable {
 
   uint64_t resets() const { return resets_; }
 
+  // The SWRR `current` values of the RRset (key_hash, fingerprint) with `n`
+  // addresses, copied to `out` (n values); false when this table holds no
+  // state for it (never picked here, or evicted: the next pick starts the
+  // sequence). Same thread as Pick.
+  bool Peek(uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const;
+
  private:
   static constexpr size_t kInline = 16;
   struct alignas(64) Slot {

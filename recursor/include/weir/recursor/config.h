@@ -11,6 +11,7 @@
 #include "weir/common/log.h"
 #include "weir/common/socket_address.h"
 #include "weir/dnstap/dnstap.h"
+#include "weir/mgmt/control.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/net/tcp_connections.h"
 #include "weir/partitions/partition.h"
@@ -88,6 +89,8 @@ struct RecursorConfig {
   std::string tags_path;  // partitions TagTable text format
   // [mgmt]: tags pushed by weir-mgmt instead of the file.
   mgmt::NodeMgmtConfig mgmt;
+  // [control]: the control channel weirctl uses (docs/operator-guide.md#cache-control).
+  mgmt::ControlConfig control;
   // [log]: level and target; the command-line flags override them.
   common::LogSettings log;
 
