@@ -388,6 +388,8 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
   auto& bytes = w.Gauge("weir_cache_bytes", "Bytes of the entries cached, by partition.");
   auto& inserts =
       w.Counter("weir_cache_inserts_total", "Entries cached (refreshes not included), by partition.");
+  auto& flushed = w.Counter("weir_cache_flushed_total",
+                            "Entries removed by an operator's flush (weirctl cache flush), by partition.");
   auto& evictions =
       w.Counter("weir_cache_evictions_total",
                 "Entries evicted, by partition and reason (budget: over cache.bytes; expired: past the stale "
@@ -403,6 +405,7 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
     inserts.Add({{"partition", name}}, p.inserts);
     evictions.Add({{"partition", name}, {"reason", "budget"}}, p.evictions);
     evictions.Add({{"partition", name}, {"reason", "expired"}}, p.expired_evictions);
+    flushed.Add({{"partition", name}}, p.flushed);
   }
   const partitions::CacheStats cs = shared_.cache->stats();
   w.Gauge("weir_cache_budget_bytes", "The cache's byte budget (cache.bytes): entries and index.")

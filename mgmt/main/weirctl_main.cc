@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   std::string all_kind;
   app.add_option("-C,--control", control_text,
                  "node commands: the node to ask: 'fastpath' or 'recursor' (their default sockets "
-                 "/run/weir/KIND.ctl), a unix socket PATH, or ADDRESS:PORT (TCP, needs --token-file) "
+                 "/run/weir-KIND/control.sock), a unix socket PATH, or ADDRESS:PORT (TCP, needs --token-file) "
                  "(env WEIR_CONTROL)")
       ->capture_default_str();
   app.add_flag("--all", all,

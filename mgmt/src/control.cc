@@ -78,7 +78,7 @@ bool ControlArgs::Flag(std::string_view key) const {
   return v == "1" || v == "true" || v == "yes";
 }
 
-std::string DefaultControlSocket(std::string_view kind) { return Cat("/run/weir/", kind, ".ctl"); }
+std::string DefaultControlSocket(std::string_view kind) { return Cat("/run/weir-", kind, "/control.sock"); }
 
 void ParseControlTable(common::TomlChecker& c, const toml::table& root, std::string_view kind,
                        ControlConfig* out) {

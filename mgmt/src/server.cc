@@ -112,6 +112,7 @@ enum class Role { kUnknown, kNode, kCtl };
 
 struct Conn {
   int fd = -1;
+  uint64_t serial = 0;  // unique for the daemon's life (a descriptor number is reused)
   std::string peer;
   FrameReader reader;
   std::string out;
@@ -138,6 +139,7 @@ struct NodeResult {
 };
 struct FanOut {
   int ctl_fd = -1;
+  uint64_t ctl_serial = 0;
   std::map<std::string, NodeResult> results;  // by node id
   size_t pending = 0;
   net::EventLoop::TimerId timer = 0;
@@ -157,6 +159,7 @@ struct MgmtServer::Impl {
   std::map<int, Conn> conns;
   std::map<uint64_t, FanOut> fanouts;
   uint64_t next_fanout = 1;
+  uint64_t next_serial = 1;
   MgmtCounters counters;
   SnapshotSizes sizes;
   net::LoopMailbox mailbox{loop};
@@ -345,6 +348,7 @@ void MgmtServer::Impl::Accept() {
     EnableKeepalive(fd);
     Conn& c = conns[fd];
     c.fd = fd;
+    c.serial = next_serial++;
     c.peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
     c.deadline = loop.After(std::chrono::seconds(30), [this, fd] {
       auto it = conns.find(fd);
@@ -670,6 +674,7 @@ void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
   const uint64_t id = next_fanout++;
   FanOut f;
   f.ctl_fd = c.fd;
+  f.ctl_serial = c.serial;
   Message req{MsgType::kControl, {std::to_string(id), actor}};
   req.fields.insert(req.fields.end(), args.begin() + 2, args.end());
   const std::string frame = Encode(req);
@@ -738,7 +743,7 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
   fanouts.erase(it);
   if (f.timer != 0) loop.Cancel(f.timer);
   auto ctl = conns.find(f.ctl_fd);
-  if (ctl == conns.end()) return;  // weirctl gave up
+  if (ctl == conns.end() || ctl->second.serial != f.ctl_serial) return;  // weirctl gave up
   std::string text, json = "{\"nodes\":[";
   size_t ok = 0;
   bool first = true;

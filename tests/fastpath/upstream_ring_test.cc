@@ -43,6 +43,34 @@ TEST(UpstreamRing, DownUpstreamMovesOnlyItsShare) {
   }
 }
 
+TEST(UpstreamRing, SharesMatchWherePickSendsKeys) {
+  // Load bound out of the way (a huge factor): Pick follows the ring alone.
+  UpstreamRing ring(4, 128, 1e9);
+  for (int down = -1; down < 4; ++down) {
+    std::vector<bool> up(4, true);
+    if (down >= 0) {
+      up[down] = false;
+      ring.SetUp(down, false);
+    }
+    const std::vector<double> shares = ring.Shares(up);
+    double total = 0;
+    for (double s : shares) total += s;
+    EXPECT_NEAR(total, 1.0, 1e-9);
+    if (down >= 0) {
+      EXPECT_EQ(shares[down], 0.0);
+    }
+    std::vector<int> count(4, 0);
+    constexpr int kKeys = 200000;
+    for (int i = 0; i < kKeys; ++i) ++count[ring.Pick(H(i))];
+    for (int u = 0; u < 4; ++u) {
+      EXPECT_NEAR(static_cast<double>(count[u]) / kKeys, shares[u], 0.01)
+          << "upstream " << u << " down " << down;
+    }
+    if (down >= 0) ring.SetUp(down, true);
+  }
+  EXPECT_EQ(ring.Shares({false, false, false, false}), std::vector<double>(4, 0.0));
+}
+
 TEST(UpstreamRing, ExcludeSkipsTriedUpstreams) {
   UpstreamRing ring(3);
   const uint64_t h = H(7);

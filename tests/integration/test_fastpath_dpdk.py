@@ -75,6 +75,8 @@ tags = "{tags}"
 ordinary = ["{upstream}"]
 weighted = ["{upstream}"]
 timeout_ms = 1000
+[control]
+socket = ""
 [dpdk]
 eal_args = {toml_list(eal)}
 idle_sleep_us = 50

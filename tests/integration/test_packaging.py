@@ -11,6 +11,7 @@ Run: python3 tests/integration/test_packaging.py --build-dir build
 """
 
 import grp
+import json
 import os
 import pwd
 import re
@@ -209,6 +210,16 @@ class DebianPackageTest(unittest.TestCase):
         # gives SERVFAIL; the point is that the pair answers at all.
         r = weirtest.dig(f"{NET}.1", 53, "example.com", timeout=8)
         self.assertIn(r.status, ("SERVFAIL", "NOERROR"), r.text)
+        # weirctl reaches the fastpath on its default control socket (bound
+        # by root before the drop, mode 0660).
+        # (Every other test's fastpath runs without the default socket.)
+        self.assertIn("control unix /run/weir-fastpath/control.sock", fp.lines)
+        st = os.stat("/run/weir-fastpath/control.sock")
+        self.assertEqual(st.st_mode & 0o777, 0o660)
+        r = run(["/usr/bin/weirctl", "--json", "stats"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        queries = sum(m["value"] for m in json.loads(r.stdout) if m["name"] == "weir_queries_total")
+        self.assertGreaterEqual(queries, 1)
         self.assertEqual(fp.stop(), 0)
         self.assertEqual(rec.stop(), 0)
 

@@ -302,6 +302,56 @@ TEST_F(CacheTest, PartitionStatsFollowInsertsEvictionsAndErases) {
   rcu_.Quiescent();
 }
 
+TEST_F(CacheTest, EraseMatchingRemovesOnlyWhatMatchesAcrossSteps) {
+  // A small first index and small steps: the walk sees rehashes and many
+  // steps; entries inserted between steps may be missed, never kept wrongly.
+  Cache cache({.initial_slots = 16}, clock_);
+  const IpAddress client = IpAddress::V4(0x0a010203);
+  const Partition city1 = PartitionKey(CacheLevel::kCity, 1, client);
+  std::vector<dns::NameKey> names;
+  for (int i = 0; i < 3000; ++i) names.push_back(Key("n" + std::to_string(i) + ".example"));
+  for (const dns::NameKey& n : names) {
+    cache.Insert(MakeAEntry(kCommonPartition, n, {1}, {}, clock_.NowSeconds()));
+    cache.Insert(MakeAEntry(city1, n, {2}, {}, clock_.NowSeconds()));
+  }
+  ASSERT_EQ(cache.stats().entries, 6000u);
+  size_t visited = 0;
+  cache.ForEach([&](const CacheEntry&) { return ++visited < 10; });
+  EXPECT_EQ(visited, 10u) << "ForEach stops when the visitor says so";
+  visited = 0;
+  cache.ForEach([&](const CacheEntry&) { return ++visited, true; }, 7);
+  EXPECT_EQ(visited, 6000u);
+
+  // Every city-1 copy of an even name.
+  auto even_city1 = [&](const CacheEntry& e) {
+    if (e.partition() != city1) return false;
+    const std::string text = dns::NameKeyToText(e.qname());
+    return (std::stoi(text.substr(1, text.find('.') - 1)) % 2) == 0;
+  };
+  EXPECT_EQ(cache.EraseMatching(even_city1, 5), 1500u);
+  rcu_.Quiescent();
+  Freshness f;
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_NE(cache.Find({kCommonPartition, names[i].span(), dns::type::kA}, clock_.NowSeconds(), &f),
+              nullptr);
+    EXPECT_EQ(cache.Find({city1, names[i].span(), dns::type::kA}, clock_.NowSeconds(), &f) == nullptr,
+              i % 2 == 0)
+        << i;
+  }
+  const CacheStats st = cache.stats();
+  EXPECT_EQ(st.entries, 4500u);
+  EXPECT_EQ(st.flushed, 1500u);
+  EXPECT_EQ(st.evictions, 0u) << "a flush is not an eviction";
+  const std::vector<PartitionCacheStats> groups = cache.partition_stats();
+  EXPECT_EQ(groups[PartitionStatsGroup(city1)].flushed, 1500u);
+  EXPECT_EQ(groups[PartitionStatsGroup(city1)].entries, 1500u);
+  EXPECT_EQ(groups[PartitionStatsGroup(kCommonPartition)].flushed, 0u);
+  EXPECT_EQ(cache.EraseMatching([](const CacheEntry&) { return true; }), 4500u);
+  EXPECT_EQ(cache.stats().entries, 0u);
+  rcu_.Quiescent();
+  cache.Barrier();
+}
+
 TEST_F(CacheTest, ByteBudgetEvictsColdEntriesFirst) {
   const size_t budget = 2 << 20;
   Cache cache({.byte_budget = budget}, clock_);

@@ -43,6 +43,28 @@ TEST(Swrr, TwoToOneIsSmooth) {
   EXPECT_EQ(s, "ABAABA");  // A A B spread as A B A, never A A B B
 }
 
+TEST(Swrr, PeekShowsTheCurrentValues) {
+  SwrrTable t;
+  const std::vector<uint8_t> w = {5, 3, 1};
+  int16_t cur[3];
+  EXPECT_FALSE(t.Peek(42, 7, 3, cur)) << "no state before the first pick";
+  // nginx's sequence: after .0 -> {-4,3,1}, .1 -> {1,-3,2}, .0 -> {-3,0,3}.
+  EXPECT_EQ(t.Pick(42, 7, w), 0);
+  EXPECT_EQ(t.Pick(42, 7, w), 1);
+  EXPECT_EQ(t.Pick(42, 7, w), 0);
+  ASSERT_TRUE(t.Peek(42, 7, 3, cur));
+  EXPECT_EQ(std::vector<int16_t>(cur, cur + 3), (std::vector<int16_t>{-3, 0, 3}));
+  EXPECT_FALSE(t.Peek(42, 8, 3, cur)) << "another fingerprint: another set";
+  EXPECT_FALSE(t.Peek(42, 7, 2, cur));
+  // Big sets live apart.
+  const std::vector<uint8_t> big(20, 1);
+  t.Pick(43, 1, big);
+  int16_t bcur[20];
+  ASSERT_TRUE(t.Peek(43, 1, 20, bcur));
+  EXPECT_EQ(bcur[0], 1 - 20);
+  EXPECT_EQ(bcur[1], 1);
+}
+
 TEST(Swrr, EqualWeightsAreRoundRobin) {
   SwrrTable t;
   const std::vector<uint8_t> w(5, 1);

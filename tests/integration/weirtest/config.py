@@ -35,11 +35,13 @@ def toml_tables(sections: Sequence[tuple]) -> str:
 def fastpath_config(ordinary: Sequence[str], *, weighted: Optional[Sequence[str]] = None, workers: int = 1,
                     allow: Sequence[str] = ("127.0.0.0/8",), citymap: Optional[str] = None,
                     tags: Optional[str] = None, cache: Optional[dict] = None, upstream: Optional[dict] = None,
-                    server: Optional[dict] = None, rate_limit: Optional[dict] = None) -> str:
+                    server: Optional[dict] = None, rate_limit: Optional[dict] = None,
+                    control: Optional[dict] = None) -> str:
     """A weir-fastpath TOML config (docs/fastpath-config.md) listening on
     127.0.0.1 port 0 with metrics on 127.0.0.1 port 0. `ordinary`/`weighted`
     are "ip:port" upstreams; `citymap`/`tags` are file paths; the dicts add
-    keys to their sections."""
+    keys to their sections. The control channel is off unless `control`
+    gives its [control] keys (tests must not share the default socket)."""
     srv = {"listen": ["127.0.0.1:0"], "workers": workers, "metrics_listen": "127.0.0.1:0"}
     srv.update(server or {})
     sections = [("server", srv), ("acl", {"allow": list(allow)})]
@@ -59,6 +61,7 @@ def fastpath_config(ordinary: Sequence[str], *, weighted: Optional[Sequence[str]
         up["weighted"] = list(weighted)
     up.update(upstream or {})
     sections.append(("upstream", up))
+    sections.append(("control", control if control is not None else {"socket": ""}))
     return toml_tables(sections)
 
 
@@ -82,7 +85,8 @@ class PartitionFiles:
 def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[str] = (), tags: Optional[str] = None,
                     allow: Sequence[str] = ("127.0.0.0/8",), listen: Sequence[str] = ("127.0.0.1:0",),
                     server: Optional[dict] = None, cache: Optional[dict] = None, last_hop: Optional[dict] = None,
-                    ecs: Optional[dict] = None, resolver: Optional[dict] = None) -> str:
+                    ecs: Optional[dict] = None, resolver: Optional[dict] = None,
+                    control: Optional[dict] = None) -> str:
     """A weir-recursor TOML config (docs/recursor-config.md) listening on
     127.0.0.1 port 0 with a control port on 127.0.0.1 port 0. Paths should
     be absolute. The dicts add keys to their sections."""
@@ -100,6 +104,8 @@ def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[st
     for name, d in (("cache", cache), ("last_hop", last_hop), ("ecs", ecs)):
         if d:
             sections.append((name, d))
+    # weirctl's control channel: off unless `control` gives its keys.
+    sections.append(("control", control if control is not None else {"socket": ""}))
     return toml_tables(sections)
 
 

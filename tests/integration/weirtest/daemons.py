@@ -84,7 +84,9 @@ class _Server(_Program, _MetricsEndpoint):
             m = self._LISTEN.match(line)
             if m:
                 self.listeners.append(split_hostport(m.group(1)))
-            elif line.startswith("control "):
+            elif line.startswith("control ") and len(line.split()) == 2:
+                # The recursor's legacy control port ("control unix|tcp ..."
+                # lines are weirctl's control channel).
                 self.control_address = split_hostport(line.split()[1])
             elif not self._metrics_line(line):
                 self._on_line(line)

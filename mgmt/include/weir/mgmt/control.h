@@ -83,7 +83,8 @@ struct ControlConfig {
   std::string token_file;  // required with tcp
 };
 
-// The default unix socket of a node kind: /run/weir/<kind>.ctl.
+// The default unix socket of a node kind: /run/weir-<kind>/control.sock (the
+// RuntimeDirectory of its systemd unit).
 std::string DefaultControlSocket(std::string_view kind);
 
 // Reads root["control"] (socket, listen, token_file) into `out`; without the
