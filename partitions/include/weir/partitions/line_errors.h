@@ -36,9 +36,9 @@ class LineErrors {
     return absl::InvalidArgumentError(e.line == 0 ? e.reason : common::Cat("line ", e.line, ": ", e.reason));
   }
 
-  // Every kept error as "NAME:LINE: reason" ("NAME: reason" for the whole
-  // input), in line order, then "NAME: ... and N more errors" when some
-  // were dropped.
+  // Every kept error as "NAME:LINE: reason" in line order, then those of
+  // the whole input ("NAME: reason"), then "NAME: ... and N more errors"
+  // when some were dropped.
   std::vector<std::string> Render(std::string_view name) const {
     std::vector<std::string> out;
     for (const Error& e : Sorted()) {
@@ -59,7 +59,10 @@ class LineErrors {
 
   std::vector<Error> Sorted() const {
     std::vector<Error> s = errors_;
-    std::stable_sort(s.begin(), s.end(), [](const Error& a, const Error& b) { return a.line < b.line; });
+    // The whole input's errors after its lines' (line 0 sorts as the last).
+    std::stable_sort(s.begin(), s.end(), [](const Error& a, const Error& b) {
+      return static_cast<unsigned>(a.line - 1) < static_cast<unsigned>(b.line - 1);
+    });
     return s;
   }
   // Keeps the kMaxKept first by line (errors may arrive out of line order:
