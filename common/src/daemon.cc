@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "weir/common/config_file.h"
 #include "weir/common/log.h"
 #include "weir/common/privileges.h"
 #include "weir/common/process_metrics.h"
@@ -56,7 +57,9 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
 }
 
 int Daemon::Rejected(std::string_view reason) const {
-  LogError("config", reason);
+  // A rejected config carries every error, one per line: each is a line of
+  // the log, as --check prints them.
+  for (const std::string& line : ErrorLines(reason)) LogError("config", line);
   return 2;
 }
 

@@ -8,6 +8,7 @@ using common::Cat;
 void ParseConfig(common::TomlChecker& c, const toml::table& root, Options* out) {
   const toml::table* t = common::SubTable(c, root, "dnstap");
   if (t == nullptr) return;
+  const size_t errors_before = c.error_count();
   c.OnlyKeys(*t, "dnstap",
              {"socket", "file", "sample", "queue_size", "identity", "version", "client", "upstream"});
   c.String(*t, "socket", &out->socket_path);
@@ -18,7 +19,7 @@ void ParseConfig(common::TomlChecker& c, const toml::table& root, Options* out) 
   c.String(*t, "version", &out->version);
   c.Bool(*t, "client", &out->client);
   c.Bool(*t, "upstream", &out->upstream);
-  if (!c.ok()) return;
+  if (c.error_count() != errors_before) return;  // the rules below would repeat those errors
   if (out->socket_path.empty() == out->file_path.empty()) {
     return c.Fail(t->source(), "[dnstap] needs exactly one of 'socket' (a unix socket path) or 'file'");
   }

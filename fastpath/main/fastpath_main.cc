@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
           "tests only: a settable clock, advanced with GET /test/advance-clock?seconds=N on the metrics port",
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
-  auto config = weir::fastpath::LoadConfig(daemon.config_path());
+  auto config = weir::fastpath::LoadAndCheckConfig(daemon.config_path());
   if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
 
   weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());

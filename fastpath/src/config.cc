@@ -1,5 +1,6 @@
 #include "weir/fastpath/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -34,13 +35,17 @@ void ParseUpstreams(Checker& c, const toml::table& up, std::string_view key,
       addr = *s;
     } else if (const toml::table* t = e.as_table()) {
       c.OnlyKeys(*t, Cat("upstream.", key), {"address", "name"});
-      c.String(*t, "address", &addr);
-      c.String(*t, "name", &u.name);
+      const bool address_ok = c.String(*t, "address", &addr);
+      if (!c.String(*t, "name", &u.name) || !address_ok) continue;
     } else {
-      return c.Fail(e.source(), "an upstream is \"ip:port\" or { address = \"ip:port\", name = \"...\" }");
+      c.Fail(e.source(), "an upstream is \"ip:port\" or { address = \"ip:port\", name = \"...\" }");
+      continue;
     }
     auto parsed = SocketAddress::Parse(addr, 53);
-    if (!parsed.ok()) return c.Fail(e.source(), ToStd(parsed.status().message()));
+    if (!parsed.ok()) {
+      c.Fail(e.source(), ToStd(parsed.status().message()));
+      continue;
+    }
     u.address = *parsed;
     if (u.name.empty()) u.name = u.address.ToString();
     out->push_back(u);
@@ -73,22 +78,27 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
              {"eal_args", "lcores", "mbufs", "rx_descriptors", "tx_descriptors", "dns_port",
               "udp_checksum_v4", "idle_sleep_us", "exception_pps", "port"});
   c.List(t, "eal_args", &d->eal_args, [](const std::string& v) { return absl::StatusOr<std::string>(v); });
-  if (const toml::node* n = t.get("lcores")) {
-    const toml::array* arr = n->as_array();
-    if (arr == nullptr) return c.Fail(n->source(), "'lcores' must be an array of lcore ids");
-    for (const auto& e : *arr) {
+  const toml::node* lcores = t.get("lcores");
+  if (lcores != nullptr && !lcores->is_array())
+    c.Fail(lcores->source(), "'lcores' must be an array of lcore ids");
+  if (lcores != nullptr && lcores->is_array()) {
+    for (const auto& e : *lcores->as_array()) {
       auto v = e.value<int64_t>();
-      if (!e.is_integer() || !v || *v < 0 || *v >= 1024)
-        return c.Fail(e.source(), "'lcores' entries must be lcore ids (0 to 1023)");
-      for (int l : d->lcores)
-        if (l == *v) return c.Fail(e.source(), Cat("lcore ", *v, " is listed twice"));
+      if (!e.is_integer() || !v || *v < 0 || *v >= 1024) {
+        c.Fail(e.source(), "'lcores' entries must be lcore ids (0 to 1023)");
+        continue;
+      }
+      if (std::find(d->lcores.begin(), d->lcores.end(), *v) != d->lcores.end()) {
+        c.Fail(e.source(), Cat("lcore ", *v, " is listed twice"));
+        continue;
+      }
       d->lcores.push_back(static_cast<int>(*v));
     }
   }
   c.Int(t, "mbufs", &d->mbufs, 0, 16 << 20);
   c.Int(t, "rx_descriptors", &d->rx_descriptors, 64, 32768);
   c.Int(t, "tx_descriptors", &d->tx_descriptors, 64, 32768);
-  c.Int(t, "dns_port", &d->dns_port, 1, 65535);
+  const bool dns_port_ok = c.Int(t, "dns_port", &d->dns_port, 1, 65535);
   c.Bool(t, "udp_checksum_v4", &d->udp_checksum_v4);
   c.Int(t, "idle_sleep_us", &d->idle_sleep_us, 0, 100000);
   c.Int(t, "exception_pps", &d->exception_pps, 0, 100000000);
@@ -96,16 +106,18 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
   if (ports == nullptr) return;
   const toml::array* arr = ports->as_array();
   if (arr == nullptr) return c.Fail(ports->source(), "'port' must be an array of tables ([[dpdk.port]])");
-  for (const auto& e : *arr) {
+  // One port; a return skips it (its errors are recorded) and goes on with the next.
+  auto one_port = [&](const toml::node& e) {
     const toml::table* pt = e.as_table();
     if (pt == nullptr) return c.Fail(e.source(), "each [[dpdk.port]] must be a table");
+    const size_t errors_before = c.error_count();
     DpdkPortConfig port;
     c.OnlyKeys(*pt, "dpdk.port", {"device", "addresses", "exception", "tap_name"});
     c.String(*pt, "device", &port.device);
     c.List(*pt, "addresses", &port.addresses, ParseOwnedAddress);
     c.String(*pt, "exception", &port.exception);
     c.String(*pt, "tap_name", &port.tap_name);
-    if (!c.ok()) return;
+    if (c.error_count() != errors_before) return;
     if (port.device.empty()) return c.Fail(pt->source(), "[[dpdk.port]] needs 'device' (its devargs)");
     if (port.addresses.empty())
       return c.Fail(pt->source(), "[[dpdk.port]] needs 'addresses': the addresses it answers DNS on");
@@ -113,7 +125,7 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
       return c.Fail(pt->get("exception")->source(),
                     Cat("'exception' is \"tap\", \"kernel\" or \"none\", not \"", port.exception, "\""));
     }
-    if (port.exception == "kernel" &&
+    if (port.exception == "kernel" && dns_port_ok &&
         (port.device.rfind("net_af_xdp", 0) != 0 || port.device.find("xdp_prog=") == std::string::npos ||
          d->dns_port != 53)) {
       // Only weir's XDP split leaves the rest to the kernel; with any other
@@ -145,7 +157,8 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
         return c.Fail(pt->source(), Cat("tap_name \"", port.tap_name, "\" is used by two ports"));
     }
     d->ports.push_back(std::move(port));
-  }
+  };
+  for (const auto& e : *arr) one_port(e);
 }
 
 }  // namespace
@@ -178,16 +191,16 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
                 "metrics_answer_names", "metrics_conformance_window_s", "tcp_idle_timeout_ms",
                 "tcp_max_connections", "tcp_max_connections_per_source", "tcp_source_prefix_v4",
                 "tcp_source_prefix_v6", "tcp_lifetime_ms"});
-    c.String(*s, "backend", &cfg.backend);
-    if (c.ok() && cfg.backend != "kernel" && cfg.backend != "dpdk") {
+    const bool backend_ok = c.String(*s, "backend", &cfg.backend);
+    if (backend_ok && cfg.backend != "kernel" && cfg.backend != "dpdk") {
       c.Fail(s->get("backend")->source(),
              Cat("'backend' is \"kernel\" (sockets) or \"dpdk\" (poll mode), not \"", cfg.backend, "\""));
     }
-    if (c.ok() && cfg.backend == "dpdk" && !HaveDpdk()) {
+    if (backend_ok && cfg.backend == "dpdk" && !HaveDpdk()) {
       c.Fail(s->get("backend")->source(),
              "this weir-fastpath was built without DPDK (WEIR_WITH_DPDK=OFF, or libdpdk-dev missing)");
     }
-    if (c.ok() && cfg.backend == "dpdk") {
+    if (backend_ok && cfg.backend == "dpdk") {
       for (const char* key : {"listen", "workers"}) {
         if (const toml::node* n = s->get(key)) {
           c.Fail(n->source(),
@@ -247,15 +260,15 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
                {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window",
                 "stale_answer_ttl", "stale_answer_after_ms", "prefetch_percent"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
-    c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
-    c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
+    const bool min_ttl_ok = c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
+    const bool max_ttl_ok = c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
     c.Int(*s, "negative_max_ttl", &cfg.negative_max_ttl, 0, 86400);
     c.Int(*s, "servfail_ttl", &cfg.servfail_ttl, 0, 300);
     c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
     c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
     c.Int(*s, "stale_answer_after_ms", &cfg.stale_answer_after_ms, 0, 60000);
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
-    if (c.ok() && cfg.min_ttl > cfg.max_ttl)
+    if (min_ttl_ok && max_ttl_ok && cfg.min_ttl > cfg.max_ttl)
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
@@ -275,8 +288,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "max_inflight_per_upstream", &cfg.max_inflight_per_upstream, 1, 1000000);
     c.Int(*s, "udp_sockets", &cfg.udp_sockets, 1, 4096);
-    c.Int(*s, "udp_socket_lifetime_s", &cfg.udp_socket_lifetime_s, 0, 86400);
-    if (c.ok() && cfg.udp_socket_lifetime_s > 0 && cfg.udp_socket_lifetime_s < 10) {
+    if (c.Int(*s, "udp_socket_lifetime_s", &cfg.udp_socket_lifetime_s, 0, 86400) &&
+        cfg.udp_socket_lifetime_s > 0 && cfg.udp_socket_lifetime_s < 10) {
       c.Fail(s->get("udp_socket_lifetime_s")->source(),
              "'udp_socket_lifetime_s' is 0 (never) or 10 to 86400 seconds");
     }
@@ -286,28 +299,31 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
   dnstap::ParseConfig(c, root, &cfg.dnstap);
-  if (!c.ok()) return absl::InvalidArgumentError(c.error());
 
   // Whole-file rules, reported at line 1 since they involve several keys.
-  auto whole = [&](std::string_view reason) {
-    return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
+  // A list is "missing" only when the file gives none: one whose entries
+  // were all rejected above is not reported again.
+  auto none = [&](std::string_view table, std::string_view key) {
+    const toml::node* n = root.at_path(Cat(table, ".", key)).node();
+    return n == nullptr || (n->is_array() && n->as_array()->empty());
   };
   if (cfg.backend == "dpdk") {
-    if (cfg.dpdk.ports.empty()) return whole("backend = \"dpdk\" needs at least one [[dpdk.port]]");
-  } else if (cfg.listen.empty()) {
-    return whole("[server] listen must name at least one address");
+    if (none("dpdk", "port")) c.FailWhole("backend = \"dpdk\" needs at least one [[dpdk.port]]");
+  } else if (none("server", "listen")) {
+    c.FailWhole("[server] listen must name at least one address");
   }
-  if (cfg.allow.empty())
-    return whole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
-  if (cfg.ordinary.empty()) return whole("[upstream] ordinary must list at least one recursor");
-  if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
+  if (none("acl", "allow"))
+    c.FailWhole("[acl] allow must list the subscriber networks (weir is not an open resolver)");
+  if (none("upstream", "ordinary")) c.FailWhole("[upstream] ordinary must list at least one recursor");
   if (cfg.ordinary.size() > 64 || cfg.weighted.size() > 64)
-    return whole("[upstream] takes at most 64 recursors per group");
+    c.FailWhole("[upstream] takes at most 64 recursors per group");
   if (cfg.weight_option_code < 20) {
-    return whole(
+    c.FailWhole(
         "[server] weight_option_code collides with IANA-assigned EDNS option codes (use 65001 or another "
         "local code)");
   }
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
+  if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
   return cfg;
 }
 

@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
       .description = "weir-mgmt: stores weir's tags and city map and pushes them to every node",
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
-  auto config = weir::mgmt::LoadMgmtConfig(daemon.config_path());
+  auto config = weir::mgmt::LoadAndCheckMgmtConfig(daemon.config_path());
   if (auto exit = daemon.ConfigLoaded(config.status())) return *exit;
 
   weir::mgmt::MgmtServer server(*config);

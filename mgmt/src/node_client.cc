@@ -29,12 +29,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   if (!f) return absl::NotFoundError(Cat("cannot read token file ", path));
   std::string line;
   std::getline(f, line);
-  const size_t b = line.find_first_not_of(" \t\r\n");
-  const size_t e = line.find_last_not_of(" \t\r\n");
-  line = b == std::string::npos ? std::string() : line.substr(b, e - b + 1);
-  if (line.size() < 16)
-    return absl::InvalidArgumentError(Cat(path, ": the token must have at least 16 characters"));
-  return line;
+  auto token = TokenFromText(line);
+  if (!token.ok()) return absl::InvalidArgumentError(Cat(path, ": ", ToStd(token.status().message())));
+  return token;
 }
 
 struct NodeClient::Session {

@@ -50,9 +50,9 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
     c.OnlyKeys(*m, "mgmt", {"listen", "database", "token_file", "max_connections", "metrics_listen"});
-    c.String(*m, "listen", &listen);
-    c.String(*m, "database", &cfg.database);
-    c.String(*m, "token_file", &cfg.token_file);
+    const bool listen_ok = c.String(*m, "listen", &listen);
+    const bool database_ok = c.String(*m, "database", &cfg.database);
+    const bool token_file_ok = c.String(*m, "token_file", &cfg.token_file);
     c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
     std::string metrics;
     c.String(*m, "metrics_listen", &metrics);
@@ -65,7 +65,7 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
         cfg.metrics_enabled = true;
       }
     }
-    if (c.ok()) {
+    if (listen_ok) {
       auto a = common::SocketAddress::Parse(listen, 8054);
       if (!a.ok()) {
         c.Fail(m->get("listen") != nullptr ? m->get("listen")->source() : m->source(),
@@ -74,8 +74,8 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
         cfg.listen = *a;
       }
     }
-    if (c.ok() && cfg.database.empty()) c.Fail(m->source(), "[mgmt] needs 'database' (the SQLite file)");
-    if (c.ok() && cfg.token_file.empty())
+    if (database_ok && cfg.database.empty()) c.Fail(m->source(), "[mgmt] needs 'database' (the SQLite file)");
+    if (token_file_ok && cfg.token_file.empty())
       c.Fail(m->source(), "[mgmt] needs 'token_file' (peers must authenticate)");
   } else if (c.ok()) {
     return absl::InvalidArgumentError(Cat(name, ": missing [mgmt] table"));

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <charconv>
 #include <cstdlib>
@@ -423,21 +424,31 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
 
 absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view csv,
                                                                 const CityMapOptions& options) {
+  LineErrors errors;
+  return FromCsv(csv, options, &errors);
+}
+
+absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view csv,
+                                                                const CityMapOptions& options,
+                                                                LineErrors* errors) {
   using internal::Split;
   using internal::Trim;
   if (!internal::ValidName(options.default_city)) {
-    return absl::InvalidArgumentError(common::Cat("bad default city name '", options.default_city, "'"));
+    errors->Add(0, common::Cat("bad default city name '", options.default_city, "'"));
   }
   std::vector<City> cities;
+  // The line that gave each city its IPv4 and IPv6 ECS source.
+  std::vector<std::array<int, 2>> ecs_lines;
   absl::flat_hash_map<std::string, PartitionId> city_ids;
   absl::flat_hash_map<std::string, int> seen_prefix;  // "addr/len" -> line
   std::vector<CityPrefix> prefixes;
-  absl::Status status;
 
+  // A bad line is recorded and skipped: the lines after it are still read,
+  // so that every error of the file is reported at once.
   internal::ForEachLine(csv, [&](int line_no, std::string_view line) {
     auto fail = [&](std::string_view why) {
-      status = absl::InvalidArgumentError(common::Cat("line ", line_no, ": ", why));
-      return false;
+      errors->Add(line_no, std::string(why));
+      return true;
     };
     std::vector<std::string_view> f = Split(line, ',');
     if (f.size() != 3)
@@ -449,8 +460,12 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
 
     auto [it, inserted] = city_ids.try_emplace(std::string(name), static_cast<PartitionId>(cities.size()));
     if (inserted) {
-      if (cities.size() >= kMaxCities) return fail(common::Cat("more than ", kMaxCities, " cities"));
+      if (cities.size() >= kMaxCities) {
+        city_ids.erase(it);
+        return fail(common::Cat("more than ", kMaxCities, " cities"));
+      }
       cities.push_back(City{std::string(name), {}, {}});
+      ecs_lines.push_back({0, 0});
     }
     const PartitionId id = it->second;
 
@@ -478,10 +493,12 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
         s.address[bit / 8] |= ecs_addr.bytes[bit / 8] & (0x80u >> (bit % 8));
       }
       dns::ClientSubnet& slot = ecs_addr.family == 4 ? cities[id].ecs_v4 : cities[id].ecs_v6;
+      int& first_line = ecs_lines[id][ecs_addr.family == 4 ? 0 : 1];
       if (slot.family != 0 && !(slot == s)) {
-        return fail(
-            common::Cat("city '", name, "' already has a different IPv", ecs_addr.family, " ECS source"));
+        return fail(common::Cat("city '", name, "' already has a different IPv", ecs_addr.family,
+                                " ECS source (first on line ", first_line, ")"));
       }
+      if (slot.family == 0) first_line = line_no;
       slot = s;
     }
 
@@ -491,17 +508,20 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
     prefixes.push_back({cidr, id});
     return true;
   });
-  if (!status.ok()) return status;
 
-  PartitionId default_id;
+  PartitionId default_id = 0;
   if (auto it = city_ids.find(options.default_city); it != city_ids.end()) {
     default_id = it->second;
+  } else if (cities.size() >= kMaxCities) {
+    errors->Add(0, "no room for the default city");
   } else {
-    if (cities.size() >= kMaxCities) return absl::InvalidArgumentError("no room for the default city");
     default_id = static_cast<PartitionId>(cities.size());
     cities.push_back(City{options.default_city, {}, {}});
   }
-  return Build(std::move(cities), std::move(prefixes), default_id);
+  if (!errors->empty()) return errors->First();
+  auto built = Build(std::move(cities), std::move(prefixes), default_id);
+  if (!built.ok()) errors->Add(0, std::string(common::ToStd(built.status().message())));
+  return built;
 }
 
 }  // namespace weir::partitions

@@ -382,20 +382,25 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
 }
 
 absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_view text) {
+  LineErrors errors;
+  return FromText(text, &errors);
+}
+
+absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_view text,
+                                                                   LineErrors* errors) {
   std::vector<Tag> tags;
   std::vector<int> lines;
-  absl::Status status;
+  // A bad line is recorded and skipped: every error of the text is reported.
   internal::ForEachLine(text, [&](int line_no, std::string_view line) {
     absl::StatusOr<Tag> tag = ParseTagLine(line);
     if (!tag.ok()) {
-      status = absl::InvalidArgumentError(common::Cat("line ", line_no, ": ", tag.status().message()));
-      return false;
+      errors->Add(line_no, std::string(common::ToStd(tag.status().message())));
+      return true;
     }
     tags.push_back(*std::move(tag));
     lines.push_back(line_no);
     return true;
   });
-  if (!status.ok()) return status;
   // Report duplicates with both line numbers before building.
   {
     std::vector<size_t> order(tags.size());
@@ -406,15 +411,21 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_v
       if (std::lexicographical_compare(sb.begin(), sb.end(), sa.begin(), sa.end())) return false;
       return a < b;
     });
+    size_t first = 0;  // the first line of the run of equal suffixes
     for (size_t i = 1; i < order.size(); ++i) {
-      if (tags[order[i]].suffix == tags[order[i - 1]].suffix) {
-        return absl::InvalidArgumentError(common::Cat("line ", lines[order[i]], ": duplicate tag for ",
-                                                      dns::NameKeyToText(tags[order[i]].suffix.span()),
-                                                      " (first on line ", lines[order[i - 1]], ")"));
+      if (tags[order[i]].suffix != tags[order[first]].suffix) {
+        first = i;
+        continue;
       }
+      errors->Add(lines[order[i]],
+                  common::Cat("duplicate tag for ", dns::NameKeyToText(tags[order[i]].suffix.span()),
+                              " (first on line ", lines[order[first]], ")"));
     }
   }
-  return Build(std::move(tags));
+  if (!errors->empty()) return errors->First();
+  auto built = Build(std::move(tags));
+  if (!built.ok()) errors->Add(0, std::string(common::ToStd(built.status().message())));
+  return built;
 }
 
 namespace {

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
       .test_clock_help = "tests only: a settable TTL clock, moved with the control command 'advance-clock N'",
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
-  auto config = weir::recursor::LoadConfig(daemon.config_path());
+  auto config = weir::recursor::LoadAndCheckConfig(daemon.config_path());
   if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
 
   weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());

@@ -119,8 +119,8 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
-    c.List(*s, "control_allow", &cfg.control_allow, partitions::Cidr::Parse);
-    if (c.ok() && cfg.control_allow.empty()) {
+    if (c.List(*s, "control_allow", &cfg.control_allow, partitions::Cidr::Parse) &&
+        cfg.control_allow.empty()) {
       c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
     }
   }
@@ -184,14 +184,14 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "max_subnets", &cfg.max_subnets, 1, 10000);
     c.Int(*s, "max_zero_source_entries", &cfg.max_zero_source_entries, 1, 100000000);
     c.Int(*s, "max_zone_cuts", &cfg.max_zone_cuts, 1, 10000000);
-    c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
-    c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
+    const bool min_ttl_ok = c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
+    const bool max_ttl_ok = c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
     c.Int(*s, "negative_max_ttl", &cfg.negative_max_ttl, 0, 86400);
     c.Int(*s, "stale_window", &cfg.stale_window, 0, 7 * 86400);
     c.Int(*s, "stale_answer_ttl", &cfg.stale_answer_ttl, 0, 3600);
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
     c.Int(*s, "zone_cut_max_ttl", &cfg.zone_cut_max_ttl, 1, 86400);
-    if (c.ok() && cfg.min_ttl > cfg.max_ttl) {
+    if (min_ttl_ok && max_ttl_ok && cfg.min_ttl > cfg.max_ttl) {
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
     }
   }
@@ -214,18 +214,23 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Bool(*s, "from_client_address", &cfg.from_client_address);
   }
   dnstap::ParseConfig(c, root, &cfg.dnstap);
-  if (!c.ok()) return absl::InvalidArgumentError(c.error());
 
-  auto whole = [&](std::string_view reason) {
-    return absl::InvalidArgumentError(Cat(name, ":1:1: ", reason));
+  // Whole-file rules, reported at line 1. A key is "missing" only when the
+  // file gives none: one whose value was rejected above is not reported again.
+  auto none = [&](std::string_view table, std::string_view key) {
+    const toml::node* n = root.at_path(Cat(table, ".", key)).node();
+    return n == nullptr || (n->is_array() && n->as_array()->empty()) ||
+           (n->is_string() && n->as_string()->get().empty());
   };
-  if (cfg.listen.empty()) return whole("[server] listen must name at least one address");
-  if (cfg.allow.empty()) return whole("[acl] allow must list the front nodes (weir is not an open resolver)");
+  if (none("server", "listen")) c.FailWhole("[server] listen must name at least one address");
+  if (none("acl", "allow"))
+    c.FailWhole("[acl] allow must list the front nodes (weir is not an open resolver)");
   // libunbound falls back to its compiled-in root hints when given neither;
   // weir never lets it do that silently.
-  if (cfg.root_hints.empty() && cfg.forwarders.empty()) {
-    return whole("[resolver] needs root_hints (a file) or forwarders");
+  if (none("resolver", "root_hints") && none("resolver", "forwarders")) {
+    c.FailWhole("[resolver] needs root_hints (a file) or forwarders");
   }
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
   return cfg;
 }
 

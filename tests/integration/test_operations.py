@@ -186,18 +186,35 @@ class ShippedExamplesTest(unittest.TestCase):
         ex = os.path.join(SOURCE_DIR, "examples")
         self.check("weir-fastpath", os.path.join(ex, "fastpath", "fastpath.toml"))
         self.check("weir-recursor", os.path.join(ex, "recursor", "recursor.toml"))
-        self.check("weir-mgmt", os.path.join(ex, "mgmt", "mgmt.toml"))
         self.check("weir-fastpath", os.path.join(SOURCE_DIR, "dist", "etc", "weir", "fastpath.toml"))
         self.check("weir-recursor", os.path.join(SOURCE_DIR, "dist", "etc", "weir", "recursor.toml"))
 
+    def test_mgmt_examples_pass_check_with_their_token(self):
+        # --check reads the token file as the start does; the token is the secret the package
+        # writes to /etc/weir/mgmt.token on first install, never shipped: the test writes one.
+        with tempfile.TemporaryDirectory() as tmp:
+            token = os.path.join(tmp, "mgmt.token")
+            with open(token, "w") as f:
+                f.write("example-token-0123456789\n")
+            for rel in (("examples", "mgmt", "mgmt.toml"), ("dist", "etc", "weir", "mgmt.toml")):
+                with open(os.path.join(SOURCE_DIR, *rel)) as f:
+                    text = f.read()
+                self.assertIn('token_file = "/etc/weir/mgmt.token"', text)
+                path = os.path.join(tmp, rel[-1])
+                with open(path, "w") as f:
+                    f.write(text.replace("/etc/weir/mgmt.token", token))
+                self.check("weir-mgmt", path)
+
     def test_demo_template_passes_check_once_filled(self):
-        # scripts/demo.py fills @RECURSOR@ and @MGMT@ with the addresses it started.
+        # scripts/demo.py fills @RECURSOR@ and @MGMT@ with the addresses it started and runs the
+        # fastpath beside weir-mgmt's token (mgmt.token).
         with open(os.path.join(SOURCE_DIR, "examples", "demo", "fastpath.toml")) as f:
             text = f.read().replace("@RECURSOR@", "127.0.0.1:5353").replace("@MGMT@", "127.0.0.1:8054")
         self.assertNotRegex(text, r"@[A-Z_]+@")
-        path = weirtest.write_temp(text, directory=os.path.join(SOURCE_DIR, "examples", "demo"))
-        self.addCleanup(os.unlink, path)
-        self.check("weir-fastpath", path)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "mgmt.token"), "w") as f:
+                f.write("demo-token-0123456789\n")
+            self.check("weir-fastpath", weirtest.write_temp(text, directory=tmp))
 
 
 # A path of the repository named in a tracked file ("docs/<page>.md", "examples/<dir>/<file>",

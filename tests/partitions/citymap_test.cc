@@ -97,7 +97,7 @@ TEST(CityMapCsv, BadLineRejectsWholeFileWithLineNumber) {
       {"10.0.0.0/8,a,192.0.2.0/\n", "line 1: bad ECS prefix length"},
       {"10.0.0.0/8,a,nonsense\n", "line 1: bad ECS address"},
       {"\n\n10.0.0.0/8,a,192.0.2.0\n11.0.0.0/8,a,198.51.100.0\n",
-       "line 4: city 'a' already has a different IPv4"},
+       "line 4: city 'a' already has a different IPv4 ECS source (first on line 3)"},
       {"10.0.0.0/8,a,192.0.2.0\n10.0.0.0/8,b,192.0.2.0\n",
        "line 2: duplicate prefix 10.0.0.0/8 (first on line 1)"},
       {"2001:db8::/32,a,\n2001:db8::/32,a,\n", "line 2: duplicate prefix"},
@@ -110,6 +110,42 @@ TEST(CityMapCsv, BadLineRejectsWholeFileWithLineNumber) {
     EXPECT_NE(std::string(m.status().message()).find(c.message), std::string::npos)
         << "got: " << m.status().message() << "\nwant: " << c.message;
   }
+}
+
+TEST(CityMapCsv, EveryBadLineIsReportedInLineOrder) {
+  const char* csv =
+      "10.0.0.0/8,a,192.0.2.0\n"
+      "bad\n"
+      "10.0.0.0/8,b,\n"
+      "11.0.0.0/8,a,198.51.100.0\n"
+      "12.0.0.0/8,a b,\n"
+      "10.0.0.0/8,c,\n";
+  LineErrors errors;
+  auto m = CityMap::FromCsv(csv, {}, &errors);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().message(), "line 2: expected 3 fields 'cidr,city,ecs_address/prefix', got 1");
+  EXPECT_EQ(errors.Render("map.csv"),
+            (std::vector<std::string>{
+                "map.csv:2: expected 3 fields 'cidr,city,ecs_address/prefix', got 1",
+                "map.csv:3: duplicate prefix 10.0.0.0/8 (first on line 1)",
+                "map.csv:4: city 'a' already has a different IPv4 ECS source (first on line 1)",
+                "map.csv:5: bad city name 'a b'",
+                "map.csv:6: duplicate prefix 10.0.0.0/8 (first on line 1)",
+            }));
+}
+
+TEST(CityMapCsv, ErrorsAreCappedAndCounted) {
+  std::string csv;
+  for (int i = 0; i < 250; ++i) csv += "nonsense\n";
+  csv += "10.0.0.0/8,a,\n";
+  LineErrors errors;
+  ASSERT_FALSE(CityMap::FromCsv(csv, {.default_city = "bad name"}, &errors).ok());
+  EXPECT_EQ(errors.count(), 251u);
+  const std::vector<std::string> lines = errors.Render("m");
+  ASSERT_EQ(lines.size(), LineErrors::kMaxKept + 1);
+  EXPECT_EQ(lines.front().rfind("m:1: expected 3 fields", 0), 0u) << lines.front();
+  EXPECT_EQ(lines[99].rfind("m:100: expected 3 fields", 0), 0u) << lines[99];
+  EXPECT_EQ(lines.back(), "m: ... and 151 more errors");
 }
 
 TEST(CityMapCsv, TooManySplitBlocksIsAnError) {

@@ -86,6 +86,22 @@ TEST(TagText, ErrorsCarryLineNumbers) {
   }
 }
 
+TEST(TagText, EveryBadLineIsReportedInLineOrder) {
+  LineErrors errors;
+  auto t = TagTable::FromText("a.com weight=on\nb.com colour=red\na.com\nc..com\nA.com. ecs=on\n", &errors);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "line 2: unknown key 'colour'");
+  EXPECT_EQ(errors.Render("tags.txt"), (std::vector<std::string>{
+                                           "tags.txt:2: unknown key 'colour'",
+                                           "tags.txt:3: duplicate tag for a.com. (first on line 1)",
+                                           "tags.txt:4: bad domain suffix 'c..com'",
+                                           "tags.txt:5: duplicate tag for a.com. (first on line 1)",
+                                       }));
+  LineErrors none;
+  EXPECT_TRUE(TagTable::FromText("a.com weight=on\n", &none).ok());
+  EXPECT_TRUE(none.empty());
+}
+
 TEST(TagTable, MostSpecificSuffixWins) {
   auto t = TagTable::FromText(R"(
 example.com weight=on

@@ -164,4 +164,11 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path);
 // Same from text (tests); `name` is used in error messages.
 absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name);
 
+// Everything the start checks before it binds anything, and --check runs the
+// same: LoadConfig, then the files the config names as Node::Prepare reads
+// them: the city map and the tags (unless [mgmt] has a stored snapshot to
+// start from) and the [mgmt] token. Every error is one line of the message:
+// "path:line:column: reason" in the config, "path:line: reason" in a file.
+absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path);
+
 }  // namespace weir::fastpath

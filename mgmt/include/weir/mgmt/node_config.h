@@ -4,9 +4,12 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <toml++/toml.h>
 
+#include "absl/status/statusor.h"
+#include "weir/common/config_file.h"
 #include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
 
@@ -25,5 +28,20 @@ struct NodeMgmtConfig {
 // against the config file's directory.
 void ParseNodeMgmt(common::TomlChecker& c, const toml::table& root, const std::string& kind,
                    NodeMgmtConfig* out);
+
+// The token a token file holds: its first line, surrounding whitespace
+// removed; at least 16 characters.
+absl::StatusOr<std::string> TokenFromText(std::string_view text);
+
+// The token file a config names (`file`), checked as the start reads it:
+// missing, unreadable or too short is one error at the key's value.
+void CheckTokenFile(common::TomlChecker& c, const common::NamedFile& file);
+
+// What a node's start reads of its [mgmt] table (`root` is the parsed
+// config at `config_path`): the token file, and the snapshot stored in
+// state_dir. Returns true when the start will take the tags and the city
+// map from that snapshot, so the files the config names for them are not
+// read (and may be absent).
+bool CheckNodeMgmtFiles(common::TomlChecker& c, const toml::table& root, const std::string& config_path);
 
 }  // namespace weir::mgmt

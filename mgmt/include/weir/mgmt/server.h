@@ -30,6 +30,10 @@ struct MgmtConfig {
 // Errors read "path:line:column: reason". Every key: docs/mgmt.md.
 absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path);
 absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::string& name);
+// Everything the start checks before it binds anything, and --check runs the
+// same: LoadMgmtConfig, then the token file (missing, unreadable, too
+// short). Every error is one line of the message.
+absl::StatusOr<MgmtConfig> LoadAndCheckMgmtConfig(const std::string& path);
 
 class MgmtServer {
  public:

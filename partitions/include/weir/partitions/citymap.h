@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/dns/message.h"
+#include "weir/partitions/line_errors.h"
 #include "weir/partitions/partition.h"
 #include "weir/partitions/rcu.h"
 
@@ -68,9 +69,15 @@ struct CityPrefix {
 
 class CityMap {
  public:
-  // Parses the CSV and builds the map. Nothing is returned on any error.
+  // Parses the CSV and builds the map. Nothing is returned on any error;
+  // the status names the first bad line ("line N: reason").
   static absl::StatusOr<std::unique_ptr<const CityMap>> FromCsv(std::string_view csv,
                                                                 const CityMapOptions& options = {});
+  // The same, with every error of the CSV added to `errors` (each bad line
+  // is reported and skipped, the rest still read).
+  static absl::StatusOr<std::unique_ptr<const CityMap>> FromCsv(std::string_view csv,
+                                                                const CityMapOptions& options,
+                                                                LineErrors* errors);
   // Builds from already-validated parts (tests, mgmt snapshots). Fails on
   // duplicate prefixes, bad city ids or an out-of-range default.
   static absl::StatusOr<std::unique_ptr<const CityMap>> Build(std::vector<City> cities,

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/dns/message.h"
+#include "weir/partitions/line_errors.h"
 #include "weir/partitions/partition.h"
 #include "weir/partitions/rcu.h"
 
@@ -84,8 +85,11 @@ class TagTable {
 
   // Fails on duplicate suffixes.
   static absl::StatusOr<std::unique_ptr<const TagTable>> Build(std::vector<Tag> tags);
-  // A bad line rejects the whole text with "line N: reason".
+  // A bad line rejects the whole text with "line N: reason" (the first).
   static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text);
+  // The same, with every error of the text added to `errors` (each bad line
+  // is reported and skipped, the rest still read).
+  static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text, LineErrors* errors);
 
   // The tag of the most specific suffix of `qname` (a canonical key, as
   // dns::Query::qname), or nullptr when the name is untagged.

@@ -138,4 +138,13 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
 // Reads `path`; file names inside are relative to the config file's folder.
 absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path);
 
+// Everything the start checks before it binds anything, and --check runs the
+// same: LoadConfig, then the files the config names as the start reads them:
+// the tag file (unless [mgmt] has a stored snapshot to start from), the
+// [mgmt] token, and what libunbound gets: the root hints (name servers
+// and addresses) and the trust anchor (DS or DNSKEY records). Every error
+// is one line of the message: "path:line:column: reason" in the config,
+// "path:line: reason" in a file.
+absl::StatusOr<RecursorConfig> LoadAndCheckConfig(const std::string& path);
+
 }  // namespace weir::recursor

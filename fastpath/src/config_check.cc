@@ -1,0 +1,67 @@
+// The whole check of a weir-fastpath config, shared by --check and the
+// start: the file itself (config.cc), then what Node::Prepare reads.
+#include <optional>
+#include <string>
+
+#include "weir/common/config_file.h"
+#include "weir/common/text.h"
+#include "weir/fastpath/config.h"
+#include "weir/mgmt/node_config.h"
+#include "weir/partitions/citymap.h"
+#include "weir/partitions/tagtable.h"
+
+namespace weir::fastpath {
+
+namespace {
+
+using common::Cat;
+using common::ToStd;
+
+void AddLines(common::TomlChecker& c, const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) c.AddLine(l);
+}
+
+// The city map and the tags, as Node::LoadPartitions reads them.
+void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const std::string& path) {
+  partitions::CityMapOptions options;
+  // A bad default city fails every map, with the file or without: it is
+  // reported once, at its key.
+  if (const toml::node* n = root.at_path("partitions.default_city").node(); n != nullptr && n->is_string()) {
+    partitions::CityMapOptions wanted{.default_city = n->as_string()->get()};
+    auto alone = partitions::CityMap::FromCsv("", wanted);
+    if (alone.ok()) {
+      options = wanted;
+    } else {
+      c.Fail(n->source(), Cat("[partitions] default_city: ", ToStd(alone.status().message())));
+    }
+  }
+  if (auto file = common::FindNamedFile(root, "partitions.citymap", path)) {
+    if (std::optional<std::string> csv = common::ReadNamedFile(c, *file)) {
+      partitions::LineErrors errors;
+      if (!partitions::CityMap::FromCsv(*csv, options, &errors).ok()) AddLines(c, errors.Render(file->path));
+    }
+  }
+  if (auto file = common::FindNamedFile(root, "partitions.tags", path)) {
+    if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {
+      partitions::LineErrors errors;
+      if (!partitions::TagTable::FromText(*text, &errors).ok()) AddLines(c, errors.Render(file->path));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path) {
+  auto cfg = LoadConfig(path);
+  absl::Status all =
+      common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
+        // With [mgmt] and a stored snapshot the node starts from the snapshot:
+        // its own files are not read then.
+        if (mgmt::CheckNodeMgmtFiles(c, root, path)) return;
+        CheckPartitionFiles(c, root, path);
+      });
+  if (!all.ok()) return all;
+  return cfg;
+}
+
+}  // namespace weir::fastpath
