@@ -57,6 +57,8 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path) {
       common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
         // With [mgmt] and a stored snapshot the node starts from the snapshot:
         // its own files are not read then.
+        // The control channel's TCP token, as ControlServer::Bind reads it.
+        if (auto file = common::FindNamedFile(root, "control.token_file", path)) mgmt::CheckTokenFile(c, *file);
         if (mgmt::CheckNodeMgmtFiles(c, root, path)) return;
         CheckPartitionFiles(c, root, path);
       });
