@@ -81,7 +81,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
       root, "top level",
       {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "control", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "recursor", &cfg.mgmt);
-  mgmt::ParseControlTable(c, root, "recursor", &cfg.control);
+  mgmt::ParseControlTable(c, root, "recursor", &cfg.control_channel);
   common::ParseLogTable(c, root, &cfg.log);
 
   if (const toml::table* s = SubTable(c, root, "server")) {
@@ -237,7 +237,7 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   common::ResolveRelativeTo(path,
                             {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file,
                              &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
-                             &cfg->control.socket_path, &cfg->control.token_file});
+                             &cfg->control_channel.socket_path, &cfg->control_channel.token_file});
   return cfg;
 }
 

@@ -82,10 +82,13 @@ class PartitionFiles:
 def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[str] = (), tags: Optional[str] = None,
                     allow: Sequence[str] = ("127.0.0.0/8",), listen: Sequence[str] = ("127.0.0.1:0",),
                     server: Optional[dict] = None, cache: Optional[dict] = None, last_hop: Optional[dict] = None,
-                    ecs: Optional[dict] = None, resolver: Optional[dict] = None) -> str:
+                    ecs: Optional[dict] = None, resolver: Optional[dict] = None,
+                    control: Optional[dict] = None) -> str:
     """A weir-recursor TOML config (docs/recursor-config.md) listening on
     127.0.0.1 port 0 with a control port on 127.0.0.1 port 0. Paths should
-    be absolute. The dicts add keys to their sections."""
+    be absolute. The dicts add keys to their sections. `control` is the
+    [control] table of weirctl's channel; without it, no channel (a test
+    never binds the host's /run/weir/recursor.ctl)."""
     srv = {"listen": list(listen), "control": "127.0.0.1:0"}
     srv.update(server or {})
     res = {}
@@ -100,6 +103,7 @@ def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[st
     for name, d in (("cache", cache), ("last_hop", last_hop), ("ecs", ecs)):
         if d:
             sections.append((name, d))
+    sections.append(("control", control if control is not None else {"socket": ""}))
     return toml_tables(sections)
 
 

@@ -90,7 +90,7 @@ struct RecursorConfig {
   // [mgmt]: tags pushed by weir-mgmt instead of the file.
   mgmt::NodeMgmtConfig mgmt;
   // [control]: the control channel weirctl uses (docs/operator-guide.md#cache-control).
-  mgmt::ControlConfig control;
+  mgmt::ControlConfig control_channel;
   // [log]: level and target; the command-line flags override them.
   common::LogSettings log;
 
