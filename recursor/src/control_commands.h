@@ -1,4 +1,4 @@
-// weirctl's commands on weir-recursor (docs/recursor-config.md#control):
+// weirctl's commands on weir-recursor (docs/recursor-config.md#control-channel):
 // cache-flush, cache-dump and cache-stats over the recursor's own caches
 // (the tagged answers by ECS scope, the /0 answers, the ordinary answers,
 // the zone cuts), stats (the Prometheus families as a table), reload (the

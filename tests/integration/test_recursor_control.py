@@ -1,4 +1,4 @@
-"""weirctl's control channel on weir-recursor ([control], docs/recursor-config.md#control):
+"""weirctl's control channel on weir-recursor ([control], docs/recursor-config.md#control-channel):
 cache flush of one name, one suffix, one ECS scope or one type changes only
 those entries (the authoritative servers' query counts prove the others stay
 cached); cache dump shows a tagged entry's weights and TTL left; stats, cache
