@@ -47,6 +47,11 @@ class OrdinaryResolver {
   uint64_t evictions() const { return plain_.evictions(); }
   size_t in_flight() const { return fetches_.size(); }
   const Stats& stats() const { return stats_; }
+  // The answer cache, keyed by CacheKey(name, type, class), for weirctl's
+  // cache commands (control_commands.h).
+  using Cache = BoundedCache<std::string, PlainEntry>;
+  Cache& cache() { return plain_; }
+  const Cache& cache() const { return plain_; }
 
  private:
   struct Fetch;
@@ -64,7 +69,7 @@ class OrdinaryResolver {
   InflightLimit& inflight_;
   TaggedResolver& tagged_;
   // Bounded ([cache] max_entries); entries expire at the end of their stale window.
-  BoundedCache<std::string, PlainEntry> plain_;
+  Cache plain_;
   absl::flat_hash_map<std::string, std::unique_ptr<Fetch>> fetches_;
   Stats stats_;
 };

@@ -1,6 +1,7 @@
 // weir-recursor's composition: the units of the daemon (front.h,
 // query_router.h, ordinary_resolver.h, tagged_resolver.h, socket_last_hop.h,
-// zone_cuts.h, control.h) on one event loop, the tag table and its reloads
+// zone_cuts.h, control.h, control_commands.h) on one event loop, the tag
+// table and its reloads
 // (file, control port, weir-mgmt), the periodic sweep and the metrics
 // endpoint (metrics.h).
 #include "weir/recursor/server.h"
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "control.h"
+#include "control_commands.h"
 #include "front.h"
 #include "metrics.h"
 #include "ordinary_resolver.h"
@@ -29,6 +31,7 @@
 #include "weir/common/metrics_http.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
+#include "weir/mgmt/control.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/loop_mailbox.h"
@@ -56,6 +59,8 @@ class LoopTimers final : public Timers {
 
 // How long a scrape waits for the loop thread before it answers 503.
 constexpr std::chrono::milliseconds kMetricsLoopTimeout{2000};
+// How long a control request from weir-mgmt waits for the loop thread.
+constexpr std::chrono::milliseconds kControlLoopTimeout{5000};
 
 const partitions::Clock& ClockOf(partitions::FakeClock* test_clock) {
   if (test_clock != nullptr) return *test_clock;
@@ -73,6 +78,8 @@ struct Server::Impl {
   TaggedResolver::Tags pending_tags;
   std::optional<mgmt::NodeStart> mgmt_node;
   std::unique_ptr<mgmt::NodeClient> mgmt_client;
+  // mgmt_client for the loop thread (stats), set once it exists.
+  std::atomic<mgmt::NodeClient*> mgmt_for_loop{nullptr};
 
   net::EventLoop loop;
   LoopTimers timers{loop};
@@ -101,6 +108,9 @@ struct Server::Impl {
   OrdinaryResolver ordinary;
   QueryRouter router;
   Control control;
+  ControlCommands commands;
+  // weirctl's channel ([control]); served on `loop`, declared after it.
+  std::unique_ptr<mgmt::ControlServer> control_server;
 
   Impl(RecursorConfig c, partitions::FakeClock* tc)
       : cfg(std::move(c)),
@@ -130,7 +140,13 @@ struct Server::Impl {
                  .cuts = &cut_finder,
                  .log = &common::DefaultLogger(),
                  .dnstap = [this] { return dnstap.get(); },
-                 .reload_tags = [this] { return ReloadOnLoop(); }}) {
+                 .reload_tags = [this] { return ReloadOnLoop(); }}),
+        commands({.cfg = &cfg,
+                  .clock = &clock,
+                  .tags = &tags,
+                  .parts = &control.parts(),
+                  .render_metrics = [this] { return RenderMetricsOnLoop(); },
+                  .reload = [this] { return ReloadOnLoop(); }}) {
     last_hop.SetSink(&tagged);
     front.SetHandlers(&router, [this](const std::string& line) { return control.Handle(line); });
   }
@@ -165,6 +181,13 @@ struct Server::Impl {
   void Sweep();
   // The metrics server's render callback, on its threads.
   absl::StatusOr<std::string> RenderMetrics();
+  // The same on the loop thread (weirctl stats).
+  absl::StatusOr<std::string> RenderMetricsOnLoop();
+  // What the loop thread does not own: the mgmt client's atomics, /proc.
+  void WriteOtherMetrics(common::PrometheusWriter& w);
+  // A control request from weir-mgmt's stream (weirctl --all), on the
+  // NodeClient's thread: run on the loop thread, where the caches are.
+  mgmt::ControlReply ControlFromMgmt(const mgmt::ControlRequest& r);
 };
 
 // The units' counters are plain integers and their caches plain hash maps,
@@ -182,10 +205,30 @@ absl::StatusOr<std::string> Server::Impl::RenderMetrics() {
     return absl::UnavailableError(
         Cat("the event loop did not take the scrape within ", kMetricsLoopTimeout.count(), " ms"));
   }
-  if (mgmt_client) mgmt_client->RenderMetrics(w);
+  WriteOtherMetrics(w);
+  return w.Render();
+}
+
+absl::StatusOr<std::string> Server::Impl::RenderMetricsOnLoop() {
+  common::PrometheusWriter w;
+  WriteRecursorMetrics(control.parts(), w);
+  WriteOtherMetrics(w);
+  return w.Render();
+}
+
+void Server::Impl::WriteOtherMetrics(common::PrometheusWriter& w) {
+  if (mgmt::NodeClient* c = mgmt_for_loop.load(std::memory_order_acquire)) c->RenderMetrics(w);
   common::AddProcessMetrics(w);
   common::AddBuildInfo(w, "weir-recursor");
-  return w.Render();
+}
+
+mgmt::ControlReply Server::Impl::ControlFromMgmt(const mgmt::ControlRequest& r) {
+  mgmt::ControlReply reply;
+  if (!mailbox.Call([&] { reply = commands.Handle(r); }, kControlLoopTimeout)) {
+    return mgmt::ControlReply::Error(Cat("weir-recursor's event loop did not take the request within ",
+                                         kControlLoopTimeout.count(), " ms"));
+  }
+  return reply;
 }
 
 absl::Status Server::Impl::LoadTags(TaggedResolver::Tags* out) const {
@@ -251,6 +294,13 @@ absl::Status Server::Impl::Start() {
     metrics_fd = *fd;
     metrics_bound = net::LocalAddress(*fd);
   }
+  // weirctl's channel: bound now (before privileges drop), served by the
+  // loop thread, which owns the caches its commands read and flush.
+  control_server = std::make_unique<mgmt::ControlServer>(
+      cfg.control_channel, [this](const mgmt::ControlRequest& r) { return commands.Handle(r); });
+  st = control_server->Bind();
+  if (!st.ok()) return st;
+  control_server->Attach(loop);
   running = true;
   thread = std::thread([this] { Run(); });
   return absl::OkStatus();
@@ -288,6 +338,8 @@ absl::Status Server::Start() {
           impl_->Publish(*std::move(t));
           return absl::OkStatus();
         });
+    s.mgmt_client->SetControlHandler([&s](const mgmt::ControlRequest& r) { return s.ControlFromMgmt(r); });
+    s.mgmt_for_loop.store(s.mgmt_client.get(), std::memory_order_release);
     st = node.stored ? s.mgmt_client->Start(node.stored->version, node.stored->origin)
                      : s.mgmt_client->Start(0, "");
     if (!st.ok()) return st;
@@ -305,6 +357,7 @@ absl::Status Server::Start() {
 std::string Server::DescribeListeners() const {
   std::string s;
   for (const std::string& l : impl_->front.describe()) s += l + "\n";
+  if (impl_->control_server) s += impl_->control_server->Describe();
   if (impl_->metrics) s += Cat("metrics http ", impl_->metrics_bound.ToString(), "\n");
   return s + "ready\n";
 }
@@ -331,6 +384,8 @@ void Server::Stop() {
   if (!impl_->running.exchange(false)) return;
   impl_->loop.Wake();
   impl_->thread.join();
+  // The loop has stopped: weirctl's channel closes (its socket file goes).
+  if (impl_->control_server) impl_->control_server->Stop();
   impl_->last_hop.CloseAll();
   impl_->front.CloseAll();
   impl_->front.SetTap(nullptr);

@@ -344,6 +344,50 @@ class FanOutTest(unittest.TestCase):
             self.addCleanup(fp.stop)
             self.fastpaths.append(fp)
             self.mgmt.wait_in_sync(f"fp{i}", self.version)
+        config = weirtest.recursor_config(forwarders=[upstream],
+                                          control={"socket": os.path.join(self.tmp.name, "rec.ctl")})
+        config += weirtest.mgmt_node_section(self.mgmt.address, "rec1", self.mgmt.token_file,
+                                             os.path.join(self.tmp.name, "rec1"))
+        self.recursor = weirtest.Recursor(BUILD_DIR, config)
+        self.addCleanup(self.recursor.stop)
+        self.mgmt.wait_in_sync("rec1", self.version)
+
+    def test_flush_reaches_two_fastpaths_and_a_recursor(self):
+        for fp in self.fastpaths:
+            self.assertTrue(fp.dig("www.example.com").addresses())
+        self.assertTrue(self.recursor.dig("www.example.com").addresses())
+        self.assertTrue(self.recursor.dig("b.example.com").addresses())
+        self.sim.reset()
+        r = self.mgmt.weirctl("--all", "cache", "flush", "www.example.com", json_out=True)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        out = {n["node"]: n for n in json.loads(r.stdout)["nodes"]}
+        self.assertEqual(set(out), {"fp1", "fp2", "rec1"})
+        self.assertEqual((out["rec1"]["kind"], out["fp1"]["kind"]), ("recursor", "fastpath"))
+        for node in out.values():
+            self.assertTrue(node["ok"], node)
+            self.assertGreaterEqual(node["result"]["flushed"], 1, node)
+        dump = ok_json(weirctl("cache", "dump", "--name", "www.example.com",
+                               control=os.path.join(self.tmp.name, "rec.ctl"), json_out=True))
+        self.assertEqual(dump["count"], 0)
+        dump = ok_json(weirctl("cache", "dump", "--name", "b.example.com",
+                               control=os.path.join(self.tmp.name, "rec.ctl"), json_out=True))
+        self.assertEqual(dump["count"], 1)
+        # Each node fetches the flushed name again; the other name stays cached.
+        for fp in self.fastpaths:
+            self.assertTrue(fp.dig("www.example.com").addresses())
+        self.assertTrue(self.recursor.dig("www.example.com").addresses())
+        self.assertTrue(self.recursor.dig("b.example.com").addresses())
+        by_name = {q.rstrip("."): sum(t.values())
+                   for q, t in json.loads(self.sim.control("stats"))["by_qname_qtype"].items()}
+        self.assertNotIn("b.example.com", by_name)
+        # The two fastpaths asked again; the recursor's own caches lost the
+        # name (its dump no longer lists it before the new query), and its
+        # answer came from libunbound's cache, which no flush reaches.
+        self.assertEqual(by_name.get("www.example.com"), 2)
+        text = self.mgmt.weirctl("--all", "stats").stdout
+        for node in ("fp1 (fastpath)", "fp2 (fastpath)", "rec1 (recursor)"):
+            self.assertIn(f"== {node}: ok", text)
+
 
     def test_flush_reaches_every_fastpath(self):
         for fp in self.fastpaths:

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "test_util.h"
 #include "weir/partitions/partition.h"
 
@@ -73,6 +76,36 @@ TEST(EcsScopeCache, AtMostNSubnetsPerNameEvictingSoonestExpiry) {
   // Kept: expiries 1050..1148 and the replaced one (5000); 1050..1100 go.
   c.Expire(1100);
   EXPECT_EQ(c.SubnetCount(q.span(), 1), 49u);
+}
+
+TEST(EcsScopeCache, EraseIfDropsOnlyMatchingAnswersAndEmptyNames) {
+  EcsScopeCache<std::string> c;
+  const dns::NameKey a = Key("a.cdn.example");
+  const dns::NameKey b = Key("b.cdn.example");
+  c.Insert(a.span(), 1, Subnet("192.0.2.0", 24), 24, 0, 100, "a-192.0.2");
+  c.Insert(a.span(), 1, Subnet("198.51.100.0", 24), 24, 0, 100, "a-198.51.100");
+  c.Insert(a.span(), 1, Subnet("198.51.100.0", 24), 0, 0, 100, "a-global");
+  c.Insert(b.span(), 28, Subnet("198.51.100.0", 24), 16, 0, 100, "b-198.51");
+  EXPECT_EQ(c.answer_count(), 4u);
+  // Every answer is seen once, with its own name, type and scope.
+  std::vector<std::string> seen;
+  c.ForEach([&](std::span<const uint8_t> qname, uint16_t qtype, const auto& x) {
+    const bool is_a = qname.size() == a.len && std::equal(qname.begin(), qname.end(), a.bytes.begin());
+    EXPECT_EQ(qtype, is_a ? 1 : 28) << x.value;
+    seen.push_back(x.value);
+  });
+  EXPECT_EQ(seen.size(), 4u);
+  // The 198.51.100.0/24 answers of every name (scope 24 and 16), not the
+  // global one nor another subnet's.
+  const size_t n = c.EraseIf([](std::span<const uint8_t>, uint16_t, const auto& x) {
+    return x.scope != 0 && x.address[0] == 198 && x.address[1] == 51;
+  });
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(c.answer_count(), 2u);
+  EXPECT_EQ(c.name_count(), 1u);  // b had only that answer
+  EXPECT_EQ(*c.Lookup(a.span(), 1, Subnet("198.51.100.0", 24), 1), "a-global");
+  EXPECT_EQ(*c.Lookup(a.span(), 1, Subnet("192.0.2.0", 24), 1), "a-192.0.2");
+  EXPECT_EQ(c.Lookup(b.span(), 28, Subnet("198.51.100.0", 24), 1), nullptr);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace weir::recursor {
 namespace {
@@ -75,6 +77,46 @@ TEST(BoundedCache, EraseKeepsTheIndexConsistent) {
   c.Clear();
   EXPECT_EQ(c.size(), 0u);
   EXPECT_EQ(c.Find(30), nullptr);
+}
+
+TEST(BoundedCache, EraseMatchingCountsFlushedApartFromEvictions) {
+  BoundedCache<int, int> c(3);
+  for (int i = 0; i < 5; ++i) c.Put(i, i * 10, 100);  // two evictions
+  ASSERT_EQ(c.evictions(), 2u);
+  EXPECT_EQ(c.inserts(), 5u);
+  c.Put(4, 41, 100);  // a replacement inserts no key
+  EXPECT_EQ(c.inserts(), 5u);
+  std::vector<int> kept;
+  c.ForEach([&](const auto& e) {
+    kept.push_back(e.key);
+    return true;
+  });
+  EXPECT_EQ(kept.size(), 3u);
+  // Only the even keys go; a pred may change what it keeps.
+  const size_t n = c.EraseMatching([](auto& e) {
+    if (e.key % 2 != 0) {
+      e.value = -1;
+      return false;
+    }
+    return true;
+  });
+  EXPECT_EQ(n,
+            static_cast<size_t>(std::count_if(kept.begin(), kept.end(), [](int k) { return k % 2 == 0; })));
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(c.flushed(), n);
+  EXPECT_EQ(c.evictions(), 2u);  // a flush is not an eviction
+  for (int k : kept) {
+    if (k % 2 == 0) {
+      EXPECT_EQ(c.Find(k), nullptr) << k;
+    } else {
+      ASSERT_NE(c.Find(k), nullptr) << k;
+      EXPECT_EQ(c.Find(k)->value, -1);
+    }
+  }
+  // The sweep's EraseIf is no flush.
+  c.EraseIf([](const auto&) { return true; });
+  EXPECT_EQ(c.flushed(), n);
+  EXPECT_EQ(c.size(), 0u);
 }
 
 }  // namespace

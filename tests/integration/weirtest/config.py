@@ -89,7 +89,9 @@ def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[st
                     control: Optional[dict] = None) -> str:
     """A weir-recursor TOML config (docs/recursor-config.md) listening on
     127.0.0.1 port 0 with a control port on 127.0.0.1 port 0. Paths should
-    be absolute. The dicts add keys to their sections."""
+    be absolute. The dicts add keys to their sections. `control` is the
+    [control] table of weirctl's channel; without it, no channel (a test
+    never binds the host's /run/weir-recursor/control.sock)."""
     srv = {"listen": list(listen), "control": "127.0.0.1:0"}
     srv.update(server or {})
     res = {}

@@ -65,12 +65,15 @@ class _Server(_Program, _MetricsEndpoint):
     """A program started with `argv` that prints its addresses, then a line
     matching `ready`: "listening udp ADDR [tcp ADDR]" for each listener
     (`listeners`; `host`/`port` is the first, UDP and TCP share the port),
-    "control ADDR" for a line-protocol control port and "metrics http ADDR"
-    for a Prometheus endpoint. A config written to a temporary file
+    "control ADDR" for a line-protocol control port, "control unix PATH" and
+    "control tcp ADDR" for weirctl's control channel (`control_socket`,
+    `control_tcp`) and "metrics http ADDR" for a Prometheus endpoint. A config written to a temporary file
     (`temp_config`) is removed on stop."""
 
     _LISTEN = re.compile(r"^listening udp (\S+)(?: tcp (\S+))?$")
     control_address = None
+    control_socket = None
+    control_tcp = None
 
     def _start(self, argv: Sequence[str], ready: str, timeout: float, temp_config: Optional[str] = None) -> None:
         self._temp_config = temp_config
@@ -84,9 +87,11 @@ class _Server(_Program, _MetricsEndpoint):
             m = self._LISTEN.match(line)
             if m:
                 self.listeners.append(split_hostport(m.group(1)))
-            elif line.startswith("control ") and len(line.split()) == 2:
-                # The recursor's legacy control port ("control unix|tcp ..."
-                # lines are weirctl's control channel).
+            elif line.startswith("control unix "):
+                self.control_socket = line.split(" ", 2)[2]
+            elif line.startswith("control tcp "):
+                self.control_tcp = split_hostport(line.split()[2])
+            elif line.startswith("control "):  # the recursor's legacy control port
                 self.control_address = split_hostport(line.split()[1])
             elif not self._metrics_line(line):
                 self._on_line(line)

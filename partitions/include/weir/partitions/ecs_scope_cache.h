@@ -98,14 +98,55 @@ class EcsScopeCache {
     }
   }
 
- private:
+  // One stored answer: valid for the clients in address/scope of `family`
+  // (dns::kEcsFamilyIpv4/Ipv6; 0 with scope 0, any client).
   struct Scoped {
     uint16_t family = 0;  // 0 for scope 0
     uint8_t scope = 0;
-    std::array<uint8_t, 16> address{};
+    std::array<uint8_t, 16> address{};  // masked to `scope` bits
     uint32_t expires = 0;
     V value;
   };
+
+  // fn(qname, qtype, const Scoped&) for every answer, in no particular
+  // order. For the operator's dump; never per query.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [key, list] : names_) {
+      for (const Scoped& x : list) fn(NameOf(key), TypeOf(key), x);
+    }
+  }
+  // Drops every answer for which pred(qname, qtype, const Scoped&) is true,
+  // and the names left empty; returns how many answers went.
+  template <typename Pred>
+  size_t EraseIf(Pred pred) {
+    size_t n = 0;
+    for (auto it = names_.begin(); it != names_.end();) {
+      const auto qname = NameOf(it->first);
+      const uint16_t qtype = TypeOf(it->first);
+      n += std::erase_if(it->second, [&](const Scoped& x) { return pred(qname, qtype, x); });
+      if (it->second.empty()) {
+        names_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    return n;
+  }
+  size_t answer_count() const {
+    size_t n = 0;
+    for (const auto& [key, list] : names_) n += list.size();
+    return n;
+  }
+
+ private:
+  static std::span<const uint8_t> NameOf(const std::string& key) {
+    return {reinterpret_cast<const uint8_t*>(key.data()), key.size() - 2};
+  }
+  static uint16_t TypeOf(const std::string& key) {
+    return static_cast<uint16_t>((static_cast<uint8_t>(key[key.size() - 2]) << 8) |
+                                 static_cast<uint8_t>(key[key.size() - 1]));
+  }
   static std::array<uint8_t, 16> Masked(const std::array<uint8_t, 16>& a, uint8_t bits) {
     std::array<uint8_t, 16> out{};
     for (size_t i = 0; i < 16 && bits > 0; ++i) {

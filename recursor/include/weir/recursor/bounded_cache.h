@@ -56,6 +56,7 @@ class BoundedCache {
   Entry& FindOrInsert(const K& key, V value, uint32_t expires) {
     if (Entry* e = Find(key)) return *e;
     if (slots_.size() >= capacity_) EvictOne();
+    ++inserts_;
     index_.emplace(key, slots_.size());
     slots_.push_back(Entry{key, std::move(value), expires});
     return slots_.back();
@@ -91,6 +92,22 @@ class BoundedCache {
     }
     return n;
   }
+  // EraseIf for an operator's flush (weirctl cache flush): the entries
+  // dropped are counted as flushed, apart from evictions and expiry.
+  // pred(Entry&) may change the value it keeps (a partial flush).
+  template <typename Pred>
+  size_t EraseMatching(Pred pred) {
+    const size_t n = EraseIf(pred);
+    flushed_ += n;
+    return n;
+  }
+  // fn(const Entry&) for every entry, in no particular order; false stops.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const Entry& e : slots_) {
+      if (!fn(e)) return;
+    }
+  }
   size_t EraseExpired(uint32_t now) {
     return EraseIf([now](const Entry& e) { return e.expires <= now; });
   }
@@ -102,6 +119,8 @@ class BoundedCache {
   size_t size() const { return slots_.size(); }
   size_t capacity() const { return capacity_; }
   uint64_t evictions() const { return evictions_; }
+  uint64_t inserts() const { return inserts_; }  // new keys stored
+  uint64_t flushed() const { return flushed_; }  // entries EraseMatching dropped
 
  private:
   uint64_t Next() {  // xorshift64*: cheap, and good enough to pick victims
@@ -143,6 +162,8 @@ class BoundedCache {
   size_t capacity_;
   uint64_t rng_;
   uint64_t evictions_ = 0;
+  uint64_t inserts_ = 0;
+  uint64_t flushed_ = 0;
   std::vector<Entry> slots_;
   absl::flat_hash_map<K, size_t> index_;
 };

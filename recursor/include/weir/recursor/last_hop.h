@@ -76,6 +76,15 @@ class ServerHealth {
     e.until = now + e.backoff;
   }
   void Answered(const common::SocketAddress& a) { servers_.erase(Key(a)); }
+  // fn(address bytes, port, backoff, until) for every server remembered.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [key, e] : servers_) {
+      const auto* b = reinterpret_cast<const uint8_t*>(key.data());
+      const uint16_t port = static_cast<uint16_t>((b[key.size() - 2] << 8) | b[key.size() - 1]);
+      fn(std::span<const uint8_t>(b, key.size() - 2), port, e.backoff, e.until);
+    }
+  }
 
  private:
   static constexpr size_t kMaxServers = 100000;

@@ -75,6 +75,18 @@ class TaggedResolver final : public LastHopTransport::Sink {
   size_t in_flight() const { return resolutions_.size(); }
   const Stats& stats() const { return stats_; }
 
+  // The caches, keyed by CacheKey(name, type, 0), for weirctl's cache
+  // commands: per name its answers by ECS scope, and the answers to ECS
+  // source /0 queries.
+  using ScopedCache = BoundedCache<std::string, partitions::EcsScopeCache<Answer>>;
+  using ZeroSourceCache = BoundedCache<std::string, PlainEntry>;
+  ScopedCache& scoped_cache() { return scoped_; }
+  const ScopedCache& scoped_cache() const { return scoped_; }
+  ZeroSourceCache& zero_source_cache() { return zero_source_; }
+  const ZeroSourceCache& zero_source_cache() const { return zero_source_; }
+  // Servers tried last for a while after a timeout.
+  const ServerHealth& server_health() const { return server_health_; }
+
  private:
   struct Resolution;
   void Start(const dns::NameKey& qname, uint16_t qtype, const EcsChoice& ecs, Waiter* w, const Answer* stale,
@@ -112,8 +124,8 @@ class TaggedResolver final : public LastHopTransport::Sink {
   std::mt19937_64 rng_;
   ServerHealth server_health_;
   // Per (qname, qtype): the scoped answers of that name (RFC 7871 7.3).
-  BoundedCache<std::string, partitions::EcsScopeCache<Answer>> scoped_;
-  BoundedCache<std::string, PlainEntry> zero_source_;  // answers for /0 queries only
+  ScopedCache scoped_;
+  ZeroSourceCache zero_source_;  // answers for /0 queries only
   absl::flat_hash_map<uint64_t, std::unique_ptr<Resolution>> resolutions_;
   absl::flat_hash_map<std::string, uint64_t> resolution_by_key_;
   uint64_t next_id_ = 1;

@@ -64,6 +64,10 @@ class ZoneCutFinder {
   size_t size() const { return cuts_.size(); }
   uint64_t evictions() const { return cuts_.evictions(); }
   const Stats& stats() const { return stats_; }
+  // The cuts by zone (its name's canonical key), for weirctl's cache commands.
+  using Cache = BoundedCache<std::string, ZoneCut>;
+  Cache& cache() { return cuts_; }
+  const Cache& cache() const { return cuts_; }
 
  private:
   struct Lookup;
@@ -76,7 +80,7 @@ class ZoneCutFinder {
   const partitions::Clock& clock_;
   const Options options_;
   Log log_;
-  BoundedCache<std::string, ZoneCut> cuts_;
+  Cache cuts_;
   absl::flat_hash_map<std::string, std::unique_ptr<Lookup>> lookups_;
   Stats stats_;
 };
