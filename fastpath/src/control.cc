@@ -19,6 +19,7 @@ using common::Cat;
 using common::CatTo;
 using common::JsonString;
 using common::ToStd;
+using mgmt::AddressText;
 using mgmt::ControlArgs;
 using mgmt::ControlReply;
 using mgmt::ControlRequest;
@@ -28,12 +29,6 @@ using partitions::Partition;
 std::string CityName(const partitions::CityMap* cm, size_t id) {
   if (cm != nullptr && id < cm->city_count()) return cm->city(static_cast<partitions::PartitionId>(id)).name;
   return Cat("city", id);
-}
-
-std::string AddressText(const uint8_t* bytes, size_t len) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
-  return text;
 }
 
 namespace {
@@ -132,51 +127,20 @@ const char* KindText(partitions::EntryKind k) {
   return "?";
 }
 
-// Whether `name` (a canonical key) is `suffix` or a name under it.
-bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix) {
-  size_t pos = 0;
-  while (pos < name.size()) {
-    if (name.size() - pos == suffix.size() &&
-        std::memcmp(name.data() + pos, suffix.data(), suffix.size()) == 0)
-      return true;
-    if (name[pos] == 0) break;
-    pos += 1 + name[pos];
-  }
-  return false;
-}
-
 // The name/type/partition selection of a flush or a dump.
 struct Selection {
-  bool has_name = false;
-  dns::NameKey name;
-  bool suffix = false;
-  uint16_t qtype = 0;  // 0: any
+  mgmt::NameSelection names;
   PartitionFilter partition;
   bool Matches(const CacheEntry& e) const {
-    if (qtype != 0 && e.qtype() != qtype) return false;
-    if (!partition.Matches(e.partition())) return false;
-    if (!has_name) return true;
-    if (suffix) return UnderSuffix(e.qname(), name.span());
-    return e.qname().size() == name.len && std::memcmp(e.qname().data(), name.bytes.data(), name.len) == 0;
+    return names.TypeMatches(e.qtype()) && partition.Matches(e.partition()) && names.NameMatches(e.qname());
   }
 };
 
 absl::StatusOr<Selection> ParseSelection(const ControlArgs& a, const partitions::CityMap* cm) {
   Selection s;
-  const std::string name = a.Get("name");
-  if (!name.empty()) {
-    if (!dns::NameKeyFromText(name, &s.name))
-      return absl::InvalidArgumentError(Cat("'", name, "' is not a domain name"));
-    s.has_name = true;
-  }
-  s.suffix = a.Flag("suffix");
-  if (s.suffix && !s.has_name) return absl::InvalidArgumentError("--suffix needs a name");
-  const std::string type = a.Get("type");
-  if (!type.empty()) {
-    s.qtype = dns::TypeFromText(type);
-    if (s.qtype == 0)
-      return absl::InvalidArgumentError(Cat("unknown type '", type, "' (A, AAAA, MX, TYPE65, ...)"));
-  }
+  auto names = mgmt::NameSelection::Parse(a);
+  if (!names.ok()) return names.status();
+  s.names = *names;
   auto p = ParsePartition(a.Get("partition"), cm);
   if (!p.ok()) return p.status();
   s.partition = *p;
@@ -251,9 +215,10 @@ ControlReply Node::CacheFlush(const ControlRequest& r) {
   auto sel = ParseSelection(*a, shared_.citymap.Get());
   if (!sel.ok()) return ControlReply::Error(std::string(ToStd(sel.status().message())));
   const size_t n = shared_.cache->EraseMatching([&](const CacheEntry& e) { return sel->Matches(e); });
-  std::string what = sel->has_name ? Cat(sel->suffix ? "under " : "", dns::NameKeyToText(sel->name.span()))
-                                   : std::string("every name");
-  if (sel->qtype != 0) CatTo(what, " type ", dns::TypeToText(sel->qtype));
+  std::string what = sel->names.has_name
+                         ? Cat(sel->names.suffix ? "under " : "", dns::NameKeyToText(sel->names.name.span()))
+                         : std::string("every name");
+  if (sel->names.qtype != 0) CatTo(what, " type ", dns::TypeToText(sel->names.qtype));
   if (a->Has("partition")) CatTo(what, " partition ", a->Get("partition"));
   common::LogInfo("control", "cache flush of ", what, " by ", r.actor, ": ", n, " entries");
   return {true, Cat("flushed ", n, " entries (", what, ")\n"), Cat("{\"flushed\":", n, "}")};

@@ -19,6 +19,7 @@ namespace weir::fastpath {
 
 using common::Cat;
 using common::ToStd;
+using mgmt::AddressText;
 
 HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
   HandlerOptions o;

@@ -1,5 +1,6 @@
 #include "weir/mgmt/control.h"
 
+#include <arpa/inet.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -76,6 +77,49 @@ absl::StatusOr<uint64_t> ControlArgs::Number(std::string_view key, uint64_t fall
 bool ControlArgs::Flag(std::string_view key) const {
   const std::string v = Get(key);
   return v == "1" || v == "true" || v == "yes";
+}
+
+absl::StatusOr<NameSelection> NameSelection::Parse(const ControlArgs& a) {
+  NameSelection s;
+  const std::string name = a.Get("name");
+  if (!name.empty()) {
+    if (!dns::NameKeyFromText(name, &s.name))
+      return absl::InvalidArgumentError(Cat("'", name, "' is not a domain name"));
+    s.has_name = true;
+  }
+  s.suffix = a.Flag("suffix");
+  if (s.suffix && !s.has_name) return absl::InvalidArgumentError("--suffix needs a name");
+  const std::string type = a.Get("type");
+  if (!type.empty()) {
+    s.qtype = dns::TypeFromText(type);
+    if (s.qtype == 0)
+      return absl::InvalidArgumentError(Cat("unknown type '", type, "' (A, AAAA, MX, TYPE65, ...)"));
+  }
+  return s;
+}
+
+bool NameSelection::NameMatches(std::span<const uint8_t> key) const {
+  if (!has_name) return true;
+  if (suffix) return UnderSuffix(key, name.span());
+  return key.size() == name.len && std::memcmp(key.data(), name.bytes.data(), name.len) == 0;
+}
+
+bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix) {
+  size_t pos = 0;
+  while (pos < name.size()) {
+    if (name.size() - pos == suffix.size() &&
+        std::memcmp(name.data() + pos, suffix.data(), suffix.size()) == 0)
+      return true;
+    if (name[pos] == 0) break;
+    pos += 1 + name[pos];
+  }
+  return false;
+}
+
+std::string AddressText(const uint8_t* bytes, size_t len) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
+  return text;
 }
 
 std::string DefaultControlSocket(std::string_view kind) { return Cat("/run/weir-", kind, "/control.sock"); }

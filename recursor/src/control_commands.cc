@@ -21,6 +21,7 @@ using common::Cat;
 using common::CatTo;
 using common::JsonString;
 using common::ToStd;
+using mgmt::AddressText;
 using mgmt::ControlArgs;
 using mgmt::ControlReply;
 using mgmt::ControlRequest;
@@ -35,12 +36,6 @@ constexpr const char* kLibunboundNote =
 
 ControlReply ErrorOf(const absl::Status& st) { return ControlReply::Error(std::string(ToStd(st.message()))); }
 
-std::string AddressText(const uint8_t* bytes, size_t len) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
-  return text;
-}
-
 // A cache key of CacheKey(name, type, class): its name and type.
 std::span<const uint8_t> KeyName(const std::string& key) {
   return {reinterpret_cast<const uint8_t*>(key.data()), key.size() - 4};
@@ -52,19 +47,6 @@ uint16_t KeyType(const std::string& key) {
 // A zone cut's key is its name.
 std::span<const uint8_t> CutName(const std::string& key) {
   return {reinterpret_cast<const uint8_t*>(key.data()), key.size()};
-}
-
-// Whether `name` (a canonical key) is `suffix` or a name under it.
-bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix) {
-  size_t pos = 0;
-  while (pos < name.size()) {
-    if (name.size() - pos == suffix.size() &&
-        std::memcmp(name.data() + pos, suffix.data(), suffix.size()) == 0)
-      return true;
-    if (name[pos] == 0) break;
-    pos += 1 + name[pos];
-  }
-  return false;
 }
 
 // Whether the first `bits` bits of `a` and `b` are equal.
@@ -84,23 +66,12 @@ std::string ScopeText(const Scoped& x) {
 }
 
 // The name/type/ECS-scope selection of a flush or a dump.
-struct Selection {
-  bool has_name = false;
-  dns::NameKey name;
-  bool suffix = false;
-  uint16_t qtype = 0;  // 0: any
+struct Selection : mgmt::NameSelection {
   // kCommon: the answers without ECS (scope 0, /0 queries, ordinary names,
   // zone cuts); kScoped: every answer with a scope; kPrefix: the answers
   // whose scope overlaps `prefix` (covers it, or lies inside it).
   enum class Scope { kAny, kCommon, kScoped, kPrefix } scope = Scope::kAny;
   partitions::Cidr prefix;
-
-  bool NameMatches(std::span<const uint8_t> n) const {
-    if (!has_name) return true;
-    if (suffix) return UnderSuffix(n, name.span());
-    return n.size() == name.len && std::memcmp(n.data(), name.bytes.data(), name.len) == 0;
-  }
-  bool TypeMatches(uint16_t t) const { return qtype == 0 || t == qtype; }
   // For the caches without ECS.
   bool CommonMatches() const { return scope == Scope::kAny || scope == Scope::kCommon; }
   bool ScopeMatches(const Scoped& x) const {
@@ -124,20 +95,9 @@ struct Selection {
 
 absl::StatusOr<Selection> ParseSelection(const ControlArgs& a) {
   Selection s;
-  const std::string name = a.Get("name");
-  if (!name.empty()) {
-    if (!dns::NameKeyFromText(name, &s.name))
-      return absl::InvalidArgumentError(Cat("'", name, "' is not a domain name"));
-    s.has_name = true;
-  }
-  s.suffix = a.Flag("suffix");
-  if (s.suffix && !s.has_name) return absl::InvalidArgumentError("--suffix needs a name");
-  const std::string type = a.Get("type");
-  if (!type.empty()) {
-    s.qtype = dns::TypeFromText(type);
-    if (s.qtype == 0)
-      return absl::InvalidArgumentError(Cat("unknown type '", type, "' (A, AAAA, MX, TYPE65, ...)"));
-  }
+  auto names = mgmt::NameSelection::Parse(a);
+  if (!names.ok()) return names.status();
+  static_cast<mgmt::NameSelection&>(s) = *names;
   const std::string p = a.Get("partition");
   if (p.empty()) return s;
   if (p == "common" || p == "global") {

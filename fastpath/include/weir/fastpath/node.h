@@ -123,7 +123,5 @@ class Node {
 // A partition's name as operators see it: "common", the city's name (from
 // `cm`, the current city map), "subnet" for the subnet slot.
 std::string CityName(const partitions::CityMap* cm, size_t id);
-// An IPv4 (4 bytes) or IPv6 (16) address in text.
-std::string AddressText(const uint8_t* bytes, size_t len);
 
 }  // namespace weir::fastpath

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
+#include "weir/dns/message.h"
 
 namespace weir::net {
 class EventLoop;
@@ -70,6 +72,27 @@ class ControlArgs {
  private:
   std::map<std::string, std::string, std::less<>> values_;
 };
+
+// The NAME [--suffix] and --type of a flush or a dump (arguments name,
+// suffix, type), as every node reads them.
+struct NameSelection {
+  bool has_name = false;
+  dns::NameKey name;
+  bool suffix = false;
+  uint16_t qtype = 0;  // 0: any
+
+  static absl::StatusOr<NameSelection> Parse(const ControlArgs& args);
+  // Whether `key` (a canonical name key) is selected: any name without a
+  // NAME; NAME itself; with --suffix, NAME or a name under it.
+  bool NameMatches(std::span<const uint8_t> key) const;
+  bool TypeMatches(uint16_t type) const { return qtype == 0 || type == qtype; }
+};
+
+// Whether `name` (a canonical key) is `suffix` or a name under it.
+bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix);
+
+// An IPv4 (4 bytes) or IPv6 (16) address in text.
+std::string AddressText(const uint8_t* bytes, size_t len);
 
 struct ControlConfig {
   // The unix socket; empty: none. Created mode 0660 in a directory the daemon
