@@ -224,10 +224,11 @@ int main(int argc, char** argv) {
       std::getenv("WEIR_CONTROL") != nullptr ? std::getenv("WEIR_CONTROL") : "fastpath";
   bool all = false;
   std::string all_kind;
-  app.add_option("-C,--control", control_text,
-                 "node commands: the node to ask: 'fastpath' or 'recursor' (their default sockets "
-                 "/run/weir-KIND/control.sock), a unix socket PATH, or ADDRESS:PORT (TCP, needs --token-file) "
-                 "(env WEIR_CONTROL)")
+  app.add_option(
+         "-C,--control", control_text,
+         "node commands: the node to ask: 'fastpath' or 'recursor' (their default sockets "
+         "/run/weir-KIND/control.sock), a unix socket PATH, or ADDRESS:PORT (TCP, needs --token-file) "
+         "(env WEIR_CONTROL)")
       ->capture_default_str();
   app.add_flag("--all", all,
                "node commands: ask every node through weir-mgmt (--server), one result per node");
@@ -293,12 +294,13 @@ int main(int argc, char** argv) {
                     "(the subnet partition it falls in)");
   flush->add_option("--type", f_type, "only this type (A, AAAA, MX, TYPE65, ...)");
   CLI::App* dump = cache->add_subcommand("dump", "list cached answers with TTL left, weights and SWRR state");
-  std::string d_name, d_partition;
+  std::string d_name, d_partition, d_type;
   bool d_suffix = false;
   int d_limit = 1000;
   dump->add_option("--name", d_name, "only this name");
   dump->add_flag("--suffix", d_suffix, "with --name: the name and every name under it");
   dump->add_option("--partition", d_partition, "only this partition (as for flush)");
+  dump->add_option("--type", d_type, "only this type (as for flush)");
   dump->add_option("--limit", d_limit, "at most this many entries")->check(CLI::Range(1, 1000000));
   CLI::App* cache_stats =
       cache->add_subcommand("stats", "entries, bytes, inserts and evictions, per partition");
@@ -337,6 +339,7 @@ int main(int argc, char** argv) {
       arg("name", d_name);
       arg("suffix", d_suffix ? "1" : "");
       arg("partition", d_partition);
+      arg("type", d_type);
       arg("limit", std::to_string(d_limit));
     } else if (*cache_stats) {
       verb = "cache-stats";

@@ -237,6 +237,9 @@ class FastpathControlTest(unittest.TestCase):
         d = ok_json(self.ctl("cache", "dump", "--partition", "city-b", json_out=True))
         self.assertEqual(sorted(e["name"] for e in d["entries"]), sorted(n + "." for n in WEIGHTED))
         self.assertEqual({a["address"] for e in d["entries"] for a in e["addresses"]}, set(CITY_B))
+        self.assertTrue(self.fp.dig("a.example.com", "AAAA").answer)
+        d = ok_json(self.ctl("cache", "dump", "--type", "AAAA", json_out=True))
+        self.assertEqual([(e["name"], e["type"]) for e in d["entries"]], [("a.example.com.", "AAAA")])
         d = ok_json(self.ctl("cache", "dump", "--limit", "2", json_out=True))
         self.assertEqual((d["count"], d["truncated"]), (2, True))
 
