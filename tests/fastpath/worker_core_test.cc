@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -217,6 +219,73 @@ TEST_F(WorkerCoreTest, MissGoesUpstreamAndIsAnsweredFromTheFilledCache) {
   EXPECT_EQ(a.rcode, 0);
   ASSERT_EQ(a.addrs.size(), 1u);  // answer=single: one address by SWRR
   EXPECT_EQ(io_.held(), 0u);
+}
+
+TEST_F(WorkerCoreTest, SwrrProbeIsAnsweredOnTheWorkersThreadBetweenBursts) {
+  Burst({{"198.18.1.1", Query(31, "www.cdn.example")}});
+  std::vector<PendingClient> misses = TakeMisses();
+  ASSERT_EQ(misses.size(), 1u);
+  const MissRequest m = misses[0].miss;
+  const std::vector<uint8_t> weights = {5, 3, 1};
+  Fill(m, {{192, 0, 2, 1}, {192, 0, 2, 2}, {192, 0, 2, 3}}, 300, weights);
+  Return(std::move(misses[0]), HandleMode::kAfterFill);
+  ASSERT_EQ(core_->DrainReturns(clock_.NowSeconds(), io_), 1u);
+  partitions::Freshness f;
+  const partitions::CacheEntry* e =
+      shared_.cache->Find({m.partition, m.qname.span(), m.qtype, m.qclass}, clock_.NowSeconds(), &f);
+  ASSERT_NE(e, nullptr);
+  const SwrrProbe::Item item{e->hash(), e->fingerprint(), 3, false, {}};
+
+  // Nobody drains: the probe times out, is withdrawn, and a later pass of
+  // the worker leaves it alone.
+  SwrrProbe idle;
+  idle.items = {item};
+  EXPECT_FALSE(core_->ProbeSwrr(&idle, std::chrono::milliseconds(20), nullptr));
+  core_->DrainReturns(clock_.NowSeconds(), io_);
+  EXPECT_FALSE(idle.done.load());
+
+  // A worker thread answers hits and passes through DrainReturns between
+  // bursts while this thread probes: every state read is whole (nginx's
+  // current values always sum to 0).
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    partitions::RcuThread rcu;
+    uint16_t id = 100;
+    while (!stop.load()) {
+      Burst({{"198.18.1.2", Query(id++, "www.cdn.example")}, {"198.18.1.3", Query(id++, "www.cdn.example")}});
+      core_->DrainReturns(clock_.NowSeconds(), io_);
+      rcu.Quiescent();
+    }
+  });
+  int answered = 0;
+  for (int i = 0; i < 200; ++i) {
+    SwrrProbe p;
+    p.items = {item};
+    if (!core_->ProbeSwrr(&p, std::chrono::milliseconds(2000), nullptr)) continue;
+    ++answered;
+    ASSERT_TRUE(p.items[0].found);
+    EXPECT_EQ(p.items[0].current[0] + p.items[0].current[1] + p.items[0].current[2], 0);
+  }
+  stop.store(true);
+  worker.join();
+  EXPECT_EQ(answered, 200);
+
+  // The state after all those answers is nginx's after as many picks.
+  const size_t picks = 1 + io_.sent["198.18.1.2"].size() + io_.sent["198.18.1.3"].size();
+  partitions::SwrrTable model;
+  for (size_t i = 0; i < picks; ++i) model.Pick(1, 1, weights);
+  int16_t want[3];
+  ASSERT_TRUE(model.Peek(1, 1, 3, want));
+  SwrrProbe last;
+  last.items = {item};
+  std::thread drainer([&] {
+    partitions::RcuThread rcu;
+    while (!last.done.load()) core_->DrainReturns(clock_.NowSeconds(), io_);
+  });
+  EXPECT_TRUE(core_->ProbeSwrr(&last, std::chrono::milliseconds(2000), nullptr));
+  drainer.join();
+  EXPECT_EQ(std::vector<int16_t>(last.items[0].current.begin(), last.items[0].current.begin() + 3),
+            std::vector<int16_t>(want, want + 3));
 }
 
 TEST_F(WorkerCoreTest, CoalescedMissAnswersEveryWaiterWithItsOwnIdAndSwrrTurn) {
