@@ -21,8 +21,11 @@ void AddLines(common::TomlChecker& c, const std::vector<std::string>& lines) {
   for (const std::string& l : lines) c.AddLine(l);
 }
 
-// The city map and the tags, as Node::LoadPartitions reads them.
-void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const std::string& path) {
+// The city map and the tags, as Node::LoadPartitions reads them (`files`
+// false: the node starts from its stored mgmt snapshot and reads neither
+// file, but the default city still applies to the snapshot's map).
+void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const std::string& path,
+                         bool files) {
   partitions::CityMapOptions options;
   // A bad default city fails every map, with the file or without: it is
   // reported once, at its key.
@@ -35,6 +38,7 @@ void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const 
       c.Fail(n->source(), Cat("[partitions] default_city: ", ToStd(alone.status().message())));
     }
   }
+  if (!files) return;
   if (auto file = common::FindNamedFile(root, "partitions.citymap", path)) {
     if (std::optional<std::string> csv = common::ReadNamedFile(c, *file)) {
       partitions::LineErrors errors;
@@ -58,9 +62,10 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path) {
         // With [mgmt] and a stored snapshot the node starts from the snapshot:
         // its own files are not read then.
         // The control channel's TCP token, as ControlServer::Bind reads it.
-        if (auto file = common::FindNamedFile(root, "control.token_file", path)) mgmt::CheckTokenFile(c, *file);
-        if (mgmt::CheckNodeMgmtFiles(c, root, path)) return;
-        CheckPartitionFiles(c, root, path);
+        if (auto file = common::FindNamedFile(root, "control.token_file", path))
+          mgmt::CheckTokenFile(c, *file);
+        const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
+        CheckPartitionFiles(c, root, path, !from_snapshot);
       });
   if (!all.ok()) return all;
   return cfg;

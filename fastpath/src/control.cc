@@ -35,6 +35,11 @@ namespace {
 
 // How long a dump waits for each worker to copy its SWRR states.
 constexpr std::chrono::milliseconds kProbeTimeout{1000};
+// A dump lists at most this many entries (a reply must fit a frame), and
+// asks the workers for the SWRR states of at most the first
+// kMaxProbedRows weighted ones (a worker copies them between two bursts).
+constexpr uint64_t kMaxDumpRows = 100000;
+constexpr size_t kMaxProbedRows = 10000;
 
 // Which partitions a flush or a dump covers.
 struct PartitionFilter {
@@ -65,8 +70,18 @@ absl::StatusOr<PartitionFilter> ParsePartition(std::string_view text, const part
     return f;
   }
   partitions::IpAddress ip;
-  const std::string_view addr = text.substr(0, text.find('/'));
-  if (partitions::ParseIp(addr, &ip)) {
+  const size_t slash = text.find('/');
+  if (partitions::ParseIp(text.substr(0, slash), &ip)) {
+    // A subnet partition is a client's /24 (IPv4) or /56 (IPv6): an address
+    // names the one it falls in; a prefix must be exactly one of them.
+    if (slash != std::string_view::npos) {
+      auto c = partitions::Cidr::Parse(text);
+      const unsigned want = ip.family == 4 ? 24 : 56;
+      if (!c.ok() || c->prefix != want) {
+        return absl::InvalidArgumentError(Cat("--partition ", text, ": a subnet partition is one /", want,
+                                              " (give an address in it, or that prefix)"));
+      }
+    }
     f.partition = partitions::PartitionKey(partitions::CacheLevel::kSubnet, 0, ip);
     return f;
   }
@@ -187,7 +202,11 @@ ControlReply Node::Control(const ControlRequest& r) {
     }
   } else if (r.verb == "reload") {
     if (no_args()) {
-      const absl::Status st = Reload();
+      absl::Status st;
+      {
+        partitions::RcuOfflineScope offline;  // a reload waits for the other readers
+        st = Reload();
+      }
       common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
       reply = st.ok() ? ControlReply{true, "reloaded the city map and tags\n", "{\"reloaded\":true}"}
                       : ControlReply::Error(std::string(ToStd(st.message())));
@@ -227,7 +246,7 @@ ControlReply Node::CacheFlush(const ControlRequest& r) {
 ControlReply Node::CacheDump(const ControlRequest& r) {
   auto a = ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type", "limit"});
   if (!a.ok()) return ControlReply::Error(std::string(ToStd(a.status().message())));
-  auto limit = a->Number("limit", 1000, 1, 1000000);
+  auto limit = a->Number("limit", 1000, 1, kMaxDumpRows);
   if (!limit.ok()) return ControlReply::Error(std::string(ToStd(limit.status().message())));
   const partitions::CityMap* cm = shared_.citymap.Get();
   auto sel = ParseSelection(*a, cm);
@@ -235,121 +254,152 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   const uint32_t now = shared_.clock->NowSeconds();
   const LearnedTags* learned = shared_.learned.Get();
 
-  struct Row {
-    std::string name, type, partition, level, kind, origin;
-    uint32_t ttl = 0;
-    int64_t left = 0;  // negative: stale for that long
-    uint16_t answers = 0;
+  // Under the cache's writer lock only the raw fields are copied; the text
+  // is made after (the forwarder's inserts wait for the lock).
+  struct Raw {
+    std::vector<uint8_t> qname;
+    uint16_t qtype = 0, answers = 0;
+    Partition partition = 0;
+    partitions::EntryKind kind{};
+    uint32_t ttl = 0, expires = 0;
     bool has_weights = false;
-    std::vector<std::string> addresses;
+    uint8_t address_len = 0;         // 4 or 16; 0: no address RRset
+    std::vector<uint8_t> addresses;  // address_len bytes each
     std::vector<uint8_t> weights;
-    size_t probe_item = SIZE_MAX;  // index in each worker's probe
+    uint64_t hash = 0, fingerprint = 0;
   };
-  std::vector<Row> rows;
-  SwrrProbe proto;
+  std::vector<Raw> raws;
   bool truncated = false;
   shared_.cache->ForEach([&](const CacheEntry& e) {
     if (!sel->Matches(e)) return true;
-    if (rows.size() == *limit) {
+    if (raws.size() == *limit) {
       truncated = true;
       return false;
     }
-    Row row;
-    row.name = dns::NameKeyToText(e.qname());
-    row.type = dns::TypeToText(e.qtype());
-    row.partition = PartitionText(cm, e.partition());
-    row.level = LevelText(e.partition());
-    row.kind = KindText(e.kind());
-    row.ttl = e.ttl();
-    row.left = static_cast<int64_t>(e.expires()) - static_cast<int64_t>(now);
-    row.answers = e.answer_count();
-    row.origin = row.left <= 0                                                      ? "stale"
-                 : learned != nullptr && learned->Lookup(e.qname(), now) != nullptr ? "learned"
-                                                                                    : "fetched";
+    Raw& x = raws.emplace_back();
+    x.qname.assign(e.qname().begin(), e.qname().end());
+    x.qtype = e.qtype();
+    x.answers = e.answer_count();
+    x.partition = e.partition();
+    x.kind = e.kind();
+    x.ttl = e.ttl();
+    x.expires = e.expires();
     if (e.address_count() > 0) {
-      row.has_weights = e.has_weights();
+      x.has_weights = e.has_weights();
       const size_t size = e.address_record_size();
-      const size_t rdata = size == 16 ? 4 : 16;
+      x.address_len = static_cast<uint8_t>(size == 16 ? 4 : 16);
       const uint8_t* rec = e.records().data() + e.chain_bytes();
       for (size_t i = 0; i < e.address_count(); ++i) {
-        row.addresses.push_back(AddressText(rec + i * size + size - rdata, rdata));
+        const uint8_t* rdata = rec + i * size + size - x.address_len;
+        x.addresses.insert(x.addresses.end(), rdata, rdata + x.address_len);
       }
-      const auto w = e.weights();
-      row.weights.assign(w.begin(), w.end());
-      if (e.address_count() > 1) {
-        row.probe_item = proto.items.size();
-        proto.items.push_back({e.hash(), e.fingerprint(), e.address_count(), false, {}});
-      }
+      x.weights.assign(e.weights().begin(), e.weights().end());
+      x.hash = e.hash();
+      x.fingerprint = e.fingerprint();
     }
-    rows.push_back(std::move(row));
     return true;
   });
-  // Each worker's SWRR position for the weighted entries listed.
-  std::vector<std::unique_ptr<SwrrProbe>> probes;
-  std::vector<bool> answered;
-  if (!proto.items.empty()) {
-    for (int w = 0; w < slots(); ++w) {
-      auto p = std::make_unique<SwrrProbe>();
-      p->items = proto.items;
-      answered.push_back(cores_[w]->ProbeSwrr(p.get(), kProbeTimeout, channels_[w]->wake_worker));
-      probes.push_back(std::move(p));
+
+  // Each worker's SWRR position for the first kMaxProbedRows weighted rows:
+  // one worker at a time, the worker copying them between two bursts.
+  std::vector<size_t> probed;  // row index of each probe item
+  SwrrProbe probe;
+  for (size_t k = 0; k < raws.size() && probed.size() < kMaxProbedRows; ++k) {
+    const size_t n = raws[k].weights.size();
+    if (n < 2) continue;
+    probed.push_back(k);
+    probe.items.push_back({raws[k].hash, raws[k].fingerprint, static_cast<uint8_t>(n), false, {}});
+  }
+  size_t weighted_rows = 0;
+  for (const Raw& x : raws) weighted_rows += x.weights.size() >= 2;
+  // current[row][worker]: the values, empty when that worker holds none.
+  std::vector<std::vector<std::vector<int16_t>>> current(raws.size());
+  std::vector<int> workers;  // the slots that run a worker
+  for (int w = 0; w < slots(); ++w) {
+    if (w < slots() - 1 || config_.tcp) workers.push_back(w);  // the last slot is the TCP thread's
+  }
+  size_t workers_answered = 0;
+  if (!probe.items.empty()) {
+    // Waiting for a worker is no RCU read: nothing read under RCU is used
+    // below but copies.
+    partitions::RcuOfflineScope offline;
+    for (size_t k : probed) current[k].resize(workers.size());
+    for (size_t wi = 0; wi < workers.size(); ++wi) {
+      const int w = workers[wi];
+      for (SwrrProbe::Item& it : probe.items) it.found = false;
+      if (!cores_[w]->ProbeSwrr(&probe, kProbeTimeout, channels_[w]->wake_worker)) continue;
+      ++workers_answered;
+      for (size_t i = 0; i < probe.items.size(); ++i) {
+        const SwrrProbe::Item& it = probe.items[i];
+        if (it.found) current[probed[i]][wi].assign(it.current.begin(), it.current.begin() + it.n);
+      }
     }
   }
-  auto swrr_text = [&](const Row& row, size_t i, bool json) {
+
+  auto swrr_text = [&](size_t k, size_t i, bool json) {
     std::string out;
-    for (size_t w = 0; w < probes.size(); ++w) {
-      const SwrrProbe::Item& it = probes[w]->items[row.probe_item];
-      const bool known = answered[w] && it.found;
+    for (size_t wi = 0; wi < current[k].size(); ++wi) {
+      const std::vector<int16_t>& c = current[k][wi];
       if (json) {
-        CatTo(out, w ? "," : "", known ? Cat(it.current[i]) : std::string("null"));
+        CatTo(out, wi ? "," : "", c.empty() ? std::string("null") : Cat(c[i]));
       } else {
-        CatTo(out, w ? " " : "", "w", w, "=", known ? Cat(it.current[i]) : std::string("-"));
+        CatTo(out, wi ? " " : "", "w", workers[wi], "=", c.empty() ? std::string("-") : Cat(c[i]));
       }
     }
     return out;
   };
   std::string text =
-      Cat("# ", rows.size(), truncated ? "+" : "", " entries at clock ", now,
+      Cat("# ", raws.size(), truncated ? "+" : "", " entries at clock ", now,
           "; swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
           "has not answered it)\n");
   std::vector<std::vector<std::string>> table = {
       {"NAME", "TYPE", "PARTITION", "LEVEL", "KIND", "TTL", "LEFT", "ORIGIN"}};
   std::string json = "{\"entries\":[";
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const Row& row = rows[k];
-    table.push_back({row.name, row.type, row.partition, row.level, row.kind, Cat(row.ttl),
-                     row.left > 0 ? Cat(row.left) : Cat("stale ", -row.left, "s"), row.origin});
-    CatTo(json, k ? "," : "", "{\"name\":", JsonString(row.name), ",\"type\":", JsonString(row.type),
-          ",\"partition\":", JsonString(row.partition), ",\"level\":", JsonString(row.level),
-          ",\"kind\":", JsonString(row.kind), ",\"ttl\":", row.ttl,
-          ",\"ttl_left\":", std::max<int64_t>(row.left, 0),
-          ",\"stale_for\":", std::max<int64_t>(-row.left, 0), ",\"origin\":", JsonString(row.origin),
-          ",\"answers\":", row.answers, ",\"weighted\":", row.has_weights ? "true" : "false",
-          ",\"addresses\":[");
-    for (size_t i = 0; i < row.addresses.size(); ++i) {
-      CatTo(json, i ? "," : "", "{\"address\":", JsonString(row.addresses[i]),
-            ",\"weight\":", i < row.weights.size() ? row.weights[i] : 1);
-      if (row.probe_item != SIZE_MAX) CatTo(json, ",\"swrr_current\":[", swrr_text(row, i, true), "]");
+  std::string details;
+  for (size_t k = 0; k < raws.size(); ++k) {
+    const Raw& x = raws[k];
+    const std::string name = dns::NameKeyToText(x.qname);
+    const std::string type = dns::TypeToText(x.qtype);
+    const std::string partition = PartitionText(cm, x.partition);
+    const std::string level = LevelText(x.partition);
+    const int64_t left = static_cast<int64_t>(x.expires) - static_cast<int64_t>(now);
+    const std::string origin = left <= 0                                                        ? "stale"
+                               : learned != nullptr && learned->Lookup(x.qname, now) != nullptr ? "learned"
+                                                                                                : "fetched";
+    table.push_back({name, type, partition, level, KindText(x.kind), Cat(x.ttl),
+                     left > 0 ? Cat(left) : Cat("stale ", -left, "s"), origin});
+    CatTo(json, k ? "," : "", "{\"name\":", JsonString(name), ",\"type\":", JsonString(type),
+          ",\"partition\":", JsonString(partition), ",\"level\":", JsonString(level),
+          ",\"kind\":", JsonString(KindText(x.kind)), ",\"ttl\":", x.ttl,
+          ",\"ttl_left\":", std::max<int64_t>(left, 0), ",\"stale_for\":", std::max<int64_t>(-left, 0),
+          ",\"origin\":", JsonString(origin), ",\"answers\":", x.answers,
+          ",\"weighted\":", x.has_weights ? "true" : "false", ",\"addresses\":[");
+    const size_t count = x.address_len == 0 ? 0 : x.addresses.size() / x.address_len;
+    if (count > 0) {
+      CatTo(details, name, " ", type, " ", partition,
+            x.has_weights ? " (weights from upstream)" : " (no weights: equal)", "\n");
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const std::string address = AddressText(x.addresses.data() + i * x.address_len, x.address_len);
+      const unsigned weight = i < x.weights.size() ? x.weights[i] : 1;
+      CatTo(json, i ? "," : "", "{\"address\":", JsonString(address), ",\"weight\":", weight);
+      if (!current[k].empty()) CatTo(json, ",\"swrr_current\":[", swrr_text(k, i, true), "]");
       json += "}";
+      CatTo(details, "  ", address, " weight ", weight,
+            current[k].empty() ? std::string() : Cat(" swrr ", swrr_text(k, i, false)), "\n");
     }
     json += "]}";
   }
-  std::string details;
-  for (const Row& row : rows) {
-    if (row.addresses.empty()) continue;
-    CatTo(details, row.name, " ", row.type, " ", row.partition,
-          row.has_weights ? " (weights from upstream)" : " (no weights: equal)", "\n");
-    for (size_t i = 0; i < row.addresses.size(); ++i) {
-      CatTo(details, "  ", row.addresses[i], " weight ", i < row.weights.size() ? row.weights[i] : 1,
-            row.probe_item != SIZE_MAX ? Cat(" swrr ", swrr_text(row, i, false)) : std::string(), "\n");
-    }
-  }
-  size_t workers_answered = 0;
-  for (bool b : answered) workers_answered += b;
-  CatTo(json, "],\"count\":", rows.size(), ",\"truncated\":", truncated ? "true" : "false",
-        ",\"clock\":", now, ",\"workers\":", probes.size(), ",\"workers_answered\":", workers_answered, "}");
+  CatTo(json, "],\"count\":", raws.size(), ",\"truncated\":", truncated ? "true" : "false",
+        ",\"clock\":", now, ",\"workers\":", workers.size(),
+        ",\"workers_answered\":", probe.items.empty() ? 0 : workers_answered,
+        ",\"swrr_rows\":", probed.size(), "}");
   text += mgmt::TextTable(table);
   if (!details.empty()) text += "\n" + details;
+  if (weighted_rows > probed.size()) {
+    CatTo(text, "# SWRR positions shown for the first ", probed.size(), " of ", weighted_rows,
+          " weighted entries: narrow the dump for the others\n");
+  }
   if (truncated)
     CatTo(text, "# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n");
   return {true, std::move(text), std::move(json)};

@@ -254,9 +254,12 @@ absl::Status Server::Start() {
 
 void Server::Stop() {
   Impl& s = *impl_;
-  if (!s.running.exchange(false)) return;
+  if (!s.running.load()) return;
+  // Control requests first, while the workers still run: a dump waiting for
+  // their SWRR states is answered, not timed out slot by slot.
   s.node->StopMgmt();
   if (s.control) s.control->Stop();  // before the node it controls goes
+  s.running.store(false);
   if (s.metrics) s.metrics->Stop();  // before the node it renders goes
   s.metrics.reset();
   for (auto& t : s.threads) t.join();

@@ -2,6 +2,7 @@
 // for a node's control channel (mgmt/include/weir/mgmt/control.h).
 // Exit status: 0 done, 1 mgmt or the node refused the request (the reason on
 // stderr) or, with --all, some node failed, 2 usage, file or connection error.
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -117,13 +118,38 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
+// connect() bounded by `timeout_ms` (a peer that never answers the SYN, a
+// listener whose backlog is full); 0 or an errno.
+int ConnectWithin(int fd, const sockaddr* sa, socklen_t len, int timeout_ms) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = 0;
+  if (connect(fd, sa, len) != 0) {
+    err = errno;
+    if (err == EINPROGRESS || err == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t l = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+      }
+    }
+  }
+  fcntl(fd, F_SETFL, flags);
+  return err;
+}
+
+int g_timeout_ms = 10000;
+
 // A connected stream to the first of `servers` that accepts, or an error.
 absl::StatusOr<int> ConnectTcp(const std::vector<weir::common::SocketAddress>& servers) {
   std::string why;
   for (const weir::common::SocketAddress& server : servers) {
     const int fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-    if (connect(fd, server.sa(), server.len) == 0) return fd;
+    errno = ConnectWithin(fd, server.sa(), server.len, g_timeout_ms);
+    if (errno == 0) return fd;
     why += (why.empty() ? "" : "; ") + server.ToString() + ": " + std::strerror(errno);
     close(fd);
   }
@@ -137,8 +163,9 @@ absl::StatusOr<int> ConnectUnix(const std::string& path) {
   std::memcpy(sa.sun_path, path.data(), path.size());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    const std::string why = path + ": " + std::strerror(errno);
+  if (const int err = ConnectWithin(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa), g_timeout_ms);
+      err != 0) {
+    const std::string why = path + ": " + std::strerror(err);
     close(fd);
     return absl::UnavailableError(why);
   }
@@ -301,7 +328,7 @@ int main(int argc, char** argv) {
   dump->add_flag("--suffix", d_suffix, "with --name: the name and every name under it");
   dump->add_option("--partition", d_partition, "only this partition (as for flush)");
   dump->add_option("--type", d_type, "only this type (as for flush)");
-  dump->add_option("--limit", d_limit, "at most this many entries")->check(CLI::Range(1, 1000000));
+  dump->add_option("--limit", d_limit, "at most this many entries")->check(CLI::Range(1, 100000));
   CLI::App* cache_stats =
       cache->add_subcommand("stats", "entries, bytes, inserts and evictions, per partition");
   CLI::App* node_stats = app.add_subcommand("stats", "a node's metrics, as a table (or --json)");
@@ -323,7 +350,15 @@ int main(int argc, char** argv) {
   }
 
   g_json = json;
-  if (*cache || *node_stats || *reload || *upstreams || *partitions) {
+  g_timeout_ms = timeout_ms;
+  const bool node_command = *cache || *node_stats || *reload || *upstreams || *partitions;
+  if (!all_kind.empty() && !all) return Die("--kind applies with --all");
+  if (all && *reload) {
+    return Die(
+        "--all reload: the nodes weir-mgmt reaches take their tags and city map from it, not from files; "
+        "change them with weirctl tag/citymap");
+  }
+  if (node_command) {
     std::vector<std::string> cargs;
     auto arg = [&](const char* key, const std::string& v) {
       if (!v.empty()) cargs.push_back(std::string(key) + "=" + v);

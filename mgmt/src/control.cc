@@ -28,8 +28,14 @@ namespace {
 
 // A request is a few hundred bytes; a peer that sends more is not weirctl.
 constexpr uint32_t kMaxRequestBytes = 1 << 20;
-constexpr size_t kMaxConnections = 64;
-constexpr std::chrono::seconds kConnectionDeadline{30};
+// Per transport, so TCP peers that never authenticate cannot keep weirctl
+// off the local socket.
+constexpr size_t kMaxConnections = 32;
+// weirctl sends its request at once; a peer that does not within this is
+// closed. Once the reply is queued, it has kReplyDeadline to read it.
+constexpr std::chrono::seconds kRequestDeadline{5};
+constexpr std::chrono::seconds kReplyDeadline{30};
+constexpr std::chrono::seconds kAcceptBackoff{1};
 
 }  // namespace
 
@@ -50,6 +56,7 @@ absl::StatusOr<ControlArgs> ControlArgs::Parse(const std::vector<std::string>& a
           Cat("unknown argument '", key, "'",
               known.size() == 0 ? " (this command takes none)" : Cat(" (takes ", list, ")")));
     }
+    if (eq + 1 == a.size()) return absl::InvalidArgumentError(Cat("argument '", key, "' has no value"));
     if (!out.values_.emplace(key, a.substr(eq + 1)).second)
       return absl::InvalidArgumentError(Cat("argument '", key, "' given twice"));
   }
@@ -120,6 +127,14 @@ std::string AddressText(const uint8_t* bytes, size_t len) {
   char text[INET6_ADDRSTRLEN] = {0};
   inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
   return text;
+}
+
+ControlReply BoundedReply(ControlReply reply) {
+  const size_t bytes = reply.text.size() + reply.json.size();
+  if (bytes <= kMaxControlReplyBytes) return reply;
+  return ControlReply::Error(Cat("the reply would be ", bytes >> 20, " MiB, more than the ",
+                                 kMaxControlReplyBytes >> 20,
+                                 " MiB a reply may hold: narrow it (--name, --partition, --limit)"));
 }
 
 std::string DefaultControlSocket(std::string_view kind) { return Cat("/run/weir-", kind, "/control.sock"); }
@@ -279,16 +294,30 @@ std::string ControlServer::Describe() const {
 void ControlServer::Accept(int listen_fd, bool tcp) {
   for (;;) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN; a full table is handled below
-    if (conns_.size() >= kMaxConnections) {
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays readable: without a pause the loop would spin.
+        log_("accept: ", std::strerror(errno), " (pausing the control channel's accepts for 1 s)");
+        loop_->Unwatch(listen_fd);
+        loop_->After(kAcceptBackoff, [this, listen_fd, tcp] {
+          if (loop_ != nullptr && listen_fd == (tcp ? tcp_fd_ : unix_fd_))
+            loop_->Watch(listen_fd, EPOLLIN, [this, listen_fd, tcp](uint32_t) { Accept(listen_fd, tcp); });
+        });
+      }
+      return;  // EAGAIN: all taken
+    }
+    size_t same = 0;
+    for (const auto& [other, c] : conns_) same += c->tcp == tcp;
+    if (same >= kMaxConnections) {
       close(fd);
       refused_.fetch_add(1, std::memory_order_relaxed);
+      log_(tcp ? "TCP" : "unix", " control connections at their limit (", kMaxConnections, "): one refused");
       continue;
     }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     c->tcp = tcp;
-    c->deadline = loop_->After(kConnectionDeadline, [this, fd] {
+    c->deadline = loop_->After(kRequestDeadline, [this, fd] {
       auto it = conns_.find(fd);
       if (it == conns_.end()) return;
       it->second->deadline = 0;
@@ -338,9 +367,17 @@ void ControlServer::OnEvents(int fd, uint32_t events) {
 
 void ControlServer::Serve(Conn& c) {
   auto m = c.reader.Next();
-  auto reply = [&c](const ControlReply& r) {
+  auto reply = [&](const ControlReply& r) {
     c.out = Encode(Message{MsgType::kReply, {r.ok ? "ok" : "error", r.text, r.json}});
     c.done = true;
+    if (c.deadline != 0) loop_->Cancel(c.deadline);
+    const int fd = c.fd;
+    c.deadline = loop_->After(kReplyDeadline, [this, fd] {
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) return;
+      it->second->deadline = 0;
+      Close(fd);
+    });
   };
   if (!m.ok()) return reply(ControlReply::Error(Cat("bad frame: ", ToStd(m.status().message()))));
   if (!m->has_value()) return;
@@ -352,12 +389,12 @@ void ControlServer::Serve(Conn& c) {
   }
   if (c.tcp && !TokenEquals(msg.fields[1], token_)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
-    common::LogWarning("control", "request refused: bad token");
+    log_("TCP control request refused: bad token");
     return reply(ControlReply::Error("bad token"));
   }
   ControlRequest req{msg.fields[2], msg.fields[3], {msg.fields.begin() + 4, msg.fields.end()}};
   requests_.fetch_add(1, std::memory_order_relaxed);
-  reply(handler_(req));
+  reply(BoundedReply(handler_(req)));
 }
 
 // ---- Reply helpers.

@@ -175,7 +175,7 @@ absl::Status NodeClient::HandleFrames() {
       ControlRequest req{
           Cat("weir-mgmt: ", msg.fields[1]), msg.fields[2], {msg.fields.begin() + 3, msg.fields.end()}};
       const ControlReply r =
-          control_ ? control_(req) : ControlReply::Error("this node has no control handler");
+          BoundedReply(control_ ? control_(req) : ControlReply::Error("this node has no control handler"));
       s.out +=
           Encode(Message{MsgType::kControlReply, {msg.fields[0], r.ok ? "ok" : "error", r.text, r.json}});
       continue;

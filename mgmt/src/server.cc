@@ -133,6 +133,7 @@ struct Conn {
 // the timeout has passed.
 struct NodeResult {
   std::string kind;
+  uint64_t serial = 0;  // the connection the request went out on (0: none)
   bool done = false;
   bool ok = false;
   std::string text, json;
@@ -368,7 +369,7 @@ void MgmtServer::Impl::CloseConn(int fd) {
     std::vector<uint64_t> finished;
     for (auto& [id, f] : fanouts) {
       auto r = f.results.find(it->second.node_id);
-      if (r == f.results.end() || r->second.done) continue;
+      if (r == f.results.end() || r->second.done || r->second.serial != it->second.serial) continue;
       r->second.done = true;
       r->second.text = "disconnected before it replied";
       if (--f.pending == 0) finished.push_back(id);
@@ -680,9 +681,11 @@ void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
   const std::string frame = Encode(req);
   std::vector<int> targets;
   for (auto& [fd, n] : conns) {
-    if (n.role != Role::kNode || (!kind.empty() && n.kind != kind)) continue;
+    // A connection being closed (replaced by the node's newer one) is not the node.
+    if (n.role != Role::kNode || n.close_after_write || (!kind.empty() && n.kind != kind)) continue;
     if (f.results.contains(n.node_id)) continue;
     f.results[n.node_id].kind = n.kind;
+    f.results[n.node_id].serial = n.serial;
     targets.push_back(fd);
   }
   f.pending = targets.size();
@@ -728,7 +731,7 @@ void MgmtServer::Impl::NodeControlReply(Conn& node, const Message& m) {
   auto it = fanouts.find(*id);
   if (it == fanouts.end()) return;  // timed out already
   auto r = it->second.results.find(node.node_id);
-  if (r == it->second.results.end() || r->second.done) return;
+  if (r == it->second.results.end() || r->second.done || r->second.serial != node.serial) return;
   r->second.done = true;
   r->second.ok = m.fields[1] == "ok";
   r->second.text = m.fields[2];
@@ -747,6 +750,19 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
   std::string text, json = "{\"nodes\":[";
   size_t ok = 0;
   bool first = true;
+  // The reply must fit one frame: past kMaxControlReplyBytes a node's
+  // result is replaced by an error (ask fewer nodes, or narrow the command).
+  size_t bytes = 0;
+  for (auto& [node, r] : f.results) {
+    bytes += r.text.size() + r.json.size();
+    if (bytes > kMaxControlReplyBytes) {
+      r.ok = false;
+      r.text =
+          "reply dropped: the nodes' replies together pass the size of one reply (narrow the command, or "
+          "--kind)";
+      r.json.clear();
+    }
+  }
   for (const auto& [node, r] : f.results) {
     ok += r.ok;
     common::CatTo(text, "== ", node, " (", r.kind, "): ", r.ok ? "ok" : "error", "\n", r.text,

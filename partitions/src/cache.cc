@@ -879,7 +879,7 @@ bool Cache::Erase(const CacheKey& key) {
 size_t Cache::EraseMatching(const std::function<bool(const CacheEntry&)>& match, size_t step) {
   size_t erased = 0;
   size_t pos = 0;
-  const Index* walked = nullptr;
+  uint64_t walked = UINT64_MAX;  // the rehash count the walk is in
   for (;;) {
     std::unique_ptr<RetiredBatch> batch;
     bool done = false;
@@ -888,8 +888,8 @@ size_t Cache::EraseMatching(const std::function<bool(const CacheEntry&)>& match,
       Index* idx = index_.load(std::memory_order_relaxed);
       // A rehash between steps moved entries: walk the new index from the
       // start (what was removed stays removed).
-      if (idx != walked) pos = 0;
-      walked = idx;
+      if (stats_.rehashes != walked) pos = 0;
+      walked = stats_.rehashes;
       const size_t positions = idx->bucket_count() * kPositionsPerBucket;
       const size_t end = std::min(positions, pos + std::max<size_t>(step, 1));
       for (; pos < end; ++pos) {

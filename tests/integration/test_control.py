@@ -290,12 +290,18 @@ class FastpathControlTest(unittest.TestCase):
         for args, message in ((("cache", "flush"), "flush what?"),
                               (("cache", "flush", "x", "--partition", "atlantis"), "no partition 'atlantis'"),
                               (("cache", "flush", "x", "--type", "BOGUS"), "unknown type 'BOGUS'"),
-                              (("cache", "flush", "bad..name"), "not a domain name")):
+                              (("cache", "flush", "bad..name"), "not a domain name"),
+                              # A subnet partition is one /24: a wider prefix is refused, not half done.
+                              (("cache", "flush", "--partition", "127.0.0.0/8"), "a subnet partition is one /24")):
             r = self.ctl(*args)
             self.assertEqual(r.returncode, 1, args)
             self.assertIn(message, r.stderr)
             r = self.ctl(*args, json_out=True)
             self.assertEqual(json.loads(r.stdout)["exit_code"], 1)
+        for args, message in ((("--all", "reload"), "--all reload"), (("--kind", "fastpath", "stats"), "--kind applies")):
+            r = weirctl(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(message, r.stderr)
         r = weirctl("stats", control=os.path.join(self.tmp.name, "nothing.ctl"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("cannot reach the node's control channel", r.stderr)

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "weir/common/log.h"
 #include "weir/common/socket_address.h"
 #include "weir/common/toml_checker.h"
 #include "weir/dns/message.h"
@@ -53,6 +54,14 @@ struct ControlReply {
 };
 
 using ControlHandler = std::function<ControlReply(const ControlRequest&)>;
+
+// A reply's text and JSON together at most (a frame is at most 64 MiB, and
+// weirctl --all gathers several replies in one): a bigger one is answered
+// with an error asking to narrow the command.
+inline constexpr size_t kMaxControlReplyBytes = size_t{24} << 20;
+
+// `reply`, or the error that replaces it when it is too big.
+ControlReply BoundedReply(ControlReply reply);
 
 // The key=value arguments of a request, checked against what the verb takes.
 class ControlArgs {
@@ -161,6 +170,7 @@ class ControlServer {
   std::map<int, std::unique_ptr<Conn>> conns_;
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> refused_{0};
+  common::RateLimitedLog log_{{.component = "control"}};
 };
 
 // ---- Helpers for the handlers' replies.
