@@ -301,6 +301,9 @@ int main(int argc, char** argv) {
   cm_rm->add_option("cidr", cm_rm_cidr, "the prefix as mapped")->required();
   CLI::App* cm_ls = cm->add_subcommand("ls", "print the city map");
   CLI::App* nodes = app.add_subcommand("nodes", "which snapshot version each node runs");
+  CLI::App* nodes_rm = nodes->add_subcommand("rm", "forget a retired node (one that is not connected)");
+  std::string rm_node;
+  nodes_rm->add_option("node", rm_node, "its node_id")->required();
   CLI::App* status = app.add_subcommand("status", "current version and sizes");
   CLI::App* audit = app.add_subcommand("audit", "recent changes");
   audit->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
@@ -463,6 +466,9 @@ int main(int argc, char** argv) {
     args = {body};
   } else if (*cm_ls) {
     verb = "citymap-ls";
+  } else if (*nodes_rm) {
+    verb = "node-rm";
+    args = {rm_node};
   } else if (*nodes) {
     verb = "nodes";
   } else if (*status) {

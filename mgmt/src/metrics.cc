@@ -10,7 +10,7 @@ namespace weir::mgmt {
 
 namespace {
 
-constexpr std::array<std::string_view, 13> kCommands = {
+constexpr std::array<std::string_view, 14> kCommands = {
     "tag-add", "tag-rm",     "tag-edit", "tag-import", "citymap-import", "citymap-add", "citymap-rm",
     "tag-ls",  "citymap-ls", "status",   "nodes",      "audit",          "node-control"};
 

@@ -605,6 +605,21 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
                  Cat("{\"version\":", s.version, ",\"tags\":", tags, ",\"citymap_bytes\":", s.citymap.size(),
                      ",\"nodes_connected\":", nodes, "}"));
   }
+  if (verb == "node-rm" && args.size() == 1) {
+    for (auto& [fd, x] : conns) {
+      if (x.role == Role::kNode && x.node_id == args[0] && !x.close_after_write) {
+        return Reply(c, false,
+                     Cat("node '", args[0], "' is connected: stop it first (or it comes back at once)"), "");
+      }
+    }
+    if (absl::Status st = store->ForgetNode(args[0]); !st.ok()) {
+      if (IsDatabaseFailure(st)) StoreFailed(st);
+      return Reply(c, false, Text(st.message()), "");
+    }
+    common::LogInfo("ctl", "node ", args[0], " forgotten by ", actor);
+    return Reply(c, true, Cat("node ", args[0], " forgotten\n"),
+                 Cat("{\"forgotten\":", JsonString(args[0]), "}"));
+  }
   if (verb == "nodes" && args.empty()) {
     auto recs = store->Nodes();
     if (!recs.ok()) {

@@ -397,6 +397,13 @@ absl::Status Store::NodeNack(const std::string& node_id, uint64_t version, const
   return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, reason).Bind(4, Now()).Run();
 }
 
+absl::Status Store::ForgetNode(const std::string& node_id) {
+  Stmt q(db_, "DELETE FROM nodes WHERE node_id = ?1");
+  if (absl::Status st = q.Bind(1, node_id).Run(); !st.ok()) return st;
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(Cat("no node '", node_id, "'"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<NodeRecord>> Store::Nodes() const {
   Stmt q(db_,
          "SELECT node_id, kind, peer, acked_version, nack_version, nack_reason, last_seen FROM nodes "

@@ -422,6 +422,16 @@ class FanOutTest(unittest.TestCase):
         self.assertTrue(out["fp1"]["ok"])
         self.assertFalse(out["fp2"]["ok"])
         self.assertIn("not connected", out["fp2"]["error"])
+        # A retired node is forgotten (a connected one is not), and --all succeeds again.
+        r = self.mgmt.weirctl("nodes", "rm", "fp1")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is connected", r.stderr)
+        self.assertEqual(self.mgmt.weirctl("nodes", "rm", "nosuch").returncode, 1)
+        r = self.mgmt.weirctl("nodes", "rm", "fp2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.mgmt.weirctl("--all", "cache", "stats", json_out=True)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertNotIn("fp2", {n["node"] for n in json.loads(r.stdout)["nodes"]})
         # A node's refusal comes back per node too.
         r = self.mgmt.weirctl("--all", "--kind", "fastpath", "cache", "flush", "x", "--partition", "atlantis",
                               json_out=True)

@@ -72,6 +72,9 @@ class Store {
   absl::Status NodeAck(const std::string& node_id, uint64_t version);
   absl::Status NodeNack(const std::string& node_id, uint64_t version, const std::string& reason);
   absl::StatusOr<std::vector<NodeRecord>> Nodes() const;
+  // Forgets a retired node (NotFound when it was never seen); it comes back
+  // when it connects again.
+  absl::Status ForgetNode(const std::string& node_id);
   absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) const;
 
  private:
