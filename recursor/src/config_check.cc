@@ -141,7 +141,8 @@ absl::StatusOr<RecursorConfig> LoadAndCheckConfig(const std::string& path) {
         // With [mgmt] and a stored snapshot the tags come from the snapshot:
         // the tag file is not read then.
         // The control channel's TCP token, as ControlServer::Bind reads it.
-        if (auto file = common::FindNamedFile(root, "control.token_file", path)) mgmt::CheckTokenFile(c, *file);
+        if (auto file = common::FindNamedFile(root, "control.token_file", path))
+          mgmt::CheckTokenFile(c, *file);
         const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
         if (auto file = common::FindNamedFile(root, "tags.file", path); file && !from_snapshot) {
           if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {

@@ -19,7 +19,8 @@ TEST(ControlArgs, ParsesKnownKeysAndRefusesTheRest) {
 
   EXPECT_FALSE(ControlArgs::Parse({"name"}, {"name"}).ok()) << "not key=value";
   EXPECT_FALSE(ControlArgs::Parse({"=x"}, {"name"}).ok());
-  EXPECT_FALSE(ControlArgs::Parse({"name="}, {"name"}).ok()) << "an empty value selects nothing: never everything";
+  EXPECT_FALSE(ControlArgs::Parse({"name="}, {"name"}).ok())
+      << "an empty value selects nothing: never everything";
   auto unknown = ControlArgs::Parse({"colour=blue"}, {"name", "type"});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown argument 'colour' (takes name, type)"),
