@@ -234,7 +234,7 @@ ControlReply ControlCommands::Flush(const ControlRequest& r) {
 ControlReply ControlCommands::Dump(const ControlRequest& r) {
   auto a = ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type", "limit"});
   if (!a.ok()) return ErrorOf(a.status());
-  auto limit = a->Number("limit", 1000, 1, 1000000);
+  auto limit = a->Number("limit", 1000, 1, 100000);
   if (!limit.ok()) return ErrorOf(limit.status());
   auto sel = ParseSelection(*a);
   if (!sel.ok()) return ErrorOf(sel.status());
