@@ -121,6 +121,11 @@ def main():
                 hits = re.search(r"^weir_cache_hits_total (\d+)", text, re.M)
                 misses = re.search(r"^weir_cache_misses_total (\d+)", text, re.M)
                 print(f"weir cache: {hits.group(1) if hits else 0} hits, {misses.group(1) if misses else 0} misses")
+                # The same entries as the nodes hold them, through weir-mgmt's
+                # fan-out to every node's control channel.
+                print("\n$ weirctl --all cache dump --name example --suffix")
+                r = mgmt.weirctl("--all", "cache", "dump", "--name", "example", "--suffix")
+                print("  " + (r.stdout.strip() or r.stderr.strip()).replace("\n", "\n  "))
                 return 0 if ok else 1
     finally:
         if hierarchy is not None:
