@@ -8,7 +8,7 @@
 #include "weir/fastpath/config.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/tagtable.h"
+#include "weir/partitions/line_errors.h"
 
 namespace weir::fastpath {
 
@@ -45,12 +45,7 @@ void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const 
       if (!partitions::CityMap::FromCsv(*csv, options, &errors).ok()) AddLines(c, errors.Render(file->path));
     }
   }
-  if (auto file = common::FindNamedFile(root, "partitions.tags", path)) {
-    if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {
-      partitions::LineErrors errors;
-      if (!partitions::TagTable::FromText(*text, &errors).ok()) AddLines(c, errors.Render(file->path));
-    }
-  }
+  if (auto file = common::FindNamedFile(root, "partitions.tags", path)) mgmt::CheckTagFile(c, *file);
 }
 
 }  // namespace
@@ -61,9 +56,6 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path) {
       common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
         // With [mgmt] and a stored snapshot the node starts from the snapshot:
         // its own files are not read then.
-        // The control channel's TCP token, as ControlServer::Bind reads it.
-        if (auto file = common::FindNamedFile(root, "control.token_file", path))
-          mgmt::CheckTokenFile(c, *file);
         const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
         CheckPartitionFiles(c, root, path, !from_snapshot);
       });

@@ -4,6 +4,8 @@
 
 #include "weir/common/text.h"
 #include "weir/mgmt/snapshot.h"
+#include "weir/partitions/line_errors.h"
+#include "weir/partitions/tagtable.h"
 
 namespace weir::mgmt {
 
@@ -62,6 +64,8 @@ void CheckTokenFile(common::TomlChecker& c, const common::NamedFile& file) {
 }
 
 bool CheckNodeMgmtFiles(common::TomlChecker& c, const toml::table& root, const std::string& config_path) {
+  // The control channel's TCP token, as ControlServer::Bind reads it.
+  if (auto token = common::FindNamedFile(root, "control.token_file", config_path)) CheckTokenFile(c, *token);
   if (!root.contains("mgmt")) return false;
   if (auto token = common::FindNamedFile(root, "mgmt.token_file", config_path)) CheckTokenFile(c, *token);
   // As PrepareNode: an intact, valid stored snapshot is what the node starts from.
@@ -69,6 +73,14 @@ bool CheckNodeMgmtFiles(common::TomlChecker& c, const toml::table& root, const s
   if (!dir) return false;
   auto stored = LoadPersistedSnapshot(dir->path);
   return stored.ok() && ValidateSnapshot(*stored).ok();
+}
+
+void CheckTagFile(common::TomlChecker& c, const common::NamedFile& file) {
+  std::optional<std::string> text = common::ReadNamedFile(c, file);
+  if (!text) return;
+  partitions::LineErrors errors;
+  if (partitions::TagTable::FromText(*text, &errors).ok()) return;
+  for (const std::string& l : errors.Render(file.path)) c.AddLine(l);
 }
 
 }  // namespace weir::mgmt

@@ -778,11 +778,9 @@ bool Cache::ReserveLocked(size_t block) {
     const CacheKey key{e->partition(), e->qname(), e->qtype(), e->qclass()};
     Index* idx = index_.load(std::memory_order_relaxed);
     const size_t pos = FindPositionLocked(idx, key, e->hash());
-    if (pos == SIZE_MAX) return;  // retired already
-    const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
-        std::memory_order_relaxed);
-    if (EntryOf(v) != e) return;  // retired already; the key has a newer entry elsewhere
-    EvictLocked(pos, false);
+    if (pos == SIZE_MAX) return;                 // retired already
+    if (EntryOf(SlotAt(idx, pos)) != e) return;  // retired already; the key has a newer entry elsewhere
+    EvictLocked(pos, Removal::kBudget);
     ++stats_.drain_evictions;
   });
 }
@@ -805,7 +803,7 @@ void Cache::MaybeRehashLocked() {
   ++stats_.rehashes;
 }
 
-void Cache::EvictLocked(size_t position, bool expired) {
+void Cache::EvictLocked(size_t position, Removal why) {
   Index* idx = index_.load(std::memory_order_relaxed);
   const size_t at = position / kPositionsPerBucket;
   const size_t s = position % kPositionsPerBucket;
@@ -826,11 +824,26 @@ void Cache::EvictLocked(size_t position, bool expired) {
   if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
   retired_->entries.push_back(e);
   retired_bytes_ += e->memory_bytes();
-  ++(expired ? stats_.expired_evictions : stats_.evictions);
+
   PartitionCacheStats& g = GroupLocked(e->partition());
   --g.entries;
   g.bytes -= e->memory_bytes();
-  ++(expired ? g.expired_evictions : g.evictions);
+  switch (why) {
+    case Removal::kBudget:
+      ++stats_.evictions;
+      ++g.evictions;
+      break;
+    case Removal::kExpired:
+      ++stats_.expired_evictions;
+      ++g.expired_evictions;
+      break;
+    case Removal::kErased:  // not an eviction
+      break;
+    case Removal::kFlushed:
+      ++stats_.flushed;
+      ++g.flushed;
+      break;
+  }
 }
 
 void Cache::EvictToBudgetLocked(uint32_t now) {
@@ -843,17 +856,15 @@ void Cache::EvictToBudgetLocked(uint32_t now) {
     const size_t pos = hand_;
     hand_ = (hand_ + 1) & (positions - 1);
     ++steps;
-    if (pos % kPositionsPerBucket == kBucketSlots) continue;  // no slot
-    const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
-        std::memory_order_relaxed);
+    const uint64_t v = SlotAt(idx, pos);
     if (v == kEmpty) continue;
     const CacheEntry* e = EntryOf(v);
     if (e->FreshnessAt(now, stale_window_) == Freshness::kMiss) {
-      EvictLocked(pos, true);
+      EvictLocked(pos, Removal::kExpired);
     } else if (e->referenced_.load(std::memory_order_relaxed)) {
       e->referenced_.store(0, std::memory_order_relaxed);
     } else {
-      EvictLocked(pos, false);
+      EvictLocked(pos, Removal::kBudget);
     }
   }
 }
@@ -865,9 +876,7 @@ bool Cache::Erase(const CacheKey& key) {
     std::lock_guard<std::mutex> lock(mu_);
     const size_t pos = FindPositionLocked(index_.load(std::memory_order_relaxed), key, HashCacheKey(key));
     if (pos != SIZE_MAX) {
-      EvictLocked(pos, false);
-      --stats_.evictions;  // an erase is not an eviction
-      --GroupLocked(key.partition).evictions;
+      EvictLocked(pos, Removal::kErased);
       found = true;
     }
     batch = TakeRetiredLocked(false);
@@ -880,54 +889,34 @@ size_t Cache::EraseMatching(const std::function<bool(const CacheEntry&)>& match,
   size_t erased = 0;
   size_t pos = 0;
   uint64_t walked = UINT64_MAX;  // the rehash count the walk is in
-  for (;;) {
+  for (bool done = false; !done;) {
     std::unique_ptr<RetiredBatch> batch;
-    bool done = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Index* idx = index_.load(std::memory_order_relaxed);
       // A rehash between steps moved entries: walk the new index from the
       // start (what was removed stays removed).
       if (stats_.rehashes != walked) pos = 0;
       walked = stats_.rehashes;
-      const size_t positions = idx->bucket_count() * kPositionsPerBucket;
-      const size_t end = std::min(positions, pos + std::max<size_t>(step, 1));
-      for (; pos < end; ++pos) {
-        if (pos % kPositionsPerBucket == kBucketSlots) continue;
-        const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
-            std::memory_order_relaxed);
-        if (v == kEmpty || !match(*EntryOf(v))) continue;
-        const Partition p = EntryOf(v)->partition();
-        EvictLocked(pos, false);
-        --stats_.evictions;  // a flush is not an eviction
-        ++stats_.flushed;
-        PartitionCacheStats& g = GroupLocked(p);
-        --g.evictions;
-        ++g.flushed;
-        ++erased;
-      }
-      done = pos >= positions;
+      done = WalkStepLocked(index_.load(std::memory_order_relaxed), &pos, step, [&](size_t at, uint64_t v) {
+        if (match(*EntryOf(v))) {
+          EvictLocked(at, Removal::kFlushed);
+          ++erased;
+        }
+        return true;
+      });
       batch = TakeRetiredLocked(true);
     }
     FlushRetired(std::move(batch));
-    if (done) return erased;
   }
+  return erased;
 }
 
 void Cache::ForEach(const std::function<bool(const CacheEntry&)>& visit, size_t step) const {
   size_t pos = 0;
-  for (;;) {
+  for (bool done = false; !done;) {
     std::lock_guard<std::mutex> lock(mu_);
-    const Index* idx = index_.load(std::memory_order_relaxed);
-    const size_t positions = idx->bucket_count() * kPositionsPerBucket;
-    const size_t end = std::min(positions, pos + std::max<size_t>(step, 1));
-    for (; pos < end; ++pos) {
-      if (pos % kPositionsPerBucket == kBucketSlots) continue;
-      const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
-          std::memory_order_relaxed);
-      if (v != kEmpty && !visit(*EntryOf(v))) return;
-    }
-    if (pos >= positions) return;
+    done = WalkStepLocked(index_.load(std::memory_order_relaxed), &pos, step,
+                          [&](size_t, uint64_t v) { return visit(*EntryOf(v)); });
   }
 }
 
@@ -942,11 +931,9 @@ void Cache::Maintain(size_t max_slots) {
     for (size_t n = 0; n < std::min(max_slots, positions); ++n) {
       const size_t pos = sweep_;
       sweep_ = (sweep_ + 1) & (positions - 1);
-      if (pos % kPositionsPerBucket == kBucketSlots) continue;
-      const uint64_t v = idx->buckets[pos / kPositionsPerBucket].slots[pos % kPositionsPerBucket].load(
-          std::memory_order_relaxed);
-      if (v == kEmpty) continue;
-      if (EntryOf(v)->FreshnessAt(now, stale_window_) == Freshness::kMiss) EvictLocked(pos, true);
+      const uint64_t v = SlotAt(idx, pos);
+      if (v != kEmpty && EntryOf(v)->FreshnessAt(now, stale_window_) == Freshness::kMiss)
+        EvictLocked(pos, Removal::kExpired);
     }
     batch = TakeRetiredLocked(true);
   }

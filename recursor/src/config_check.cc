@@ -14,7 +14,7 @@
 #include "weir/common/config_file.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_config.h"
-#include "weir/partitions/tagtable.h"
+#include "weir/partitions/line_errors.h"
 #include "weir/recursor/config.h"
 
 namespace weir::recursor {
@@ -140,18 +140,9 @@ absl::StatusOr<RecursorConfig> LoadAndCheckConfig(const std::string& path) {
       common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
         // With [mgmt] and a stored snapshot the tags come from the snapshot:
         // the tag file is not read then.
-        // The control channel's TCP token, as ControlServer::Bind reads it.
-        if (auto file = common::FindNamedFile(root, "control.token_file", path))
-          mgmt::CheckTokenFile(c, *file);
         const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
-        if (auto file = common::FindNamedFile(root, "tags.file", path); file && !from_snapshot) {
-          if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {
-            partitions::LineErrors errors;
-            if (!partitions::TagTable::FromText(*text, &errors).ok()) {
-              for (const std::string& l : errors.Render(file->path)) c.AddLine(l);
-            }
-          }
-        }
+        if (auto file = common::FindNamedFile(root, "tags.file", path); file && !from_snapshot)
+          mgmt::CheckTagFile(c, *file);
         if (auto file = common::FindNamedFile(root, "resolver.root_hints", path)) CheckRootHints(c, *file);
         if (auto file = common::FindNamedFile(root, "resolver.trust_anchor", path))
           CheckTrustAnchor(c, *file);

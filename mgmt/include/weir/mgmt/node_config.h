@@ -37,7 +37,12 @@ absl::StatusOr<std::string> TokenFromText(std::string_view text);
 // missing, unreadable or too short is one error at the key's value.
 void CheckTokenFile(common::TomlChecker& c, const common::NamedFile& file);
 
-// What a node's start reads of its [mgmt] table (`root` is the parsed
+// A tag file a config names, checked as the start reads it: every bad line
+// as "PATH:LINE: reason".
+void CheckTagFile(common::TomlChecker& c, const common::NamedFile& file);
+
+// What a node's start reads of its [control] table (the TCP token file) and
+// of its [mgmt] table (`root` is the parsed
 // config at `config_path`): the token file, and the snapshot stored in
 // state_dir. Returns true when the start will take the tags and the city
 // map from that snapshot, so the files the config names for them are not

@@ -45,6 +45,7 @@
 //   registered RCU thread must announce quiescent states like any reader.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -585,7 +586,29 @@ class Cache {
   // Stores `v` (an entry with hash `hash`) in the first free slot of its
   // probe sequence, counting the buckets it passes as overflowed.
   static void PlaceLocked(Index* idx, uint64_t hash, uint64_t v);
-  void EvictLocked(size_t position, bool expired);
+  // Why an entry leaves: what it is counted as.
+  enum class Removal : uint8_t { kBudget, kExpired, kErased, kFlushed };
+  void EvictLocked(size_t position, Removal why);
+  // The slot value at `position` (kEmpty for the positions that are no slot).
+  static uint64_t SlotAt(const Index* idx, size_t position) {
+    if (position % kPositionsPerBucket == kBucketSlots) return kEmpty;
+    return idx->buckets[position / kPositionsPerBucket].slots[position % kPositionsPerBucket].load(
+        std::memory_order_relaxed);
+  }
+  // One step of an operator's walk (EraseMatching, ForEach): fn(position,
+  // value) for each occupied slot of positions [*pos, *pos + step), *pos
+  // advanced; stops early when fn returns false. True when the walk is over
+  // (the index ended, or fn stopped it).
+  template <typename Fn>
+  bool WalkStepLocked(const Index* idx, size_t* pos, size_t step, Fn&& fn) const {
+    const size_t positions = idx->bucket_count() * kPositionsPerBucket;
+    const size_t end = std::min(positions, *pos + std::max<size_t>(step, 1));
+    for (; *pos < end; ++*pos) {
+      const uint64_t v = SlotAt(idx, *pos);
+      if (v != kEmpty && !fn(*pos, v)) return true;
+    }
+    return *pos >= positions;
+  }
   void EvictToBudgetLocked(uint32_t now);
   void MaybeRehashLocked();
   void DrainFreedLocked();
