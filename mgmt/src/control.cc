@@ -1,6 +1,5 @@
 #include "weir/mgmt/control.h"
 
-#include <arpa/inet.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include "weir/mgmt/protocol.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/socket.h"
+#include "weir/partitions/partition.h"
 
 namespace weir::mgmt {
 
@@ -124,9 +124,8 @@ bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix)
 }
 
 std::string AddressText(const uint8_t* bytes, size_t len) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  inet_ntop(len == 4 ? AF_INET : AF_INET6, bytes, text, sizeof(text));
-  return text;
+  return partitions::IpToString(len == 4 ? partitions::IpAddress::V4(dns::Load32(bytes))
+                                         : partitions::IpAddress::V6(bytes));
 }
 
 ControlReply BoundedReply(ControlReply reply) {
