@@ -393,10 +393,13 @@ BENCHMARK(BM_CacheHitBurst32)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTi
 
 // ---------------------------------------------------------------- SWRR
 
-// Pick + write the answer (single mode) for 1024 hot weighted names.
+// Pick + write the answer (single or ordered mode) for N hot weighted names
+// picked in turn: 1,024 (the states in L2) or 100,000 (a carrier's hot set
+// per worker: every state a cache miss).
 void BM_SwrrPickAndWrite(benchmark::State& state) {
+  const size_t names = static_cast<size_t>(state.range(1));
   std::vector<CacheEntryPtr> entries;
-  for (int i = 0; i < 1024; ++i) {
+  for (size_t i = 0; i < names; ++i) {
     dns::NameKey k;
     dns::NameKeyFromText("img" + std::to_string(i) + ".cdn.example.com", &k);
     entries.push_back(MakeEntry(PartitionKey(CacheLevel::kCity, 1, {}), k, 1000));
@@ -410,13 +413,14 @@ void BM_SwrrPickAndWrite(benchmark::State& state) {
     WriteAnswer(*entries[i], mode, swrr, 10, buf, sizeof buf, &w);
     bytes += w.bytes;
     benchmark::DoNotOptimize(buf);
-    i = (i + 1) & 1023;
+    if (++i == names) i = 0;
   }
   benchmark::DoNotOptimize(bytes);
   state.SetItemsProcessed(state.iterations());
   state.SetLabel(mode == AnswerMode::kSingle ? "single" : "ordered");
+  state.counters["swrr_evictions"] = static_cast<double>(swrr.evictions());
 }
-BENCHMARK(BM_SwrrPickAndWrite)->Arg(0)->Arg(1);
+BENCHMARK(BM_SwrrPickAndWrite)->Args({0, 1024})->Args({1, 1024})->Args({0, 100000});
 
 }  // namespace
 }  // namespace weir::partitions

@@ -258,7 +258,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   // is made after (the forwarder's inserts wait for the lock).
   struct Raw {
     std::vector<uint8_t> qname;
-    uint16_t qtype = 0, answers = 0;
+    uint16_t qtype = 0, qclass = 0, answers = 0;
     Partition partition = 0;
     partitions::EntryKind kind{};
     uint32_t ttl = 0, expires = 0;
@@ -279,6 +279,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
     Raw& x = raws.emplace_back();
     x.qname.assign(e.qname().begin(), e.qname().end());
     x.qtype = e.qtype();
+    x.qclass = e.qclass();
     x.answers = e.answer_count();
     x.partition = e.partition();
     x.kind = e.kind();
@@ -308,7 +309,12 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
     const size_t n = raws[k].weights.size();
     if (n < 2) continue;
     probed.push_back(k);
-    probe.items.push_back({raws[k].hash, raws[k].fingerprint, static_cast<uint8_t>(n), false, {}});
+    probe.items.push_back({{raws[k].partition, raws[k].qname, raws[k].qtype, raws[k].qclass},
+                           raws[k].hash,
+                           raws[k].fingerprint,
+                           static_cast<uint8_t>(n),
+                           false,
+                           {}});
   }
   size_t weighted_rows = 0;
   for (const Raw& x : raws) weighted_rows += x.weights.size() >= 2;

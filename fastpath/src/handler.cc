@@ -47,6 +47,7 @@ QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, W
       shared_(shared),
       counters_(counters),
       limiter_(options.rate_limit),
+      swrr_(options.swrr_states),
       prefetched_(1024, {0, 0}) {
   parse_options_.weight_option_code = options.weight_option_code;
 }

@@ -34,6 +34,7 @@ HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
   o.rate_limit.table_size = c.rate_limit_table_size;
   o.stale_answer_ttl = c.stale_answer_ttl;
   o.prefetch_percent = c.prefetch_percent;
+  o.swrr_states = c.swrr_states;
   return o;
 }
 
@@ -384,6 +385,25 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
     lookups_family.Add({{"partition", name}}, lookups);
     hits_family.Add({{"partition", name}}, hits);
   }
+  uint64_t swrr_states = 0, swrr_evictions = 0, swrr_resets = 0;
+  for (const auto& c : cores_) {
+    const partitions::SwrrTable& t = c->handler().swrr();
+    swrr_states += t.size();
+    swrr_evictions += t.evictions();
+    swrr_resets += t.resets();
+  }
+  w.Gauge("weir_swrr_states",
+          "Weighted keys whose smooth weighted round-robin state the workers keep (all workers).")
+      .Add({}, swrr_states);
+  w.Gauge("weir_swrr_capacity", "SWRR states each worker can keep (cache.swrr_states).")
+      .Add({}, config_.swrr_states);
+  w.Counter(
+       "weir_swrr_evictions_total",
+       "SWRR states taken from the least recently picked key to make room (that key's sequence restarts).")
+      .Add({}, swrr_evictions);
+  w.Counter("weir_swrr_resets_total",
+            "SWRR sequences restarted because a key's cached address or weight set changed.")
+      .Add({}, swrr_resets);
   const std::vector<partitions::PartitionCacheStats> groups = shared_.cache->partition_stats();
   auto& entries = w.Gauge("weir_cache_entries", "Entries cached, by partition.");
   auto& bytes = w.Gauge("weir_cache_bytes", "Bytes of the entries cached, by partition.");

@@ -1,22 +1,49 @@
 #include "weir/partitions/swrr.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace weir::partitions {
 
-SwrrTable::SwrrTable(size_t slots) {
-  size_t cap = 2;
-  while (cap < slots) cap <<= 1;
-  slots_.reset(new Slot[cap]());
-  mask_ = cap - 1;
-  size_t big = std::max<size_t>(16, cap / 64);
-  size_t bcap = 1;
-  while (bcap < big) bcap <<= 1;
-  big_.reset(new BigSlot[bcap]());
-  big_mask_ = bcap - 1;
+namespace {
+
+// memcmp(a, b, n) == 0 for names, without a library call: 8-byte words, the
+// last one overlapping the one before.
+bool SameName(const uint8_t* a, const uint8_t* b, size_t n) {
+  auto load = [](const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  };
+  if (n < 8) return std::memcmp(a, b, n) == 0;
+  uint64_t diff = 0;
+  for (size_t i = 0; i + 8 < n; i += 8) diff |= load(a + i) ^ load(b + i);
+  return (diff | (load(a + n - 8) ^ load(b + n - 8))) == 0;
+}
+
+}  // namespace
+
+SwrrTable::SwrrTable(size_t capacity) {
+  capacity_ = std::clamp<size_t>(capacity, 1, size_t{kNone} - 1);
+  // Default-initialised: the pages of a state are touched when it is first
+  // used, so a big table costs memory as the hot set grows.
+  states_.reset(new State[capacity_]);
+  chain_.reset(new uint32_t[capacity_]);
+  lru_.reset(new Link[capacity_]);
+  size_t buckets = 2;
+  unsigned bits = 1;
+  while (buckets < capacity_) {
+    buckets <<= 1;
+    ++bits;
+  }
+  bucket_shift_ = 64 - bits;
+  buckets_.reset(new uint32_t[buckets]);
+  std::fill_n(buckets_.get(), buckets, kNone);
 }
 
 SwrrTable::~SwrrTable() = default;
+SwrrTable::SwrrTable(SwrrTable&&) noexcept = default;
+SwrrTable& SwrrTable::operator=(SwrrTable&&) noexcept = default;
 
 uint8_t SwrrTable::Step(int16_t* current, std::span<const uint8_t> weights, uint16_t total) {
   // nginx's smooth weighted round-robin: add each weight, pick the largest
@@ -35,73 +62,104 @@ uint8_t SwrrTable::Step(int16_t* current, std::span<const uint8_t> weights, uint
   return static_cast<uint8_t>(best);
 }
 
-bool SwrrTable::Peek(uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const {
-  if (n == 0 || n > 64) return false;
-  if (n > kInline) {
-    const BigSlot& b = big_[(key_hash >> 7) & big_mask_];
-    if (b.key != key_hash || b.fingerprint != fingerprint || b.n != n) return false;
-    std::copy_n(b.current, n, out);
-    return true;
-  }
-  const size_t base = key_hash & mask_ & ~size_t{1};
-  for (size_t i = 0; i < 2; ++i) {
-    const Slot& s = slots_[base | i];
-    if (s.n == n && s.key == key_hash && s.fingerprint == fingerprint) {
-      std::copy_n(s.current, n, out);
-      return true;
+uint32_t SwrrTable::Find(const CacheKey& key, uint64_t key_hash) const {
+  for (uint32_t i = buckets_[Bucket(key_hash)]; i != kNone; i = chain_[i]) {
+    const State& s = states_[i];
+    if (s.key_hash == key_hash && s.partition == key.partition && s.qtype == key.qtype &&
+        s.qclass == key.qclass && s.qname_len == key.qname.size() &&
+        SameName(s.qname(), key.qname.data(), key.qname.size())) {
+      return i;
     }
   }
-  return false;
+  return kNone;
 }
 
-uint8_t SwrrTable::Pick(uint64_t key_hash, uint64_t fingerprint, std::span<const uint8_t> weights) {
+void SwrrTable::Unlink(uint32_t i) {
+  const Link l = lru_[i];
+  if (l.prev != kNone) {
+    lru_[l.prev].next = l.next;
+  } else {
+    head_ = l.next;
+  }
+  if (l.next != kNone) {
+    lru_[l.next].prev = l.prev;
+  } else {
+    tail_ = l.prev;
+  }
+}
+
+void SwrrTable::PushFront(uint32_t i) {
+  lru_[i] = {kNone, head_};
+  if (head_ != kNone) lru_[head_].prev = i;
+  head_ = i;
+  if (tail_ == kNone) tail_ = i;
+}
+
+uint32_t SwrrTable::Take() {
+  if (used_ < capacity_) return used_++;
+  // Full: the least recently picked key gives up its state.
+  const uint32_t victim = tail_;
+  Unlink(victim);
+  uint32_t* link = &buckets_[Bucket(states_[victim].key_hash)];
+  while (*link != victim) link = &chain_[*link];
+  *link = chain_[victim];
+  stats_->evictions.Add();
+  return victim;
+}
+
+void SwrrTable::Start(State& s, uint64_t fingerprint, std::span<const uint8_t> weights) {
+  s.fingerprint = fingerprint;
+  s.n = static_cast<uint8_t>(weights.size());
+  s.total = 0;
+  for (uint8_t w : weights) s.total = static_cast<uint16_t>(s.total + w);
+  std::fill_n(s.current(), weights.size(), int16_t{0});
+}
+
+uint8_t SwrrTable::Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
+                        std::span<const uint8_t> weights) {
   const size_t n = weights.size();
-  if (n <= 1) return 0;
-  if (n > kInline) {
-    BigSlot& b = big_[(key_hash >> 7) & big_mask_];
-    if (b.key != key_hash || b.fingerprint != fingerprint || b.n != n) {
-      b.key = key_hash;
-      b.fingerprint = fingerprint;
-      b.n = static_cast<uint8_t>(n);
-      b.total = 0;
-      for (uint8_t w : weights) b.total = static_cast<uint16_t>(b.total + w);
-      std::fill_n(b.current, 64, int16_t{0});
-      ++resets_;
+  if (n <= 1 || n > kMaxAddresses || key.qname.size() > dns::kMaxNameWire) return 0;
+  uint32_t i = Find(key, key_hash);
+  if (i == kNone) {
+    i = Take();
+    State& s = states_[i];
+    s.key_hash = key_hash;
+    s.partition = key.partition;
+    s.qtype = key.qtype;
+    s.qclass = key.qclass;
+    s.qname_len = static_cast<uint8_t>(key.qname.size());
+    std::memcpy(s.words, key.qname.data(), key.qname.size());
+    Start(s, fingerprint, weights);
+    const size_t b = Bucket(key_hash);
+    chain_[i] = buckets_[b];
+    buckets_[b] = i;
+    PushFront(i);
+    stats_->starts.Add();
+  } else {
+    State& s = states_[i];
+    if (s.fingerprint != fingerprint || s.n != n) [[unlikely]] {
+      // The set changed (a refresh brought other addresses or weights).
+      Start(s, fingerprint, weights);
+      stats_->resets.Add();
     }
-    return Step(b.current, weights, b.total);
-  }
-  const size_t base = key_hash & mask_ & ~size_t{1};
-  Slot* s = &slots_[base];
-  if (!(s->n == n && s->key == key_hash && s->fingerprint == fingerprint)) {
-    Slot* other = &slots_[base | 1];
-    if (other->n == n && other->key == key_hash && other->fingerprint == fingerprint) {
-      s = other;
-    } else {
-      // Reset: replace the same key's stale state, or the older of the pair.
-      Slot* victim;
-      if (s->key == key_hash && s->n != 0) {
-        victim = s;
-      } else if (other->key == key_hash && other->n != 0) {
-        victim = other;
-      } else if (s->n == 0) {
-        victim = s;
-      } else if (other->n == 0) {
-        victim = other;
-      } else {
-        victim = static_cast<int32_t>(s->last_use - other->last_use) <= 0 ? s : other;
-      }
-      s = victim;
-      s->key = key_hash;
-      s->fingerprint = fingerprint;
-      s->n = static_cast<uint8_t>(n);
-      s->total = 0;
-      for (uint8_t w : weights) s->total = static_cast<uint16_t>(s->total + w);
-      std::fill_n(s->current, kInline, int16_t{0});
-      ++resets_;
+    if (i != head_) {
+      Unlink(i);
+      PushFront(i);
     }
   }
-  s->last_use = ++tick_;
-  return Step(s->current, weights, s->total);
+  State& s = states_[i];
+  return Step(s.current(), weights, s.total);
+}
+
+bool SwrrTable::Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint, size_t n,
+                     int16_t* out) const {
+  if (n == 0 || n > kMaxAddresses) return false;
+  const uint32_t i = Find(key, key_hash);
+  if (i == kNone) return false;
+  const State& s = states_[i];
+  if (s.fingerprint != fingerprint || s.n != n) return false;
+  std::copy_n(s.current(), n, out);
+  return true;
 }
 
 bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, uint32_t age, uint8_t* dst,
@@ -123,7 +181,7 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, uint32_t
   const size_t chain = e.chain_bytes();
   const size_t rsize = e.address_record_size();
   const std::span<const uint8_t> w = e.weights();
-  const uint8_t pick = swrr.Pick(e.hash(), e.fingerprint(), w);
+  const uint8_t pick = swrr.Pick(e);
   const size_t total = chain + (mode == AnswerMode::kSingle ? rsize : rsize * n);
   if (total > cap) return false;
   if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, age);

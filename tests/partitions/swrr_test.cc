@@ -35,40 +35,83 @@ void ExpectExactWindows(const std::vector<uint8_t>& seq, const std::vector<uint8
   }
 }
 
+// A weighted key (partition, name, A, IN) for tests, with its hash.
+struct TestKey {
+  dns::NameKey name;
+  Partition partition = 0;
+  uint16_t qtype = dns::type::kA;
+  explicit TestKey(uint64_t id, Partition p = 0) : partition(p) {
+    name = Key("k" + std::to_string(id) + ".cdn.example");
+  }
+  CacheKey key() const { return {partition, name.span(), qtype, dns::klass::kIn}; }
+  uint64_t hash() const { return HashCacheKey(key()); }
+};
+
+uint8_t PickFor(SwrrTable& t, const TestKey& k, uint64_t fingerprint, std::span<const uint8_t> w) {
+  return t.Pick(k.key(), k.hash(), fingerprint, w);
+}
+
 TEST(Swrr, TwoToOneIsSmooth) {
   SwrrTable t;
   const std::vector<uint8_t> w = {2, 1};
+  const TestKey k(42);
   std::string s;
-  for (int i = 0; i < 6; ++i) s += "AB"[t.Pick(42, 1, w)];
+  for (int i = 0; i < 6; ++i) s += "AB"[PickFor(t, k, 1, w)];
   EXPECT_EQ(s, "ABAABA");  // A A B spread as A B A, never A A B B
 }
 
 TEST(Swrr, PeekShowsTheCurrentValues) {
   SwrrTable t;
   const std::vector<uint8_t> w = {5, 3, 1};
+  const TestKey k(42);
   int16_t cur[3];
-  EXPECT_FALSE(t.Peek(42, 7, 3, cur)) << "no state before the first pick";
+  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 7, 3, cur)) << "no state before the first pick";
   // nginx's sequence: after .0 -> {-4,3,1}, .1 -> {1,-3,2}, .0 -> {-3,0,3}.
-  EXPECT_EQ(t.Pick(42, 7, w), 0);
-  EXPECT_EQ(t.Pick(42, 7, w), 1);
-  EXPECT_EQ(t.Pick(42, 7, w), 0);
-  ASSERT_TRUE(t.Peek(42, 7, 3, cur));
+  EXPECT_EQ(PickFor(t, k, 7, w), 0);
+  EXPECT_EQ(PickFor(t, k, 7, w), 1);
+  EXPECT_EQ(PickFor(t, k, 7, w), 0);
+  ASSERT_TRUE(t.Peek(k.key(), k.hash(), 7, 3, cur));
   EXPECT_EQ(std::vector<int16_t>(cur, cur + 3), (std::vector<int16_t>{-3, 0, 3}));
-  EXPECT_FALSE(t.Peek(42, 8, 3, cur)) << "another fingerprint: another set";
-  EXPECT_FALSE(t.Peek(42, 7, 2, cur));
-  // Big sets live apart.
-  const std::vector<uint8_t> big(20, 1);
-  t.Pick(43, 1, big);
-  int16_t bcur[20];
-  ASSERT_TRUE(t.Peek(43, 1, 20, bcur));
-  EXPECT_EQ(bcur[0], 1 - 20);
-  EXPECT_EQ(bcur[1], 1);
+  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 8, 3, cur)) << "another fingerprint: another set";
+  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 7, 2, cur));
+  // Sets of every size share the layout.
+  const std::vector<uint8_t> big(64, 1);
+  const TestKey k2(43);
+  PickFor(t, k2, 1, big);
+  int16_t bcur[64];
+  ASSERT_TRUE(t.Peek(k2.key(), k2.hash(), 1, 64, bcur));
+  EXPECT_EQ(bcur[0], 1 - 64);
+  EXPECT_EQ(bcur[63], 1);
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.starts(), 2u);
+  EXPECT_EQ(t.evictions(), 0u);
 }
 
 TEST(Swrr, EqualWeightsAreRoundRobin) {
   SwrrTable t;
   const std::vector<uint8_t> w(5, 1);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(t.Pick(7, 9, w), i % 5);
+  const TestKey k(7);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(PickFor(t, k, 9, w), i % 5);
+}
+
+TEST(Swrr, KeysWithOneHashStayApart) {
+  // The table compares whole keys: two keys whose hashes collide (forced
+  // here) keep their own sequences, as do a name's partitions and types.
+  SwrrTable t(1024);
+  const std::vector<uint8_t> w = {3, 2, 1};
+  TestKey a(1), b(2), c(1, 5), d(1);
+  d.qtype = dns::type::kAaaa;
+  const uint64_t h = 0x1234;
+  std::vector<std::string> seq(4);
+  const TestKey* keys[] = {&a, &b, &c, &d};
+  for (int round = 0; round < 12; ++round) {
+    for (int i = 0; i < 4; ++i) seq[i] += "abc"[t.Pick(keys[i]->key(), h, 9, w)];
+  }
+  for (const std::string& s : seq) EXPECT_EQ(s, "abacbaabacba");
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.resets(), 0u);
+  int16_t cur[3];
+  EXPECT_FALSE(t.Peek(TestKey(3).key(), h, 9, 3, cur)) << "same hash, unknown key";
 }
 
 TEST(SwrrProperty, EveryWindowIsExactPerWorker) {
@@ -77,15 +120,18 @@ TEST(SwrrProperty, EveryWindowIsExactPerWorker) {
     const std::vector<uint8_t> w = RandomWeights(rng);
     const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
     SwrrTable t(64);
+    const TestKey k(round);
     std::vector<uint8_t> seq;
-    for (size_t i = 0; i < total * 3 + rng() % total; ++i) seq.push_back(t.Pick(round, 5, w));
+    for (size_t i = 0; i < total * 3 + rng() % total; ++i) seq.push_back(PickFor(t, k, 5, w));
     ExpectExactWindows(seq, w);
-    EXPECT_EQ(t.resets(), w.size() > 1 ? 1u : 0u);
+    EXPECT_EQ(t.starts(), w.size() > 1 ? 1u : 0u);
+    EXPECT_EQ(t.resets(), 0u);
   }
 }
 
 TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
   std::mt19937_64 rng(12);
+  const TestKey k(99);
   for (int workers : {2, 4}) {
     for (int round = 0; round < 100; ++round) {
       const std::vector<uint8_t> w = RandomWeights(rng);
@@ -96,7 +142,7 @@ TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
       const size_t picks = static_cast<size_t>(total) * 5;
       for (size_t n = 1; n <= picks; ++n) {
         // Queries land on workers at random (RSS).
-        ++count[tables[rng() % workers].Pick(99, 3, w)];
+        ++count[PickFor(tables[rng() % workers], k, 3, w)];
         for (size_t i = 0; i < w.size(); ++i) {
           const double want = n * w[i] / total;
           ASSERT_LE(std::abs(count[i] - want), workers)
@@ -136,14 +182,11 @@ TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
     std::vector<uint8_t> seq;
     const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
     const size_t switch_at = rng() % (2 * total);
-    for (size_t i = 0; i < 3 * total; ++i) {
-      const CacheEntry& e = i < switch_at ? *e1 : *e2;
-      seq.push_back(t.Pick(e.hash(), e.fingerprint(), e.weights()));
-    }
+    for (size_t i = 0; i < 3 * total; ++i) seq.push_back(t.Pick(i < switch_at ? *e1 : *e2));
     // e1 and e2 store the set in the same canonical order, so indices agree.
     std::vector<uint8_t> canonical(e1->weights().begin(), e1->weights().end());
     ExpectExactWindows(seq, canonical);
-    const uint64_t resets = t.resets();
+    EXPECT_EQ(t.resets(), 0u);
 
     // A changed weight resets the state and the new set is exact from there.
     if (w.size() > 1) {
@@ -152,21 +195,141 @@ TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
       EXPECT_NE(e3->fingerprint(), e1->fingerprint());
       std::vector<uint8_t> seq3;
       const size_t total3 = std::accumulate(w.begin(), w.end(), size_t{0});
-      for (size_t i = 0; i < 2 * total3; ++i)
-        seq3.push_back(t.Pick(e3->hash(), e3->fingerprint(), e3->weights()));
-      EXPECT_EQ(t.resets(), resets + 1);
+      for (size_t i = 0; i < 2 * total3; ++i) seq3.push_back(t.Pick(*e3));
+      EXPECT_EQ(t.resets(), 1u);
+      EXPECT_EQ(t.size(), 1u);
       ExpectExactWindows(seq3, std::vector<uint8_t>(e3->weights().begin(), e3->weights().end()));
     }
   }
 }
 
-TEST(Swrr, LargeSetsUseTheBigTable) {
+// The hot set of a carrier: >= 100,000 weighted keys (names x cities) of
+// every set size up to the cached cap, picked in random interleaved order
+// on one worker. No key disturbs another: after whole cycles every address
+// has exactly its weight's count (0 percentage points off).
+TEST(SwrrProperty, HundredThousandKeysInterleavedKeepTheirShares) {
+  constexpr size_t kKeys = 100'000;
+  const size_t kSizes[] = {2, 4, 16, 17, 20, 64};
+  std::mt19937_64 rng(14);
+  struct K {
+    TestKey key;
+    uint64_t hash;
+    std::vector<uint8_t> w;
+    std::vector<uint32_t> count;
+  };
+  std::vector<K> keys;
+  keys.reserve(kKeys);
+  std::vector<uint32_t> order;  // one entry per pick: the key
+  for (size_t i = 0; i < kKeys; ++i) {
+    // Names spread over 20 cities' partitions.
+    TestKey k(i / 20, PartitionKey(CacheLevel::kCity, static_cast<PartitionId>(i % 20), {}));
+    const size_t n = kSizes[i % std::size(kSizes)];
+    std::vector<uint8_t> w(n);
+    // Small ratios (a GSLB's 1..9; 1..4 for large sets), so that whole
+    // cycles of every key stay a few million picks.
+    for (auto& x : w) x = static_cast<uint8_t>(n <= 4 ? 1 + rng() % 9 : 1 + rng() % 4);
+    if (n == 4 && i % 3 == 0) w = {4, 3, 2, 1};
+    const uint64_t h = k.hash();
+    const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
+    order.insert(order.end(), total, static_cast<uint32_t>(i));
+    keys.push_back({std::move(k), h, std::move(w), std::vector<uint32_t>(n, 0)});
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  SwrrTable t;  // the default size
+  ASSERT_GE(t.capacity(), kKeys);
+  for (uint32_t i : order) {
+    K& k = keys[i];
+    ++k.count[t.Pick(k.key.key(), k.hash, 1, k.w)];
+  }
+  double worst_pp = 0;
+  size_t off = 0;
+  for (const K& k : keys) {
+    const double total = std::accumulate(k.w.begin(), k.w.end(), 0.0);
+    for (size_t a = 0; a < k.w.size(); ++a) {
+      worst_pp = std::max(worst_pp, 100 * std::abs(k.count[a] / total - k.w[a] / total));
+      off += k.count[a] != k.w[a];
+    }
+  }
+  EXPECT_LE(worst_pp, 0.5);
+  EXPECT_EQ(off, 0u) << "addresses whose count is not their weight after one whole cycle";
+  EXPECT_EQ(t.size(), kKeys);
+  EXPECT_EQ(t.starts(), kKeys);
+  EXPECT_EQ(t.evictions(), 0u);
+  EXPECT_EQ(t.resets(), 0u);
+}
+
+// More keys than states: the least recently picked key gives its state up
+// (counted), the others keep their sequences, and an evicted key starts over.
+TEST(SwrrProperty, MoreKeysThanStatesEvictsTheLeastRecentlyPicked) {
+  constexpr size_t kStates = 1024;
+  SwrrTable t(kStates);
+  const std::vector<uint8_t> w = {4, 3, 2, 1};
+  std::vector<TestKey> keys;
+  for (size_t i = 0; i < 5 * kStates; ++i) keys.emplace_back(i, PartitionKey(CacheLevel::kCity, 1, {}));
+  // A hot key picked between every cold one is never the least recently used.
+  const TestKey hot(1'000'000);
+  std::vector<uint8_t> hot_seq;
+  for (const TestKey& k : keys) {
+    PickFor(t, k, 1, w);
+    hot_seq.push_back(PickFor(t, hot, 1, w));
+  }
+  ExpectExactWindows(hot_seq, w);
+  EXPECT_EQ(t.size(), kStates);
+  EXPECT_EQ(t.starts(), keys.size() + 1);
+  EXPECT_EQ(t.evictions(), keys.size() + 1 - kStates);
+  int16_t cur[4];
+  // The last kStates - 1 cold keys are held; the ones before were evicted.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool held = i + kStates - 1 >= keys.size();
+    EXPECT_EQ(t.Peek(keys[i].key(), keys[i].hash(), 1, 4, cur), held) << i;
+  }
+  // An evicted key restarts: its first pick is the largest weight again,
+  // and it evicts the least recently picked (the oldest held cold key).
+  const size_t oldest_held = keys.size() - (kStates - 1);
+  EXPECT_EQ(PickFor(t, keys[0], 1, w), 0);
+  EXPECT_FALSE(t.Peek(keys[oldest_held].key(), keys[oldest_held].hash(), 1, 4, cur));
+  EXPECT_TRUE(t.Peek(hot.key(), hot.hash(), 1, 4, cur));
+}
+
+// Random churn over a small table: the index, the LRU list and the
+// counters stay consistent (every held key is found, sizes add up).
+TEST(SwrrProperty, ChurnKeepsTheTableConsistent) {
+  std::mt19937_64 rng(15);
+  SwrrTable t(300);
+  std::vector<TestKey> keys;
+  for (size_t i = 0; i < 1000; ++i) keys.emplace_back(i);
+  std::vector<uint64_t> last(keys.size(), 0);  // pick number of the key's last pick
+  std::vector<std::vector<uint8_t>> weights(keys.size());
+  for (auto& w : weights) w = RandomWeights(rng), w.push_back(1);
+  uint64_t pick = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    // Skewed: a few keys are hot.
+    const size_t k = rng() % 4 == 0 ? rng() % keys.size() : rng() % 100;
+    PickFor(t, keys[k], 1, weights[k]);
+    last[k] = ++pick;
+  }
+  EXPECT_EQ(t.size(), 300u);
+  EXPECT_EQ(t.starts() - t.evictions(), 300u);
+  // Exactly the 300 most recently picked keys are held.
+  std::vector<uint64_t> sorted = last;
+  std::sort(sorted.rbegin(), sorted.rend());
+  const uint64_t cutoff = sorted[299];
+  int16_t cur[64];
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(t.Peek(keys[k].key(), keys[k].hash(), 1, weights[k].size(), cur),
+              last[k] >= cutoff && last[k] > 0)
+        << k;
+  }
+}
+
+TEST(Swrr, LargeSetsAreExact) {
   SwrrTable t;
-  std::vector<uint8_t> w(40);
+  std::vector<uint8_t> w(64);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint8_t>(1 + i * 3);
   std::vector<uint8_t> seq;
   const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
-  for (size_t i = 0; i < 2 * total; ++i) seq.push_back(t.Pick(5, 5, w));
+  const TestKey k(5);
+  for (size_t i = 0; i < 2 * total; ++i) seq.push_back(PickFor(t, k, 5, w));
   ExpectExactWindows(seq, w);
 }
 

@@ -106,6 +106,9 @@ struct FastpathConfig {
   uint32_t servfail_ttl = 5;
   uint32_t stale_window = 86400;   // RFC 8767 recommends 1 to 3 days
   uint32_t stale_answer_ttl = 30;  // TTL written in stale answers (RFC 8767 4)
+  // Weighted keys whose SWRR state each worker keeps (least recently picked
+  // evicted past it).
+  size_t swrr_states = 131072;
   // RFC 8767 client response timer: a miss with a stale entry waits this long
   // for the upstream, then gets the stale answer (0: only after every try failed).
   uint32_t stale_answer_after_ms = 1800;

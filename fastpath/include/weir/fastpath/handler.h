@@ -125,6 +125,8 @@ struct HandlerOptions {
   uint16_t edns_udp_size = kEdnsUdpSize;
   uint32_t stale_answer_ttl = 30;
   uint32_t prefetch_percent = 10;  // refresh when less than this share of the TTL is left
+  // Weighted keys (partition, name, type) whose SWRR state each worker keeps.
+  size_t swrr_states = partitions::SwrrTable::kDefaultCapacity;
 };
 
 class QueryHandler {

@@ -2,10 +2,11 @@
 //
 // The shared, immutable part of a weighted RRset lives in its CacheEntry
 // (address records, weights, fingerprint). The mutable SWRR state (nginx's
-// `current` vector) lives in a per-worker SwrrTable keyed by the entry's key
-// hash, so workers never write shared memory. The state is kept while the
-// cached set keeps its fingerprint (a refresh with the same addresses and
-// weights continues the smooth sequence) and reset when the set changes.
+// `current` vector) lives in a per-worker SwrrTable keyed by the entry's
+// whole cache key (partition, name, type, class), so workers never write
+// shared memory. The state is kept while the cached set keeps its
+// fingerprint (a refresh with the same addresses and weights continues the
+// smooth sequence) and reset when the set changes.
 //
 // Per worker, every window of sum(w) consecutive picks of one RRset holds
 // address i exactly w[i] times; equal (or absent) weights give round-robin.
@@ -19,61 +20,109 @@
 #include <memory>
 #include <span>
 
+#include "weir/common/owned_counter.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/tagtable.h"
 
 namespace weir::partitions {
 
+// The SWRR states of one worker: one state per key, for any set size up to
+// dns::kMaxWeightedAddresses, in one layout (448 bytes, seven cache lines of
+// which a pick reads the first one or two for a short name and a small set).
+//
+// Bound: `capacity` states. A key seen for the first time when the table is
+// full takes the state of the least recently picked key (exact LRU), which
+// is counted in evictions(); that key's sequence restarts when it is picked
+// again. No other key ever resets a sequence: lookups compare the whole key,
+// not just its hash. Memory is reserved at construction and touched as
+// states are first used (448 bytes each, plus 12 bytes of index per slot).
 class SwrrTable {
  public:
-  // `slots`: RRsets whose state is remembered at once (2-way set
-  // associative, least recently used of the pair replaced; 64 bytes each).
-  // Size it above the worker's hot weighted set; an evicted state restarts
-  // its sequence. The default (4096, 256 KB) stays in a core's L2.
-  explicit SwrrTable(size_t slots = 4096);
+  static constexpr size_t kDefaultCapacity = 131072;
+  static constexpr size_t kStateBytes = 448;
+
+  explicit SwrrTable(size_t capacity = kDefaultCapacity);
   ~SwrrTable();
   SwrrTable(const SwrrTable&) = delete;
   SwrrTable& operator=(const SwrrTable&) = delete;
-  SwrrTable(SwrrTable&&) noexcept = default;
-  SwrrTable& operator=(SwrrTable&&) noexcept = default;
+  SwrrTable(SwrrTable&&) noexcept;
+  SwrrTable& operator=(SwrrTable&&) noexcept;
 
-  // Index of the next address for the RRset (key_hash, fingerprint) with
-  // these weights (1..255 each, at most dns::kMaxWeightedAddresses).
-  uint8_t Pick(uint64_t key_hash, uint64_t fingerprint, std::span<const uint8_t> weights);
+  // Index of the next address for the RRset of `key` (whose HashCacheKey is
+  // `key_hash`) with this fingerprint and these weights (1..255 each, at
+  // most dns::kMaxWeightedAddresses).
+  uint8_t Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
+               std::span<const uint8_t> weights);
+  // The same for a cached entry.
+  uint8_t Pick(const CacheEntry& e) { return Pick(KeyOf(e), e.hash(), e.fingerprint(), e.weights()); }
 
-  uint64_t resets() const { return resets_; }
-
-  // The SWRR `current` values of the RRset (key_hash, fingerprint) with `n`
+  // The SWRR `current` values of the RRset (key, fingerprint) with `n`
   // addresses, copied to `out` (n values); false when this table holds no
   // state for it (never picked here, or evicted: the next pick starts the
   // sequence). Same thread as Pick.
-  bool Peek(uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const;
+  bool Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const;
+
+  static CacheKey KeyOf(const CacheEntry& e) { return {e.partition(), e.qname(), e.qtype(), e.qclass()}; }
+
+  // The counters may be read from any thread (relaxed: metrics).
+  size_t capacity() const { return capacity_; }
+  // States in use.
+  size_t size() const { return stats_->starts.Read() - stats_->evictions.Read(); }
+  // States taken from the least recently picked key to make room.
+  uint64_t evictions() const { return stats_->evictions.Read(); }
+  // Sequences restarted because a key's address/weight set changed.
+  uint64_t resets() const { return stats_->resets.Read(); }
+  // Sequences started: a key's first pick here, or its first after an eviction.
+  uint64_t starts() const { return stats_->starts.Read(); }
 
  private:
-  static constexpr size_t kInline = 16;
-  struct alignas(64) Slot {
-    uint64_t key;
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr size_t kMaxAddresses = dns::kMaxWeightedAddresses;
+  // The name's bytes (at most dns::kMaxNameWire), then at the next even
+  // offset the `current` values, one per address: int16 storage read as
+  // bytes for the name (char access may alias any object).
+  static constexpr size_t kWords = (dns::kMaxNameWire + 1) / 2 + kMaxAddresses;
+  struct alignas(64) State {
+    uint64_t key_hash;
     uint64_t fingerprint;
-    uint32_t last_use;
-    uint16_t total;
-    uint8_t n;  // 0 = empty
-    int16_t current[kInline];
+    Partition partition;
+    uint16_t qtype, qclass;
+    uint16_t total;  // sum of the weights
+    uint8_t n;       // addresses
+    uint8_t qname_len;
+    int16_t words[kWords];
+
+    int16_t* current() { return words + (qname_len + 1) / 2; }
+    const int16_t* current() const { return words + (qname_len + 1) / 2; }
+    const uint8_t* qname() const { return reinterpret_cast<const uint8_t*>(words); }
   };
-  struct BigSlot {
-    uint64_t key;
-    uint64_t fingerprint;
-    uint16_t total;
-    uint8_t n;
-    int16_t current[64];
+  static_assert(sizeof(State) == kStateBytes);
+  struct Link {
+    uint32_t prev, next;  // LRU order: prev is more recent
   };
+
+  size_t Bucket(uint64_t key_hash) const { return (key_hash * 0x9e3779b97f4a7c15ULL) >> bucket_shift_; }
+  uint32_t Find(const CacheKey& key, uint64_t key_hash) const;
+  // A free state, or the least recently used one unlinked from its bucket.
+  uint32_t Take();
+  void Start(State& s, uint64_t fingerprint, std::span<const uint8_t> weights);
+  void Unlink(uint32_t i);
+  void PushFront(uint32_t i);
   static uint8_t Step(int16_t* current, std::span<const uint8_t> weights, uint16_t total);
 
-  std::unique_ptr<Slot[]> slots_;
-  size_t mask_;
-  std::unique_ptr<BigSlot[]> big_;  // RRsets of more than kInline addresses
-  size_t big_mask_;
-  uint32_t tick_ = 0;
-  uint64_t resets_ = 0;
+  size_t capacity_ = 0;
+  std::unique_ptr<State[]> states_;
+  std::unique_ptr<uint32_t[]> chain_;    // next state in the same bucket
+  std::unique_ptr<Link[]> lru_;          // per state
+  std::unique_ptr<uint32_t[]> buckets_;  // first state of each bucket
+  unsigned bucket_shift_ = 63;
+  uint32_t used_ = 0;
+  uint32_t head_ = kNone;  // most recently picked
+  uint32_t tail_ = kNone;  // least recently picked
+  struct Stats {
+    common::OwnedCounter evictions, resets, starts;
+  };
+  std::unique_ptr<Stats> stats_ = std::make_unique<Stats>();
 };
 
 struct AnswerWrite {
