@@ -325,6 +325,9 @@ struct Engine::Thread {
     const uint32_t n = std::min(budget, o->batch);
     uint32_t k = 0, tcp = 0;
     for (uint32_t i = 0; i < n; ++i) {
+      // A query is drawn only when its ID slot is free, so a query file's
+      // lines are each sent once per pass, none skipped.
+      if (s.slots[s.next_id].busy) break;
       const Draw d = mix->Next(rng, &cursor);
       uint16_t id;
       if (!Allocate(s, d, now, &id)) break;

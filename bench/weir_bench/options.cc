@@ -55,6 +55,11 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
                  "queries are drawn from it in order, cyclically")
       ->type_name("FILE")
       ->group(mix);
+  app.add_flag("--queries-weighted", o.queries_weighted,
+               "the query file's names are weighted names: probed per city and their answers counted in "
+               "the shares (a file that repeats each name a whole number of weight cycles, in any order, "
+               "checks exact shares)")
+      ->group(mix);
   app.add_option("--names", o.names,
                  "generated: this many ordinary names n<i>.<zone> (default 1000; 0: none)")
       ->check(CLI::Range(0u, 10000000u))
@@ -229,6 +234,7 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
       (app.count("--names") || app.count("--zipf") || !o.tagged_names.empty() || !o.tagged_zone.empty())) {
     return fail("--queries cannot be combined with --names, --zipf, --tagged-name or --tagged-zone");
   }
+  if (o.queries_weighted && o.queries_file.empty()) return fail("--queries-weighted needs --queries");
   if (o.tagged_count > 0 && o.tagged_zone.empty()) return fail("--tagged-count needs --tagged-zone");
   if (!o.tagged_zone.empty() && o.tagged_count == 0) return fail("--tagged-zone needs --tagged-count");
   if (!o.citymap_file.empty() && !o.sources.empty())

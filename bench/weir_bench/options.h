@@ -22,6 +22,7 @@ struct Options {
 
   // Query mix: a file, or generated names.
   std::string queries_file;
+  bool queries_weighted = false;  // the file's names are weighted names (probed, counted in the shares)
   uint32_t names = 1000;
   std::string zone = "bench.test.";
   double zipf = 0;

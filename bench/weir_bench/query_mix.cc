@@ -132,7 +132,8 @@ absl::StatusOr<QueryMix> QueryMix::Build(const Options& o) {
     if (!qs.ok()) return qs.status();
     m.questions_ = *std::move(qs);
     m.from_file_ = true;
-    m.first_tagged_ = m.questions_.size();
+    m.first_tagged_ = o.queries_weighted ? 0 : m.questions_.size();
+    for (Question& q : m.questions_) q.tagged = o.queries_weighted;
     return m;
   }
 

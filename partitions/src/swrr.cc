@@ -62,19 +62,19 @@ uint8_t SwrrTable::Step(int16_t* current, std::span<const uint8_t> weights, uint
   return static_cast<uint8_t>(best);
 }
 
-uint32_t SwrrTable::Find(const CacheKey& key, uint64_t key_hash) const {
+__attribute__((always_inline)) inline uint32_t SwrrTable::Find(const CacheKey& key, uint64_t key_hash) const {
+  const uint64_t shape = Shape(key);
   for (uint32_t i = buckets_[Bucket(key_hash)]; i != kNone; i = chain_[i]) {
     const State& s = states_[i];
-    if (s.key_hash == key_hash && s.partition == key.partition && s.qtype == key.qtype &&
-        s.qclass == key.qclass && s.qname_len == key.qname.size() &&
-        SameName(s.qname(), key.qname.data(), key.qname.size())) {
+    if (((s.key_hash ^ key_hash) | (s.partition ^ key.partition) | (s.shape ^ shape)) == 0 &&
+        SameName(s.qname(), key.qname.data(), key.qname.size())) [[likely]] {
       return i;
     }
   }
   return kNone;
 }
 
-void SwrrTable::Unlink(uint32_t i) {
+__attribute__((always_inline)) inline void SwrrTable::Unlink(uint32_t i) {
   const Link l = lru_[i];
   if (l.prev != kNone) {
     lru_[l.prev].next = l.next;
@@ -88,7 +88,7 @@ void SwrrTable::Unlink(uint32_t i) {
   }
 }
 
-void SwrrTable::PushFront(uint32_t i) {
+__attribute__((always_inline)) inline void SwrrTable::PushFront(uint32_t i) {
   lru_[i] = {kNone, head_};
   if (head_ != kNone) lru_[head_].prev = i;
   head_ = i;
@@ -115,26 +115,31 @@ void SwrrTable::Start(State& s, uint64_t fingerprint, std::span<const uint8_t> w
   std::fill_n(s.current(), weights.size(), int16_t{0});
 }
 
+__attribute__((noinline)) uint32_t SwrrTable::Insert(const CacheKey& key, uint64_t key_hash,
+                                                     uint64_t fingerprint, std::span<const uint8_t> weights) {
+  const uint32_t i = Take();
+  State& s = states_[i];
+  s.key_hash = key_hash;
+  s.partition = key.partition;
+  s.shape = Shape(key);
+  s.qname_len = static_cast<uint8_t>(key.qname.size());
+  std::memcpy(s.words, key.qname.data(), key.qname.size());
+  Start(s, fingerprint, weights);
+  const size_t b = Bucket(key_hash);
+  chain_[i] = buckets_[b];
+  buckets_[b] = i;
+  PushFront(i);
+  stats_->starts.Add();
+  return i;
+}
+
 uint8_t SwrrTable::Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
                         std::span<const uint8_t> weights) {
   const size_t n = weights.size();
   if (n <= 1 || n > kMaxAddresses || key.qname.size() > dns::kMaxNameWire) return 0;
   uint32_t i = Find(key, key_hash);
-  if (i == kNone) {
-    i = Take();
-    State& s = states_[i];
-    s.key_hash = key_hash;
-    s.partition = key.partition;
-    s.qtype = key.qtype;
-    s.qclass = key.qclass;
-    s.qname_len = static_cast<uint8_t>(key.qname.size());
-    std::memcpy(s.words, key.qname.data(), key.qname.size());
-    Start(s, fingerprint, weights);
-    const size_t b = Bucket(key_hash);
-    chain_[i] = buckets_[b];
-    buckets_[b] = i;
-    PushFront(i);
-    stats_->starts.Add();
+  if (i == kNone) [[unlikely]] {
+    i = Insert(key, key_hash, fingerprint, weights);
   } else {
     State& s = states_[i];
     if (s.fingerprint != fingerprint || s.n != n) [[unlikely]] {

@@ -86,7 +86,7 @@ class SwrrTable {
     uint64_t key_hash;
     uint64_t fingerprint;
     Partition partition;
-    uint16_t qtype, qclass;
+    uint64_t shape;  // Shape(): type, class and name length, compared at once
     uint16_t total;  // sum of the weights
     uint8_t n;       // addresses
     uint8_t qname_len;
@@ -102,8 +102,13 @@ class SwrrTable {
   };
 
   size_t Bucket(uint64_t key_hash) const { return (key_hash * 0x9e3779b97f4a7c15ULL) >> bucket_shift_; }
+  static uint64_t Shape(const CacheKey& k) {
+    return uint64_t{k.qtype} | uint64_t{k.qclass} << 16 | uint64_t{k.qname.size()} << 32;
+  }
   uint32_t Find(const CacheKey& key, uint64_t key_hash) const;
-  // A free state, or the least recently used one unlinked from its bucket.
+  // A key's first pick here: a free state, or the least recently used one.
+  uint32_t Insert(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
+                  std::span<const uint8_t> weights);
   uint32_t Take();
   void Start(State& s, uint64_t fingerprint, std::span<const uint8_t> weights);
   void Unlink(uint32_t i);
