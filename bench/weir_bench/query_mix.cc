@@ -5,6 +5,10 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
@@ -130,10 +134,21 @@ absl::StatusOr<QueryMix> QueryMix::Build(const Options& o) {
     ss << in.rdbuf();
     auto qs = ParseQueryFile(ss.str(), o.queries_file);
     if (!qs.ok()) return qs.status();
-    m.questions_ = *std::move(qs);
+    // Each distinct question once (its counters and share row), the file's
+    // lines as the order they are sent in.
+    absl::flat_hash_map<std::pair<std::string, uint16_t>, uint32_t> seen;
+    for (Question& q : *qs) {
+      auto [it, fresh] =
+          seen.try_emplace({std::string(q.qname.span().begin(), q.qname.span().end()), q.qtype},
+                           static_cast<uint32_t>(m.questions_.size()));
+      if (fresh) {
+        q.tagged = o.queries_weighted;
+        m.questions_.push_back(std::move(q));
+      }
+      m.file_order_.push_back(it->second);
+    }
     m.from_file_ = true;
     m.first_tagged_ = o.queries_weighted ? 0 : m.questions_.size();
-    for (Question& q : m.questions_) q.tagged = o.queries_weighted;
     return m;
   }
 
@@ -181,7 +196,7 @@ Draw QueryMix::Next(std::mt19937_64& rng, uint64_t* cursor) const {
   // One 64-bit draw split into uniform fractions for the cheap choices.
   auto uniform = [&rng]() { return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0); };
   if (from_file_) {
-    d.question = static_cast<uint32_t>((*cursor)++ % questions_.size());
+    d.question = file_order_[(*cursor)++ % file_order_.size()];
   } else {
     const double u = uniform();
     if (u < miss_fraction_) {

@@ -74,7 +74,8 @@ class QueryMix {
   std::vector<Question> questions_;  // ordinary names first, then tagged
   size_t first_tagged_ = 0;
   bool from_file_ = false;
-  Alias ordinary_;  // over [0, first_tagged_)
+  std::vector<uint32_t> file_order_;  // the query file's lines, as question indices
+  Alias ordinary_;                    // over [0, first_tagged_)
   double tagged_fraction_ = 0;
   double miss_fraction_ = 0;
   double tcp_fraction_ = 0, edns_fraction_ = 0, ecs_fraction_ = 0, weight_fraction_ = 0;

@@ -282,6 +282,34 @@ void ExpectFraction(uint64_t count, uint64_t n, double p, const char* what) {
   EXPECT_NEAR(static_cast<double>(count) / static_cast<double>(n), p, 5 * sigma + 1e-12) << what;
 }
 
+// A query file's repeated lines are one question each, sent in the file's
+// order; --queries-weighted makes them weighted names.
+TEST(QueryMixBuildTest, QueryFileLinesRepeatQuestionsInOrder) {
+  const fs::path dir = fs::temp_directory_path() / ("weir-bench-qm-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "q.txt";
+  std::ofstream(file) << "b.example A\na.example A\nB.Example. A\na.example AAAA\nb.example\n";
+  for (bool weighted : {false, true}) {
+    Options o;
+    o.queries_file = file.string();
+    o.queries_weighted = weighted;
+    auto m = QueryMix::Build(o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(m->questions().size(), 3u);
+    EXPECT_EQ(m->questions()[0].text, "b.example.");
+    EXPECT_EQ(m->questions()[1].text, "a.example.");
+    EXPECT_EQ(m->questions()[2].qtype, 28);
+    for (const Question& q : m->questions()) EXPECT_EQ(q.tagged, weighted);
+    EXPECT_EQ(m->has_tagged(), weighted);
+    std::mt19937_64 rng(1);
+    uint64_t cursor = 0;
+    std::vector<uint32_t> order;
+    for (int i = 0; i < 10; ++i) order.push_back(m->Next(rng, &cursor).question);
+    EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 0, 2, 0, 0, 1, 0, 2, 0}));
+  }
+  fs::remove_all(dir);
+}
+
 TEST(QueryMixBuildTest, DefaultTaggedFractionIsATenthWithBothKinds) {
   Options o;
   o.names = 100;
