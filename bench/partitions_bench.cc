@@ -410,7 +410,7 @@ void BM_SwrrPickAndWrite(benchmark::State& state) {
   size_t i = 0, bytes = 0;
   for (auto _ : state) {
     AnswerWrite w;
-    WriteAnswer(*entries[i], mode, swrr, 10, buf, sizeof buf, &w);
+    WriteAnswer(*entries[i], mode, swrr, AnswerTtl::Aged(10), buf, sizeof buf, &w);
     bytes += w.bytes;
     benchmark::DoNotOptimize(buf);
     if (++i == names) i = 0;

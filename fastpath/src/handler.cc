@@ -92,7 +92,7 @@ size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query
 size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q,
                                  const partitions::CacheEntry& e, const partitions::Tag* tag,
                                  partitions::Partition partition, uint64_t entry_hash, bool trusted_ecs,
-                                 uint32_t age, uint8_t* out, size_t out_cap) {
+                                 partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap) {
   dns::ResponseWriter w(out, out_cap);
   const uint16_t rcode = static_cast<uint16_t>(e.rcode());
   const uint16_t flags =
@@ -110,7 +110,7 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   uint8_t weights[dns::kMaxWeightedAddresses];
   partitions::AnswerWrite aw;
-  const bool fits = partitions::WriteAnswer(e, mode, swrr_, age, w.tail(), w.room(), &aw, weights);
+  const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights);
   if (fits) {
     w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
     w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
@@ -391,19 +391,20 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
   }
   if (e != nullptr) {
-    uint32_t age = 0;
+    partitions::AnswerTtl ttl;
     bool serve = false;
     if (fresh == partitions::Freshness::kFresh) {
       serve = true;
-      age = e->Age(now);
+      ttl = partitions::AnswerTtl::Aged(e->Age(now));
     } else if (mode == HandleMode::kAfterFill && e->expires() >= now) {
       serve = true;  // the answer just received, with a TTL of 0
-      age = e->Age(now);
+      ttl = partitions::AnswerTtl::Aged(e->Age(now));
     } else if (mode == HandleMode::kAfterFill || mode == HandleMode::kStaleOk) {
       // An old entry: the upstream failed, or answered with something not
-      // cacheable (REFUSED, TC...): RFC 8767 prefers the stale answer.
+      // cacheable (REFUSED, TC...): RFC 8767 prefers the stale answer, every
+      // record at the stale TTL.
       serve = true;
-      age = e->ServeAge(now, options_.stale_answer_ttl);
+      ttl = partitions::AnswerTtl::Stale(options_.stale_answer_ttl);
       counters_->stale_served.Add();
     }
     if (serve) {
@@ -411,7 +412,7 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
       const bool charged = ByteLimited(*w);
       if (charged) [[unlikely]]
         BudgetBytes(w, now);
-      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, age, out, out_cap);
+      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, ttl, out, out_cap);
       if (charged) [[unlikely]]
         ChargeBytes(w, *out_len);
       if (*out_len == 0) {

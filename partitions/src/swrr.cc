@@ -167,14 +167,14 @@ bool SwrrTable::Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprin
   return true;
 }
 
-bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, uint32_t age, uint8_t* dst,
+bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
                  size_t cap, AnswerWrite* out, uint8_t* weights_out) {
   const std::span<const uint8_t> rec = e.records();
   const std::span<const uint16_t> ttls = e.ttl_offsets();
   const size_t n = e.address_count();
   if (n == 0 || mode == AnswerMode::kAll) {
     if (rec.size() > cap) return false;
-    internal::CopyAged(dst, rec.data(), rec.size(), ttls, 0, age);
+    internal::CopyAged(dst, rec.data(), rec.size(), ttls, 0, ttl);
     out->bytes = static_cast<uint16_t>(rec.size());
     out->answer_count = e.answer_count();
     out->authority_count = e.authority_count();
@@ -189,7 +189,7 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, uint32_t
   const uint8_t pick = swrr.Pick(e);
   const size_t total = chain + (mode == AnswerMode::kSingle ? rsize : rsize * n);
   if (total > cap) return false;
-  if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, age);
+  if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, ttl);
   uint8_t* p = dst + chain;
   // Every address record has its TTL 6 bytes in (2-byte pointer, type, class).
   auto put = [&](size_t i) {
@@ -201,8 +201,7 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, uint32_t
     } else {
       std::memcpy(p, r, 28);
     }
-    const uint32_t ttl = dns::Load32(r + 6);
-    dns::Store32(p + 6, ttl > age ? ttl - age : 0);
+    dns::Store32(p + 6, ttl.Of(dns::Load32(r + 6)));
     p += rsize;
   };
   put(pick);

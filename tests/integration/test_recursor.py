@@ -21,7 +21,8 @@ NET = "127.0.101"
 
 SHOP = (record("www", "A", "192.0.2.1", ttl=300) + record("www", "AAAA", "2001:db8::1", ttl=300) +
         record("video", "CNAME", "x.cdn-gslb.example.", ttl=600) +
-        record("big", "CNAME", "tcp.cdn-gslb.example.", ttl=600))
+        record("big", "CNAME", "tcp.cdn-gslb.example.", ttl=600) +
+        record("short", "CNAME", "s.cdn-gslb.example.", ttl=20))
 
 CDN = (gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11", "192.0.2.12"], [5, 3, 1], scope=24),
                  view("203.0.113.0/24", ["192.0.2.20", "192.0.2.21"], [2, 1], scope=16, ttl=120),
@@ -30,11 +31,13 @@ CDN = (gslb_name("x", view("198.51.100.0/24", ["192.0.2.10", "192.0.2.11", "192.
        gslb_name("tcp", default=default(["192.0.2.77"], [3]), truncate=True, weights=True) +
        gslb_name("plain", default=default(["192.0.2.50", "192.0.2.51"], ttl=60), weights=False,
                  empty_weight_option=True) +
-       gslb_name("fwd", view("198.51.100.0/24", ["192.0.2.60"], [9]), weights=True))
+       gslb_name("fwd", view("198.51.100.0/24", ["192.0.2.60"], [9]), weights=True) +
+       gslb_name("s", default=default(["192.0.2.40", "192.0.2.41"], [2, 1]), ttl=10, weights=True))
 
 TAGS = """\
 video.shop.example weight=on ecs=on
 big.shop.example weight=on ecs=on
+short.shop.example weight=on ecs=on
 cdn-gslb.example weight=on ecs=on
 fwd.cdn-gslb.example weight=on ecs=on policy=forward:{gslb}@53
 """
@@ -177,6 +180,11 @@ class RecursorTest(unittest.TestCase):
     def test_stale_answer_served_when_the_gslb_fails_and_prefetch_refreshes(self):
         r = self.r.dig("video.shop.example", "A", ecs="198.51.100.7/24", options=[65001])
         self.assertEqual(r.addresses(), ["192.0.2.10", "192.0.2.11", "192.0.2.12"])
+        self.assertEqual([rr.ttl for rr in r.answer], [600, 60, 60, 60])
+        # A chain whose TTLs are all below the stale TTL (CNAME 20, A 10).
+        short = self.r.dig("short.shop.example", "A", ecs="198.51.100.7/24", options=[65001])
+        self.assertEqual(sorted(short.addresses()), ["192.0.2.40", "192.0.2.41"], short.text)
+        self.assertEqual([rr.ttl for rr in short.answer], [20, 10, 10])
         # Prefetch: a hit in the last 10% of the 60 s TTL refreshes the ECS-scoped entry.
         self.r.advance_clock(55)
         n = len(self.gslb_queries())
@@ -193,13 +201,20 @@ class RecursorTest(unittest.TestCase):
             original = f.read()
         try:
             with open(self.gslb.config_path, "w") as f:
-                f.write(original.replace('name = "x"\nttl = 60', 'name = "x"\nservfail = true\nttl = 60'))
+                f.write(original.replace('name = "x"\nttl = 60', 'name = "x"\nservfail = true\nttl = 60')
+                        .replace('name = "s"\nttl = 10', 'name = "s"\nservfail = true\nttl = 10'))
             self.gslb.reload()
             stale = self.r.dig("video.shop.example", "A", ecs="198.51.100.7/24", options=[65001], timeout=5)
             self.assertEqual(stale.status, "NOERROR", stale.text)
             self.assertEqual(stale.addresses(), ["192.0.2.10", "192.0.2.11", "192.0.2.12"])
             self.assertEqual(stale.weights(65001), [5, 3, 1])
-            self.assertEqual(stale.answer[-1].ttl, 30)
+            # RFC 8767 4: every record of a stale answer carries stale_answer_ttl (30), the
+            # CNAME cached for 600 s as much as the A records cached for 60 s.
+            self.assertEqual([rr.ttl for rr in stale.answer], [30, 30, 30, 30], stale.text)
+            short = self.r.dig("short.shop.example", "A", ecs="198.51.100.7/24", options=[65001], timeout=5)
+            self.assertEqual(short.status, "NOERROR", short.text)
+            self.assertEqual(sorted(short.addresses()), ["192.0.2.40", "192.0.2.41"], short.text)
+            self.assertEqual([rr.ttl for rr in short.answer], [30, 30, 30], short.text)
             self.assertGreaterEqual(self.r.stats()["stale_served"], 1)
             # Another city has no stale entry: SERVFAIL.
             other = self.r.dig("video.shop.example", "A", ecs="203.0.113.9/24", options=[65001], timeout=5)

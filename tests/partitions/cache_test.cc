@@ -72,12 +72,14 @@ TEST_F(CacheTest, TtlStaleWindowAndServfail) {
   const CacheEntry* e = cache.Find(key, clock_.NowSeconds(), &f);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(f, Freshness::kFresh);
-  EXPECT_EQ(e->ServeAge(clock_.NowSeconds()), 59u);
+  EXPECT_EQ(e->ServeTtl(clock_.NowSeconds(), 30).Of(60), 1u);
   clock_.Advance(1);
   e = cache.Find(key, clock_.NowSeconds(), &f);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(f, Freshness::kStale);
-  EXPECT_EQ(e->ServeAge(clock_.NowSeconds()), 30u);  // 60 - 30: stale answers carry TTL 30
+  EXPECT_EQ(e->ServeTtl(clock_.NowSeconds(), 30).Of(60), 30u);  // stale answers carry the stale TTL
+  EXPECT_EQ(e->ServeTtl(clock_.NowSeconds(), 30).Of(3600), 30u);
+  EXPECT_EQ(e->ServeTtl(clock_.NowSeconds(), 30).Of(5), 30u);
   clock_.Advance(99);
   EXPECT_NE(cache.Find(key, clock_.NowSeconds(), &f), nullptr);
   EXPECT_EQ(f, Freshness::kStale);
@@ -110,7 +112,7 @@ TEST_F(CacheTest, TtlClamps) {
   SwrrTable t;
   AnswerWrite w;
   uint8_t buf[128];
-  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kAll, t, 0, buf, sizeof buf, &w));
+  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kAll, t, {}, buf, sizeof buf, &w));
   EXPECT_EQ(dns::Load32(buf + 6), 30u);
   EXPECT_EQ(dns::Load32(buf + 16 + 6), 3600u);
 }
@@ -152,7 +154,7 @@ TEST_F(CacheTest, NegativeEntriesFollowRfc2308) {
   SwrrTable t;
   AnswerWrite w;
   const size_t off = dns::AnswerOffset(q.len);
-  ASSERT_TRUE(WriteAnswer(*got, AnswerMode::kSingle, t, got->ServeAge(clock_.NowSeconds() + 10),
+  ASSERT_TRUE(WriteAnswer(*got, AnswerMode::kSingle, t, got->ServeTtl(clock_.NowSeconds() + 10, 30),
                           pkt.data() + off, pkt.size() - off, &w));
   dns::Store16(pkt.data() + dns::kOffAncount, w.answer_count);
   dns::Store16(pkt.data() + dns::kOffNscount, w.authority_count);
@@ -218,7 +220,7 @@ TEST_F(CacheTest, AnswerWithMoreAddressesThanCanBeWeightedIsCachedPlain) {
   SwrrTable swrr;
   uint8_t buf[4096];
   AnswerWrite aw;
-  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kSingle, swrr, 0, buf, sizeof(buf), &aw));
+  ASSERT_TRUE(WriteAnswer(**e, AnswerMode::kSingle, swrr, {}, buf, sizeof(buf), &aw));
   EXPECT_EQ(aw.answer_count, 150);
 
   // 64 distinct addresses (duplicates are one record) keep the weighted layout.

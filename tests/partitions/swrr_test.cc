@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -12,6 +13,7 @@ namespace {
 
 using testing::Key;
 using testing::MakeAEntry;
+using testing::V4;
 
 std::vector<uint8_t> RandomWeights(std::mt19937_64& rng) {
   std::vector<uint8_t> w(1 + rng() % 16);
@@ -343,7 +345,7 @@ struct Parsed {
 
 // Builds a whole response around WriteAnswer's bytes and parses it back with
 // the dns codec: compression pointers must resolve, counts must add up.
-Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, uint32_t age, AnswerWrite* w,
+Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, AnswerTtl ttl, AnswerWrite* w,
                uint8_t* weights = nullptr) {
   Parsed p;
   p.pkt.resize(1500);
@@ -352,7 +354,7 @@ Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, uint32_t age,
             dns::ParseError::kOk);
   const size_t off = dns::AnswerOffset(e.qname().size());
   EXPECT_EQ(rw.size(), off);
-  EXPECT_TRUE(WriteAnswer(e, mode, t, age, p.pkt.data() + off, p.pkt.size() - off, w, weights));
+  EXPECT_TRUE(WriteAnswer(e, mode, t, ttl, p.pkt.data() + off, p.pkt.size() - off, w, weights));
   dns::Store16(p.pkt.data() + dns::kOffAncount, w->answer_count);
   dns::Store16(p.pkt.data() + dns::kOffNscount, w->authority_count);
   p.pkt.resize(off + w->bytes);
@@ -375,7 +377,7 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
   for (int i = 0; i < 12; ++i) {
     AnswerWrite w;
     uint8_t weights[8];
-    Parsed p = Respond(*e, AnswerMode::kSingle, t, 100, &w, weights);
+    Parsed p = Respond(*e, AnswerMode::kSingle, t, AnswerTtl::Aged(100), &w, weights);
     ASSERT_EQ(p.answers.size(), 3u);
     EXPECT_EQ(p.answers[0].type, dns::type::kCname);
     EXPECT_EQ(p.answers[0].ttl, 300u);  // 400 - 100
@@ -396,7 +398,7 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
   for (int i = 0; i < 6; ++i) {
     AnswerWrite w;
     uint8_t weights[8];
-    Parsed p = Respond(*e, AnswerMode::kOrdered, t, 0, &w, weights);
+    Parsed p = Respond(*e, AnswerMode::kOrdered, t, AnswerTtl::Aged(0), &w, weights);
     ASSERT_EQ(p.answers.size(), 5u);
     EXPECT_EQ(p.pkt[p.answers[2].rdata_offset + 3], w.picked + 1);  // the pick first
     std::vector<int> rest;
@@ -413,9 +415,47 @@ TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
   }
 
   AnswerWrite w;
-  Parsed p = Respond(*e, AnswerMode::kAll, t, 500, &w);
+  Parsed p = Respond(*e, AnswerMode::kAll, t, AnswerTtl::Aged(500), &w);
   ASSERT_EQ(p.answers.size(), 5u);
   EXPECT_EQ(p.answers[4].ttl, 0u);  // aged past zero -> 0
+}
+
+// RFC 8767 4: a stale answer has every record at the stale TTL, whatever
+// each record's cached TTL (a long CNAME before a short address RRset, or
+// every TTL already below the stale TTL), in every answer mode.
+TEST(WriteAnswer, StaleAnswersCarryTheStaleTtlOnEveryRecord) {
+  const dns::NameKey q = Key("www.example.com");
+  for (const auto& [cname_ttl, a_ttl] : {std::pair<uint32_t, uint32_t>{3600, 60}, {20, 10}, {30, 30}}) {
+    CacheEntryBuilder b({0, q.span(), dns::type::kA, dns::klass::kIn});
+    const dns::NameKey edge = Key("edge.cdn.net");
+    b.AddCname(q.span(), edge.span(), cname_ttl);
+    for (uint32_t a : {1u, 2u, 3u}) b.AddAddress(edge.span(), V4(a), a_ttl);
+    b.SetWeights(std::vector<uint8_t>{3, 2, 1});
+    auto e = b.Build(EntryKind::kPositive, 1);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ((*e)->ttl(), std::min(cname_ttl, a_ttl));
+    SwrrTable t;
+    for (AnswerMode mode : {AnswerMode::kAll, AnswerMode::kSingle, AnswerMode::kOrdered}) {
+      AnswerWrite w;
+      // Stale long after expiry: the age is past every TTL.
+      const AnswerTtl ttl = (*e)->ServeTtl(1 + cname_ttl + a_ttl + 500, 30);
+      ASSERT_TRUE(ttl.stale);
+      Parsed p = Respond(**e, mode, t, ttl, &w);
+      ASSERT_EQ(p.answers.size(), mode == AnswerMode::kSingle ? 2u : 4u);
+      for (const dns::RrView& rr : p.answers) EXPECT_EQ(rr.ttl, 30u) << cname_ttl << "+" << a_ttl;
+      // A stale TTL of 0 is honoured too (stale_answer_ttl = 0).
+      Parsed z = Respond(**e, mode, t, AnswerTtl::Stale(0), &w);
+      for (const dns::RrView& rr : z.answers) EXPECT_EQ(rr.ttl, 0u);
+    }
+    // Still fresh one second before expiry: aged, each record by itself.
+    const AnswerTtl fresh = (*e)->ServeTtl(1 + std::min(cname_ttl, a_ttl) - 1, 30);
+    EXPECT_FALSE(fresh.stale);
+    AnswerWrite w;
+    Parsed p = Respond(**e, AnswerMode::kAll, t, fresh, &w);
+    ASSERT_EQ(p.answers.size(), 4u);
+    EXPECT_EQ(p.answers[0].ttl, cname_ttl - (std::min(cname_ttl, a_ttl) - 1));
+    EXPECT_EQ(p.answers[1].ttl, a_ttl - (std::min(cname_ttl, a_ttl) - 1));
+  }
 }
 
 TEST(WriteAnswer, NoChainOwnerIsTheQname) {
@@ -424,14 +464,14 @@ TEST(WriteAnswer, NoChainOwnerIsTheQname) {
   EXPECT_FALSE(e->has_weights());
   SwrrTable t;
   AnswerWrite w;
-  Parsed p = Respond(*e, AnswerMode::kSingle, t, 0, &w);
+  Parsed p = Respond(*e, AnswerMode::kSingle, t, AnswerTtl::Aged(0), &w);
   ASSERT_EQ(p.answers.size(), 1u);
   dns::NameKey owner;
   size_t end;
   ASSERT_EQ(dns::ReadName(p.pkt, p.answers[0].name_offset, &end, &owner), dns::ParseError::kOk);
   EXPECT_EQ(owner, q);
   // Missing weights -> round robin.
-  Parsed p2 = Respond(*e, AnswerMode::kSingle, t, 0, &w);
+  Parsed p2 = Respond(*e, AnswerMode::kSingle, t, AnswerTtl::Aged(0), &w);
   EXPECT_NE(p.pkt[p.answers[0].rdata_offset + 3], p2.pkt[p2.answers[0].rdata_offset + 3]);
 }
 
@@ -441,9 +481,9 @@ TEST(WriteAnswer, TooSmallBufferFails) {
   SwrrTable t;
   AnswerWrite w;
   uint8_t buf[64];
-  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kOrdered, t, 0, buf, 20, &w));
-  EXPECT_TRUE(WriteAnswer(*e, AnswerMode::kSingle, t, 0, buf, 20, &w));
-  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kAll, t, 0, buf, 31, &w));
+  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kOrdered, t, {}, buf, 20, &w));
+  EXPECT_TRUE(WriteAnswer(*e, AnswerMode::kSingle, t, {}, buf, 20, &w));
+  EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kAll, t, {}, buf, 31, &w));
 }
 
 }  // namespace

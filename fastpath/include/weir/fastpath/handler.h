@@ -226,7 +226,7 @@ class QueryHandler {
                  MissRequest* miss, HandleMode mode, Work* w);
   size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
                      const partitions::Tag* tag, partitions::Partition partition, uint64_t entry_hash,
-                     bool trusted_ecs, uint32_t age, uint8_t* out, size_t out_cap);
+                     bool trusted_ecs, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap);
   // Whether w's answer is charged to its source's byte budget
   // (rate_limit.bytes_per_second): UDP only, TCP cannot be spoofed.
   bool ByteLimited(const Work& w) const { return limiter_.limits_bytes() && !w.tcp; }

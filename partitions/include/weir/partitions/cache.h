@@ -117,6 +117,19 @@ struct CacheLimits {
   uint32_t servfail_ttl = 5;
 };
 
+// How the record TTLs of a cached answer are written: a fresh answer has
+// every TTL less the entry's age (floored at 0); a stale one (RFC 8767 4)
+// has every record at the one stale TTL, whatever its cached TTL.
+struct AnswerTtl {
+  uint32_t age = 0;
+  bool stale = false;
+  uint32_t stale_ttl = 0;
+
+  static constexpr AnswerTtl Aged(uint32_t age) { return {age, false, 0}; }
+  static constexpr AnswerTtl Stale(uint32_t ttl) { return {0, true, ttl}; }
+  constexpr uint32_t Of(uint32_t ttl) const { return stale ? stale_ttl : (ttl > age ? ttl - age : 0); }
+};
+
 class CacheEntry;
 struct CacheEntryDeleter {
   void operator()(CacheEntry* e) const;
@@ -153,13 +166,13 @@ class CacheEntry {
     if (kind() != EntryKind::kServFail && now - expires() < stale_window) return Freshness::kStale;
     return Freshness::kMiss;
   }
-  // The age to write TTLs with: the real age while fresh; for stale answers
-  // the age that leaves `stale_ttl` seconds (RFC 8767 suggests 30) on the
-  // shortest record.
-  uint32_t ServeAge(uint32_t now, uint32_t stale_ttl = 30) const {
+  // How to write this entry's TTLs at `now`: aged by the real age while
+  // fresh; once expired (a stale answer, RFC 8767 4) every record carries
+  // `stale_ttl`.
+  AnswerTtl ServeTtl(uint32_t now, uint32_t stale_ttl) const {
     const uint32_t age = Age(now);
-    if (age < ttl_) return age;
-    return ttl_ > stale_ttl ? ttl_ - stale_ttl : 0;
+    if (age < ttl_) return AnswerTtl::Aged(age);
+    return AnswerTtl::Stale(stale_ttl);
   }
 
   // All records (answer, then authority), with TTLs as originally cached.

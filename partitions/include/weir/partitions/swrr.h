@@ -139,8 +139,8 @@ struct AnswerWrite {
 };
 
 // Writes `entry`'s records at `dst`, the answer offset of a response whose
-// question is the entry's qname (dns::AnswerOffset), with every TTL aged by
-// `age` (floored at 0). Modes, for an entry with an address RRset:
+// question is the entry's qname (dns::AnswerOffset), with the TTLs `ttl`
+// says (aged, or all stale). Modes, for an entry with an address RRset:
 //   kAll      the records as cached;
 //   kSingle   the CNAME chain + the SWRR-picked address record;
 //   kOrdered  the chain + the picked record first, then the others in order.
@@ -149,17 +149,16 @@ struct AnswerWrite {
 // weights of the written address records in written order (for the weight
 // option). Returns false, writing nothing useful, when `cap` is too small.
 // No allocation, no lock; `swrr` is the calling worker's table.
-bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, uint32_t age, uint8_t* dst,
+bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
                  size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr);
 
 namespace internal {
 inline void CopyAged(uint8_t* dst, const uint8_t* src, size_t len, std::span<const uint16_t> ttl_offsets,
-                     size_t ttl_base, uint32_t age) {
+                     size_t ttl_base, AnswerTtl ttl) {
   std::memcpy(dst, src, len);
   for (uint16_t off : ttl_offsets) {
     uint8_t* p = dst + (off - ttl_base);
-    const uint32_t ttl = dns::Load32(p);
-    dns::Store32(p, ttl > age ? ttl - age : 0);
+    dns::Store32(p, ttl.Of(dns::Load32(p)));
   }
 }
 }  // namespace internal
