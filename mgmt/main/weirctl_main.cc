@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/commands.h"
 #include "weir/mgmt/control.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
@@ -269,44 +271,43 @@ int main(int argc, char** argv) {
   bool replace = false;
   int limit = 50;
 
+  // weir-mgmt's requests: one subcommand per row of the command table.
   CLI::App* tag = app.add_subcommand("tag", "domain tags (docs/behaviour.md#domain-tags)");
   tag->require_subcommand(1);
-  CLI::App* tag_add = tag->add_subcommand("add", "add a tag: SUFFIX [weight=on] [ecs=on] [policy=...] ...");
-  tag_add->add_option("line", words, "the tag, in the tags file format")->required();
-  tag_add->add_flag("--replace", replace, "replace the suffix's existing tag");
-  CLI::App* tag_rm = tag->add_subcommand("rm", "remove the tag of a suffix");
-  tag_rm->add_option("suffix", file, "domain suffix")->required();
-  CLI::App* tag_set =
-      tag->add_subcommand("set", "change keys of a suffix's tag in place: SUFFIX key=value ...");
-  std::string edit_suffix;
-  std::vector<std::string> edits;
-  tag_set->add_option("suffix", edit_suffix, "domain suffix that has a tag")->required();
-  tag_set->add_option("changes", edits, "key=value: replaces that key, or adds it")->required();
-  CLI::App* tag_ls = tag->add_subcommand("ls", "list the tags");
-  CLI::App* tag_import = tag->add_subcommand("import", "replace every tag with a tags file");
-  tag_import->add_option("file", file, "tags file")->required();
   CLI::App* cm = app.add_subcommand("citymap", "the city map (CIDR -> city)");
   cm->require_subcommand(1);
-  CLI::App* cm_import = cm->add_subcommand("import", "replace the city map with a CSV file");
-  cm_import->add_option("file", file, "CSV: cidr,city,ecs_address/prefix")->required();
-  CLI::App* cm_add = cm->add_subcommand("add", "map one prefix: CIDR CITY [ECS_ADDRESS[/PREFIX]]");
+  std::array<CLI::App*, weir::mgmt::kCommands.size()> sub{};
+  for (const weir::mgmt::CommandSpec& spec : weir::mgmt::kCommands) {
+    if (spec.weirctl.empty()) continue;
+    const std::string words(spec.weirctl);
+    const size_t space = words.find(' ');
+    CLI::App* parent = space == std::string::npos ? &app : app.get_subcommand(words.substr(0, space));
+    sub[static_cast<size_t>(spec.id)] = parent->add_subcommand(
+        space == std::string::npos ? words : words.substr(space + 1), std::string(spec.help));
+  }
+  auto of = [&](weir::mgmt::Command id) { return sub[static_cast<size_t>(id)]; };
+  using weir::mgmt::Command;
+  of(Command::kTagAdd)->add_option("line", words, "the tag, in the tags file format")->required();
+  of(Command::kTagAdd)->add_flag("--replace", replace, "replace the suffix's existing tag");
+  of(Command::kTagRm)->add_option("suffix", file, "domain suffix")->required();
+  std::string edit_suffix;
+  std::vector<std::string> edits;
+  of(Command::kTagEdit)->add_option("suffix", edit_suffix, "domain suffix that has a tag")->required();
+  of(Command::kTagEdit)->add_option("changes", edits, "key=value: replaces that key, or adds it")->required();
+  of(Command::kTagImport)->add_option("file", file, "tags file")->required();
+  of(Command::kCitymapImport)->add_option("file", file, "CSV: cidr,city,ecs_address/prefix")->required();
   std::string cm_cidr, cm_city, cm_ecs;
   bool cm_replace = false;
+  CLI::App* cm_add = of(Command::kCitymapAdd);
   cm_add->add_option("cidr", cm_cidr, "subscriber prefix, e.g. 10.1.0.0/16")->required();
   cm_add->add_option("city", cm_city, "city partition")->required();
   cm_add->add_option("ecs", cm_ecs, "ECS address sent upstream for the city (default: none on this line)");
   cm_add->add_flag("--replace", cm_replace, "replace the prefix's existing line");
-  CLI::App* cm_rm = cm->add_subcommand("rm", "remove the line that maps a prefix: CIDR");
   std::string cm_rm_cidr;
-  cm_rm->add_option("cidr", cm_rm_cidr, "the prefix as mapped")->required();
-  CLI::App* cm_ls = cm->add_subcommand("ls", "print the city map");
-  CLI::App* nodes = app.add_subcommand("nodes", "which snapshot version each node runs");
-  CLI::App* nodes_rm = nodes->add_subcommand("rm", "forget a retired node (one that is not connected)");
+  of(Command::kCitymapRm)->add_option("cidr", cm_rm_cidr, "the prefix as mapped")->required();
   std::string rm_node;
-  nodes_rm->add_option("node", rm_node, "its node_id")->required();
-  CLI::App* status = app.add_subcommand("status", "current version and sizes");
-  CLI::App* audit = app.add_subcommand("audit", "recent changes");
-  audit->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
+  of(Command::kNodeRm)->add_option("node", rm_node, "its node_id")->required();
+  of(Command::kAudit)->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
 
   // Node commands: answered by a node's control channel (--control), or by
   // every node through weir-mgmt (--all).
@@ -437,45 +438,56 @@ int main(int argc, char** argv) {
   auto token = weir::mgmt::ReadTokenFile(token_file);
   if (!token.ok()) return Die(std::string(token.status().message()));
 
-  if (*tag_add) {
-    verb = "tag-add";
-    std::string line;
-    for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
-    args = {line};
-    if (replace) args.push_back("replace");
-  } else if (*tag_rm) {
-    verb = "tag-rm";
-    args = {file};
-  } else if (*tag_set) {
-    verb = "tag-edit";
-    args = {edit_suffix};
-    args.insert(args.end(), edits.begin(), edits.end());
-  } else if (*cm_add) {
-    verb = "citymap-add";
-    args = {cm_cidr + "," + cm_city + "," + cm_ecs};
-    if (cm_replace) args.push_back("replace");
-  } else if (*cm_rm) {
-    verb = "citymap-rm";
-    args = {cm_rm_cidr};
-  } else if (*tag_ls) {
-    verb = "tag-ls";
-  } else if (*tag_import || *cm_import) {
-    verb = *tag_import ? "tag-import" : "citymap-import";
-    std::string body;
-    if (!ReadFile(file, &body)) return Die("cannot read " + file);
-    args = {body};
-  } else if (*cm_ls) {
-    verb = "citymap-ls";
-  } else if (*nodes_rm) {
-    verb = "node-rm";
-    args = {rm_node};
-  } else if (*nodes) {
-    verb = "nodes";
-  } else if (*status) {
-    verb = "status";
-  } else if (*audit) {
-    verb = "audit";
-    args = {std::to_string(limit)};
+  // The parsed request: the deepest subcommand given ("nodes rm" over "nodes").
+  const weir::mgmt::CommandSpec* spec = nullptr;
+  for (const weir::mgmt::CommandSpec& c : weir::mgmt::kCommands) {
+    CLI::App* s = sub[static_cast<size_t>(c.id)];
+    if (s == nullptr || !*s) continue;
+    if (spec == nullptr || c.weirctl.size() > spec->weirctl.size()) spec = &c;
+  }
+  if (spec == nullptr) return Die("no command given (see --help)");
+  verb = std::string(spec->verb);
+  switch (spec->id) {
+    case Command::kTagAdd: {
+      std::string line;
+      for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
+      args = {line};
+      if (replace) args.push_back("replace");
+      break;
+    }
+    case Command::kTagRm:
+      args = {file};
+      break;
+    case Command::kTagEdit:
+      args = {edit_suffix};
+      args.insert(args.end(), edits.begin(), edits.end());
+      break;
+    case Command::kCitymapAdd:
+      args = {cm_cidr + "," + cm_city + "," + cm_ecs};
+      if (cm_replace) args.push_back("replace");
+      break;
+    case Command::kCitymapRm:
+      args = {cm_rm_cidr};
+      break;
+    case Command::kTagImport:
+    case Command::kCitymapImport: {
+      std::string body;
+      if (!ReadFile(file, &body)) return Die("cannot read " + file);
+      args = {body};
+      break;
+    }
+    case Command::kNodeRm:
+      args = {rm_node};
+      break;
+    case Command::kAudit:
+      args = {std::to_string(limit)};
+      break;
+    case Command::kTagLs:
+    case Command::kCitymapLs:
+    case Command::kNodes:
+    case Command::kStatus:
+    case Command::kNodeControl:
+      break;
   }
   Message req{MsgType::kRequest, {std::string(weir::mgmt::kProtocol), *token, actor, verb}};
   for (std::string& a : args) req.fields.push_back(std::move(a));

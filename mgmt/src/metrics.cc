@@ -4,23 +4,13 @@
 #include <array>
 #include <string_view>
 
+#include "weir/mgmt/commands.h"
 #include "weir/partitions/citymap.h"
 
 namespace weir::mgmt {
 
-namespace {
-
-constexpr std::array<std::string_view, 14> kCommands = {
-    "tag-add", "tag-rm",     "tag-edit", "tag-import", "citymap-import", "citymap-add", "citymap-rm",
-    "tag-ls",  "citymap-ls", "status",   "nodes",      "audit",          "node-control"};
-
-}  // namespace
-
 std::string RequestLabel(const std::string& verb) {
-  for (std::string_view c : kCommands) {
-    if (verb == c) return verb;
-  }
-  return "unknown";
+  return FindCommand(verb) != nullptr ? verb : std::string(kUnknownCommand);
 }
 
 void SnapshotSizes::Update(const Snapshot& s) {
@@ -68,8 +58,13 @@ void WriteMgmtMetrics(const MgmtCounters& c, const MgmtState& s, SnapshotSizes& 
   auto& requests =
       w.Counter("weir_mgmt_requests_total", "weirctl requests, by command and result (ok or error).");
   std::map<std::pair<std::string, bool>, uint64_t> all = c.requests;
-  for (std::string_view command : kCommands) {
-    for (bool ok : {true, false}) all.try_emplace({std::string(command), ok}, 0);
+  // Every series from the start: each request of the table, and the
+  // requests no row knows.
+  for (const CommandSpec& command : kCommands) {
+    for (bool ok : {true, false}) all.try_emplace({std::string(command.verb), ok}, 0);
+  }
+  for (std::string_view other : {kUnknownCommand, kInvalidCommand}) {
+    for (bool ok : {true, false}) all.try_emplace({std::string(other), ok}, 0);
   }
   for (const auto& [key, n] : all) {
     requests.Add({{"command", key.first}, {"result", key.second ? "ok" : "error"}}, n);

@@ -22,6 +22,7 @@
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
+#include "weir/mgmt/commands.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/store.h"
@@ -181,6 +182,12 @@ struct MgmtServer::Impl {
   void OnWritable(Conn& c);
   void Handle(Conn& c, const Message& m);
   void HandleRequest(Conn& c, const Message& m);
+  void ListTags(Conn& c);
+  void ListCitymap(Conn& c);
+  void Status(Conn& c);
+  void ForgetNode(Conn& c, const std::string& actor, const std::string& node);
+  void ListNodes(Conn& c);
+  void ListAudit(Conn& c, const std::vector<std::string>& args);
   // weirctl --all: sends the control request to every connected node of
   // `kind` ("" all) and replies once each has answered.
   void FanOutControl(Conn& c, const std::string& actor, const std::vector<std::string>& args);
@@ -531,7 +538,7 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
 }
 
 void MgmtServer::Impl::Reply(Conn& c, bool ok, std::string text, std::string json) {
-  ++counters.requests[{c.request.empty() ? "invalid" : c.request, ok}];
+  ++counters.requests[{c.request.empty() ? std::string(kInvalidCommand) : c.request, ok}];
   c.out += Encode(Message{MsgType::kReply, {ok ? "ok" : "error", std::move(text), std::move(json)}});
   c.close_after_write = true;
   Flush(c);
@@ -543,6 +550,17 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   const std::string& verb = m.fields[3];
   c.request = RequestLabel(verb);
   const std::vector<std::string> args(m.fields.begin() + 4, m.fields.end());
+  const CommandSpec* spec = FindCommand(verb);
+  if (spec == nullptr) return Reply(c, false, Cat("unknown request '", verb, "'"), "");
+  if (args.size() < spec->min_args || (spec->max_args != kAnyArgs && args.size() > spec->max_args)) {
+    return Reply(c, false,
+                 Cat("request '", verb, "' takes ", static_cast<int>(spec->min_args),
+                     spec->max_args == kAnyArgs           ? " or more"
+                     : spec->max_args != spec->min_args ? Cat(" to ", static_cast<int>(spec->max_args))
+                                                        : std::string(),
+                     " arguments, got ", args.size()),
+                 "");
+  }
   auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what) {
     if (!v.ok()) {
       if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
@@ -553,126 +571,141 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     PushAll();
     Reply(c, true, Cat(what, ": version ", *v, "\n"), Cat("{\"version\":", *v, "}"));
   };
-  if (verb == "tag-add" && (args.size() == 1 || args.size() == 2)) {
-    return changed(store->AddTag(args[0], args.size() == 2 && args[1] == "replace", actor), "tag added");
+  switch (spec->id) {
+    case Command::kTagAdd:
+      return changed(store->AddTag(args[0], args.size() == 2 && args[1] == "replace", actor), "tag added");
+    case Command::kTagRm:
+      return changed(store->RemoveTag(args[0], actor), "tag removed");
+    case Command::kTagImport:
+      return changed(store->ImportTags(args[0], actor), "tags imported");
+    case Command::kCitymapImport:
+      return changed(store->ImportCitymap(args[0], actor), "city map imported");
+    case Command::kTagEdit:
+      return changed(store->EditTag(args[0], std::vector<std::string>(args.begin() + 1, args.end()), actor),
+                     "tag edited");
+    case Command::kCitymapAdd:
+      return changed(store->AddCityMapping(args[0], args.size() == 2 && args[1] == "replace", actor),
+                     "city mapping added");
+    case Command::kCitymapRm:
+      return changed(store->RemoveCityMapping(args[0], actor), "city mapping removed");
+    case Command::kNodeControl:
+      return FanOutControl(c, actor, args);
+    case Command::kTagLs:
+      return ListTags(c);
+    case Command::kCitymapLs:
+      return ListCitymap(c);
+    case Command::kStatus:
+      return Status(c);
+    case Command::kNodeRm:
+      return ForgetNode(c, actor, args[0]);
+    case Command::kNodes:
+      return ListNodes(c);
+    case Command::kAudit:
+      return ListAudit(c, args);
   }
-  if (verb == "tag-rm" && args.size() == 1) return changed(store->RemoveTag(args[0], actor), "tag removed");
-  if (verb == "tag-import" && args.size() == 1)
-    return changed(store->ImportTags(args[0], actor), "tags imported");
-  if (verb == "citymap-import" && args.size() == 1) {
-    return changed(store->ImportCitymap(args[0], actor), "city map imported");
+  return Reply(c, false, Cat("unknown request '", verb, "'"), "");
+}
+
+void MgmtServer::Impl::ListTags(Conn& c) {
+  const std::string& text = store->snapshot().tags;
+  std::string json = "[";
+  size_t start = 0;
+  bool first = true;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (!first) json += ",";
+    json += JsonString(std::string_view(text).substr(start, end - start));
+    first = false;
+    start = end + 1;
   }
-  if (verb == "tag-edit" && args.size() >= 2) {
-    return changed(store->EditTag(args[0], std::vector<std::string>(args.begin() + 1, args.end()), actor),
-                   "tag edited");
-  }
-  if (verb == "citymap-add" && (args.size() == 1 || args.size() == 2)) {
-    return changed(store->AddCityMapping(args[0], args.size() == 2 && args[1] == "replace", actor),
-                   "city mapping added");
-  }
-  if (verb == "citymap-rm" && args.size() == 1) {
-    return changed(store->RemoveCityMapping(args[0], actor), "city mapping removed");
-  }
-  if (verb == "node-control" && args.size() >= 3) return FanOutControl(c, actor, args);
-  if (verb == "tag-ls" && args.empty()) {
-    const std::string& text = store->snapshot().tags;
-    std::string json = "[";
-    size_t start = 0;
-    bool first = true;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      if (!first) json += ",";
-      json += JsonString(std::string_view(text).substr(start, end - start));
-      first = false;
-      start = end + 1;
+  return Reply(c, true, text, Cat("{\"version\":", store->version(), ",\"tags\":", json, "]}"));
+}
+
+void MgmtServer::Impl::ListCitymap(Conn& c) {
+  return Reply(
+      c, true, store->snapshot().citymap,
+      Cat("{\"version\":", store->version(), ",\"citymap\":", JsonString(store->snapshot().citymap), "}"));
+}
+
+void MgmtServer::Impl::Status(Conn& c) {
+  size_t nodes = 0;
+  for (auto& [fd, x] : conns) nodes += x.role == Role::kNode;
+  const Snapshot& s = store->snapshot();
+  size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
+  return Reply(c, true,
+               Cat("version ", s.version, "\ntags ", tags, "\ncitymap bytes ", s.citymap.size(),
+                   "\nnodes connected ", nodes, "\n"),
+               Cat("{\"version\":", s.version, ",\"tags\":", tags, ",\"citymap_bytes\":", s.citymap.size(),
+                   ",\"nodes_connected\":", nodes, "}"));
+}
+
+void MgmtServer::Impl::ForgetNode(Conn& c, const std::string& actor, const std::string& node) {
+  for (auto& [fd, x] : conns) {
+    if (x.role == Role::kNode && x.node_id == node && !x.close_after_write) {
+      return Reply(c, false, Cat("node '", node, "' is connected: stop it first (or it comes back at once)"),
+                   "");
     }
-    return Reply(c, true, text, Cat("{\"version\":", store->version(), ",\"tags\":", json, "]}"));
   }
-  if (verb == "citymap-ls" && args.empty()) {
-    return Reply(
-        c, true, store->snapshot().citymap,
-        Cat("{\"version\":", store->version(), ",\"citymap\":", JsonString(store->snapshot().citymap), "}"));
+  if (absl::Status st = store->ForgetNode(node); !st.ok()) {
+    if (IsDatabaseFailure(st)) StoreFailed(st);
+    return Reply(c, false, Text(st.message()), "");
   }
-  if (verb == "status" && args.empty()) {
-    size_t nodes = 0;
-    for (auto& [fd, x] : conns) nodes += x.role == Role::kNode;
-    const Snapshot& s = store->snapshot();
-    size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
-    return Reply(c, true,
-                 Cat("version ", s.version, "\ntags ", tags, "\ncitymap bytes ", s.citymap.size(),
-                     "\nnodes connected ", nodes, "\n"),
-                 Cat("{\"version\":", s.version, ",\"tags\":", tags, ",\"citymap_bytes\":", s.citymap.size(),
-                     ",\"nodes_connected\":", nodes, "}"));
+  common::LogInfo("ctl", "node ", node, " forgotten by ", actor);
+  return Reply(c, true, Cat("node ", node, " forgotten\n"), Cat("{\"forgotten\":", JsonString(node), "}"));
+}
+
+void MgmtServer::Impl::ListNodes(Conn& c) {
+  auto recs = store->Nodes();
+  if (!recs.ok()) {
+    StoreFailed(recs.status());
+    return Reply(c, false, Text(recs.status().message()), "");
   }
-  if (verb == "node-rm" && args.size() == 1) {
-    for (auto& [fd, x] : conns) {
-      if (x.role == Role::kNode && x.node_id == args[0] && !x.close_after_write) {
-        return Reply(c, false,
-                     Cat("node '", args[0], "' is connected: stop it first (or it comes back at once)"), "");
-      }
-    }
-    if (absl::Status st = store->ForgetNode(args[0]); !st.ok()) {
-      if (IsDatabaseFailure(st)) StoreFailed(st);
-      return Reply(c, false, Text(st.message()), "");
-    }
-    common::LogInfo("ctl", "node ", args[0], " forgotten by ", actor);
-    return Reply(c, true, Cat("node ", args[0], " forgotten\n"),
-                 Cat("{\"forgotten\":", JsonString(args[0]), "}"));
+  const uint64_t current = store->version();
+  std::string text = Cat("current version ", current, "\n");
+  std::string json = Cat("{\"version\":", current, ",\"nodes\":[");
+  bool first = true;
+  for (const NodeRecord& r : *recs) {
+    bool connected = false;
+    for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == r.node_id);
+    std::string state = r.acked_version == current ? "in-sync" : "behind";
+    if (r.nack_version > r.acked_version) state = Cat("rejected ", r.nack_version, ": ", r.nack_reason);
+    common::CatTo(text, r.node_id, " kind=", r.kind, " connected=", connected ? "yes" : "no",
+                  " version=", r.acked_version, " state=", state, " peer=", r.peer,
+                  " last_seen=", TimeText(r.last_seen), "\n");
+    common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(r.node_id),
+                  ",\"kind\":", JsonString(r.kind), ",\"connected\":", connected ? "true" : "false",
+                  ",\"version\":", r.acked_version,
+                  ",\"in_sync\":", r.acked_version == current ? "true" : "false",
+                  ",\"nack_version\":", r.nack_version, ",\"nack_reason\":", JsonString(r.nack_reason),
+                  ",\"peer\":", JsonString(r.peer), ",\"last_seen\":", r.last_seen, "}");
+    first = false;
   }
-  if (verb == "nodes" && args.empty()) {
-    auto recs = store->Nodes();
-    if (!recs.ok()) {
-      StoreFailed(recs.status());
-      return Reply(c, false, Text(recs.status().message()), "");
-    }
-    const uint64_t current = store->version();
-    std::string text = Cat("current version ", current, "\n");
-    std::string json = Cat("{\"version\":", current, ",\"nodes\":[");
-    bool first = true;
-    for (const NodeRecord& r : *recs) {
-      bool connected = false;
-      for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == r.node_id);
-      std::string state = r.acked_version == current ? "in-sync" : "behind";
-      if (r.nack_version > r.acked_version) state = Cat("rejected ", r.nack_version, ": ", r.nack_reason);
-      common::CatTo(text, r.node_id, " kind=", r.kind, " connected=", connected ? "yes" : "no",
-                    " version=", r.acked_version, " state=", state, " peer=", r.peer,
-                    " last_seen=", TimeText(r.last_seen), "\n");
-      common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(r.node_id),
-                    ",\"kind\":", JsonString(r.kind), ",\"connected\":", connected ? "true" : "false",
-                    ",\"version\":", r.acked_version,
-                    ",\"in_sync\":", r.acked_version == current ? "true" : "false",
-                    ",\"nack_version\":", r.nack_version, ",\"nack_reason\":", JsonString(r.nack_reason),
-                    ",\"peer\":", JsonString(r.peer), ",\"last_seen\":", r.last_seen, "}");
-      first = false;
-    }
-    return Reply(c, true, text, json + "]}");
+  return Reply(c, true, text, json + "]}");
+}
+
+void MgmtServer::Impl::ListAudit(Conn& c, const std::vector<std::string>& args) {
+  int limit = 50;
+  if (args.size() == 1) {
+    auto l = ParseU64(args[0]);
+    if (!l.ok() || *l == 0 || *l > 100000) return Reply(c, false, "audit limit must be 1..100000", "");
+    limit = static_cast<int>(*l);
   }
-  if (verb == "audit" && args.size() <= 1) {
-    int limit = 50;
-    if (args.size() == 1) {
-      auto l = ParseU64(args[0]);
-      if (!l.ok() || *l == 0 || *l > 100000) return Reply(c, false, "audit limit must be 1..100000", "");
-      limit = static_cast<int>(*l);
-    }
-    auto recs = store->Audit(limit);
-    if (!recs.ok()) {
-      StoreFailed(recs.status());
-      return Reply(c, false, Text(recs.status().message()), "");
-    }
-    std::string text, json = "[";
-    bool first = true;
-    for (const AuditRecord& r : *recs) {
-      common::CatTo(text, TimeText(r.time), " v", r.version, " ", r.actor, " ", r.action, ": ", r.detail,
-                    "\n");
-      common::CatTo(json, first ? "" : ",", "{\"time\":", r.time, ",\"version\":", r.version,
-                    ",\"actor\":", JsonString(r.actor), ",\"action\":", JsonString(r.action),
-                    ",\"detail\":", JsonString(r.detail), "}");
-      first = false;
-    }
-    return Reply(c, true, text, json + "]");
+  auto recs = store->Audit(limit);
+  if (!recs.ok()) {
+    StoreFailed(recs.status());
+    return Reply(c, false, Text(recs.status().message()), "");
   }
-  return Reply(c, false, Cat("unknown request '", verb, "' with ", args.size(), " arguments"), "");
+  std::string text, json = "[";
+  bool first = true;
+  for (const AuditRecord& r : *recs) {
+    common::CatTo(text, TimeText(r.time), " v", r.version, " ", r.actor, " ", r.action, ": ", r.detail, "\n");
+    common::CatTo(json, first ? "" : ",", "{\"time\":", r.time, ",\"version\":", r.version,
+                  ",\"actor\":", JsonString(r.actor), ",\"action\":", JsonString(r.action),
+                  ",\"detail\":", JsonString(r.detail), "}");
+    first = false;
+  }
+  return Reply(c, true, text, json + "]");
 }
 
 void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,

@@ -7,7 +7,9 @@ Run: python3 tests/integration/test_mgmt.py --build-dir build
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -286,6 +288,96 @@ class MgmtTest(unittest.TestCase):
         self.assertIn("rec-1 kind=recursor connected=yes version=2 state=in-sync", text)
         # The recursor's file reload is off while mgmt owns its tags.
         self.assertIn("weir-mgmt", rec.control("reload-tags"))
+
+
+# What an operator types, and the `command` label of weir_mgmt_requests_total it counts as
+# (docs/metrics.md). Every weir-mgmt command weirctl --help lists must be here.
+WEIRCTL_REQUESTS = {
+    "tag add": ("tag-add", ["tag", "add", "a.example", "weight=on"]),
+    "tag set": ("tag-edit", ["tag", "set", "a.example", "ecs=on"]),
+    "tag ls": ("tag-ls", ["tag", "ls"]),
+    "tag import": ("tag-import", ["tag", "import", "{tags}"]),
+    "tag rm": ("tag-rm", ["tag", "rm", "b.example"]),
+    "citymap add": ("citymap-add", ["citymap", "add", "10.9.0.0/16", "city-z"]),
+    "citymap ls": ("citymap-ls", ["citymap", "ls"]),
+    "citymap rm": ("citymap-rm", ["citymap", "rm", "10.9.0.0/16"]),
+    "citymap import": ("citymap-import", ["citymap", "import", "{citymap}"]),
+    "status": ("status", ["status"]),
+    "nodes": ("nodes", ["nodes"]),
+    "nodes rm": ("node-rm", ["nodes", "rm", "retired-node"]),
+    "audit": ("audit", ["audit", "--limit", "5"]),
+}
+# weirctl's node commands (answered by a node, or by every node through weir-mgmt with --all).
+NODE_COMMANDS = {"cache", "stats", "reload", "upstreams", "partitions"}
+
+
+def help_subcommands(text: str) -> list:
+    """The subcommand names a CLI11 --help lists under SUBCOMMANDS."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line.strip() == "SUBCOMMANDS:" or line.startswith("Subcommands:"):
+            inside = True
+            continue
+        if inside:
+            if not line.strip():
+                break
+            out.append(line.split()[0])
+    return out
+
+
+class CommandTableTest(unittest.TestCase):
+    def test_every_weirctl_command_is_dispatched_and_counted_by_name(self):
+        d = tempfile.mkdtemp(prefix="weir-mgmt-cmds-")
+        self.addCleanup(shutil.rmtree, d, True)
+        mgmt = weirtest.Mgmt(BUILD_DIR, d, metrics=True)
+        self.addCleanup(mgmt.stop)
+        ctl = os.path.join(BUILD_DIR, "mgmt/weirctl")
+
+        # What weirctl --help offers, two levels deep.
+        listed = []
+        for top in help_subcommands(subprocess.run([ctl, "--help"], capture_output=True, text=True).stdout):
+            subs = help_subcommands(subprocess.run([ctl, top, "--help"], capture_output=True, text=True).stdout)
+            if top in ("tag", "citymap"):
+                listed += [f"{top} {s}" for s in subs]
+            else:
+                listed.append(top)
+                listed += [f"{top} {s}" for s in subs if top not in NODE_COMMANDS]
+        mgmt_commands = [c for c in listed if c.split()[0] not in NODE_COMMANDS]
+        self.assertEqual(sorted(mgmt_commands), sorted(WEIRCTL_REQUESTS), listed)
+
+        before = mgmt.metrics()
+        # Every series is there from the start, none with an empty or unlisted label.
+        labels = {l["command"] for l, _ in before.series("weir_mgmt_requests_total")}
+        self.assertEqual(labels, {v for v, _ in WEIRCTL_REQUESTS.values()} | {"node-control", "unknown", "invalid"},
+                         before.text)
+        # docs/metrics.md lists exactly these.
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../docs/metrics.md")) as f:
+            row = next(line for line in f if line.startswith("| `weir_mgmt_requests_total`"))
+        documented = set(re.findall(r"`([a-z-]+)`", row.split("`command`", 1)[1].split("`result`", 1)[0]))
+        self.assertEqual(documented, labels, row)
+        tags = os.path.join(d, "tags.txt")
+        with open(tags, "w") as f:
+            f.write("a.example weight=on\nb.example ecs=on\n")
+        citymap = os.path.join(d, "citymap.csv")
+        with open(citymap, "w") as f:
+            f.write("10.1.0.0/16,city-a,198.51.100.0/24\n")
+        for words, (label, argv) in WEIRCTL_REQUESTS.items():
+            argv = [a.format(tags=tags, citymap=citymap) for a in argv]
+            if words == "tag import":
+                continue  # below, before "tag rm" needs b.example
+            r = mgmt.weirctl(*argv)
+            ok = words != "nodes rm"  # a node never seen: refused, still counted as node-rm
+            self.assertEqual(r.returncode == 0, ok, f"weirctl {' '.join(argv)}: {r.stdout}{r.stderr}")
+            if words == "tag add":
+                imp = mgmt.weirctl("tag", "import", tags)
+                self.assertEqual(imp.returncode, 0, imp.stderr)
+        after = mgmt.metrics()
+        for words, (label, _) in WEIRCTL_REQUESTS.items():
+            result = "error" if words == "nodes rm" else "ok"
+            self.assertEqual(after.value("weir_mgmt_requests_total", command=label, result=result) -
+                             before.value("weir_mgmt_requests_total", command=label, result=result), 1,
+                             f"weirctl {words} counted as {label}/{result}:\n{after.text}")
+        self.assertEqual(after.value("weir_mgmt_requests_total", command="unknown"), 0, after.text)
 
 
 if __name__ == "__main__":
