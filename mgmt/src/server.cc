@@ -555,7 +555,7 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (args.size() < spec->min_args || (spec->max_args != kAnyArgs && args.size() > spec->max_args)) {
     return Reply(c, false,
                  Cat("request '", verb, "' takes ", static_cast<int>(spec->min_args),
-                     spec->max_args == kAnyArgs           ? " or more"
+                     spec->max_args == kAnyArgs         ? " or more"
                      : spec->max_args != spec->min_args ? Cat(" to ", static_cast<int>(spec->max_args))
                                                         : std::string(),
                      " arguments, got ", args.size()),
