@@ -8,6 +8,8 @@
 #include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "weir/common/config_file.h"
@@ -113,16 +115,44 @@ int Daemon::Serve(const ServeHooks& hooks) const {
   std::fputs(hooks.ready_text().c_str(), stdout);
   std::fflush(stdout);
   sd_notify(0, "READY=1\nSTATUS=serving");
-  // The systemd watchdog (WatchdogSec in the unit): petted from this loop,
-  // so a wedged control thread gets the daemon restarted.
+  // The systemd watchdog (WatchdogSec in the unit): petted from this loop
+  // while every loop of the server makes progress, so a wedged worker gets
+  // the daemon restarted as a wedged control thread does.
   uint64_t watchdog_usec = 0;
   const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
+  const std::chrono::steady_clock::duration stall_limit =
+      watchdog ? std::max<std::chrono::steady_clock::duration>(std::chrono::microseconds(watchdog_usec / 2),
+                                                               std::chrono::seconds(1))
+               : std::chrono::seconds(5);
+  HeartbeatMonitor monitor;
+  if (hooks.hearts) monitor.Watch(hooks.hearts(), std::chrono::steady_clock::now());
+  bool stalled = false;
+  auto check_and_pet = [&] {
+    const std::vector<std::string> stuck = monitor.Stalled(std::chrono::steady_clock::now(), stall_limit);
+    if (stuck.empty()) {
+      if (stalled) {
+        LogInfo("watchdog", "every loop makes progress again");
+        sd_notify(0, "STATUS=serving");
+        stalled = false;
+      }
+      if (watchdog) sd_notify(0, "WATCHDOG=1");
+      return;
+    }
+    if (stalled) return;
+    stalled = true;
+    std::string list;
+    for (const std::string& s : stuck) list += (list.empty() ? "" : ", ") + s;
+    LogError("watchdog", "stalled: ", list,
+             watchdog ? ": the systemd watchdog is no longer petted (the service manager restarts the daemon)"
+                      : "");
+    sd_notifyf(0, "STATUS=stalled: %s", list.c_str());
+  };
   // Woken once a second to write the summaries of rate-limited lines whose
   // interval is over (log.h), so a burst that stops is still reported.
   const timespec tick{1, 0};
   for (;;) {
     const int sig = sigtimedwait(&set, nullptr, &tick);
-    if (watchdog) sd_notify(0, "WATCHDOG=1");
+    check_and_pet();
     if (sig < 0) {
       FlushLogRepeats();
       continue;

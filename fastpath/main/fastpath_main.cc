@@ -22,5 +22,6 @@ int main(int argc, char** argv) {
       .reload = [&] { return server.Reload(); },
       .reload_label = "reload",
       .stop = [&] { server.Stop(); },
+      .hearts = [&] { return server.Hearts(); },
   });
 }

@@ -488,6 +488,7 @@ void Forwarder::Impl::Run() {
   partitions::RcuThread rcu;
   loop.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
   while (running.load(std::memory_order_relaxed)) {
+    self->heartbeat_.Beat();
     // Descriptors (upstream answers, probes), the wake (misses), timers.
     loop.RunOnce(std::chrono::milliseconds(50));
     Drain();  // a push may have raced the wake

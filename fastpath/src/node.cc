@@ -544,4 +544,8 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
   }
 }
 
+const common::Heartbeat* Node::forwarder_heartbeat() const {
+  return forwarder_ ? &forwarder_->heartbeat() : nullptr;
+}
+
 }  // namespace weir::fastpath

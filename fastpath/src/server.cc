@@ -53,6 +53,21 @@ common::HttpReply AdvanceTestClock(partitions::FakeClock& clock, const common::H
   return {200, Cat("clock ", clock.NowSeconds(), "\n")};
 }
 
+// Tests only: GET /test/stall-worker?slot=N&ms=M stops worker slot N's loop
+// for M ms at its next turn, as a wedged worker would (the watchdog test).
+common::HttpReply StallWorkerForTest(Node& node, const common::HttpQueryArgs& args) {
+  auto slot = args.find("slot");
+  auto ms = args.find("ms");
+  int n = -1;
+  uint32_t m = 0;
+  if (slot == args.end() || ms == args.end() || !absl::SimpleAtoi(slot->second, &n) ||
+      !absl::SimpleAtoi(ms->second, &m) || n < 0 || n >= node.slots() || m == 0 || m > 600000) {
+    return {400, "want /test/stall-worker?slot=N&ms=M (1..600000)\n"};
+  }
+  node.core(n).StallForTest(m);
+  return {200, Cat("worker ", n, " stalls for ", m, " ms\n")};
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -242,6 +257,9 @@ absl::Status Server::Start() {
       s.metrics->AddRoute("/test/advance-clock", [clock = s.test_clock](const common::HttpQueryArgs& args) {
         return AdvanceTestClock(*clock, args);
       });
+      s.metrics->AddRoute("/test/stall-worker", [node = s.node.get()](const common::HttpQueryArgs& args) {
+        return StallWorkerForTest(*node, args);
+      });
     }
     if (absl::Status st = s.metrics->Start(s.metrics_fd); !st.ok()) {
       Stop();  // everything above is running
@@ -279,6 +297,18 @@ void Server::Stop() {
 absl::Status Server::Reload() {
   if (!impl_->node) return absl::FailedPreconditionError("not started");
   return impl_->node->Reload();
+}
+
+std::vector<common::NamedHeart> Server::Hearts() const {
+  std::vector<common::NamedHeart> out;
+  const Impl& s = *impl_;
+  if (!s.node) return out;
+  // Slots 0..n-1 are the UDP (or poll-mode) workers, slot n the TCP thread.
+  const int workers = s.node->slots() - 1;
+  for (int i = 0; i < workers; ++i) out.push_back({Cat("worker ", i), &s.node->core(i).heartbeat()});
+  if (s.tcp) out.push_back({"tcp thread", &s.node->core(workers).heartbeat()});
+  out.push_back({"forwarder", s.node->forwarder_heartbeat()});
+  return out;
 }
 
 std::string Server::DescribeListeners() const {

@@ -196,6 +196,11 @@ bool WorkerCore::ProbeSwrr(SwrrProbe* probe, std::chrono::milliseconds timeout,
   return true;
 }
 
+void WorkerCore::TestStall() {
+  const uint32_t ms = test_stall_ms_.exchange(0, std::memory_order_relaxed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 void WorkerCore::AnswerProbe() {
   SwrrProbe* p = probe_.exchange(nullptr, std::memory_order_acq_rel);
   if (p == nullptr) return;

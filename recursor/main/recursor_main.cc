@@ -21,5 +21,6 @@ int main(int argc, char** argv) {
       .reload = [&] { return server.ReloadTags(); },
       .reload_label = "reload tags",
       .stop = [&] { server.Stop(); },
+      .hearts = [&] { return server.Hearts(); },
   });
 }

@@ -89,6 +89,7 @@ struct Server::Impl {
   std::unique_ptr<common::MetricsHttpServer> metrics;
   std::thread thread;
   std::atomic<bool> running{false};
+  common::Heartbeat heartbeat;  // the loop's, for the watchdog
   std::random_device seeds;
 
   // The loop thread is its one producer; null without [dnstap]. Declared
@@ -176,7 +177,10 @@ struct Server::Impl {
   }
   void Run() {
     Sweep();
-    while (running.load(std::memory_order_relaxed)) loop.RunOnce(std::chrono::milliseconds(200));
+    while (running.load(std::memory_order_relaxed)) {
+      heartbeat.Beat();
+      loop.RunOnce(std::chrono::milliseconds(200));
+    }
   }
   void Sweep();
   // The metrics server's render callback, on its threads.
@@ -353,6 +357,8 @@ absl::Status Server::Start() {
   }
   return absl::OkStatus();
 }
+
+std::vector<common::NamedHeart> Server::Hearts() const { return {{"resolver loop", &impl_->heartbeat}}; }
 
 std::string Server::DescribeListeners() const {
   std::string s;

@@ -101,14 +101,14 @@ class NotifySocket:
 
 
 class SystemdNotifyTest(unittest.TestCase):
-    def start_fastpath(self, env_extra):
+    def start_fastpath(self, env_extra, extra_args=(), workers=1):
         tags = weirtest.write_temp("tagged.example weight=on\n", suffix=".txt")
         self.addCleanup(os.unlink, tags)
-        config = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:1"], tags=tags))
+        config = weirtest.write_temp(weirtest.fastpath_config(["127.0.0.1:1"], tags=tags, workers=workers))
         self.addCleanup(os.unlink, config)
         env = dict(os.environ)
         env.update(env_extra)
-        p = weirtest.Process([weirtest.binary(BUILD_DIR, PROGRAMS["weir-fastpath"]), "-c", config],
+        p = weirtest.Process([weirtest.binary(BUILD_DIR, PROGRAMS["weir-fastpath"]), "-c", config, *extra_args],
                              ready=r"^metrics http ", env=env)
         self.addCleanup(p.stop)
         return p
@@ -126,6 +126,55 @@ class SystemdNotifyTest(unittest.TestCase):
         os.kill(p.pid, signal.SIGTERM)
         notify.wait_for("STOPPING=1")
         self.assertEqual(p.proc.wait(timeout=10), 0)
+
+    def test_watchdog_not_petted_while_a_worker_is_stuck(self):
+        notify = NotifySocket()
+        self.addCleanup(notify.close)
+        # WatchdogSec=2: a loop without progress for 1 s stops the pets.
+        p = self.start_fastpath({"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "2000000"},
+                                extra_args=["--test-clock"], workers=2)
+        metrics = next(line for line in p.lines if line.startswith("metrics http ")).split()[2]
+        host, port = weirtest.split_hostport(metrics)
+        notify.wait_for("READY=1")
+        notify.wait_for("WATCHDOG=1", timeout=5)
+        # Worker 1 wedges for 6 s (the others, the TCP thread and the forwarder go on).
+        self.assertIn("stalls", weirtest.http_get(host, port, "/test/stall-worker?slot=1&ms=6000"))
+        status = None
+        deadline = time.monotonic() + 5
+        while status is None:
+            self.assertLess(time.monotonic(), deadline, f"no stall status; seen {notify.seen}")
+            status = next((f for f in self._next(notify) if f.startswith("STATUS=stalled: ")), None)
+        self.assertIn("worker 1 (no progress for", status)
+        self.assertNotIn("worker 0", status)
+        self.assertNotIn("forwarder", status)
+        # No pet for as long as it is stuck: nothing but silence until it moves again.
+        t_stall = time.monotonic()
+        after = []
+        while time.monotonic() - t_stall < 2.5:
+            after.append(self._next(notify, timeout=0.3))
+        self.assertFalse(any("WATCHDOG=1" in f for f in after if f), after)
+        # It moves again: pets resume, the end of the stall is logged.
+        notify.wait_for("STATUS=serving", timeout=6)
+        notify.wait_for("WATCHDOG=1", timeout=3)
+        os.kill(p.pid, signal.SIGTERM)
+        self.assertEqual(p.proc.wait(timeout=10), 0)
+        err = p.stderr_text()
+        self.assertIn("stalled: worker 1 (no progress for", err)
+        self.assertIn("the systemd watchdog is no longer petted", err)
+        self.assertIn("every loop makes progress again", err)
+
+    @staticmethod
+    def _next(notify, timeout=1.0):
+        """The next notify message's fields ([] when none came within `timeout`)."""
+        notify.sock.settimeout(timeout)
+        try:
+            fields = notify.sock.recv(4096).decode().split("\n")
+        except socket.timeout:
+            return []
+        finally:
+            notify.sock.settimeout(0.2)
+        notify.seen.append(fields)
+        return fields
 
     def test_no_watchdog_without_watchdog_usec(self):
         notify = NotifySocket()

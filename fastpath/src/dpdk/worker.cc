@@ -287,6 +287,7 @@ void DpdkWorker::Run(const std::atomic<bool>& running) {
   partitions::RcuThread rcu;
   int idle = 0;
   while (running.load(std::memory_order_relaxed)) {
+    core_.Turn();
     const size_t n = Poll();
     rcu.Quiescent();
     if (n > 0 || idle_sleep_us_ == 0) {

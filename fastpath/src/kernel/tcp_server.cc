@@ -220,6 +220,7 @@ void TcpServer::Run(const std::atomic<bool>& running) {
   loop_.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
   for (int lfd : listen_fds_) Listen(lfd);
   while (running.load(std::memory_order_relaxed)) {
+    core_.Turn();
     loop_.RunOnce(std::chrono::milliseconds(100));
     CloseExpired();
     rcu.Quiescent();

@@ -122,6 +122,7 @@ void UdpWorker::Run(const std::atomic<bool>& running) {
   partitions::RcuThread rcu;
   if (fds_.size() == 1) {
     while (running.load(std::memory_order_relaxed)) {
+      core_.Turn();
       Burst(0, MSG_WAITFORONE);
       core_.DrainReturns(node_.NowSeconds(), *this);
       rcu.Quiescent();
@@ -133,6 +134,7 @@ void UdpWorker::Run(const std::atomic<bool>& running) {
   for (int fd : fds_) pfds.push_back({fd, POLLIN, 0});
   pfds.push_back({wake_fd_, POLLIN, 0});
   while (running.load(std::memory_order_relaxed)) {
+    core_.Turn();
     int ready;
     {
       partitions::RcuOfflineScope offline;  // blocking: let grace periods pass

@@ -10,7 +10,9 @@
 //
 // Under systemd (Type=notify) the daemon tells the service manager READY=1
 // once it serves, RELOADING=1 / READY=1 around a SIGHUP reload, STOPPING=1
-// when it stops, and WATCHDOG=1 every second when the unit has WatchdogSec.
+// when it stops, and WATCHDOG=1 every second when the unit has WatchdogSec,
+// but only while every loop the server names (ServeHooks::hearts) made
+// progress within the stall limit (heartbeat.h).
 //
 // Control plane only; everything runs on the main thread.
 #pragma once
@@ -18,8 +20,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "weir/common/heartbeat.h"
 #include "weir/common/log.h"
 
 namespace weir::common {
@@ -43,6 +47,10 @@ struct ServeHooks {
   std::function<absl::Status()> reload{};
   std::string reload_label = "reload";
   std::function<void()> stop{};
+  // The server's loops, asked once after `start`; the watchdog is petted
+  // only while each has beaten within the stall limit (half WatchdogSec,
+  // at least 1 s; 5 s without a watchdog, when a stall is only logged).
+  std::function<std::vector<NamedHeart>()> hearts{};
 };
 
 class Daemon {
@@ -80,7 +88,9 @@ class Daemon {
   // --user was given (every socket is bound by then), prints the ready text,
   // tells systemd READY=1 and waits: SIGHUP reloads, SIGTERM/SIGINT stop;
   // once a second it writes the summaries of rate-limited log lines and
-  // pets the systemd watchdog. Returns the exit code.
+  // pets the systemd watchdog while no heart stalled (a stall is logged as
+  // an error once, with the loops' names, and its end at info). Returns the
+  // exit code.
   // The server must not start threads before `start`.
   int Serve(const ServeHooks& hooks) const;
 

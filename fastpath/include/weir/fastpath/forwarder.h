@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "weir/common/heartbeat.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/metrics.h"
@@ -58,6 +59,9 @@ class Forwarder {
 
   // Wakes the forwarder after a worker pushed misses (one syscall a burst).
   void Notify();
+
+  // Beaten once per turn of the forwarder's loop (at least every 50 ms).
+  const common::Heartbeat& heartbeat() const { return heartbeat_; }
 
   // Metrics (read by the metrics thread).
   uint64_t coalesced() const { return coalesced_.Read(); }
@@ -108,6 +112,7 @@ class Forwarder {
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
   OwnedCounter learned_overflow_;
+  common::Heartbeat heartbeat_;
   std::vector<std::unique_ptr<UpstreamStats>> ordinary_stats_;
   std::vector<std::unique_ptr<UpstreamStats>> weighted_stats_;
 };

@@ -64,6 +64,8 @@ class Node {
   absl::Status Reload();
 
   int slots() const { return static_cast<int>(cores_.size()); }
+  // The forwarder's loop heartbeat (null before Start).
+  const common::Heartbeat* forwarder_heartbeat() const;
   WorkerCore& core(int slot) { return *cores_[slot]; }
   MissChannel& channel(int slot) { return *channels_[slot]; }
   const FastpathConfig& config() const { return config_; }

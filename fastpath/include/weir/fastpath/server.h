@@ -6,8 +6,11 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "weir/common/heartbeat.h"
 #include "weir/fastpath/config.h"
 #include "weir/partitions/clock.h"
 
@@ -30,6 +33,9 @@ class Server {
   absl::Status Reload();
   // The bound addresses (ports resolved when the config asked for port 0).
   std::string DescribeListeners() const;
+  // Every loop the watchdog goes by: each worker, the TCP thread, the
+  // forwarder (after Start).
+  std::vector<common::NamedHeart> Hearts() const;
 
  private:
   struct Impl;

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "weir/common/heartbeat.h"
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/miss_channel.h"
@@ -97,6 +98,18 @@ class alignas(64) WorkerCore {
   // did not take it within `timeout` (then it never will).
   bool ProbeSwrr(SwrrProbe* probe, std::chrono::milliseconds timeout, const std::function<void()>& wake);
 
+  // Once per turn of the worker's loop (every backend's loop turns at least
+  // every 100 ms): the heartbeat the systemd watchdog goes by (heartbeat.h).
+  void Turn() {
+    heartbeat_.Beat();
+    if (test_stall_ms_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      TestStall();
+  }
+  const common::Heartbeat& heartbeat() const { return heartbeat_; }
+  // Tests only (--test-clock): the worker's loop stops for `ms` at its next
+  // turn, as a wedged worker would.
+  void StallForTest(uint32_t ms) { test_stall_ms_.store(ms, std::memory_order_relaxed); }
+
   int index() const { return index_; }
   QueryHandler& handler() { return handler_; }
   const QueryHandler& handler() const { return handler_; }
@@ -124,6 +137,9 @@ class alignas(64) WorkerCore {
   std::unique_ptr<uint8_t[]> out_;  // answers to returned queries (any transport)
   std::atomic<SwrrProbe*> probe_{nullptr};
   void AnswerProbe();
+  void TestStall();
+  common::Heartbeat heartbeat_;
+  std::atomic<uint32_t> test_stall_ms_{0};
 };
 
 }  // namespace weir::fastpath

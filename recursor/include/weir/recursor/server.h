@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "weir/common/heartbeat.h"
 #include "weir/partitions/clock.h"
 #include "weir/recursor/config.h"
 
@@ -36,6 +37,8 @@ class Server {
   absl::Status Start();
   // "listening udp A tcp A" lines, "control A", then "ready".
   std::string DescribeListeners() const;
+  // The loop the watchdog goes by (the one thread that resolves).
+  std::vector<common::NamedHeart> Hearts() const;
   // Re-reads the tag file; applied by the loop thread. Any thread.
   absl::Status ReloadTags();
   void Stop();
