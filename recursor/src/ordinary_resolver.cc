@@ -160,7 +160,20 @@ void OrdinaryResolver::OnResult(const std::string& key, const ResolverResult& re
     }
     return;
   }
-  const bool negative = a.answer.empty() || a.rcode != 0;
+  // RFC 2308 2.2: an answer with no record of the asked type at the end of
+  // its chain (a CNAME to a name without one) is a NODATA, dated by its SOA
+  // like any other (and not cached without one), not by the CNAME's TTL.
+  auto answers_question = [&] {
+    if (f->qtype == dns::type::kAny) return !a.answer.empty();
+    dns::NameKey name = f->qname;
+    for (size_t i = 0;; ++i) {
+      for (const CachedRecord& r : a.answer) {
+        if (r.type == f->qtype && OwnedBy(r, name)) return true;
+      }
+      if (i >= prefix.size() || !CnameTarget(prefix[i], &name)) return false;
+    }
+  };
+  const bool negative = a.rcode != 0 || !answers_question();
   const uint32_t ttl = negative ? std::min(MinTtl(a), policy_.NegativeTtlOf(a)) : MinTtl(a);
   if (negative && ttl == 0) {
     ++stats_.wait.negative_uncached;  // RFC 2308 5: no SOA, nothing to date it by

@@ -91,6 +91,13 @@ def bind_style(q: weirtest.RawQuery):
                                        authority=ns_cdn, additional=glue_cdn, options=opts)
     if q.qname in ("bind.example.", "ns.bind.example."):
         return weirtest.build_response(q, authority=[soa], options=opts)
+    if q.qname.startswith("cname-nosoa") and q.qname.endswith(".bind.example."):
+        # A CNAME (TTL 60) to a name that has no record of the type, and no SOA either.
+        target = "nosoa-nodata-target" + q.qname[len("cname-nosoa"):]
+        return weirtest.build_response(q, answer=[(q.qname, "CNAME", 60, n(target))], options=opts)
+    if q.qname.startswith("nosoa") and q.qname.endswith(".bind.example."):
+        # NODATA (nosoa-nodata...) or NXDOMAIN (nosoa-nx...) with an empty authority section.
+        return weirtest.build_response(q, rcode=3 if q.qname.startswith("nosoa-nx") else 0, options=opts)
     return weirtest.build_response(q, rcode=3, authority=[soa], options=opts)
 
 
@@ -267,6 +274,44 @@ class NegativeAnswers(Base):
             self.assertEqual(st["ordinary_misses"], 2)
             self.assertEqual(st["negative_uncached"], 2)
             self.assertEqual(st["plain_entries"], 0)
+
+
+    def test_negative_without_soa_through_full_recursion_is_asked_again(self):
+        # An authority inside the hierarchy (not a forwarder) that answers NODATA and NXDOMAIN
+        # with no SOA: libunbound and weir's last hop both get it; neither answer is kept by weir.
+        empty = weirtest.write_temp("", suffix=".txt")
+        self.addCleanup(os.unlink, empty)
+        for tags, variant in ((empty, "untagged"), (self.tags, "tagged")):
+            rec = self.start(tags=tags)
+            names = (f"nosoa-nodata-{variant}.bind.example", f"nosoa-nx-{variant}.bind.example",
+                     f"cname-nosoa-{variant}.bind.example")
+            for name in names:
+                for i in range(2):
+                    r = weirtest.dig(rec.host, rec.port, name, ecs="198.51.100.7/24" if variant == "tagged" else None)
+                    self.assertEqual(r.status, "NXDOMAIN" if "-nx-" in name else "NOERROR", r.text)
+                    self.assertEqual([x.type for x in r.answer], ["CNAME"] if name.startswith("cname") else [],
+                                     r.text)
+                    self.assertFalse([x for x in r.authority if x.type == "SOA"], r.text)
+                    # The clock of weir's caches moves on: a NODATA kept like one with an SOA
+                    # (for 60 s, say) would still be answered from them.
+                    rec.advance_clock(10)
+            st = rec.stats()
+            with self.subTest(variant=variant):
+                self.assertEqual(st["negative_uncached"], 6, st)
+                self.assertEqual(st.get("plain_entries", 0), 0, st)
+                # Through the front: a miss each time too (the clock moved 10 s between queries).
+                fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([f"{rec.host}:{rec.port}"],
+                                                                           weighted=[f"{rec.host}:{rec.port}"],
+                                                                           tags=tags), test_clock=True)
+                self.addCleanup(fp.stop)
+                name = f"nosoa-nodata-{variant}.bind.example"
+                before = rec.stats()["queries"]
+                for i in range(2):
+                    r = fp.dig(name)
+                    self.assertEqual((r.status, r.answer), ("NOERROR", []), r.text)
+                    fp.advance_clock(10)
+                self.assertEqual(rec.stats()["queries"] - before, 2, "the front kept a NODATA without SOA")
+                self.assertEqual(fp.metrics().value("weir_cache_entries"), 0)
 
 
 class ThroughTheFastpath(Base):
