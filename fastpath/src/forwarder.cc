@@ -56,6 +56,9 @@ struct Pending {
   uint16_t id = 0;
   uint16_t port = 0;
   bool case_randomized = false;  // the query's qname went out in 0x20 case
+  // The TCP try follows a UDP answer in another case than our 0x20 one: if
+  // the server cannot be asked over TCP, that answer was its own.
+  bool case_suspect = false;
   // Answers carrying this question that matched no try (a forger's ID
   // guesses); past upstream.unwanted_reply_threshold the UDP try is
   // abandoned and the question asked over TCP.
@@ -167,6 +170,9 @@ struct Forwarder::Impl {
   uint8_t out[kMaxMessage];
 
   void Run();
+  // After a 0x20 mismatch, a TCP try that failed: asks again over UDP
+  // without 0x20 (true), or false when `p` is not such a try.
+  bool CaseFallback(Pending* p);
   void Drain();
   void Accept(PendingClient&& c);
   void Send(Pending* p);
@@ -717,6 +723,7 @@ void Forwarder::Impl::OnDatagram(int fd, size_t n, const SocketAddress& src) {
       self->case_mismatches_.Add();
       self->spoofed_.Add();
       refused_log(ep.address.ToString(), ": answer refused (question case differs from the 0x20 query)");
+      p->case_suspect = true;
       return SwitchToTcp(p, true);
     }
   }
@@ -856,6 +863,7 @@ void Forwarder::Impl::ArmTry(Pending* p) {
 void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   Group& g = groups[p->weighted_group ? 1 : 0];
   auto fail = [&] {
+    if (CaseFallback(p)) return;
     MarkResult(g, p->upstream, false);
     Send(p);  // the next recursor, over UDP again
   };
@@ -892,6 +900,7 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   // teach that, so one answer is proof enough).
   if (p->case_randomized && !dns::SameSpelling({out, len}, SentName(p))) {
     case_memory.NotPreserved(ep.address, Clock::now());
+    self->case_fallbacks_.Add();
     common::LogWarning(
         "upstream", ep.address.ToString(), " does not keep the question's case: 0x20 off for it for ",
         std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(), " minutes");
@@ -909,7 +918,29 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   Finish(p, buf, len);
 }
 
+bool Forwarder::Impl::CaseFallback(Pending* p) {
+  if (!p->over_tcp || !p->case_suspect) return false;
+  // The server answered over UDP in another case and cannot be asked over
+  // TCP: it does not keep the case (a balancer that lower-cases names). It
+  // is asked again at once, over UDP without 0x20 (its answers still need
+  // the socket, the ID, the question and the cookie), within the client's
+  // deadline; this try does not count against it or the attempts.
+  p->case_suspect = false;
+  const Endpoint& ep = endpoints[p->endpoint];
+  case_memory.NotPreserved(ep.address, Clock::now());
+  self->case_fallbacks_.Add();
+  common::LogWarning("upstream", ep.address.ToString(),
+                     " answers in another case than asked and not over TCP: 0x20 off for it for ",
+                     std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(),
+                     " minutes");
+  p->tried &= ~(uint64_t{1} << p->upstream);
+  if (p->attempts > 0) --p->attempts;
+  Send(p);
+  return true;
+}
+
 void Forwarder::Impl::OnTimeout(Pending* p) {
+  if (CaseFallback(p)) return;
   Group& g = groups[p->weighted_group ? 1 : 0];
   (*g.stats)[p->upstream]->timeouts.Add();
   MarkResult(g, p->upstream, false);

@@ -323,6 +323,9 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   w.Counter("weir_upstream_case_mismatches_total",
             "Upstream answers refused because their question's case differed from the 0x20 query.")
       .Add({}, forwarder_->case_mismatches());
+  w.Counter("weir_upstream_0x20_fallbacks_total",
+            "Upstreams found not to keep the question's case, then asked without 0x20 for 15 minutes.")
+      .Add({}, forwarder_->case_fallbacks());
   w.Counter("weir_upstream_cookie_mismatches_total",
             "Upstream answers refused for a wrong, malformed or missing DNS cookie.")
       .Add({}, forwarder_->cookie_mismatches());

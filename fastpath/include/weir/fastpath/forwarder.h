@@ -80,6 +80,9 @@ class Forwarder {
   // unwanted answers carrying them.
   uint64_t spoof_reactions() const { return spoof_reactions_.Read(); }
   uint64_t case_mismatches() const { return case_mismatches_.Read(); }
+  // Upstreams found not to keep the question's case (answered in another
+  // case over TCP, or not over TCP at all): asked without 0x20 for a while.
+  uint64_t case_fallbacks() const { return case_fallbacks_.Read(); }
   uint64_t cookie_mismatches() const { return cookie_mismatches_.Read(); }
   // UDP sockets open towards the recursors (the pool and the retired ones
   // still waiting for answers).
@@ -106,6 +109,7 @@ class Forwarder {
   OwnedCounter late_;
   OwnedCounter spoof_reactions_;
   OwnedCounter case_mismatches_;
+  OwnedCounter case_fallbacks_;
   OwnedCounter cookie_mismatches_;
   std::atomic<uint64_t> udp_sockets_{0};
   std::atomic<uint64_t> in_flight_{0};  // written by the forwarder thread
