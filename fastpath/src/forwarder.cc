@@ -170,6 +170,8 @@ struct Forwarder::Impl {
   uint8_t out[kMaxMessage];
 
   void Run();
+  // FillCache's RDATA, uncompressed (RDLENGTH is at most 65535).
+  std::vector<uint8_t> rdata_scratch = std::vector<uint8_t>(65535);
   // After a 0x20 mismatch, a TCP try that failed: asks again over UDP
   // without 0x20 (true), or false when `p` is not such a try.
   bool CaseFallback(Pending* p);
@@ -1035,7 +1037,10 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
     answers.push_back(r);
   }
   dns::NameKey cur = p.miss.qname;
-  uint8_t rdata[dns::kMaxNameWire * 2 + 32];
+  // Any RDATA fits (a TXT record of several KB too): one that did not would
+  // leave its record out of the entry, a wrong answer from the cache.
+  uint8_t* const rdata = rdata_scratch.data();
+  const size_t rdata_cap = rdata_scratch.size();
   size_t address_count = 0;
   bool found = false;
   uint32_t chain_ttl = UINT32_MAX;
@@ -1046,8 +1051,7 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
       if (!(r.owner == cur) || r.rr.klass != p.miss.qclass) continue;
       size_t rdlen = 0;
       if (r.rr.type == dns::type::kCname && p.miss.qtype != dns::type::kCname) {
-        if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) !=
-            dns::ParseError::kOk) {
+        if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, rdata_cap, &rdlen) != dns::ParseError::kOk) {
           return false;
         }
         b.AddCname(cur.span(), {rdata, rdlen}, r.rr.ttl);
@@ -1086,8 +1090,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
   for (const Rec& r : answers) {
     if (!(r.owner == cur) || r.rr.type != p.miss.qtype || r.rr.klass != p.miss.qclass) continue;
     size_t rdlen = 0;
-    if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk) {
-      continue;
+    if (dns::CopyRdataUncompressed(up.bytes(), r.rr, rdata, rdata_cap, &rdlen) != dns::ParseError::kOk) {
+      return false;  // a record of the answer that cannot be stored: relayed, not cached without it
     }
     if ((r.rr.type == dns::type::kA && rdlen == 4) || (r.rr.type == dns::type::kAaaa && rdlen == 16)) {
       b.AddAddress(cur.span(), {rdata, rdlen}, r.rr.ttl);
@@ -1103,8 +1107,8 @@ bool Forwarder::Impl::FillCache(const Pending& p, const dns::Message& up, bool* 
     dns::NameKey owner;
     size_t end, rdlen;
     if (dns::ReadName(up.bytes(), rr.name_offset, &end, &owner) != dns::ParseError::kOk) continue;
-    if (dns::CopyRdataUncompressed(up.bytes(), rr, rdata, sizeof(rdata), &rdlen) != dns::ParseError::kOk)
-      continue;
+    if (dns::CopyRdataUncompressed(up.bytes(), rr, rdata, rdata_cap, &rdlen) != dns::ParseError::kOk)
+      return false;
     b.AddAuthority(owner.span(), rr.type, rr.klass, rr.ttl, {rdata, rdlen});
   }
   if (up.edns().has_weight && address_count > 0) {

@@ -13,6 +13,7 @@
 #include "ordinary_resolver.h"
 #include "query_router.h"
 #include "socket_last_hop.h"
+#include "unbound_resolver.h"
 #include "weir/common/log.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/partitions/clock.h"
@@ -33,6 +34,7 @@ class Control {
     TaggedResolver* tagged = nullptr;
     const SocketLastHop* last_hop = nullptr;
     ZoneCutFinder* cuts = nullptr;
+    const UnboundResolver* ub = nullptr;  // its restarts
     const common::Logger* log = nullptr;  // log_suppressed: its rate-limited lines held back
     // The dnstap writer, null without [dnstap] (read when stats are asked).
     std::function<const dnstap::Writer*()> dnstap;

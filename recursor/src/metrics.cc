@@ -124,6 +124,10 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
       w.Counter("weir_recursor_resolver_queries_total", "Queries handed to libunbound, by purpose.");
   resolver.Add({{"purpose", "answer"}}, o.resolver_queries);
   resolver.Add({{"purpose", "zone_cut"}}, z.resolver_queries);
+  w.Counter(
+       "weir_recursor_resolver_restarts_total",
+       "Times libunbound's resolving process ended and a new one was started (lookups in flight failed).")
+      .Add({}, p.ub != nullptr ? p.ub->restarts() : 0);
   w.Counter("weir_recursor_zone_cut_lookups_total", "Zone-cut walks started.").Add({}, z.lookups);
   w.Counter("weir_recursor_zone_cut_cache_hits_total", "Zone cuts found in the zone-cut cache.")
       .Add({}, z.cache_hits);

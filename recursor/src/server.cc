@@ -139,6 +139,7 @@ struct Server::Impl {
                  .tagged = &tagged,
                  .last_hop = &last_hop,
                  .cuts = &cut_finder,
+                 .ub = &ub,
                  .log = &common::DefaultLogger(),
                  .dnstap = [this] { return dnstap.get(); },
                  .reload_tags = [this] { return ReloadOnLoop(); }}),
@@ -288,6 +289,10 @@ absl::Status Server::Impl::Start() {
       if (pending_tags) tags = std::move(pending_tags);
     }
     mailbox.RunPending();
+  });
+  ub.SetFdWatcher([this](int fd, bool watch) {
+    if (!watch) return loop.Unwatch(fd);
+    loop.Watch(fd, EPOLLIN, [this](uint32_t) { ub.Process(); });
   });
   loop.Watch(ub.fd(), EPOLLIN, [this](uint32_t) { ub.Process(); });
   st = front.Listen();

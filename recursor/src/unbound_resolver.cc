@@ -1,5 +1,16 @@
 #include "unbound_resolver.h"
 
+#include <dirent.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/recursor/unbound_log.h"
 
@@ -7,12 +18,49 @@ namespace weir::recursor {
 
 using common::Cat;
 
+namespace {
+
+// Runs in the resolving process libunbound forks (the daemon forks nothing
+// else), before libunbound's own code: the copies of the daemon's network
+// sockets are closed there. Otherwise a client's TCP connection, or the mgmt
+// connection, open at the fork would stay open in the child after the
+// daemon closes it (no FIN until the child ends). Unix sockets (the journal,
+// which the child's log lines use) and pipes (libunbound's own) stay.
+void CloseInheritedNetworkSockets() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  const int self = dirfd(d);
+  std::vector<int> close_fds;
+  while (dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == self) continue;
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
+    if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) close_fds.push_back(fd);
+  }
+  closedir(d);
+  for (int fd : close_fds) close(fd);
+}
+
+}  // namespace
+
 UnboundResolver::~UnboundResolver() {
-  if (ctx_ != nullptr) ub_ctx_delete(ctx_);  // stops the thread; pending callbacks never run
+  if (ctx_ != nullptr) ub_ctx_delete(ctx_);  // ends the process; pending callbacks never run
   for (Request* r : pending_) delete r;
 }
 
 absl::Status UnboundResolver::Init(const RecursorConfig& config) {
+  static std::once_flag atfork;
+  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, &CloseInheritedNetworkSockets); });
+  config_ = config;
+  return Create();
+}
+
+absl::Status UnboundResolver::Create() {
+  const RecursorConfig& config = config_;
   ctx_ = ub_ctx_create();
   if (ctx_ == nullptr) return absl::InternalError("libunbound: cannot create a context");
   // libunbound's lines go to weir's log (unbound_log.h), not to its own
@@ -83,7 +131,13 @@ absl::Status UnboundResolver::Init(const RecursorConfig& config) {
     // No anchor, no validation: skip the validator module altogether.
     if (!(st = set("module-config:", "iterator")).ok()) return st;
   }
-  const int err = ub_ctx_async(ctx_, 1);
+  // A resolving process of its own (forked at the first lookup, so after
+  // the privilege drop), not a thread: libunbound 1.17's background thread
+  // shares buffers with the caller's side and under concurrent TCP
+  // fallbacks sends corrupt queries (a SERVFAIL header in place of the
+  // question) that end in SERVFAIL for whole zones. The process has its own
+  // memory; a crash or fatal exit there ends only it (Process() restarts it).
+  const int err = ub_ctx_async(ctx_, 0);
   if (err != 0) return absl::InternalError(Cat("libunbound async: ", ub_strerror(err)));
   // Through the zone API, not the "local-zone:" option: libunbound 1.17
   // ignores "NAME nodefault" given as an option. Adding a zone finalizes the
@@ -97,11 +151,38 @@ absl::Status UnboundResolver::Init(const RecursorConfig& config) {
   return absl::OkStatus();
 }
 
-int UnboundResolver::fd() const { return ub_fd(ctx_); }
+int UnboundResolver::fd() const { return ctx_ != nullptr ? ub_fd(ctx_) : -1; }
 
-void UnboundResolver::Process() { ub_process(ctx_); }
+void UnboundResolver::Process() {
+  if (ctx_ == nullptr || ub_process(ctx_) != UB_PIPE) return;
+  // The resolving process is gone (killed, crashed, or a fatal exit inside
+  // libunbound): a new context and process; the lookups in flight fail now
+  // (their clients get SERVFAIL or a stale answer) instead of at their
+  // deadline.
+  ++restarts_;
+  common::LogError("unbound", "libunbound's resolving process ended: starting a new one (", pending_.size(),
+                   " lookups in flight failed)");
+  if (watch_fd_) watch_fd_(ub_fd(ctx_), false);
+  std::vector<Request*> lost(pending_.begin(), pending_.end());
+  pending_.clear();
+  ub_ctx_delete(ctx_);
+  ctx_ = nullptr;
+  if (absl::Status st = Create(); !st.ok()) {
+    // The same config worked at start: only resources can fail here.
+    common::LogError("unbound", "cannot start libunbound again: ", common::ToStd(st.message()));
+    if (ctx_ != nullptr) ub_ctx_delete(ctx_);
+    ctx_ = nullptr;
+  }
+  if (watch_fd_ && ctx_ != nullptr) watch_fd_(ub_fd(ctx_), true);
+  for (Request* r : lost) {
+    Callback cb = std::move(r->cb);
+    delete r;
+    cb(ResolverResult{UB_PIPE, {}, false, false});
+  }
+}
 
 bool UnboundResolver::Resolve(const std::string& name, uint16_t type, uint16_t klass, Callback cb) {
+  if (ctx_ == nullptr) return false;
   auto* r = new Request{this, std::move(cb)};
   int async_id = 0;
   const int err = ub_resolve_async(ctx_, name.c_str(), type, klass, r, &UnboundResolver::Done, &async_id);

@@ -2,9 +2,13 @@
 // names and the lookups that find zone cuts (NS, then A/AAAA of the NS
 // names; never with ECS: libunbound cannot send it).
 //
-// The context runs its own resolving thread (ub_ctx_async(ctx, 1)); results
-// are delivered through ub_fd(), which the loop polls, and callbacks run in
-// Process() on the loop thread. Threading: every call on the loop thread.
+// The context resolves in a process of its own (ub_ctx_async(ctx, 0): forked
+// at the first lookup, after the daemon dropped its privileges); results are
+// delivered through ub_fd(), which the loop polls, and callbacks run in
+// Process() on the loop thread. When that process ends (killed, crashed, a
+// fatal exit inside libunbound) Process() starts a new context and fails the
+// lookups that were in flight: the daemon itself never exits for it.
+// Threading: every call on the loop thread.
 #pragma once
 
 #include <unbound.h>
@@ -34,6 +38,12 @@ class UnboundResolver : public Resolver {
   int fd() const;
   // Delivers finished results (call when fd() is readable).
   void Process();
+  // How the loop watches fd(): `watch(fd, false)` before Process() closes it
+  // to replace the context, `watch(fd, true)` for the new one (none when no
+  // context could be created: lookups are refused then).
+  void SetFdWatcher(std::function<void(int fd, bool watch)> watch) { watch_fd_ = std::move(watch); }
+  // Times the resolving process was replaced.
+  uint64_t restarts() const { return restarts_; }
   // Starts a lookup; false when libunbound refused it (the callback is not called).
   bool Resolve(const std::string& name, uint16_t type, uint16_t klass, Callback cb) override;
   size_t pending() const { return pending_.size(); }
@@ -44,8 +54,12 @@ class UnboundResolver : public Resolver {
     Callback cb;
   };
   static void Done(void* arg, int err, ub_result* result);
+  absl::Status Create();
 
+  RecursorConfig config_;
   ub_ctx* ctx_ = nullptr;
+  uint64_t restarts_ = 0;
+  std::function<void(int, bool)> watch_fd_;
   absl::flat_hash_set<Request*> pending_;
 };
 

@@ -211,6 +211,15 @@ class PrivilegeDropTest(unittest.TestCase):
                                 extra_args=["--user", "nobody"])
         self.addCleanup(rec.stop)
         self.assertEqual(status_ids(rec.process.pid, "Uid"), [65534] * 4)
+        # libunbound's resolving process is forked at the first lookup, after the drop.
+        weirtest.dig(rec.host, rec.port, "www.example.com", timeout=5)
+        children = []
+        for task in os.listdir(f"/proc/{rec.process.pid}/task"):
+            with open(f"/proc/{rec.process.pid}/task/{task}/children") as f:
+                children += [int(c) for c in f.read().split()]
+        self.assertEqual(len(children), 1, "libunbound's resolving process")
+        self.assertEqual(status_ids(children[0], "Uid"), [65534] * 4)
+        self.assertEqual(status_ids(children[0], "Gid"), status_ids(rec.process.pid, "Gid"))
         self.assertEqual(rec.stop(), 0)
 
     def test_unknown_user_is_rejected_before_anything_starts(self):

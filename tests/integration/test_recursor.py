@@ -9,6 +9,7 @@ Run: python3 tests/integration/test_recursor.py --build-dir build
 """
 
 import os
+import signal
 import sys
 import unittest
 
@@ -223,6 +224,29 @@ class RecursorTest(unittest.TestCase):
             with open(self.gslb.config_path, "w") as f:
                 f.write(original)
             self.gslb.reload()
+
+    def test_libunbound_process_killed_is_replaced_and_the_daemon_keeps_answering(self):
+        # libunbound resolves in a child process of weir-recursor; losing it (killed, crashed,
+        # a fatal exit inside libunbound) costs the lookups in flight, never the daemon.
+        cfg = weirtest.recursor_config(root_hints=self.h.root_hints, tags=self.tags,
+                                       allow=["127.0.0.0/8", "::1/128"], listen=["127.0.0.1:0"])
+        r = weirtest.Recursor(BUILD_DIR, cfg, test_clock=True)
+        self.addCleanup(r.stop)
+        first = r.dig("www.shop.example", "A")
+        self.assertEqual(first.addresses(), ["192.0.2.1"], first.text)
+        children = []
+        for task in os.listdir(f"/proc/{r.process.pid}/task"):
+            with open(f"/proc/{r.process.pid}/task/{task}/children") as f:
+                children += [int(c) for c in f.read().split()]
+        self.assertEqual(len(children), 1, "libunbound's resolving process")
+        os.kill(children[0], signal.SIGKILL)
+        weirtest.wait_until(lambda: r.stats()["ub_restarts"] == 1, timeout=5)
+        r.flush()
+        again = r.dig("www.shop.example", "AAAA", timeout=5)
+        self.assertEqual(again.status, "NOERROR", again.text)
+        self.assertEqual(again.addresses(), ["2001:db8::1"], again.text)
+        self.assertIsNone(r.process.proc.poll(), "weir-recursor itself is still running")
+        self.assertIn("libunbound's resolving process ended: starting a new one", r.process.stderr_text())
 
     # ------------------------------------------------------------ protection
 
