@@ -12,6 +12,7 @@
 #   6. libFuzzer build (clang); every fuzz target for WEIR_FUZZ_SECONDS each
 #
 # Environment: WEIR_FUZZ_SECONDS (default 25), WEIR_STRESS_SECONDS (default 10),
+# WEIR_REQUIRE_ALL (default 1: skips for a missing tool or privilege fail),
 # WEIR_JOBS (default: nproc), WEIR_BUILD_ROOT (default: ./build-ci).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ ROOT=$(pwd)
 JOBS=${WEIR_JOBS:-$(nproc)}
 FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-25}
 export WEIR_STRESS_SECONDS=${WEIR_STRESS_SECONDS:-10}
+# Every tool is installed and the suite runs as root: a test that would be
+# skipped for a missing tool or privilege fails (weirtest.requires).
+export WEIR_REQUIRE_ALL=${WEIR_REQUIRE_ALL:-1}
 BUILD_ROOT=${WEIR_BUILD_ROOT:-$ROOT/build-ci}
 passed=0
 failed=0

@@ -215,7 +215,7 @@ class _DpdkCases:
         self.assertEqual([r.address for rr in a.answer if rr.rdtype == dns.rdatatype.A for r in rr], ["192.0.2.8"])
 
 
-@unittest.skipUnless(os.geteuid() == 0, "the DPDK backend test needs root (namespaces, af_packet, tap)")
+@weirtest.requires(os.geteuid() == 0, "the DPDK backend test needs root (namespaces, af_packet, tap)")
 class AfPacketTapTest(_DpdkCases, unittest.TestCase):
     """net_af_packet on the veth's server end, exceptions through weir's tap."""
 
@@ -239,7 +239,7 @@ def af_xdp_unavailable():
     return None
 
 
-@unittest.skipUnless(os.geteuid() == 0, "the DPDK backend test needs root (namespaces, af_xdp)")
+@weirtest.requires(os.geteuid() == 0, "the DPDK backend test needs root (namespaces, af_xdp)")
 @unittest.skipUnless(os.path.exists(XDP_PROGRAM), f"{XDP_PROGRAM} was not built (clang, libbpf-dev)")
 @unittest.skipIf(af_xdp_unavailable(), af_xdp_unavailable())
 class AfXdpSplitTest(_DpdkCases, unittest.TestCase):
@@ -261,7 +261,7 @@ class AfXdpSplitTest(_DpdkCases, unittest.TestCase):
         return weirtest.Fastpath(BUILD_DIR, config, timeout=30)
 
 
-@unittest.skipUnless(os.geteuid() == 0, "the DPDK backend test needs root")
+@weirtest.requires(os.geteuid() == 0, "the DPDK backend test needs root")
 class FastpathDpdkStartTest(unittest.TestCase):
     def test_a_port_that_cannot_open_refuses_the_start_naming_the_device(self):
         files = weirtest.PartitionFiles(CITYMAP, TAGS)

@@ -48,7 +48,7 @@ def panel_queries(dashboard):
             yield p["title"], t["expr"]
 
 
-@unittest.skipIf(shutil.which("prometheus") is None, "prometheus is not installed (scripts/install-deps.sh)")
+@weirtest.requires(shutil.which("prometheus") is not None, "prometheus is not installed (scripts/install-deps.sh)")
 class GrafanaDashboardTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -187,7 +187,7 @@ class SystemdNotifyTest(unittest.TestCase):
         self.assertFalse(any("WATCHDOG=1" in m for m in notify.seen), notify.seen)
 
 
-@unittest.skipUnless(os.geteuid() == 0, "the privilege drop needs root")
+@weirtest.requires(os.geteuid() == 0, "the privilege drop needs root")
 class PrivilegeDropTest(unittest.TestCase):
     def setUp(self):
         self.tags = weirtest.write_temp("tagged.example weight=on\n", suffix=".txt")

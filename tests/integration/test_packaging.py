@@ -87,7 +87,7 @@ class InstallTreeTest(unittest.TestCase):
 
     def test_units_pass_systemd_analyze_verify(self):
         if shutil.which("systemd-analyze") is None:
-            self.skipTest("systemd-analyze is not installed")
+            weirtest.skip_or_fail(self, "systemd-analyze is not installed (package systemd)")
         units = [self.staged.path(f"/usr/lib/systemd/system/{u}.service") for u in UNITS]
         # verify checks that ExecStart's program exists: point the copies at the staged binaries.
         work = tempfile.mkdtemp()
@@ -132,8 +132,8 @@ def dpkg_installed(name):
     return r.returncode == 0 and "install ok installed" in r.stdout
 
 
-@unittest.skipUnless(os.geteuid() == 0, "dpkg -i needs root")
-@unittest.skipUnless(shutil.which("dpkg") and shutil.which("cpack"), "needs dpkg and cpack")
+@weirtest.requires(os.geteuid() == 0, "dpkg -i needs root")
+@weirtest.requires(bool(shutil.which("dpkg") and shutil.which("cpack")), "needs dpkg and cpack")
 class DebianPackageTest(unittest.TestCase):
     def setUp(self):
         if dpkg_installed("weir"):

@@ -160,11 +160,41 @@ def in_ns(ns: str, *argv: str) -> str:
     return weirtest.run(weirtest.netns_argv(ns, argv), check=True).stdout
 
 
+class RequiresTest(unittest.TestCase):
+    """weirtest.requires: skipped outside CI, a failure under WEIR_REQUIRE_ALL=1."""
+
+    def run_case(self, require_all):
+        from weirtest import process
+        saved = process.REQUIRE_ALL
+        process.REQUIRE_ALL = require_all
+        try:
+            class Case(unittest.TestCase):
+                @process.requires(False, "no such tool")
+                def test_it(self):
+                    pass
+
+                @process.requires(True, "present")
+                def test_present(self):
+                    pass
+            result = unittest.TestResult()
+            unittest.TestLoader().loadTestsFromTestCase(Case).run(result)
+            return result
+        finally:
+            process.REQUIRE_ALL = saved
+
+    def test_skip_outside_ci_failure_in_ci(self):
+        r = self.run_case(False)
+        self.assertEqual((len(r.skipped), len(r.failures), r.testsRun), (1, 0, 2))
+        r = self.run_case(True)
+        self.assertEqual((len(r.skipped), len(r.failures), r.testsRun), (0, 1, 2))
+        self.assertIn("required by CI: no such tool", r.failures[0][1])
+
+
 class Boom(Exception):
     pass
 
 
-@unittest.skipUnless(os.geteuid() == 0, "network namespaces need root (ip netns add, setns)")
+@weirtest.requires(os.geteuid() == 0, "network namespaces need root (ip netns add, setns)")
 class NetnsTest(unittest.TestCase):
     def assertGone(self, pair):
         self.assertFalse({pair.server_ns, pair.client_ns} & netns_names())

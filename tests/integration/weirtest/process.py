@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 from typing import Optional, Sequence
 
 
@@ -52,6 +53,40 @@ def require_tools(*names: str) -> None:
     missing = [n for n in names if shutil.which(n) is None]
     if missing:
         raise RuntimeError(f"missing tools: {', '.join(missing)} (scripts/install-deps.sh installs them)")
+
+
+# Set by scripts/test.sh (CI installs every tool and runs as root): a test that
+# would be skipped for a missing tool or privilege fails instead.
+REQUIRE_ALL = os.environ.get("WEIR_REQUIRE_ALL") == "1"
+
+
+def requires(condition: bool, reason: str):
+    """A class or method decorator: without `condition` the test is skipped
+    with `reason`, or, under WEIR_REQUIRE_ALL=1 (CI), fails with it."""
+    if condition:
+        return lambda obj: obj
+    if not REQUIRE_ALL:
+        return unittest.skip(reason)
+
+    def fail(obj):
+        if isinstance(obj, type):
+            def set_up_class(cls):
+                raise AssertionError(f"required by CI: {reason}")
+            obj.setUpClass = classmethod(set_up_class)
+            return obj
+
+        def failing(self, *a, **kw):
+            self.fail(f"required by CI: {reason}")
+        failing.__name__ = obj.__name__
+        return failing
+    return fail
+
+
+def skip_or_fail(test, reason: str) -> None:
+    """Inside a test: skip with `reason`, or fail under WEIR_REQUIRE_ALL=1 (CI)."""
+    if REQUIRE_ALL:
+        test.fail(f"required by CI: {reason}")
+    test.skipTest(reason)
 
 
 def free_port(host: str = "127.0.0.1", udp_and_tcp: bool = True) -> int:
