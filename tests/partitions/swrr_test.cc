@@ -439,7 +439,7 @@ TEST(WriteAnswer, StaleAnswersCarryTheStaleTtlOnEveryRecord) {
       AnswerWrite w;
       // Stale long after expiry: the age is past every TTL.
       const AnswerTtl ttl = (*e)->ServeTtl(1 + cname_ttl + a_ttl + 500, 30);
-      ASSERT_TRUE(ttl.stale);
+      ASSERT_TRUE(ttl.stale());
       Parsed p = Respond(**e, mode, t, ttl, &w);
       ASSERT_EQ(p.answers.size(), mode == AnswerMode::kSingle ? 2u : 4u);
       for (const dns::RrView& rr : p.answers) EXPECT_EQ(rr.ttl, 30u) << cname_ttl << "+" << a_ttl;
@@ -449,7 +449,7 @@ TEST(WriteAnswer, StaleAnswersCarryTheStaleTtlOnEveryRecord) {
     }
     // Still fresh one second before expiry: aged, each record by itself.
     const AnswerTtl fresh = (*e)->ServeTtl(1 + std::min(cname_ttl, a_ttl) - 1, 30);
-    EXPECT_FALSE(fresh.stale);
+    EXPECT_FALSE(fresh.stale());
     AnswerWrite w;
     Parsed p = Respond(**e, AnswerMode::kAll, t, fresh, &w);
     ASSERT_EQ(p.answers.size(), 4u);

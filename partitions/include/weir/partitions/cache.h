@@ -121,13 +121,19 @@ struct CacheLimits {
 // every TTL less the entry's age (floored at 0); a stale one (RFC 8767 4)
 // has every record at the one stale TTL, whatever its cached TTL.
 struct AnswerTtl {
+  // Every TTL becomes max(TTL - age floored at 0, floor): a fresh answer has
+  // floor 0; a stale one has an age past every TTL and floor = the stale
+  // TTL. One form, no branch on the hit path.
   uint32_t age = 0;
-  bool stale = false;
-  uint32_t stale_ttl = 0;
+  uint32_t floor = 0;
 
-  static constexpr AnswerTtl Aged(uint32_t age) { return {age, false, 0}; }
-  static constexpr AnswerTtl Stale(uint32_t ttl) { return {0, true, ttl}; }
-  constexpr uint32_t Of(uint32_t ttl) const { return stale ? stale_ttl : (ttl > age ? ttl - age : 0); }
+  static constexpr AnswerTtl Aged(uint32_t age) { return {age, 0}; }
+  static constexpr AnswerTtl Stale(uint32_t ttl) { return {UINT32_MAX, ttl}; }
+  constexpr bool stale() const { return age == UINT32_MAX; }
+  constexpr uint32_t Of(uint32_t ttl) const {
+    const uint32_t aged = ttl > age ? ttl - age : 0;
+    return aged > floor ? aged : floor;
+  }
 };
 
 class CacheEntry;
