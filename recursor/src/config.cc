@@ -166,6 +166,16 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Bool(*s, "use_caps_for_id", &cfg.use_caps_for_id);
     c.List(*s, "caps_exempt", &cfg.caps_exempt, ParseDomainName);
     c.Int(*s, "unwanted_reply_threshold", &cfg.ub_unwanted_reply_threshold, 0, 1000000000);
+    if (cfg.ub_unwanted_reply_threshold != 0) {
+      // libunbound's reaction (clearing its caches) is not among the
+      // functions its own pointer whitelist allows in a libunbound context:
+      // reaching the count ends libunbound's process (fatal_exit). Refused,
+      // not passed on.
+      c.Fail(s->get("unwanted_reply_threshold")->source(),
+             "'resolver.unwanted_reply_threshold' must be 0: libunbound 1.17 cannot run its reaction to "
+             "unwanted replies (it exits when the count is reached); weir's own reaction is "
+             "last_hop.unwanted_reply_threshold");
+    }
     c.Bool(*s, "harden_below_nxdomain", &cfg.harden_below_nxdomain);
     c.Bool(*s, "harden_dnssec_stripped", &cfg.harden_dnssec_stripped);
     c.Bool(*s, "harden_referral_path", &cfg.harden_referral_path);

@@ -233,7 +233,7 @@ TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
   EXPECT_TRUE(c->cookies);
   EXPECT_EQ(c->unwanted_reply_threshold, 10);
   EXPECT_TRUE(c->use_caps_for_id);
-  EXPECT_EQ(c->ub_unwanted_reply_threshold, 10000000);
+  EXPECT_EQ(c->ub_unwanted_reply_threshold, 0);
   EXPECT_TRUE(c->harden_below_nxdomain);
   EXPECT_TRUE(c->harden_dnssec_stripped);
   EXPECT_FALSE(c->harden_referral_path);
@@ -254,6 +254,14 @@ TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
   c = ParseConfig(std::string(kMinimal) + "[last_hop]\nunwanted_reply_threshold = 70000\n", "r.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("r.toml:8:"), std::string::npos) << c.status();
+  // libunbound's own threshold: its reaction ends libunbound, so only 0 is accepted.
+  for (const char* v : {"1", "100", "10000000"}) {
+    c = ParseConfig(std::string(kMinimal) + "unwanted_reply_threshold = " + v + "\n", "r.toml");
+    ASSERT_FALSE(c.ok()) << v;
+    EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
+    EXPECT_NE(std::string(c.status().message()).find("cannot run its reaction"), std::string::npos)
+        << c.status();
+  }
   c = ParseConfig(std::string(kMinimal) + "caps_exempt = [\"bad..name\"]\n", "r.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();

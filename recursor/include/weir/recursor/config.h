@@ -77,7 +77,8 @@ struct RecursorConfig {
   // message caches and logs; 0: off).
   bool use_caps_for_id = true;
   std::vector<std::string> caps_exempt;
-  int ub_unwanted_reply_threshold = 10000000;
+  // Always 0 (anything else is refused: libunbound exits at the count).
+  int ub_unwanted_reply_threshold = 0;
   bool harden_below_nxdomain = true;   // RFC 8020
   bool harden_dnssec_stripped = true;  // with a trust anchor: no downgrade to insecure
   bool harden_referral_path = false;   // unbound: experimental, costly
