@@ -141,8 +141,8 @@ TEST(CacheStress, ReadersWriterAndSnapshotSwaps) {
             if (failures.fetch_add(1) < 5) ADD_FAILURE() << "torn entry: " << why;
           }
           AnswerWrite w;
-          if (!WriteAnswer(*e, rng() % 2 ? AnswerMode::kSingle : AnswerMode::kOrdered, swrr, e->ServeTtl(now, 30),
-                           buf, sizeof buf, &w) ||
+          if (!WriteAnswer(*e, rng() % 2 ? AnswerMode::kSingle : AnswerMode::kOrdered, swrr,
+                           e->ServeTtl(now, 30), buf, sizeof buf, &w) ||
               dns::Load32(buf + 12) >> 12 != key) {
             failures.fetch_add(1);
           }

@@ -4,7 +4,7 @@
 // every 100 ms, busy or idle. The daemon's main thread pets the watchdog
 // only while every heart has beaten within the stall limit, so a wedged
 // worker gets the daemon restarted instead of a healthy-looking signal
-// thread keeping it alive (docs/operator-guide.md#systemd).
+// thread keeping it alive (docs/operator-guide.md#running-under-systemd).
 //
 // Threading: Beat() from the loop's own thread only (one writer);
 // beats() from any thread. HeartbeatMonitor belongs to one thread.
