@@ -66,12 +66,16 @@ void CheckAnswer(std::span<const uint8_t> pkt, common::SecureRandom& rng) {
     std::memcpy(copy, pkt.data(), pkt.size());
     std::memcpy(copy + m.edns().cookie_offset, client.data(), 8);
     dns::Message again;
-    FUZZ_CHECK(again.Parse({copy, pkt.size()}, {}) == dns::ParseError::kOk);
-    const bool well_formed = m.edns().cookie_len >= 16 && m.edns().cookie_len <= 40;
-    const CookieJar::Outcome o = jar.OnAnswer(client, Server(), again, false);
-    FUZZ_CHECK((o == CookieJar::Outcome::kRefuse) == !well_formed);
-    if (well_formed) FUZZ_CHECK(jar.DoesCookies(Server()));
-    CheckOption(jar, client);
+    // A compression pointer elsewhere may point into the bytes just replaced
+    // (a name made of the cookie): then the copy is no answer at all, and the
+    // parser's refusal is the right outcome, not a finding.
+    if (again.Parse({copy, pkt.size()}, {}) == dns::ParseError::kOk) {
+      const bool well_formed = m.edns().cookie_len >= 16 && m.edns().cookie_len <= 40;
+      const CookieJar::Outcome o = jar.OnAnswer(client, Server(), again, false);
+      FUZZ_CHECK((o == CookieJar::Outcome::kRefuse) == !well_formed);
+      if (well_formed) FUZZ_CHECK(jar.DoesCookies(Server()));
+      CheckOption(jar, client);
+    }
   }
 
   // The case checks below need the question name written out at offset 12
