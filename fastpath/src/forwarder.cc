@@ -175,6 +175,9 @@ struct Forwarder::Impl {
   // After a 0x20 mismatch, a TCP try that failed: asks again over UDP
   // without 0x20 (true), or false when `p` is not such a try.
   bool CaseFallback(Pending* p);
+  // Proof that the upstream does not keep the question's case: 0x20 off
+  // for it for CaseMemory::kHold, counted and logged with `why`.
+  void LearnNoCase(const Endpoint& ep, std::string_view why);
   void Drain();
   void Accept(PendingClient&& c);
   void Send(Pending* p);
@@ -901,11 +904,7 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   // than our 0x20 one says the server does not keep it (a forger cannot
   // teach that, so one answer is proof enough).
   if (p->case_randomized && !dns::SameSpelling({out, len}, SentName(p))) {
-    case_memory.NotPreserved(ep.address, Clock::now());
-    self->case_fallbacks_.Add();
-    common::LogWarning(
-        "upstream", ep.address.ToString(), " does not keep the question's case: 0x20 off for it for ",
-        std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(), " minutes");
+    LearnNoCase(ep, "does not keep the question's case");
   }
   if (config.upstream_cookies &&
       cookies->OnAnswer(ep.client_cookie, ep.address, m, true) == dns::CookieJar::Outcome::kRefuse) {
@@ -920,6 +919,14 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
   Finish(p, buf, len);
 }
 
+void Forwarder::Impl::LearnNoCase(const Endpoint& ep, std::string_view why) {
+  case_memory.NotPreserved(ep.address, Clock::now());
+  self->case_fallbacks_.Add();
+  common::LogWarning("upstream", ep.address.ToString(), " ", why, ": 0x20 off for it for ",
+                     std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(),
+                     " minutes");
+}
+
 bool Forwarder::Impl::CaseFallback(Pending* p) {
   if (!p->over_tcp || !p->case_suspect) return false;
   // The server answered over UDP in another case and cannot be asked over
@@ -928,13 +935,7 @@ bool Forwarder::Impl::CaseFallback(Pending* p) {
   // the socket, the ID, the question and the cookie), within the client's
   // deadline; this try does not count against it or the attempts.
   p->case_suspect = false;
-  const Endpoint& ep = endpoints[p->endpoint];
-  case_memory.NotPreserved(ep.address, Clock::now());
-  self->case_fallbacks_.Add();
-  common::LogWarning("upstream", ep.address.ToString(),
-                     " answers in another case than asked and not over TCP: 0x20 off for it for ",
-                     std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(),
-                     " minutes");
+  LearnNoCase(endpoints[p->endpoint], "answers in another case than asked and not over TCP");
   p->tried &= ~(uint64_t{1} << p->upstream);
   if (p->attempts > 0) --p->attempts;
   Send(p);

@@ -9,10 +9,6 @@
 
 namespace weir::mgmt {
 
-std::string RequestLabel(const std::string& verb) {
-  return FindCommand(verb) != nullptr ? verb : std::string(kUnknownCommand);
-}
-
 void SnapshotSizes::Update(const Snapshot& s) {
   if (known_ && s.version == version_ && s.origin == origin_) return;
   known_ = true;

@@ -29,9 +29,6 @@ struct MgmtCounters {
   std::map<std::pair<std::string, bool>, uint64_t> requests;
 };
 
-// The commands weirctl sends; the label of any other is "unknown".
-std::string RequestLabel(const std::string& verb);
-
 // What a scrape reads from the store and the connections.
 struct MgmtState {
   const Snapshot* snapshot = nullptr;

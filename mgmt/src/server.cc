@@ -548,9 +548,9 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (m.fields.size() < 4) return Reply(c, false, "request needs protocol, token, actor, verb", "");
   const std::string& actor = m.fields[2];
   const std::string& verb = m.fields[3];
-  c.request = RequestLabel(verb);
-  const std::vector<std::string> args(m.fields.begin() + 4, m.fields.end());
   const CommandSpec* spec = FindCommand(verb);
+  c.request = spec != nullptr ? verb : std::string(kUnknownCommand);
+  const std::vector<std::string> args(m.fields.begin() + 4, m.fields.end());
   if (spec == nullptr) return Reply(c, false, Cat("unknown request '", verb, "'"), "");
   if (args.size() < spec->min_args || (spec->max_args != kAnyArgs && args.size() > spec->max_args)) {
     return Reply(c, false,

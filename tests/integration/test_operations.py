@@ -213,10 +213,7 @@ class PrivilegeDropTest(unittest.TestCase):
         self.assertEqual(status_ids(rec.process.pid, "Uid"), [65534] * 4)
         # libunbound's resolving process is forked at the first lookup, after the drop.
         weirtest.dig(rec.host, rec.port, "www.example.com", timeout=5)
-        children = []
-        for task in os.listdir(f"/proc/{rec.process.pid}/task"):
-            with open(f"/proc/{rec.process.pid}/task/{task}/children") as f:
-                children += [int(c) for c in f.read().split()]
+        children = weirtest.child_pids(rec.process.pid)
         self.assertEqual(len(children), 1, "libunbound's resolving process")
         self.assertEqual(status_ids(children[0], "Uid"), [65534] * 4)
         self.assertEqual(status_ids(children[0], "Gid"), status_ids(rec.process.pid, "Gid"))

@@ -234,10 +234,7 @@ class RecursorTest(unittest.TestCase):
         self.addCleanup(r.stop)
         first = r.dig("www.shop.example", "A")
         self.assertEqual(first.addresses(), ["192.0.2.1"], first.text)
-        children = []
-        for task in os.listdir(f"/proc/{r.process.pid}/task"):
-            with open(f"/proc/{r.process.pid}/task/{task}/children") as f:
-                children += [int(c) for c in f.read().split()]
+        children = weirtest.child_pids(r.process.pid)
         self.assertEqual(len(children), 1, "libunbound's resolving process")
         os.kill(children[0], signal.SIGKILL)
         weirtest.wait_until(lambda: r.stats()["ub_restarts"] == 1, timeout=5)

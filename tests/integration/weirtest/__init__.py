@@ -58,8 +58,9 @@ from .config import (PartitionFiles, fastpath_config, mgmt_node_section, recurso
                      toml_tables, toml_value, unbound_config)
 from .daemons import Fastpath, GslbSim, Mgmt, Recursor, Unbound  # noqa: E402,F401
 from .netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402,F401
-from .process import (Process, binary, collect_lines, free_port, netns_argv, parse_build_dir,  # noqa: E402,F401
-                      proc_cpu_us, require_tools, requires, run, skip_or_fail, split_hostport, stop_pid, wait_until, write_temp)
+from .process import (Process, binary, child_pids, collect_lines, free_port, netns_argv,  # noqa: E402,F401
+                      parse_build_dir, proc_cpu_us, require_tools, requires, run, skip_or_fail, split_hostport,
+                      stop_pid, wait_until, write_temp)
 from .wire import (TYPE_CODES, WEIGHT_OPTION, DecodeError, RawMessage, RawQuery, RawRecord, build_response,  # noqa: E402,F401
                    ecs_option, echo_ecs, make_query, options_as_sent, parse_message, parse_raw_query, rdata,
                    rdata_a, rdata_soa, split_tcp_frames, tcp_frame, weight_option, wire_name)

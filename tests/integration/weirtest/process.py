@@ -89,6 +89,15 @@ def skip_or_fail(test, reason: str) -> None:
     test.skipTest(reason)
 
 
+def child_pids(pid: int) -> list:
+    """The processes `pid` started (from any of its threads)."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(c) for c in f.read().split()]
+    return out
+
+
 def free_port(host: str = "127.0.0.1", udp_and_tcp: bool = True) -> int:
     """A port that is free right now on `host` for TCP (and UDP). Prefer
     letting a server bind port 0 and report its port: another process can
