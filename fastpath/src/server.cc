@@ -145,17 +145,16 @@ absl::Status Server::Impl::Bind(int workers) {
     // Port 0 takes the port the kernel gives the first UDP socket; when TCP
     // cannot have the same one (a connection uses it), try another.
     for (int attempt = 0;; ++attempt) {
-      SocketAddress addr = want;
+      auto group = net::BindUdpGroup(want, workers);
+      if (!group.ok()) return group.status();
+      const SocketAddress addr = LocalAddress(group->front());  // port 0 resolved
       for (int w = 0; w < workers; ++w) {
-        auto fd = BindSocket(addr, SOCK_DGRAM, {.reuseport = true});
-        if (!fd.ok()) return fd.status();
         // Room for a burst while the worker is off its CPU: a full queue
         // drops hits and misses alike, so a miss flood would cost hits
         // (the kernel caps it at net.core.rmem_max).
         const int rcvbuf = 4 << 20;
-        setsockopt(*fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-        if (w == 0) addr = LocalAddress(*fd);  // resolves port 0 for the others
-        worker_fds[w].push_back(*fd);
+        setsockopt((*group)[w], SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+        worker_fds[w].push_back((*group)[w]);
       }
       if (config.tcp) {
         auto fd = BindSocket(addr, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024});

@@ -172,8 +172,9 @@ class Process:
         self._queue.put(None)
 
     def wait_line(self, pattern: str, timeout: float = 10.0) -> re.Match:
-        """Waits for the next stdout line matching `pattern`; returns the match.
-        Raises RuntimeError (with stderr) if the process exits or times out."""
+        """Waits for a stdout line matching `pattern`, the first seen so far
+        or the next; returns the match. Raises RuntimeError (with stderr) if
+        the process exits or times out."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         for line in self.lines:
@@ -197,6 +198,27 @@ class Process:
             m = rx.search(line)
             if m:
                 return m
+
+    def wait_count(self, pattern: str, count: int, timeout: float = 10.0) -> None:
+        """Waits until `count` stdout lines in all match `pattern` (wait_line
+        also returns a line seen before: this waits for the Nth of a line
+        that repeats)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while sum(1 for line in self.lines if rx.search(line)) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{self.argv[0]}: fewer than {count} lines matching {pattern!r} within "
+                                   f"{timeout}s; stdout={self.lines!r} stderr={self.stderr_text()!r}")
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait(timeout=5)
+                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {count} lines "
+                                   f"matching {pattern!r}; stdout={self.lines!r} stderr={self.stderr_text()!r}")
+            self.lines.append(line)
 
     def stderr_text(self) -> str:
         if self._stderr.closed:
