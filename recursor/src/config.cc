@@ -129,11 +129,12 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "resolver")) {
-    c.OnlyKeys(*s, "resolver",
-               {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity", "harden_glue",
-                "qname_minimisation", "trust_anchor_signaling", "aggressive_nsec", "val_override_date",
-                "local_zones", "use_caps_for_id", "caps_exempt", "unwanted_reply_threshold",
-                "harden_below_nxdomain", "harden_dnssec_stripped", "harden_referral_path"});
+    c.OnlyKeys(
+        *s, "resolver",
+        {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity", "harden_glue",
+         "qname_minimisation", "trust_anchor_signaling", "aggressive_nsec", "val_override_date",
+         "local_zones", "use_caps_for_id", "caps_exempt", "unwanted_reply_threshold", "harden_below_nxdomain",
+         "harden_dnssec_stripped", "harden_referral_path", "forwarder_transport", "tcp_upstream"});
     c.String(*s, "root_hints", &cfg.root_hints);
     c.String(*s, "trust_anchor", &cfg.trust_anchor);
     c.List(*s, "forwarders", &cfg.forwarders, ParseAddress53);
@@ -176,6 +177,15 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
              "unwanted replies (it exits when the count is reached); weir's own reaction is "
              "last_hop.unwanted_reply_threshold");
     }
+    std::string transport;
+    c.String(*s, "forwarder_transport", &transport);
+    if (transport == "libunbound") {
+      cfg.forwarder_transport = RecursorConfig::ForwarderTransport::kLibunbound;
+    } else if (!transport.empty() && transport != "weir") {
+      c.Fail(s->get("forwarder_transport")->source(),
+             "'forwarder_transport' must be \"weir\" or \"libunbound\"");
+    }
+    c.Bool(*s, "tcp_upstream", &cfg.tcp_upstream);
     c.Bool(*s, "harden_below_nxdomain", &cfg.harden_below_nxdomain);
     c.Bool(*s, "harden_dnssec_stripped", &cfg.harden_dnssec_stripped);
     c.Bool(*s, "harden_referral_path", &cfg.harden_referral_path);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "forwarder_relay.h"
 #include "front.h"
 #include "ordinary_resolver.h"
 #include "query_router.h"
@@ -33,6 +34,7 @@ class Control {
     OrdinaryResolver* ordinary = nullptr;
     TaggedResolver* tagged = nullptr;
     const SocketLastHop* last_hop = nullptr;
+    const ForwarderRelay* relay = nullptr;  // libunbound's forwarders through weir's last hop
     ZoneCutFinder* cuts = nullptr;
     const UnboundResolver* ub = nullptr;  // its restarts
     const common::Logger* log = nullptr;  // log_suppressed: its rate-limited lines held back

@@ -202,6 +202,31 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
   w.Counter("weir_recursor_cname_chain_too_long_total",
             "CNAME chains longer than max_cname_chain, answered SERVFAIL.")
       .Add({}, t.cname_chain_too_long);
+  if (p.relay != nullptr) {
+    // libunbound's forwarders through weir's last hop (forwarder_relay.h);
+    // the upstream families above count those queries too.
+    const ForwarderRelay::Stats& r = p.relay->stats();
+    auto& queries_relayed =
+        w.Counter("weir_recursor_forwarder_relay_queries_total",
+                  "Queries libunbound sent to its forwarders through weir's relay, and of "
+                  "them those whose question was already in flight (outcome=coalesced).");
+    queries_relayed.Add({{"outcome", "asked"}}, r.queries - r.coalesced);
+    queries_relayed.Add({{"outcome", "coalesced"}}, r.coalesced);
+    auto& relayed =
+        w.Counter("weir_recursor_forwarder_relay_answers_total",
+                  "Answers the relay gave libunbound: the forwarder's (result=answer) or SERVFAIL "
+                  "when the forwarder failed or stayed silent (result=servfail).");
+    relayed.Add({{"result", "answer"}}, r.answered);
+    relayed.Add({{"result", "servfail"}}, r.servfail);
+    w.Counter("weir_recursor_forwarder_relay_retries_total",
+              "Relayed questions asked again after a UDP try timed out.")
+        .Add({}, r.retries);
+    w.Counter("weir_recursor_forwarder_relay_dropped_total",
+              "Datagrams to the relay that were not a query, or found it full (max_inflight).")
+        .Add({}, r.dropped);
+    w.Gauge("weir_recursor_forwarder_relay_in_flight", "Relayed questions waiting for their forwarder.")
+        .Add({}, p.relay->in_flight());
+  }
 
   w.Counter("weir_recursor_log_lines_suppressed_total",
             "Repeated log lines left out by the rate limit (docs/logging.md).")

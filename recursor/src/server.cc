@@ -21,6 +21,7 @@
 
 #include "control.h"
 #include "control_commands.h"
+#include "forwarder_relay.h"
 #include "front.h"
 #include "metrics.h"
 #include "ordinary_resolver.h"
@@ -105,7 +106,9 @@ struct Server::Impl {
   Front front;
   FrontReplies replies;
   SocketLastHop last_hop;
+  ForwarderRelay relay;
   TaggedResolver tagged;
+  SinkByToken last_hop_sinks;
   OrdinaryResolver ordinary;
   QueryRouter router;
   Control control;
@@ -125,9 +128,11 @@ struct Server::Impl {
         front(cfg, loop),
         replies(cfg, front),
         last_hop(cfg, loop),
+        relay(cfg, loop, last_hop),
         tagged(
             cfg, clock, timers, tags, cut_finder, last_hop, replies, inflight,
             [this](const std::string& line) { resolve_log(line); }, (uint64_t{seeds()} << 32) | seeds()),
+        last_hop_sinks(tagged, relay),
         ordinary(cfg, clock, timers, tags, ub, replies, inflight, tagged,
                  (uint64_t{seeds()} << 32) | seeds()),
         router(cfg, tags, replies, ordinary, tagged),
@@ -138,6 +143,7 @@ struct Server::Impl {
                  .ordinary = &ordinary,
                  .tagged = &tagged,
                  .last_hop = &last_hop,
+                 .relay = &relay,
                  .cuts = &cut_finder,
                  .ub = &ub,
                  .log = &common::DefaultLogger(),
@@ -149,7 +155,7 @@ struct Server::Impl {
                   .parts = &control.parts(),
                   .render_metrics = [this] { return RenderMetricsOnLoop(); },
                   .reload = [this] { return ReloadOnLoop(); }}) {
-    last_hop.SetSink(&tagged);
+    last_hop.SetSink(&last_hop_sinks);
     front.SetHandlers(&router, [this](const std::string& line) { return control.Handle(line); });
   }
 
@@ -271,7 +277,15 @@ absl::Status Server::Impl::Start() {
     st = LoadTags(&tags);
     if (!st.ok()) return st;
   }
-  st = ub.Init(cfg);
+  // libunbound forwards to the relay's loopback sockets, the relay to the
+  // forwarders through weir's last hop (forwarder_relay.h).
+  RecursorConfig ub_cfg = cfg;
+  if (!cfg.forwarders.empty() && cfg.forwarder_transport == RecursorConfig::ForwarderTransport::kWeir) {
+    st = relay.Bind();
+    if (!st.ok()) return st;
+    ub_cfg.forwarders = relay.addresses();
+  }
+  st = ub.Init(ub_cfg);
   if (!st.ok()) return st;
   if (cfg.dnstap.enabled()) {
     auto w = dnstap::Writer::Open(cfg.dnstap, 1);
@@ -295,6 +309,7 @@ absl::Status Server::Impl::Start() {
     loop.Watch(fd, EPOLLIN, [this](uint32_t) { ub.Process(); });
   });
   loop.Watch(ub.fd(), EPOLLIN, [this](uint32_t) { ub.Process(); });
+  relay.Attach();
   st = front.Listen();
   if (!st.ok()) return st;
   if (cfg.metrics_enabled) {
@@ -397,6 +412,7 @@ void Server::Stop() {
   impl_->thread.join();
   // The loop has stopped: weirctl's channel closes (its socket file goes).
   if (impl_->control_server) impl_->control_server->Stop();
+  impl_->relay.CloseAll();
   impl_->last_hop.CloseAll();
   impl_->front.CloseAll();
   impl_->front.SetTap(nullptr);

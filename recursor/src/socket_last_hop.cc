@@ -121,7 +121,7 @@ LastHopTransport::SendResult SocketLastHop::SendUdp(uint64_t token, Query& q) {
   q.unwanted = 0;
   q.generation = next_generation_++;
   loop_.Watch(fd, EPOLLIN, [this, token](uint32_t events) { OnEvents(token, events); });
-  ArmTimeout(token, q, timeout_ms_);
+  ArmTimeout(token, q, q.q.timeout_ms > 0 ? q.q.timeout_ms : timeout_ms_);
   if (tap_ != nullptr && tap_->Sample()) TapQuery(q, q.wire);
   return SendResult::kSent;
 }

@@ -103,6 +103,7 @@ absl::Status UnboundResolver::Create() {
   }
   if (!(st = set("unwanted-reply-threshold:", std::to_string(config.ub_unwanted_reply_threshold))).ok())
     return st;
+  if (!(st = set("tcp-upstream:", config.tcp_upstream ? "yes" : "no")).ok()) return st;
   if (!(st = set("harden-below-nxdomain:", config.harden_below_nxdomain ? "yes" : "no")).ok()) return st;
   if (!(st = set("harden-dnssec-stripped:", config.harden_dnssec_stripped ? "yes" : "no")).ok()) return st;
   if (!(st = set("harden-referral-path:", config.harden_referral_path ? "yes" : "no")).ok()) return st;

@@ -106,10 +106,12 @@ def forged_answers(qname: str) -> list:
 
 def source_port(pid: int, auth_port: int) -> int:
     """The local port of the recursor's UDP socket connected to the
-    authority, as `ss` shows it (0: none in flight)."""
+    authority, as `ss` shows it (0: none in flight). libunbound's resolving
+    process (a child of the daemon) counts as the recursor."""
+    pids = [pid] + weirtest.child_pids(pid)
     out = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True, timeout=10).stdout
     for line in out.splitlines():
-        if f"pid={pid}," not in line:
+        if not any(f"pid={p}," in line for p in pids):
             continue
         m = re.search(r"127\.0\.0\.1:(\d+)\s+127\.0\.0\.1:(\d+)", line)
         if m and int(m.group(2)) == auth_port:
@@ -117,7 +119,9 @@ def source_port(pid: int, auth_port: int) -> int:
     return 0
 
 
-class SpoofingTest(unittest.TestCase):
+class Attacker(unittest.TestCase):
+    """The scripted authority, a recursor in front of it, and the forger."""
+
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig", "ss")
@@ -186,6 +190,8 @@ class SpoofingTest(unittest.TestCase):
                 self.assertEqual(cached, [GOOD], name)
         return accepted, aimed
 
+
+class SpoofingTest(Attacker):
     def test_blind_spoofing_defeated(self):
         r = self.start_recursor()
         accepted, aimed = self.run_attacks(r, "d", ATTEMPTS)
@@ -291,20 +297,120 @@ class SpoofingTest(unittest.TestCase):
         self.assertEqual(second, first + server_cookie(first))
         self.assertEqual(r.metrics().value("weir_recursor_upstream_cookie_retries_total"), 1)
 
-    def test_libunbound_asks_ordinary_names_with_0x20(self):
-        """Ordinary names go through libunbound (here to the same server as
-        its forwarder): resolver.use_caps_for_id puts them in random case."""
-        for caps in (True, False):
-            r = self.start_recursor(resolver={"use_caps_for_id": caps})
+    def test_ordinary_names_reach_the_forwarder_with_weirs_defences(self):
+        """Ordinary names go through libunbound, which forwards (here to the
+        same server) through weir's relay: the forwarder sees weir's last
+        hop, 0x20 and a cookie, whatever libunbound's own use_caps_for_id.
+        With forwarder_transport = "libunbound", libunbound's own sockets:
+        use_caps_for_id alone decides the case, and no cookie goes."""
+        for transport, caps in (("weir", True), ("weir", False), ("libunbound", True), ("libunbound", False)):
+            r = self.start_recursor(resolver={"use_caps_for_id": caps, "forwarder_transport": transport})
             self.auth.srv.clear()
-            name = f"www.ordinary-{int(caps)}.example."
+            name = f"www.ordinary-{transport}-{int(caps)}.example."
             self.assertEqual(r.dig(name, "A", timeout=8).addresses(), [GOOD])
-            sent = [q.name.to_text() for q in self.auth.srv.received(name)]
+            got = self.auth.srv.received(name)
+            sent = [q.name.to_text() for q in got]
             self.assertTrue(sent)
-            if caps:
-                self.assertTrue(any(n != name for n in sent), sent)
+            if transport == "weir" or caps:
+                self.assertTrue(any(n != name for n in sent), f"{transport} caps={caps}: {sent}")
             else:
                 self.assertEqual(set(sent), {name})
+            cookies = [q.option(COOKIE) for q in got]
+            if transport == "weir":
+                self.assertTrue(all(c is not None for c in cookies), f"{transport}: {cookies}")
+                m = r.metrics()
+                self.assertGreaterEqual(m.value("weir_recursor_forwarder_relay_answers_total", result="answer"), 1)
+            else:
+                self.assertTrue(all(c is None for c in cookies), f"{transport}: {cookies}")
+
+
+class OrdinarySpoofingTest(Attacker):
+    """The same forger against ordinary names (no tag covers them), which
+    libunbound resolves through its forwarder (the scripted authority):
+    names with letters (0x20 adds entropy) and digits-only names (none:
+    the ID alone, which the flood covers in full)."""
+
+    def ordinary_attacks(self, r, names: list) -> tuple:
+        accepted, aimed = [], 0
+        for name in names:
+            first, cached, found = self.attack(r, name, forged_answers(name))
+            aimed += found
+            if POISON in first or POISON in cached:
+                accepted.append(name)
+            else:
+                self.assertEqual(first, [GOOD], name)
+                self.assertEqual(cached, [GOOD], name)
+        return accepted, aimed
+
+    def test_blind_spoofing_of_ordinary_names_defeated(self):
+        r = self.start_recursor()
+        tag = random.randrange(10**6)
+        letters = [f"www{i}-{tag}.ordinary.example." for i in range(ATTEMPTS)]
+        digits = [f"{i}{tag}.{tag % 1000}.{1000 + i}." for i in range(ATTEMPTS)]
+        for kind, names in (("letters", letters), ("digits only", digits)):
+            accepted, aimed = self.ordinary_attacks(r, names)
+            self.assertEqual(accepted, [], f"{kind}: {len(accepted)} of {ATTEMPTS} forgeries accepted")
+            self.assertGreaterEqual(aimed, ATTEMPTS // 2, f"{kind}: the forger found the port of most queries")
+            self.assertTrue(r.process.alive(), "the daemon is still running")
+        m = r.metrics()
+        self.assertGreater(m.value("weir_recursor_unwanted_replies_total", reason="id"), 0)
+        self.assertEqual(m.value("weir_recursor_resolver_restarts_total"), 0, "libunbound's process never ended")
+        # Every answer reached the client through the relay.
+        self.assertGreaterEqual(m.value("weir_recursor_forwarder_relay_answers_total", result="answer"),
+                                2 * ATTEMPTS)
+
+    def test_control_libunbounds_own_sockets_are_poisoned(self):
+        """The same forger against libunbound's own sockets (the old
+        transport): digits-only names carry no 0x20, and the flood covers
+        every ID, so it wins the race against the authority 1 s late."""
+        r = self.start_recursor(resolver={"forwarder_transport": "libunbound"})
+        tag = random.randrange(10**6)
+        for i in range(6):
+            name = f"{i}{tag}.{tag % 1000}.{2000 + i}."
+            first, cached, _ = self.attack(r, name, forged_answers(name))
+            if POISON in first or POISON in cached:
+                return
+        self.fail("libunbound's own sockets should take a forgery for a digits-only name")
+
+
+class IterationTransportTest(unittest.TestCase):
+    """libunbound iterating itself (root hints): resolver.tcp_upstream
+    sends its queries over TCP, where a blind forger cannot answer."""
+
+    NET = "127.0.141"
+
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig")
+        root = f"{cls.NET}.1"
+
+        def handler(q):
+            # The root's server answers for every name (all are in its zone).
+            if q.qtype == 2 and q.qname == ".":
+                return build_response(q, answer=[(".", "NS", 3600, "ns.root.")],
+                                      additional=[("ns.root.", "A", 3600, root)], options=[])
+            if q.qtype == 1:
+                addr = root if q.qname == "ns.root." else GOOD
+                return build_response(q, answer=[(q.name.to_text(), "A", 300, rdata_a(addr))], options=[])
+            return build_response(q, authority=[(".", "SOA", 300, weirtest.rdata_soa("ns.root.", "h.root."))],
+                                  options=[])
+
+        cls.root = weirtest.ScriptedAuthority(handler, host=root, port=53)
+        cls.addClassCleanup(cls.root.stop)
+        cls.hints = weirtest.write_temp(f". 3600 IN NS ns.root.\nns.root. 3600 IN A {root}\n", suffix=".hints")
+        cls.addClassCleanup(os.unlink, cls.hints)
+
+    def test_tcp_upstream_sends_libunbounds_queries_over_tcp(self):
+        for tcp in (False, True):
+            cfg = weirtest.recursor_config(root_hints=self.hints, resolver={"tcp_upstream": tcp, "do_ip6": False})
+            r = weirtest.Recursor(BUILD_DIR, cfg)
+            self.addCleanup(r.stop)
+            name = f"www.iterate-{int(tcp)}.example."
+            a = r.dig(name, "A", timeout=8)
+            self.assertEqual(a.addresses(), [GOOD], a.text)
+            got = {q.transport for q in self.root.received(name)}
+            self.assertEqual(got, {"tcp"} if tcp else {"udp"}, f"tcp_upstream={tcp}")
+            r.stop()
 
 
 if __name__ == "__main__":

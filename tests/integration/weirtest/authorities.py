@@ -103,8 +103,9 @@ class ScriptedAuthority:
         # With port 0 the UDP port's TCP twin may be taken by a parallel test's
         # connection: then another port is tried.
         for attempt in range(1 if port else 100):
+            # No SO_REUSEADDR on UDP: with it the kernel may hand port 0 out
+            # to two such sockets (parallel tests) and split their queries.
             self.udp = socket.socket(family, socket.SOCK_DGRAM)
-            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.udp.bind((host, port))
             self.host, self.port = host, self.udp.getsockname()[1]
             self.tcp = socket.socket(family, socket.SOCK_STREAM)

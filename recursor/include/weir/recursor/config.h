@@ -79,6 +79,15 @@ struct RecursorConfig {
   std::vector<std::string> caps_exempt;
   // Always 0 (anything else is refused: libunbound exits at the count).
   int ub_unwanted_reply_threshold = 0;
+  // How libunbound reaches the forwarders: through weir's relay and last
+  // hop (forwarder_relay.h: cookies, 0x20 without a lower-case fallback,
+  // the unwanted-reply reaction, TCP), or with its own sockets.
+  enum class ForwarderTransport : uint8_t { kWeir, kLibunbound };
+  ForwarderTransport forwarder_transport = ForwarderTransport::kWeir;
+  // unbound.conf(5) tcp-upstream: every query libunbound sends goes over
+  // TCP (no blind spoofing of ordinary names when it iterates itself, at
+  // the cost of a connection per server).
+  bool tcp_upstream = false;
   bool harden_below_nxdomain = true;   // RFC 8020
   bool harden_dnssec_stripped = true;  // with a trust anchor: no downgrade to insecure
   bool harden_referral_path = false;   // unbound: experimental, costly

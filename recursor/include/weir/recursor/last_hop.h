@@ -27,6 +27,8 @@ struct LastHopQuery {
   uint16_t id = 0;
   dns::NameKey qname;
   uint16_t qtype = 0;
+  // The wait of each UDP try (0: the transport's [last_hop] timeout_ms).
+  int timeout_ms = 0;
 };
 
 class LastHopTransport {
@@ -56,6 +58,25 @@ class LastHopTransport {
   virtual SendResult Send(uint64_t token, const LastHopQuery& q) = 0;
   // Drops the token's query in flight, if any; no Sink call follows.
   virtual void Cancel(uint64_t token) = 0;
+};
+
+// Two users of one transport (one set of sockets, cookies and case memory
+// per server): the tagged resolver, whose tokens count up from 1, and the
+// forwarder relay, whose tokens have the top bit set.
+class SinkByToken final : public LastHopTransport::Sink {
+ public:
+  static constexpr uint64_t kHighBit = uint64_t{1} << 63;
+  SinkByToken(Sink& low, Sink& high) : low_(low), high_(high) {}
+  void OnReply(uint64_t token, const dns::Message& reply) override {
+    (token & kHighBit ? high_ : low_).OnReply(token, reply);
+  }
+  void OnFailure(uint64_t token, LastHopTransport::Failure why) override {
+    (token & kHighBit ? high_ : low_).OnFailure(token, why);
+  }
+
+ private:
+  Sink& low_;
+  Sink& high_;
 };
 
 // Last-hop servers that stopped answering: after a timeout a server is
