@@ -111,8 +111,7 @@ void ForwarderRelay::OnQuery(size_t forwarder, std::span<const uint8_t> wire, co
   p->qtype = q.qtype;
   p->qclass = q.qclass;
   p->askers.push_back(std::move(asker));
-  p->next_timeout_ms = cfg_.timeout_ms;
-  p->started = std::chrono::steady_clock::now();
+  p->timeout_ms = cfg_.timeout_ms;
   const uint64_t token = kTokenBit | next_token_++;
   Pending& ref = *p;
   by_key_.emplace(key, token);
@@ -123,8 +122,7 @@ void ForwarderRelay::OnQuery(size_t forwarder, std::span<const uint8_t> wire, co
 bool ForwarderRelay::Send(uint64_t token, Pending& p) {
   ++p.tries;
   LastHopQuery lq{cfg_.forwarders[p.forwarder], p.message, dns::Load16(p.message.data()), p.qname, p.qtype};
-  lq.timeout_ms = p.next_timeout_ms;
-  p.next_timeout_ms *= 2;
+  lq.timeout_ms = p.timeout_ms;
   return transport_.Send(token, lq) == LastHopTransport::SendResult::kSent;
 }
 
@@ -151,13 +149,16 @@ void ForwarderRelay::OnFailure(uint64_t token, LastHopTransport::Failure why) {
   auto it = pending_.find(token);
   if (it == pending_.end()) return;
   Pending& p = *it->second;
-  const auto waited = std::chrono::steady_clock::now() - p.started;
   // A forwarder resolves before it answers: a timeout is asked again (a
-  // fresh port and ID) with twice the wait, up to answer_deadline_ms.
-  if (why == LastHopTransport::Failure::kTimeout && waited + std::chrono::milliseconds(p.next_timeout_ms) <=
-                                                        std::chrono::milliseconds(cfg_.answer_deadline_ms)) {
-    ++stats_.retries;
-    if (Send(token, p)) return;
+  // fresh port and ID) with twice the wait, while the waits add up to no
+  // more than answer_deadline_ms.
+  if (why == LastHopTransport::Failure::kTimeout) {
+    p.waited_ms += p.timeout_ms;
+    p.timeout_ms *= 2;
+    if (p.waited_ms + p.timeout_ms <= cfg_.answer_deadline_ms) {
+      ++stats_.retries;
+      if (Send(token, p)) return;
+    }
   }
   log_(cfg_.forwarders[p.forwarder].ToString(), ": ", NameText(p.qname),
        why == LastHopTransport::Failure::kTimeout ? ": no answer" : ": failed", " after ", p.tries,

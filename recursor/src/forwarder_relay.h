@@ -18,7 +18,6 @@
 // Threading: every call on the loop's thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,8 +84,8 @@ class ForwarderRelay final : public LastHopTransport::Sink {
     uint16_t qclass = 0;
     std::vector<Asker> askers;
     int tries = 0;
-    int next_timeout_ms = 0;
-    std::chrono::steady_clock::time_point started;
+    int timeout_ms = 0;  // the wait of the try in flight
+    int waited_ms = 0;   // the waits of the tries that timed out
   };
 
   void OnReadable(size_t forwarder);

@@ -262,6 +262,21 @@ TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
     EXPECT_NE(std::string(c.status().message()).find("cannot run its reaction"), std::string::npos)
         << c.status();
   }
+  // How libunbound reaches its forwarders, and TCP for all its queries.
+  c = ParseConfig(std::string(kMinimal), "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->forwarder_transport, RecursorConfig::ForwarderTransport::kWeir);
+  EXPECT_FALSE(c->tcp_upstream);
+  c = ParseConfig(std::string(kMinimal) + "forwarder_transport = \"libunbound\"\ntcp_upstream = true\n",
+                  "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->forwarder_transport, RecursorConfig::ForwarderTransport::kLibunbound);
+  EXPECT_TRUE(c->tcp_upstream);
+  c = ParseConfig(std::string(kMinimal) + "forwarder_transport = \"tcp\"\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
+  EXPECT_NE(std::string(c.status().message()).find("\"weir\" or \"libunbound\""), std::string::npos)
+      << c.status();
   c = ParseConfig(std::string(kMinimal) + "caps_exempt = [\"bad..name\"]\n", "r.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
