@@ -33,10 +33,18 @@ namespace {
 constexpr uint16_t kNsec = 47;
 constexpr uint16_t kNsec3 = 50;
 
+// Over TCP the whole answer (RFC 7766). Over UDP the client's EDNS size (512
+// without EDNS), never more than the 1232 bytes we advertise: larger
+// datagrams fragment, and an answer to a forged source is an amplifier.
+size_t UdpLimit(const ReplyContext& ctx) {
+  if (ctx.tcp) return 65535;
+  return std::min<size_t>(ctx.query->udp_limit(), kMaxUdpAnswer);
+}
+
 void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
   const dns::Query& q = *ctx.query;
   if (!q.edns.present) return;
-  w.BeginOpt(1232, q.edns.do_bit);
+  w.BeginOpt(kMaxUdpAnswer, q.edns.do_bit);
   if (q.edns.has_ecs) {
     dns::ClientSubnet echo = q.edns.ecs;
     echo.scope_prefix = a != nullptr ? std::min(a->scope, echo.source_prefix) : 0;
@@ -74,29 +82,32 @@ size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64
     if (fixed_ttl >= 0) return static_cast<uint32_t>(fixed_ttl);
     return ttl > age ? ttl - age : 0;
   };
-  for (const CachedRecord& r : a.answer) {
-    if (!shown(r)) continue;
-    if (w.AppendRecord(dns::Section::kAnswer, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
-        dns::ParseError::kOk) {
-      return 0;
+  // Names compressed (owners, CNAME/NS/PTR targets) against the question
+  // and one another, answer and authority alike: the size that decides
+  // truncation is the size sent.
+  dns::RecordEncoder enc(w.tail(), w.room(), q.qname.span());
+  uint16_t counts[2] = {0, 0};
+  size_t answer_bytes = 0;
+  for (int sec = 0; sec < 2; ++sec) {
+    for (const CachedRecord& r : sec == 0 ? a.answer : a.authority) {
+      if (!shown(r)) continue;
+      if (enc.Append(r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata, nullptr) != dns::ParseError::kOk)
+        return 0;
+      ++counts[sec];
     }
+    if (sec == 0) answer_bytes = enc.size();
   }
-  for (const CachedRecord& r : a.authority) {
-    if (!shown(r)) continue;
-    if (w.AppendRecord(dns::Section::kAuthority, r.owner, r.type, r.klass, ttl_of(r.ttl), r.rdata) !=
-        dns::ParseError::kOk) {
-      return 0;
-    }
-  }
+  w.Commit(dns::Section::kAnswer, answer_bytes, counts[0]);
+  w.Commit(dns::Section::kAuthority, enc.size() - answer_bytes, counts[1]);
   AddOpt(w, ctx, &a);
-  return w.Finish(ctx.tcp ? 65535 : ctx.query->udp_limit());
+  return w.Finish(UdpLimit(ctx));
 }
 
 size_t WriteError(const ReplyContext& ctx, dns::Rcode rcode, uint8_t* out, size_t cap) {
   dns::ResponseWriter w(out, cap);
   if (w.BeginResponse(ctx.query_pkt, *ctx.query, rcode) != dns::ParseError::kOk) return 0;
   AddOpt(w, ctx, nullptr);
-  return w.Finish(ctx.tcp ? 65535 : ctx.query->udp_limit());
+  return w.Finish(UdpLimit(ctx));
 }
 
 }  // namespace weir::recursor

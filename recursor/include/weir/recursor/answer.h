@@ -62,7 +62,11 @@ struct ReplyContext {
 // `fixed_ttl` when it is not negative: stale answers); when the query had
 // EDNS, an OPT with the ECS echoed at the answer's scope (never longer than
 // the front's source prefix) and the weight option if the front asked.
-// Returns the length (TC set and records dropped when over the UDP limit),
+// The largest UDP answer: the EDNS buffer size weir-recursor advertises.
+inline constexpr size_t kMaxUdpAnswer = 1232;
+
+// Names are compressed. Returns the length (TC set and records dropped when
+// over the UDP limit: min(the client's EDNS size or 512, kMaxUdpAnswer)),
 // 0 when `cap` is too small even for that.
 size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64_t fixed_ttl, uint8_t* out,
                    size_t cap);
