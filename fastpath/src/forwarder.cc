@@ -133,6 +133,11 @@ struct Forwarder::Impl {
   common::RateLimitedLog refused_log{{.component = "upstream"}};
   // Questions moved to TCP after too many unwanted answers.
   common::RateLimitedLog reaction_log{{.component = "upstream"}};
+  // Health changes and 0x20 fallbacks: a recursor that fails and answers by
+  // turns must not flood the log either.
+  common::RateLimitedLog down_log{{.component = "upstream"}};
+  common::RateLimitedLog up_log{{.level = common::LogLevel::kInfo, .component = "upstream"}};
+  common::RateLimitedLog case_log{{.component = "upstream"}};
   bool loop_ready = false;
   std::atomic<bool> running{false};
   std::thread thread;
@@ -922,9 +927,8 @@ void Forwarder::Impl::OnTcp(Pending* p, uint32_t events) {
 void Forwarder::Impl::LearnNoCase(const Endpoint& ep, std::string_view why) {
   case_memory.NotPreserved(ep.address, Clock::now());
   self->case_fallbacks_.Add();
-  common::LogWarning("upstream", ep.address.ToString(), " ", why, ": 0x20 off for it for ",
-                     std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(),
-                     " minutes");
+  case_log(ep.address.ToString(), " ", why, ": 0x20 off for it for ",
+           std::chrono::duration_cast<std::chrono::minutes>(dns::CaseMemory::kHold).count(), " minutes");
 }
 
 bool Forwarder::Impl::CaseFallback(Pending* p) {
@@ -951,23 +955,31 @@ void Forwarder::Impl::OnTimeout(Pending* p) {
 }
 
 void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
+  // `up` in the stats is the recursor's health as the operator sees it
+  // (weir_upstream_up, the lines below); the ring's own flag may be set
+  // again for a recursor that is down when every one of them is.
   if (ok) {
     g.consecutive_failures[u] = 0;
-    if (!g.ring->IsUp(u)) {
-      g.ring->SetUp(u, true);
+    if (!g.ring->IsUp(u)) g.ring->SetUp(u, true);
+    if (!(*g.stats)[u]->up) {
       (*g.stats)[u]->up = true;
-      common::LogInfo("upstream", g.upstreams[u].address.ToString(), " answered again: marked up");
+      up_log(g.upstreams[u].address.ToString(), " answered again: marked up");
     }
     return;
   }
-  if (++g.consecutive_failures[u] >= config.health_failures && g.ring->IsUp(u)) {
-    g.next_probe[u] = Clock::now() + std::chrono::milliseconds(config.health_interval_ms);
-    // Down until a health probe is answered; the ring moves its share to the
-    // next live recursor only. If every recursor is down, all are retried.
-    g.ring->SetUp(u, false);
+  if (++g.consecutive_failures[u] < config.health_failures) return;
+  if ((*g.stats)[u]->up) {
+    // Down until a health probe (or a query) is answered. Said once per
+    // change, not per failure after it.
     (*g.stats)[u]->up = false;
-    common::LogWarning("upstream", g.upstreams[u].address.ToString(), " marked down after ",
-                       g.consecutive_failures[u], " failures in a row");
+    g.next_probe[u] = Clock::now() + std::chrono::milliseconds(config.health_interval_ms);
+    down_log(g.upstreams[u].address.ToString(), " marked down after ", g.consecutive_failures[u],
+             " failures in a row");
+  }
+  if (g.ring->IsUp(u)) {
+    // The ring moves its share to the next live recursor only. If every
+    // recursor is down, all are retried.
+    g.ring->SetUp(u, false);
     bool any = false;
     for (int i = 0; i < g.ring->size(); ++i) any = any || g.ring->IsUp(i);
     if (!any) {

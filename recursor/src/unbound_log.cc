@@ -38,9 +38,14 @@ namespace {
 
 // What has been written since the last newline. stdio serialises writes to
 // one FILE, the mutex makes that explicit.
+// Errors and warnings can repeat with traffic (an upstream down, a flood):
+// rate-limited like weir's own lines. Made with the stream, in the daemon,
+// before libunbound's process is forked from it.
 struct LineSplitter {
   std::mutex mu;
   std::string partial;
+  common::RateLimitedLog errors{{.level = common::LogLevel::kError, .component = "unbound"}};
+  common::RateLimitedLog warnings{{.level = common::LogLevel::kWarning, .component = "unbound"}};
 };
 
 ssize_t WriteUnbound(void* cookie, const char* buf, size_t size) {
@@ -66,7 +71,15 @@ ssize_t WriteUnbound(void* cookie, const char* buf, size_t size) {
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (line.empty()) continue;
     const UnboundLine u = ParseUnboundLine(line);
-    common::Log(u.level, "unbound", u.message);
+    // Info and debug lines come only at the verbosity the operator asked
+    // for, and all of them.
+    if (u.level == common::LogLevel::kError) {
+      s->errors(u.message);
+    } else if (u.level == common::LogLevel::kWarning) {
+      s->warnings(u.message);
+    } else {
+      common::Log(u.level, "unbound", u.message);
+    }
   }
   return static_cast<ssize_t>(size);
 }

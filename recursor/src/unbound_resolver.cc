@@ -161,8 +161,9 @@ void UnboundResolver::Process() {
   // (their clients get SERVFAIL or a stale answer) instead of at their
   // deadline.
   ++restarts_;
-  common::LogError("unbound", "libunbound's resolving process ended: starting a new one (", pending_.size(),
-                   " lookups in flight failed)");
+  static common::RateLimitedLog restart_log{{.level = common::LogLevel::kError, .component = "unbound"}};
+  restart_log("libunbound's resolving process ended: starting a new one (", pending_.size(),
+              " lookups in flight failed)");
   if (watch_fd_) watch_fd_(ub_fd(ctx_), false);
   std::vector<Request*> lost(pending_.begin(), pending_.end());
   pending_.clear();

@@ -10,13 +10,17 @@ Run: python3 tests/integration/test_logging.py --build-dir build
 import os
 import re
 import signal
+import socket
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 from weirtest import build_response, echo_ecs, rdata_a, weight_option  # noqa: E402
 from weirtest.zones import record  # noqa: E402
+
+import dns.message  # noqa: E402  (weirtest finds Debian's dnspython)
 
 BUILD_DIR = weirtest.parse_build_dir()
 NET = "127.0.117"
@@ -148,6 +152,69 @@ class RecursorRateLimitTest(unittest.TestCase):
         counts = [int(summary.match(l[5]).group(1)) for l in lines if summary.match(l[5])]
         self.assertEqual(counts, [malformed - 10])
         self.assertEqual(self.r.stats()["log_suppressed"], malformed - 10)
+
+
+class UpstreamDownLogTest(unittest.TestCase):
+    """Lines that traffic repeats while an upstream is down: said once per
+    change of health, rate-limited with a summary, on both daemons."""
+
+    def blast(self, host, port, names):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for i, n in enumerate(names):
+                s.sendto(dns.message.make_query(n, "A").to_wire(), (host, port))
+                if i % 50 == 49:
+                    time.sleep(0.02)
+
+    def test_fastpath_marks_a_dead_recursor_down_once(self):
+        # Two recursors that never answer: each is marked down once, and
+        # stays down (with both down, both are still tried) without a line
+        # per failure after that.
+        holes = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+        for h in holes:
+            h.bind(("127.0.0.1", 0))
+            self.addCleanup(h.close)
+        ups = [f"127.0.0.1:{h.getsockname()[1]}" for h in holes]
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config(
+            ups, upstream={"timeout_ms": 20, "attempts": 2, "answer_deadline_ms": 200, "health_failures": 3,
+                           "health_interval_ms": 60000}), extra_args=["--log-target", "stderr"])
+        self.addCleanup(fp.stop)
+        self.blast(fp.host, fp.port, [f"n{i}.down.example." for i in range(2000)])
+        m = fp.metrics()
+        self.assertTrue(weirtest.wait_until(
+            lambda: sum(fp.metrics().value("weir_upstream_timeouts_total", group="ordinary", upstream=u)
+                        for u in ups) >= 200, 10), m.text)
+        m = fp.metrics()
+        for u in ups:
+            self.assertEqual(m.value("weir_upstream_up", group="ordinary", upstream=u), 0, m.text)
+        lines = [l for l in log_lines(fp.process.stderr_text()) if l[4] == "upstream"]
+        down = [l for l in lines if "marked down" in l[5]]
+        self.assertEqual(len(down), 2, "\n".join(l[5] for l in lines))
+        self.assertEqual(sorted(re.match(r"^(\S+) marked down after 3 failures in a row$", l[5]).group(1)
+                                for l in down), sorted(ups))
+        self.assertLessEqual(len(lines), 12, "\n".join(l[5] for l in lines))
+
+    def test_recursor_with_its_forwarder_down_is_rate_limited(self):
+        hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        hole.bind(("127.0.0.1", 0))
+        self.addCleanup(hole.close)
+        cfg = weirtest.recursor_config(forwarders=[f"127.0.0.1:{hole.getsockname()[1]}"],
+                                       last_hop={"timeout_ms": 20, "attempts": 1},
+                                       server={"answer_deadline_ms": 200, "metrics_listen": "127.0.0.1:0"})
+        r = weirtest.Recursor(BUILD_DIR, cfg, extra_args=["--log-target", "stderr"])
+        self.addCleanup(r.stop)
+        self.blast(r.host, r.port, [f"n{i}.down.example." for i in range(1000)])
+        self.assertTrue(weirtest.wait_until(
+            lambda: r.metrics().value("weir_recursor_forwarder_relay_answers_total", result="servfail") >= 100, 15))
+        time.sleep(0.5)
+        lines = log_lines(r.process.stderr_text())
+        by_component = {}
+        for l in lines:
+            by_component.setdefault(l[4], []).append(l[5])
+        # At most the burst of 10 per call site and a summary in 10 s.
+        self.assertLessEqual(len(by_component.get("forward", [])), 11, by_component)
+        for comp, msgs in by_component.items():
+            self.assertLessEqual(len(msgs), 40, f"{comp}: {len(msgs)} lines")
+        self.assertGreater(r.metrics().value("weir_recursor_log_lines_suppressed_total"), 0)
 
 
 if __name__ == "__main__":
