@@ -277,7 +277,7 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       active += l.evicted_active();
       capacity += l.capacity();
     }
-    w.Gauge("weir_rate_limit_table_capacity", "Sources the rate limiter can track, summed over the workers.")
+    w.Gauge("weir_rate_limit_table_capacity", "Sources the rate limiter can track, summed over the workers and the TCP server.")
         .Add({}, capacity);
     auto& evictions = w.Counter(
         "weir_rate_limit_evictions_total",

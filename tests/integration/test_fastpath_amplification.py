@@ -259,6 +259,16 @@ class RateLimitTest(unittest.TestCase):
             r = self.fp.dig(name, source="127.200.0.1")
             self.assertEqual(r.status, "NOERROR", r.text)
 
+    def test_table_capacity_is_table_size_per_worker_and_tcp_server(self):
+        # 1 worker + the TCP server, the default 65,536 sources each; then
+        # 3 workers at 5,000 (rounded up to 8,192) each.
+        self.assertEqual(self.fp.metrics().value("weir_rate_limit_table_capacity"), 2 * 65536)
+        config = weirtest.fastpath_config([f"{self.sim.host}:{self.sim.port}"], workers=3,
+                                          rate_limit={"qps_per_source": self.QPS, "table_size": 5000})
+        fp = weirtest.Fastpath(BUILD_DIR, config)
+        self.addCleanup(fp.stop)
+        self.assertEqual(fp.metrics().value("weir_rate_limit_table_capacity"), 4 * 8192)
+
     def test_abusive_source_leaves_innocent_sources_their_answers(self):
         abuser = "127.0.0.2"
         collided = old_collision(abuser)  # shared the abuser's bucket in the old limiter

@@ -113,5 +113,38 @@ class FastpathStartFailureTest(unittest.TestCase):
         self.fail("no descriptor limit made the forwarder fail")
 
 
+class TcpAnswerOrderTest(unittest.TestCase):
+    """Pipelined TCP queries are answered as they complete (RFC 7766
+    6.2.1.1), each under its own ID: a cached answer does not wait behind
+    a miss sent before it (docs/fastpath-config.md)."""
+
+    def test_a_hit_is_answered_before_a_miss_sent_first(self):
+        fake = weirtest.Process([sys.executable, os.path.join(HERE, "fake_upstreams.py"), "slow",
+                                 "--answer", "192.0.2.10", "--delay-ms", "600"], ready=r"^ready$")
+        self.addCleanup(fake.stop)
+        host, port = weirtest.split_hostport(fake.wait_line(r"^listening udp (\S+)").group(1))
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config(
+            [f"{host}:{port}"], upstream={"timeout_ms": 3000, "answer_deadline_ms": 5000}))
+        self.addCleanup(fp.stop)
+        self.assertEqual(fp.dig("hit.example.com", extra=["+time=5"]).addresses(), ["192.0.2.10"])
+
+        def q(name, qid):
+            return weirtest.tcp_frame(weirtest.make_query(name, 1, qid=qid))
+
+        s = socket.create_connection((fp.host, fp.port))
+        self.addCleanup(s.close)
+        s.settimeout(5)
+        s.sendall(q("slow-miss.example.com", 1) + q("hit.example.com", 2))
+        buf, ids = b"", []
+        while len(ids) < 2:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, f"closed after {ids}")
+            msgs, buf = weirtest.split_tcp_frames(buf + chunk)
+            for m in msgs:
+                ids.append(struct.unpack("!H", m[:2])[0])
+                self.assertEqual(m[3] & 0x0F, 0, "NOERROR expected")
+        self.assertEqual(ids, [2, 1], "the hit first, then the miss when its answer came")
+
+
 if __name__ == "__main__":
     unittest.main()
