@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   app.add_option("--query-log", opts.query_log_path, "append one JSON line per received query to this file");
   app.add_option("--seed", opts.seed, "seed of the fault-injection random generator");
   app.add_option("--log-size", opts.log_capacity, "queries kept in memory for the `log` command");
+  app.add_option("--stats-names", opts.stats_names,
+                 "distinct query names `stats` counts one by one (later ones under \"(other names)\")")
+      ->check(CLI::Range(1, 10000000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

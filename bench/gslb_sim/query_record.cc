@@ -157,19 +157,26 @@ void QueryStats::Count(const QueryRecord& r) {
   if (r.answered) ++rcodes_[RcodeName(r.rcode)];
   if (r.fault != Fault::kNone) ++faults_[FaultName(r.fault)];
   if (r.has_question) {
-    const std::string q = QnameText(r);
+    std::string q = QnameText(r);
+    if (by_qtype_.size() >= max_names_ && !by_qtype_.contains(q)) {
+      q = kOtherNames;
+      ++other_names_;
+    }
     ++by_qtype_[q][TypeName(r.qtype)];
-    ++by_ecs_[q][r.has_ecs ? EcsText(r.ecs) : "none"];
+    auto& subnets = by_ecs_[q];
+    std::string subnet = r.has_ecs ? EcsText(r.ecs) : "none";
+    if (subnets.size() >= max_subnets_ && !subnets.contains(subnet)) subnet = kOtherSubnets;
+    ++subnets[subnet];
   }
 }
 
 std::string QueryStats::ToJson() const {
-  std::string o = "{\"queries\":" + std::to_string(queries_) + ",\"udp\":" + std::to_string(udp_) +
-                  ",\"tcp\":" + std::to_string(tcp_) + ",\"with_edns\":" + std::to_string(edns_) +
-                  ",\"with_ecs\":" + std::to_string(ecs_) +
-                  ",\"with_weight_option\":" + std::to_string(weight_) +
-                  ",\"dropped\":" + std::to_string(dropped_) +
-                  ",\"malformed\":" + std::to_string(malformed_) + ",\"parse_errors\":";
+  std::string o =
+      "{\"queries\":" + std::to_string(queries_) + ",\"udp\":" + std::to_string(udp_) +
+      ",\"tcp\":" + std::to_string(tcp_) + ",\"with_edns\":" + std::to_string(edns_) +
+      ",\"with_ecs\":" + std::to_string(ecs_) + ",\"with_weight_option\":" + std::to_string(weight_) +
+      ",\"dropped\":" + std::to_string(dropped_) + ",\"malformed\":" + std::to_string(malformed_) +
+      ",\"other_names\":" + std::to_string(other_names_) + ",\"parse_errors\":";
   AppendCounts(&o, errors_);
   o += ",\"rcodes\":";
   AppendCounts(&o, rcodes_);

@@ -42,13 +42,24 @@ struct QueryRecord {
 // One JSON object, no trailing newline (format: docs/gslb-sim.md).
 std::string ToJson(const QueryRecord& r);
 
+// The counters of `stats`. The per-name maps are bounded, so a soak or a
+// flood of distinct names measures the server under test, not this one:
+// names past `max_names` are counted under kOtherNames, ECS subnets past
+// `max_subnets_per_name` (for one name) under kOtherSubnets.
 class QueryStats {
  public:
+  static constexpr const char* kOtherNames = "(other names)";
+  static constexpr const char* kOtherSubnets = "(other subnets)";
+  explicit QueryStats(size_t max_names = 10000, size_t max_subnets_per_name = 256)
+      : max_names_(max_names), max_subnets_(max_subnets_per_name) {}
   void Count(const QueryRecord& r);
-  void Reset() { *this = QueryStats(); }
+  void Reset() { *this = QueryStats(max_names_, max_subnets_); }
   std::string ToJson() const;
 
  private:
+  size_t max_names_;
+  size_t max_subnets_;
+  uint64_t other_names_ = 0;  // queries counted under kOtherNames
   uint64_t queries_ = 0, udp_ = 0, tcp_ = 0, edns_ = 0, ecs_ = 0, weight_ = 0, dropped_ = 0;
   uint64_t malformed_ = 0;
   std::map<std::string, uint64_t> errors_;  // parse error name -> count

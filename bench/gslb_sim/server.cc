@@ -172,6 +172,7 @@ class Server {
   Server(const ServerOptions& opts, ZoneSet zones)
       : opts_(opts),
         authority_(std::move(zones), opts.weight_option_code, opts.seed),
+        stats_(opts.stats_names),
         ring_(opts.log_capacity),
         buf_(kMaxMessage + 2) {}
 

@@ -20,6 +20,7 @@ struct ServerOptions {
   std::string query_log_path;  // empty = no file
   uint64_t seed = 1;
   size_t log_capacity = 10000;  // queries kept for `log`
+  size_t stats_names = 10000;   // names counted one by one in `stats`
 };
 
 // Binds everything, prints the "listening ..." lines, "control ..." and

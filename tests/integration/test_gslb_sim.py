@@ -489,5 +489,52 @@ class BadConfigTest(unittest.TestCase):
             self.assertEqual(r.weights(W), [2, 1], r.text)
 
 
+class GslbSimStatsBoundTest(unittest.TestCase):
+    """`stats` keeps per-name counters for a bounded number of names (and
+    ECS subnets per name): a flood of distinct names costs gslb-sim nothing
+    that grows."""
+
+    def test_names_past_the_cap_are_counted_together(self):
+        import socket
+        import dns.edns
+        import dns.message
+        sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, extra_args=["--stats-names", "100"])
+        self.addCleanup(sim.stop)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(2)
+            for i in range(500):
+                s.sendto(dns.message.make_query(f"n{i}.example.com", "A").to_wire(), (sim.host, sim.port))
+                s.recv(4096)
+            for i in range(300):
+                ecs = dns.edns.ECSOption(f"198.51.{i // 256}.{i % 256}", 32)
+                q = dns.message.make_query("www.example.com", "A", use_edns=0, options=[ecs])
+                s.sendto(q.to_wire(), (sim.host, sim.port))
+                s.recv(4096)
+        st = sim.stats()
+        self.assertEqual(st["queries"], 800)
+        names = st["by_qname_qtype"]
+        self.assertEqual(len(names), 101, "100 names and the rest together")
+        self.assertEqual(st["other_names"], 400 + 300, "n100 ... n499, and www after them")
+        self.assertEqual(names["(other names)"], {"A": 700})
+        self.assertNotIn("www.example.com.", names)
+
+    def test_subnets_per_name_are_bounded(self):
+        import socket
+        import dns.edns
+        import dns.message
+        sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
+        self.addCleanup(sim.stop)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(2)
+            for i in range(300):
+                ecs = dns.edns.ECSOption(f"198.51.{i // 256}.{i % 256}", 32)
+                q = dns.message.make_query("www.example.com", "A", use_edns=0, options=[ecs])
+                s.sendto(q.to_wire(), (sim.host, sim.port))
+                s.recv(4096)
+        subnets = sim.stats()["by_qname_ecs"]["www.example.com."]
+        self.assertEqual(len(subnets), 257, "256 subnets and the rest together")
+        self.assertEqual(subnets["(other subnets)"], 300 - 256)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
