@@ -273,11 +273,11 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
-    c.OnlyKeys(
-        *s, "upstream",
-        {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
-         "health_interval_ms", "load_factor", "max_inflight", "max_inflight_per_upstream", "udp_sockets",
-         "udp_socket_lifetime_s", "unwanted_reply_threshold", "case_randomization", "cookies"});
+    c.OnlyKeys(*s, "upstream",
+               {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
+                "health_interval_ms", "load_factor", "max_inflight", "max_inflight_per_upstream",
+                "max_waiting_clients", "udp_sockets", "udp_socket_lifetime_s", "unwanted_reply_threshold",
+                "case_randomization", "cookies"});
     ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
     ParseUpstreams(c, *s, "weighted", &cfg.weighted);
     c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
@@ -288,6 +288,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Double(*s, "load_factor", &cfg.ring_load_factor, 1.0, 10.0);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "max_inflight_per_upstream", &cfg.max_inflight_per_upstream, 1, 1000000);
+    c.Int(*s, "max_waiting_clients", &cfg.max_waiting_clients, 1, 10000000);
     c.Int(*s, "udp_sockets", &cfg.udp_sockets, 1, 4096);
     if (c.Int(*s, "udp_socket_lifetime_s", &cfg.udp_socket_lifetime_s, 0, 86400) &&
         cfg.udp_socket_lifetime_s > 0 && cfg.udp_socket_lifetime_s < 10) {

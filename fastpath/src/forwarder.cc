@@ -143,6 +143,7 @@ struct Forwarder::Impl {
   std::thread thread;
   Group groups[2];  // 0 ordinary, 1 weighted
   absl::flat_hash_map<std::string, std::unique_ptr<Pending>> inflight;
+  size_t waiting = 0;                        // waiters of every Pending in `inflight`
   absl::flat_hash_map<int, Pending*> by_fd;  // TCP tries, by socket
   std::vector<Endpoint> endpoints;
   // The UDP pool (per address family) and the retired sockets still open
@@ -547,9 +548,17 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   key.append(reinterpret_cast<const char*>(&m.qtype), 2);
   key.push_back(static_cast<char>((m.do_bit ? 1 : 0) | (m.cd_bit ? 2 : 0) | (m.weighted ? 4 : 0)));
   key.append(reinterpret_cast<const char*>(m.qname.bytes.data()), m.qname.len);
+  if (waiting >= static_cast<size_t>(config.max_waiting_clients)) {
+    // As many clients wait as we keep (memory): answer now, stale or
+    // SERVFAIL, rather than hold one more until the deadline.
+    self->waiting_limited_.Add();
+    return StaleOrServfail(c);
+  }
   auto it = inflight.find(key);
   if (it != inflight.end()) {
     self->coalesced_.Add();
+    ++waiting;
+    self->waiting_.store(waiting, std::memory_order_relaxed);
     it->second->waiters.push_back(std::move(c));
     if (!it->second->answer_timer) ArmAnswerDeadline(it->second.get());
     return;
@@ -581,6 +590,8 @@ void Forwarder::Impl::Accept(PendingClient&& c) {
   p->miss = c.miss;
   p->weighted_group = m.weighted || m.send_ecs;
   p->waiters.push_back(std::move(c));
+  ++waiting;
+  self->waiting_.store(waiting, std::memory_order_relaxed);
   Pending* raw = p.get();
   inflight.emplace(key, std::move(p));
   self->in_flight_.store(inflight.size(), std::memory_order_relaxed);
@@ -990,6 +1001,8 @@ void Forwarder::Impl::MarkResult(Group& g, int u, bool ok) {
 
 void Forwarder::Impl::Release(Pending* p, bool expect_late) {
   EndTry(p, expect_late);
+  waiting -= p->waiters.size();
+  self->waiting_.store(waiting, std::memory_order_relaxed);
   inflight.erase(p->key);  // frees p
   self->in_flight_.store(inflight.size(), std::memory_order_relaxed);
 }
@@ -1237,7 +1250,8 @@ void Forwarder::Impl::AnswerEarly(Pending* p, Clock::time_point accepted_by) {
       c.route.worker = kAnswered;
     }
   }
-  std::erase_if(p->waiters, [](const PendingClient& c) { return c.route.worker == kAnswered; });
+  waiting -= std::erase_if(p->waiters, [](const PendingClient& c) { return c.route.worker == kAnswered; });
+  self->waiting_.store(waiting, std::memory_order_relaxed);
 }
 
 void Forwarder::Impl::OnClientTimer(uint64_t generation) {

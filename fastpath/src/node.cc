@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -277,8 +278,12 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
       active += l.evicted_active();
       capacity += l.capacity();
     }
-    w.Gauge("weir_rate_limit_table_capacity", "Sources the rate limiter can track, summed over the workers and the TCP server.")
+    w.Gauge("weir_rate_limit_table_capacity",
+            "Sources the rate limiter can track, summed over the workers and the TCP server.")
         .Add({}, capacity);
+    w.Gauge("weir_rate_limit_table_bytes",
+            "Memory of the rate limiter's tables (all workers and the TCP server).")
+        .Add({}, capacity * RateLimiter::kEntryBytes);
     auto& evictions = w.Counter(
         "weir_rate_limit_evictions_total",
         "Sources the rate limiter forgot to make room for a new one: idle (its buckets were full) or "
@@ -307,6 +312,30 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
             "Questions answered at once (stale, else SERVFAIL) because every socket upstream.max_inflight "
             "(or max_inflight_per_upstream) allows was in use.")
       .Add({}, forwarder_->inflight_limited());
+  w.Counter("weir_upstream_waiting_limited_total",
+            "Misses answered at once (stale, else SERVFAIL) because upstream.max_waiting_clients clients "
+            "were waiting on questions in flight.")
+      .Add({}, forwarder_->waiting_limited());
+  w.Gauge("weir_upstream_waiting_clients", "Clients (and prefetches) waiting on the questions in flight.")
+      .Add({}, forwarder_->waiting());
+  {
+    // The bounds of the large allocations as configured (docs/fastpath-config.md#memory):
+    // resident memory stays under their sum plus the fixed overhead.
+    const uint64_t slots = cores_.size();
+    const bool limiting = config_.rate_limit_qps != 0 || config_.rate_limit_bytes_per_second != 0;
+    auto& budget = w.Gauge("weir_memory_budget_bytes",
+                           "What each large allocation may hold at most, as configured: the cache (1.25 x "
+                           "cache.bytes), the SWRR states and rate-limit tables of every worker, the "
+                           "questions in flight and the clients waiting on them.");
+    budget.Add({{"part", "cache"}}, shared_.cache->options().byte_budget * 5 / 4);
+    budget.Add({{"part", "swrr"}}, slots * config_.swrr_states * partitions::SwrrTable::kStateBytes);
+    budget.Add({{"part", "rate_limit"}},
+               limiting ? slots * std::bit_ceil(std::max<uint64_t>(config_.rate_limit_table_size, 16)) *
+                              RateLimiter::kEntryBytes
+                        : 0);
+    budget.Add({{"part", "in_flight"}}, uint64_t(config_.max_inflight) * Forwarder::kQuestionBytes);
+    budget.Add({{"part", "waiting"}}, uint64_t(config_.max_waiting_clients) * Forwarder::kWaiterBytes);
+  }
   w.Counter("weir_upstream_spoofed_total",
             "Upstream answers refused: wrong source, socket, ID, question, 0x20 case or cookie (late "
             "answers are counted apart).")
@@ -400,6 +429,9 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
       .Add({}, swrr_states);
   w.Gauge("weir_swrr_capacity", "SWRR states each worker can keep (cache.swrr_states).")
       .Add({}, config_.swrr_states);
+  w.Gauge("weir_swrr_memory_bytes",
+          "Memory of the SWRR states in use (all workers; pages are used as keys arrive).")
+      .Add({}, swrr_states * partitions::SwrrTable::kStateBytes);
   w.Counter(
        "weir_swrr_evictions_total",
        "SWRR states taken from the least recently picked key to make room (that key's sequence restarts).")

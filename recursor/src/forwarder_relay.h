@@ -1,6 +1,7 @@
 // libunbound's forwarders, through weir's own last hop
-// (docs/behaviour.md#spoofing-defences). With [resolver] forwarders and
-// forwarder_transport = "weir" (the default), libunbound forwards to one
+// (docs/behaviour.md#what-protects-ordinary-names-against-forged-answers).
+// With [resolver] forwarders and forwarder_transport = "weir" (the
+// default), libunbound forwards to one
 // relay socket per forwarder on 127.0.0.1, and each relay asks its
 // forwarder through the LastHopTransport of the tagged names: a fresh port
 // and ID per try, 0x20 without a lower-case fallback over UDP, DNS cookies,

@@ -129,6 +129,10 @@ struct FastpathConfig {
   // from stale, else SERVFAIL.
   int max_inflight = 10000;
   int max_inflight_per_upstream = 5000;
+  // Clients waiting on the questions in flight, in all: a flood of one
+  // slow question would otherwise hold one per query until the deadline.
+  // Past it a miss is answered at once from stale, else SERVFAIL.
+  int max_waiting_clients = 100000;
   // Queries go out on a pool of UDP sockets bound to random ports, each
   // query on a random one of them with a random ID (per address family).
   int udp_sockets = 256;

@@ -68,6 +68,16 @@ class Forwarder {
   // Questions answered at once (stale or SERVFAIL) because every socket
   // allowed (upstream.max_inflight[_per_upstream]) was in use.
   uint64_t inflight_limited() const { return inflight_limited_.Read(); }
+  // The memory one question in flight and one waiting client may hold, at
+  // most (their state, the query bytes, the map slots, the worker's route):
+  // what weir_memory_budget_bytes counts for upstream.max_inflight and
+  // max_waiting_clients.
+  static constexpr uint64_t kQuestionBytes = 2048;
+  static constexpr uint64_t kWaiterBytes = 512;
+  // Misses answered at once because upstream.max_waiting_clients wait.
+  uint64_t waiting_limited() const { return waiting_limited_.Read(); }
+  // Clients (and prefetches) waiting on the questions in flight.
+  uint64_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
   // Upstream answers refused: wrong source, socket, ID, question, 0x20
   // case or cookie (late answers are not among them).
   uint64_t spoofed() const { return spoofed_.Read(); }
@@ -104,6 +114,7 @@ class Forwarder {
   std::unique_ptr<Impl> impl_;
   OwnedCounter coalesced_;
   OwnedCounter inflight_limited_;
+  OwnedCounter waiting_limited_;
   OwnedCounter spoofed_;
   OwnedCounter unwanted_;
   OwnedCounter late_;
@@ -113,6 +124,7 @@ class Forwarder {
   OwnedCounter cookie_mismatches_;
   std::atomic<uint64_t> udp_sockets_{0};
   std::atomic<uint64_t> in_flight_{0};  // written by the forwarder thread
+  std::atomic<uint64_t> waiting_{0};    // written by the forwarder thread
   OwnedCounter upstream_queries_;
   OwnedCounter learned_;
   OwnedCounter learned_overflow_;

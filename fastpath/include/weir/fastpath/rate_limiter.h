@@ -80,6 +80,7 @@ class RateLimiter {
   }
 
   size_t capacity() const { return enabled() ? mask_ + 1 : 0; }
+  static constexpr size_t kEntryBytes = 32;  // per tracked source
   uint64_t evicted_idle() const { return evicted_idle_.Read(); }
   uint64_t evicted_active() const { return evicted_active_.Read(); }
 
@@ -96,7 +97,7 @@ class RateLimiter {
     uint32_t tokens = 0;
     uint32_t bytes = 0;
   };
-  static_assert(sizeof(Entry) == 32);
+  static_assert(sizeof(Entry) == kEntryBytes);
 
   Key KeyOf(const partitions::IpAddress& src) const;
   uint64_t Hash(const Key& k) const;
