@@ -494,22 +494,29 @@ class GslbSimStatsBoundTest(unittest.TestCase):
     ECS subnets per name): a flood of distinct names costs gslb-sim nothing
     that grows."""
 
-    def test_names_past_the_cap_are_counted_together(self):
+    @staticmethod
+    def ask(sim, queries):
         import socket
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(2)
+            for q in queries:
+                s.sendto(q.to_wire(), (sim.host, sim.port))
+                s.recv(4096)
+
+    @staticmethod
+    def with_subnets(n):
         import dns.edns
+        import dns.message
+        return [dns.message.make_query("www.example.com", "A", use_edns=0,
+                                       options=[dns.edns.ECSOption(f"198.51.{i // 256}.{i % 256}", 32)])
+                for i in range(n)]
+
+    def test_names_past_the_cap_are_counted_together(self):
         import dns.message
         sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, extra_args=["--stats-names", "100"])
         self.addCleanup(sim.stop)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.settimeout(2)
-            for i in range(500):
-                s.sendto(dns.message.make_query(f"n{i}.example.com", "A").to_wire(), (sim.host, sim.port))
-                s.recv(4096)
-            for i in range(300):
-                ecs = dns.edns.ECSOption(f"198.51.{i // 256}.{i % 256}", 32)
-                q = dns.message.make_query("www.example.com", "A", use_edns=0, options=[ecs])
-                s.sendto(q.to_wire(), (sim.host, sim.port))
-                s.recv(4096)
+        self.ask(sim, [dns.message.make_query(f"n{i}.example.com", "A") for i in range(500)])
+        self.ask(sim, self.with_subnets(300))
         st = sim.stats()
         self.assertEqual(st["queries"], 800)
         names = st["by_qname_qtype"]
@@ -519,22 +526,12 @@ class GslbSimStatsBoundTest(unittest.TestCase):
         self.assertNotIn("www.example.com.", names)
 
     def test_subnets_per_name_are_bounded(self):
-        import socket
-        import dns.edns
-        import dns.message
         sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES)
         self.addCleanup(sim.stop)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.settimeout(2)
-            for i in range(300):
-                ecs = dns.edns.ECSOption(f"198.51.{i // 256}.{i % 256}", 32)
-                q = dns.message.make_query("www.example.com", "A", use_edns=0, options=[ecs])
-                s.sendto(q.to_wire(), (sim.host, sim.port))
-                s.recv(4096)
+        self.ask(sim, self.with_subnets(300))
         subnets = sim.stats()["by_qname_ecs"]["www.example.com."]
         self.assertEqual(len(subnets), 257, "256 subnets and the rest together")
         self.assertEqual(subnets["(other subnets)"], 300 - 256)
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

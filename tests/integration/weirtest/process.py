@@ -176,26 +176,13 @@ class Process:
         or the next; returns the match. Raises RuntimeError (with stderr) if
         the process exits or times out."""
         rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
         for line in self.lines:
             m = rx.search(line)
             if m:
                 return m
+        deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"{self.argv[0]}: no line matching {pattern!r} within {timeout}s; "
-                                   f"stdout={self.lines!r} stderr={self.stderr_text()!r}")
-            try:
-                line = self._queue.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                self.proc.wait(timeout=5)
-                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {pattern!r}; "
-                                   f"stdout={self.lines!r} stderr={self.stderr_text()!r}")
-            self.lines.append(line)
-            m = rx.search(line)
+            m = rx.search(self._next_line(deadline, f"a line matching {pattern!r}"))
             if m:
                 return m
 
@@ -206,19 +193,28 @@ class Process:
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         while sum(1 for line in self.lines if rx.search(line)) < count:
+            self._next_line(deadline, f"{count} lines matching {pattern!r}")
+
+    def _next_line(self, deadline: float, what: str) -> str:
+        """The next stdout line (also appended to `lines`) before
+        `deadline`; RuntimeError (with stderr) if none comes or the process
+        ends first."""
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"{self.argv[0]}: fewer than {count} lines matching {pattern!r} within "
-                                   f"{timeout}s; stdout={self.lines!r} stderr={self.stderr_text()!r}")
+                raise RuntimeError(f"{self.argv[0]}: no {what} in time; stdout={self.lines!r} "
+                                   f"stderr={self.stderr_text()!r}")
             try:
                 line = self._queue.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
+                self._queue.put(None)  # the end stays for the next caller
                 self.proc.wait(timeout=5)
-                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {count} lines "
-                                   f"matching {pattern!r}; stdout={self.lines!r} stderr={self.stderr_text()!r}")
+                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {what}; "
+                                   f"stdout={self.lines!r} stderr={self.stderr_text()!r}")
             self.lines.append(line)
+            return line
 
     def stderr_text(self) -> str:
         if self._stderr.closed:
