@@ -1,8 +1,8 @@
 """weir-fastpath's resident memory under a minute of load beyond its
 capacity (issue #26 item 3): unique names at the load generator's full
 speed (misses, NXDOMAIN from gslb-sim at once) and, at the same time, a
-flood of one slow name (its clients pile up as waiters until
-upstream.max_waiting_clients). The process's RSS stays under
+flood of one slow name (TTL 0: never cached, so its clients pile up as
+waiters until upstream.max_waiting_clients). The process's RSS stays under
 weir_memory_budget_bytes (the bounds of the large allocations as
 configured) times 1.25 plus the fixed overhead docs/fastpath-config.md#memory
 documents, and the waiting clients never pass their bound.
@@ -40,7 +40,7 @@ def rss_bytes(pid: int) -> int:
 class MemoryBoundTest(unittest.TestCase):
     def test_rss_within_the_budget_under_a_minute_of_floods(self):
         zones = (zone("example.com.") + record("www", "A", "192.0.2.1") +
-                 gslb_name("slow", default={"addresses": ["192.0.2.9"]}, latency_ms=2500))
+                 gslb_name("slow", default={"addresses": ["192.0.2.9"]}, latency_ms=2500, ttl=0))
         sim = weirtest.GslbSim(BUILD_DIR, config_text=zones)
         self.addCleanup(sim.stop)
         config = weirtest.fastpath_config([f"{sim.host}:{sim.port}"], workers=2,
