@@ -129,12 +129,27 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "resolver")) {
-    c.OnlyKeys(
-        *s, "resolver",
-        {"root_hints", "trust_anchor", "forwarders", "do_ip6", "verbosity", "harden_glue",
-         "qname_minimisation", "trust_anchor_signaling", "aggressive_nsec", "val_override_date",
-         "local_zones", "use_caps_for_id", "caps_exempt", "unwanted_reply_threshold", "harden_below_nxdomain",
-         "harden_dnssec_stripped", "harden_referral_path", "forwarder_transport", "tcp_upstream"});
+    c.OnlyKeys(*s, "resolver",
+               {"root_hints",
+                "trust_anchor",
+                "forwarders",
+                "do_ip6",
+                "verbosity",
+                "harden_glue",
+                "qname_minimisation",
+                "trust_anchor_signaling",
+                "aggressive_nsec",
+                "val_override_date",
+                "local_zones",
+                "use_caps_for_id",
+                "caps_exempt",
+                "unwanted_reply_threshold",
+                "harden_below_nxdomain",
+                "harden_dnssec_stripped",
+                "harden_referral_path",
+                "forwarder_transport",
+                "tcp_upstream",
+                "outgoing_tcp"});
     c.String(*s, "root_hints", &cfg.root_hints);
     c.String(*s, "trust_anchor", &cfg.trust_anchor);
     c.List(*s, "forwarders", &cfg.forwarders, ParseAddress53);
@@ -186,6 +201,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
              "'forwarder_transport' must be \"weir\" or \"libunbound\"");
     }
     c.Bool(*s, "tcp_upstream", &cfg.tcp_upstream);
+    c.Int(*s, "outgoing_tcp", &cfg.outgoing_tcp, 1, 65536);
     c.Bool(*s, "harden_below_nxdomain", &cfg.harden_below_nxdomain);
     c.Bool(*s, "harden_dnssec_stripped", &cfg.harden_dnssec_stripped);
     c.Bool(*s, "harden_referral_path", &cfg.harden_referral_path);

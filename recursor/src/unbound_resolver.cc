@@ -104,6 +104,7 @@ absl::Status UnboundResolver::Create() {
   if (!(st = set("unwanted-reply-threshold:", std::to_string(config.ub_unwanted_reply_threshold))).ok())
     return st;
   if (!(st = set("tcp-upstream:", config.tcp_upstream ? "yes" : "no")).ok()) return st;
+  if (!(st = set("outgoing-num-tcp:", std::to_string(config.outgoing_tcp))).ok()) return st;
   if (!(st = set("harden-below-nxdomain:", config.harden_below_nxdomain ? "yes" : "no")).ok()) return st;
   if (!(st = set("harden-dnssec-stripped:", config.harden_dnssec_stripped ? "yes" : "no")).ok()) return st;
   if (!(st = set("harden-referral-path:", config.harden_referral_path ? "yes" : "no")).ok()) return st;
@@ -133,11 +134,9 @@ absl::Status UnboundResolver::Create() {
     if (!(st = set("module-config:", "iterator")).ok()) return st;
   }
   // A resolving process of its own (forked at the first lookup, so after
-  // the privilege drop), not a thread: libunbound 1.17's background thread
-  // shares buffers with the caller's side and under concurrent TCP
-  // fallbacks sends corrupt queries (a SERVFAIL header in place of the
-  // question) that end in SERVFAIL for whole zones. The process has its own
-  // memory; a crash or fatal exit there ends only it (Process() restarts it).
+  // the privilege drop), not a thread: the process has its own memory, and
+  // a crash or fatal exit inside libunbound ends only it (Process()
+  // restarts it).
   const int err = ub_ctx_async(ctx_, 0);
   if (err != 0) return absl::InternalError(Cat("libunbound async: ", ub_strerror(err)));
   // Through the zone API, not the "local-zone:" option: libunbound 1.17

@@ -267,11 +267,17 @@ TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->forwarder_transport, RecursorConfig::ForwarderTransport::kWeir);
   EXPECT_FALSE(c->tcp_upstream);
-  c = ParseConfig(std::string(kMinimal) + "forwarder_transport = \"libunbound\"\ntcp_upstream = true\n",
+  EXPECT_EQ(c->outgoing_tcp, 1024);
+  c = ParseConfig(std::string(kMinimal) +
+                      "forwarder_transport = \"libunbound\"\ntcp_upstream = true\noutgoing_tcp = 64\n",
                   "r.toml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->forwarder_transport, RecursorConfig::ForwarderTransport::kLibunbound);
   EXPECT_TRUE(c->tcp_upstream);
+  EXPECT_EQ(c->outgoing_tcp, 64);
+  c = ParseConfig(std::string(kMinimal) + "outgoing_tcp = 0\n", "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
   c = ParseConfig(std::string(kMinimal) + "forwarder_transport = \"tcp\"\n", "r.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();

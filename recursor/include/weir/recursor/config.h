@@ -88,6 +88,15 @@ struct RecursorConfig {
   // TCP (no blind spoofing of ordinary names when it iterates itself, at
   // the cost of a connection per server).
   bool tcp_upstream = false;
+  // unbound's outgoing-num-tcp: the TCP streams libunbound's process keeps
+  // to authorities at once (its default is 10). libunbound 1.17 closes its
+  // oldest stream when every one is taken and a query needs a new one; the
+  // queries on that stream fail at once, their retries are encoded into
+  // the buffer the new query is still being copied from, and the new query
+  // goes out corrupt (its flags word lost): the authority answers FORMERR,
+  // libunbound marks it EDNS-lame and the name ends in SERVFAIL. Enough
+  // streams that none is closed for another keeps that path unused.
+  int outgoing_tcp = 1024;
   bool harden_below_nxdomain = true;   // RFC 8020
   bool harden_dnssec_stripped = true;  // with a trust anchor: no downgrade to insecure
   bool harden_referral_path = false;   // unbound: experimental, costly
