@@ -518,9 +518,14 @@ void Forwarder::Impl::Run() {
 }
 
 void Forwarder::Impl::Drain() {
-  for (MissChannel* ch : channels) {
+  for (size_t w = 0; w < channels.size(); ++w) {
     PendingClient c;
-    while (ch->misses.Pop(&c)) Accept(std::move(c));
+    // A worker that has not taken back kMaxHeldReturns of its answers (it
+    // cannot keep up) gets no more of its misses taken: they stay in its
+    // ring, which fills, and the worker drops new misses
+    // (weir_drops_total{reason="miss_queue_full"}). Without it the held
+    // answers, and the worker's routes for their clients, grow without bound.
+    while (overflow[w].size() < kMaxHeldReturns && channels[w]->misses.Pop(&c)) Accept(std::move(c));
   }
 }
 

@@ -334,7 +334,10 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
                               RateLimiter::kEntryBytes
                         : 0);
     budget.Add({{"part", "in_flight"}}, uint64_t(config_.max_inflight) * Forwarder::kQuestionBytes);
-    budget.Add({{"part", "waiting"}}, uint64_t(config_.max_waiting_clients) * Forwarder::kWaiterBytes);
+    // The clients waiting at the forwarder, and per worker those on their way
+    // to and from it (their queries, the backend's routes, held returns).
+    budget.Add({{"part", "waiting"}},
+               Forwarder::MaxWaiting(config_.max_waiting_clients, slots) * Forwarder::kWaiterBytes);
   }
   w.Counter("weir_upstream_spoofed_total",
             "Upstream answers refused: wrong source, socket, ID, question, 0x20 case or cookie (late "

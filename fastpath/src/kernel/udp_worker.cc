@@ -144,12 +144,18 @@ void UdpWorker::Run(const std::atomic<bool>& running) {
     if (pfds.back().revents & POLLIN) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = read(wake_fd_, &v, sizeof(v));
-      core_.DrainReturns(node_.NowSeconds(), *this);
     }
     for (size_t f = 0; f < fds_.size(); ++f) {
       if (!(pfds[f].revents & POLLIN)) continue;
-      while (Burst(f, MSG_DONTWAIT) == kBurst) rcu.Quiescent();
+      // Under a flood the socket never empties: take the returned answers
+      // between bursts, or the clients waiting on misses are never answered
+      // (and pile up at the forwarder).
+      while (Burst(f, MSG_DONTWAIT) == kBurst) {
+        core_.DrainReturns(node_.NowSeconds(), *this);
+        rcu.Quiescent();
+      }
     }
+    core_.DrainReturns(node_.NowSeconds(), *this);
     rcu.Quiescent();
   }
 }

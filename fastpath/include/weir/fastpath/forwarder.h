@@ -74,6 +74,15 @@ class Forwarder {
   // max_waiting_clients.
   static constexpr uint64_t kQuestionBytes = 2048;
   static constexpr uint64_t kWaiterBytes = 512;
+  // Answers the forwarder holds for one worker whose return ring is full
+  // before it stops taking that worker's misses.
+  static constexpr size_t kMaxHeldReturns = MissChannel::kSize;
+  // Clients that may wait on the upstream side at most: those at the
+  // forwarder (upstream.max_waiting_clients) and, per worker slot, a ring of
+  // misses, a ring of returns and the held returns.
+  static uint64_t MaxWaiting(uint64_t max_waiting_clients, uint64_t slots) {
+    return max_waiting_clients + slots * (2 * MissChannel::kSize + kMaxHeldReturns);
+  }
   // Misses answered at once because upstream.max_waiting_clients wait.
   uint64_t waiting_limited() const { return waiting_limited_.Read(); }
   // Clients (and prefetches) waiting on the questions in flight.
