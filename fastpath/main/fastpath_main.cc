@@ -1,5 +1,6 @@
 // weir-fastpath: the front cache, on kernel sockets or the DPDK poll-mode backend.
 #include "weir/common/daemon.h"
+#include "weir/fastpath/backend.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/server.h"
 
@@ -11,7 +12,7 @@ int main(int argc, char** argv) {
           "tests only: a settable clock, advanced with GET /test/advance-clock?seconds=N on the metrics port",
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
-  auto config = weir::fastpath::LoadAndCheckConfig(daemon.config_path());
+  auto config = weir::fastpath::LoadAndCheckConfig(daemon.config_path(), weir::fastpath::BuiltBackends());
   if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
 
   weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());

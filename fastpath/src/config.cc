@@ -163,15 +163,13 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
 
 }  // namespace
 
-bool HaveDpdk() {
-#ifdef WEIR_HAVE_DPDK
-  return true;
-#else
-  return false;
-#endif
+const std::vector<std::string>& AllBackends() {
+  static const std::vector<std::string> kAll = {"kernel", "dpdk"};
+  return kAll;
 }
 
-absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name) {
+absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name,
+                                           const std::vector<std::string>& built) {
   auto parsed = common::ParseToml(text, name);
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = *parsed;
@@ -196,9 +194,11 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
       c.Fail(s->get("backend")->source(),
              Cat("'backend' is \"kernel\" (sockets) or \"dpdk\" (poll mode), not \"", cfg.backend, "\""));
     }
-    if (backend_ok && cfg.backend == "dpdk" && !HaveDpdk()) {
+    if (backend_ok && (cfg.backend == "kernel" || cfg.backend == "dpdk") &&
+        std::find(built.begin(), built.end(), cfg.backend) == built.end()) {
       c.Fail(s->get("backend")->source(),
-             "this weir-fastpath was built without DPDK (WEIR_WITH_DPDK=OFF, or libdpdk-dev missing)");
+             Cat("this weir-fastpath was built without the \"", cfg.backend,
+                 "\" backend (DPDK: WEIR_WITH_DPDK=OFF, or libdpdk-dev missing)"));
     }
     if (backend_ok && cfg.backend == "dpdk") {
       for (const char* key : {"listen", "workers"}) {
@@ -329,10 +329,10 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   return cfg;
 }
 
-absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path) {
+absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path, const std::vector<std::string>& built) {
   auto text = common::ReadConfigFile(path);
   if (!text.ok()) return text.status();
-  auto cfg = ParseConfig(*text, path);
+  auto cfg = ParseConfig(*text, path, built);
   if (!cfg.ok()) return cfg;
   common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file,
                                    &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,

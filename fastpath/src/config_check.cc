@@ -50,8 +50,9 @@ void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const 
 
 }  // namespace
 
-absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path) {
-  auto cfg = LoadConfig(path);
+absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path,
+                                                  const std::vector<std::string>& built) {
+  auto cfg = LoadConfig(path, built);
   absl::Status all =
       common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
         // With [mgmt] and a stored snapshot the node starts from the snapshot:

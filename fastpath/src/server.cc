@@ -3,24 +3,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/numbers.h"
-#include "kernel/socket_util.h"
-#include "kernel/tcp_server.h"
-#include "kernel/udp_worker.h"
 #include "weir/common/metrics_http.h"
 #include "weir/common/text.h"
+#include "weir/fastpath/backend.h"
 #include "weir/fastpath/node.h"
 #include "weir/mgmt/control.h"
 #include "weir/net/socket.h"
 #include "weir/partitions/rcu.h"
-#ifdef WEIR_HAVE_DPDK
-#include "dpdk/backend.h"
-#endif
 
 namespace weir::fastpath {
 
@@ -74,25 +67,14 @@ struct Server::Impl {
   FastpathConfig config;
   partitions::FakeClock* test_clock = nullptr;
   std::unique_ptr<Node> node;
-  std::vector<std::vector<int>> worker_fds;  // [worker][listen address]
-  std::vector<int> tcp_fds;
+  std::unique_ptr<Backend> backend;  // server.backend: receive and transmit
   int metrics_fd = -1;
-  std::vector<SocketAddress> bound;
-  std::vector<std::unique_ptr<kernel::UdpWorker>> udp;
-  std::unique_ptr<kernel::TcpServer> tcp;
   std::unique_ptr<common::MetricsHttpServer> metrics;
   std::unique_ptr<mgmt::ControlServer> control;  // weirctl's channel ([control])
-#ifdef WEIR_HAVE_DPDK
-  std::unique_ptr<dpdk::Backend> dpdk;  // backend = "dpdk": the UDP path, in place of `udp`
-#endif
-  std::vector<std::thread> threads;
   std::atomic<bool> running{false};
 
-  bool poll_mode() const { return config.backend == "dpdk"; }
-  absl::Status Bind(int workers);
-  // The DPDK backend's DNS over TCP: the kernel's, on the addresses its
-  // exception interfaces get (bound before they have them).
-  absl::Status BindPollModeTcp();
+  // The metrics socket and the control channel (the backend binds its own).
+  absl::Status Bind();
   void CloseSockets();
 };
 
@@ -105,73 +87,11 @@ Server::Server(FastpathConfig config, partitions::FakeClock* test_clock) : Serve
 Server::~Server() { Stop(); }
 
 void Server::Impl::CloseSockets() {
-  for (auto& v : worker_fds)
-    for (int fd : v) close(fd);
-  for (int fd : tcp_fds) close(fd);
   if (metrics_fd >= 0) close(metrics_fd);
-  worker_fds.clear();
-  tcp_fds.clear();
   metrics_fd = -1;
 }
 
-absl::Status Server::Impl::BindPollModeTcp() {
-  if (!config.tcp) return absl::OkStatus();
-  std::vector<partitions::IpAddress> bound_addresses;  // an address on two ports (anycast) is bound once
-  for (const DpdkPortConfig& port : config.dpdk.ports) {
-    if (port.exception == "none") continue;  // no kernel path to reach a listener
-    for (const OwnedAddress& a : port.addresses) {
-      if (std::find(bound_addresses.begin(), bound_addresses.end(), a.address) != bound_addresses.end())
-        continue;
-      bound_addresses.push_back(a.address);
-      const std::string ip = partitions::IpToString(a.address);
-      auto addr = SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
-      if (!addr.ok()) return addr.status();
-      auto fd =
-          BindSocket(*addr, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024, .freebind = true});
-      if (!fd.ok()) return fd.status();
-      tcp_fds.push_back(*fd);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Server::Impl::Bind(int workers) {
-  if (poll_mode()) {
-    if (absl::Status st = BindPollModeTcp(); !st.ok()) return st;
-    workers = 0;  // no UDP sockets
-  }
-  worker_fds.assign(workers, {});
-  for (const SocketAddress& want : poll_mode() ? std::vector<SocketAddress>{} : config.listen) {
-    // Port 0 takes the port the kernel gives the first UDP socket; when TCP
-    // cannot have the same one (a connection uses it), try another.
-    for (int attempt = 0;; ++attempt) {
-      auto group = net::BindUdpGroup(want, workers);
-      if (!group.ok()) return group.status();
-      const SocketAddress addr = LocalAddress(group->front());  // port 0 resolved
-      for (int w = 0; w < workers; ++w) {
-        // Room for a burst while the worker is off its CPU: a full queue
-        // drops hits and misses alike, so a miss flood would cost hits
-        // (the kernel caps it at net.core.rmem_max).
-        const int rcvbuf = 4 << 20;
-        setsockopt((*group)[w], SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-        worker_fds[w].push_back((*group)[w]);
-      }
-      if (config.tcp) {
-        auto fd = BindSocket(addr, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024});
-        if (!fd.ok() && want.port() == 0 && attempt < 16) {
-          for (auto& v : worker_fds) {
-            close(v.back());
-            v.pop_back();
-          }
-          continue;
-        }
-        if (!fd.ok()) return fd.status();
-        tcp_fds.push_back(*fd);
-      }
-      bound.push_back(addr);
-      break;
-    }
-  }
+absl::Status Server::Impl::Bind() {
   if (config.metrics_enabled) {
     auto fd = BindSocket(config.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
     if (!fd.ok()) return fd.status();
@@ -189,45 +109,22 @@ absl::Status Server::Start() {
   Impl& s = *impl_;
   auto fail = [&](absl::Status st) {
     s.control.reset();
-    s.udp.clear();
-    s.tcp.reset();
-#ifdef WEIR_HAVE_DPDK
-    s.dpdk.reset();  // its workers use the node's cores
-#endif
+    s.backend.reset();  // its workers use the node's cores
     s.node.reset();
     s.CloseSockets();
     return st;
   };
-  int workers = s.config.workers;
-#ifdef WEIR_HAVE_DPDK
-  if (s.poll_mode()) {
-    s.dpdk = std::make_unique<dpdk::Backend>(s.config);
-    if (absl::Status st = s.dpdk->InitEal(); !st.ok()) return fail(st);
-    workers = s.dpdk->workers();
-  }
-#endif
-  if (absl::Status st = s.Bind(workers); !st.ok()) return fail(st);
-  // Slots 0..workers-1 are the UDP workers, slot `workers` the TCP thread.
+  auto backend = MakeBackend(s.config);
+  if (!backend.ok()) return backend.status();
+  s.backend = std::move(*backend);
+  if (absl::Status st = s.backend->Init(); !st.ok()) return fail(st);
+  if (absl::Status st = s.Bind(); !st.ok()) return fail(st);
+  // Slots 0..workers-1 are the backend's workers, slot `workers` its TCP server.
+  const int workers = s.backend->workers();
   s.node = std::make_unique<Node>(s.config, s.test_clock);
   if (absl::Status st = s.node->Prepare(workers + 1); !st.ok()) return fail(st);
-#ifdef WEIR_HAVE_DPDK
-  if (s.dpdk) {
-    if (absl::Status st = s.dpdk->OpenPorts(*s.node); !st.ok()) return fail(st);
-  }
-#endif
-  for (int w = 0; w < static_cast<int>(s.worker_fds.size()); ++w)
-    s.udp.push_back(std::make_unique<kernel::UdpWorker>(*s.node, w, s.worker_fds[w]));
-  if (s.config.tcp) {
-    s.tcp = std::make_unique<kernel::TcpServer>(*s.node, workers, s.tcp_fds);
-    if (absl::Status st = s.tcp->Init(); !st.ok()) return fail(st);
-  }
-  // The backends' own families: the TCP server's connections, DPDK's ports.
-  s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
-    if (s.tcp) s.tcp->RenderMetrics(w);
-#ifdef WEIR_HAVE_DPDK
-    if (s.dpdk) s.dpdk->RenderMetrics(w);
-#endif
-  });
+  if (absl::Status st = s.backend->Attach(*s.node); !st.ok()) return fail(st);
+  s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) { s.backend->RenderMetrics(w); });
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {
@@ -235,16 +132,10 @@ absl::Status Server::Start() {
     s.node->StopMgmt();
     return fail(st);
   }
-  for (auto& u : s.udp) s.threads.emplace_back([&s, w = u.get()] { w->Run(s.running); });
-#ifdef WEIR_HAVE_DPDK
-  if (s.dpdk) {
-    if (absl::Status st = s.dpdk->Launch(s.running); !st.ok()) {
-      Stop();  // the workers that did start, the forwarder, the threads
-      return st;
-    }
+  if (absl::Status st = s.backend->Launch(s.running); !st.ok()) {
+    Stop();  // the workers that did start, the forwarder
+    return st;
   }
-#endif
-  if (s.tcp) s.threads.emplace_back([&s] { s.tcp->Run(s.running); });
   if (absl::Status st = s.control->StartThread(); !st.ok()) {
     Stop();
     return st;
@@ -279,17 +170,9 @@ void Server::Stop() {
   s.running.store(false);
   if (s.metrics) s.metrics->Stop();  // before the node it renders goes
   s.metrics.reset();
-  for (auto& t : s.threads) t.join();
-  s.threads.clear();
-#ifdef WEIR_HAVE_DPDK
-  if (s.dpdk) s.dpdk->Wait();
-#endif
-  s.node->Stop();  // the forwarder, once no worker hands it anything
-  s.udp.clear();
-  s.tcp.reset();
-#ifdef WEIR_HAVE_DPDK
-  s.dpdk.reset();  // ports closed (the taps go away), EAL cleaned up
-#endif
+  s.backend->Wait();
+  s.node->Stop();     // the forwarder, once no worker hands it anything
+  s.backend.reset();  // sockets closed; DPDK: ports closed (the taps go away), EAL cleaned up
   s.CloseSockets();
 }
 
@@ -305,20 +188,14 @@ std::vector<common::NamedHeart> Server::Hearts() const {
   // Slots 0..n-1 are the UDP (or poll-mode) workers, slot n the TCP thread.
   const int workers = s.node->slots() - 1;
   for (int i = 0; i < workers; ++i) out.push_back({Cat("worker ", i), &s.node->core(i).heartbeat()});
-  if (s.tcp) out.push_back({"tcp thread", &s.node->core(workers).heartbeat()});
+  if (s.backend && s.backend->serves_tcp()) out.push_back({"tcp thread", &s.node->core(workers).heartbeat()});
   out.push_back({"forwarder", s.node->forwarder_heartbeat()});
   return out;
 }
 
 std::string Server::DescribeListeners() const {
   std::string out;
-#ifdef WEIR_HAVE_DPDK
-  if (impl_->dpdk) out += impl_->dpdk->Describe(impl_->config.tcp);
-#endif
-  for (const auto& a : impl_->bound) {
-    out += Cat("listening udp ", a.ToString(), impl_->config.tcp ? Cat(" tcp ", a.ToString()) : std::string(),
-               "\n");
-  }
+  if (impl_->backend) out += impl_->backend->Describe();
   if (impl_->control) out += impl_->control->Describe();
   if (impl_->metrics_fd >= 0) out += Cat("metrics http ", impl_->config.metrics_listen.ToString(), "\n");
   return out;

@@ -10,6 +10,7 @@
 #include <rte_mbuf.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "dpdk/kernel_iface.h"
 #include "dpdk/port.h"
 #include "dpdk/worker.h"
+#include "kernel/tcp_front.h"
 #include "weir/common/text.h"
 
 namespace weir::fastpath::dpdk {
@@ -88,6 +90,7 @@ std::string Strerror(int e) { return rte_strerror(e < 0 ? -e : e); }
 struct Backend::Impl {
   FastpathConfig config;
   bool eal_up = false;
+  kernel::TcpFront tcp;  // DNS over TCP is the kernel's, through the exception interfaces
   std::vector<unsigned> lcores;
   rte_mempool* pool = nullptr;
 
@@ -127,6 +130,9 @@ struct Backend::Impl {
     return StartPort(name, id, setup, tx_offloads);
   }
   void ClosePorts();
+  absl::Status InitEal();
+  absl::Status BindTcp();
+  absl::Status OpenPorts(Node& node);
 };
 
 absl::Status Backend::Impl::Probe(const std::string& devargs, uint16_t* id) {
@@ -171,8 +177,31 @@ Backend::~Backend() {
   if (impl_->eal_up) rte_eal_cleanup();
 }
 
-absl::Status Backend::InitEal() {
-  Impl& s = *impl_;
+absl::Status Backend::Init() {
+  if (absl::Status st = impl_->InitEal(); !st.ok()) return st;
+  return impl_->BindTcp();
+}
+
+absl::Status Backend::Impl::BindTcp() {
+  if (!config.tcp) return absl::OkStatus();
+  std::vector<partitions::IpAddress> bound;  // an address on two ports (anycast) is bound once
+  for (const DpdkPortConfig& port : config.dpdk.ports) {
+    if (port.exception == "none") continue;  // no kernel path to reach a listener
+    for (const OwnedAddress& a : port.addresses) {
+      if (std::find(bound.begin(), bound.end(), a.address) != bound.end()) continue;
+      bound.push_back(a.address);
+      const std::string ip = partitions::IpToString(a.address);
+      auto addr =
+          common::SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
+      if (!addr.ok()) return addr.status();
+      if (absl::Status st = tcp.Listen(*addr, /*freebind=*/true); !st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Impl::InitEal() {
+  Impl& s = *this;
   std::vector<std::string> args = {"weir-fastpath"};
   args.insert(args.end(), s.config.dpdk.eal_args.begin(), s.config.dpdk.eal_args.end());
   std::vector<char*> argv;
@@ -222,8 +251,16 @@ absl::Status Backend::InitEal() {
 
 int Backend::workers() const { return static_cast<int>(impl_->lcores.size()); }
 
-absl::Status Backend::OpenPorts(Node& node) {
-  Impl& s = *impl_;
+bool Backend::serves_tcp() const { return impl_->config.tcp; }
+
+absl::Status Backend::Attach(Node& node) {
+  if (absl::Status st = impl_->OpenPorts(node); !st.ok()) return st;
+  if (impl_->config.tcp) return impl_->tcp.Attach(node, workers());
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Impl::OpenPorts(Node& node) {
+  Impl& s = *this;
   const DpdkConfig& d = s.config.dpdk;
   const size_t queues = s.lcores.size();
   // Enough buffers for every descriptor of every queue, the per-lcore caches
@@ -330,6 +367,7 @@ absl::Status Backend::OpenPorts(Node& node) {
 
 absl::Status Backend::Launch(const std::atomic<bool>& running) {
   Impl& s = *impl_;
+  s.tcp.Launch(running);
   s.launch.clear();
   for (auto& w : s.workers) s.launch.push_back({w.get(), &running});
   for (size_t w = 0; w < s.workers.size(); ++w) {
@@ -350,13 +388,15 @@ absl::Status Backend::Launch(const std::atomic<bool>& running) {
 
 void Backend::Wait() {
   Impl& s = *impl_;
+  s.tcp.Wait();
   if (!s.launched) return;
   for (unsigned l : s.lcores) rte_eal_wait_lcore(l);
   s.launched = false;
 }
 
-std::string Backend::Describe(bool tcp) const {
+std::string Backend::Describe() const {
   const Impl& s = *impl_;
+  const bool tcp = s.config.tcp;
   std::string out;
   for (const auto& p : s.ports) {
     out += Cat("dpdk port ", p->name, " mac ", p->mac, " queues ", s.lcores.size(), " exception ",
@@ -375,6 +415,7 @@ std::string Backend::Describe(bool tcp) const {
 
 void Backend::RenderMetrics(common::PrometheusWriter& w) const {
   const Impl& s = *impl_;
+  s.tcp.RenderMetrics(w);
   struct Family {
     const char* name;
     const char* help;

@@ -15,37 +15,40 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "weir/fastpath/backend.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/node.h"
 
 namespace weir::fastpath::dpdk {
 
-class Backend {
+class Backend final : public fastpath::Backend {
  public:
   explicit Backend(const FastpathConfig& config);
-  ~Backend();  // ports stopped and closed, EAL cleaned up
+  ~Backend() override;  // ports stopped and closed, EAL cleaned up
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  // Starts the EAL and picks the worker lcores. Once per process.
-  absl::Status InitEal();
-  int workers() const;
+  // Starts the EAL and picks the worker lcores (once per process), then
+  // binds the kernel's DNS-over-TCP sockets on the addresses the exception
+  // interfaces will get.
+  absl::Status Init() override;
+  int workers() const override;
+  bool serves_tcp() const override;
   // Probes, checks and starts every port and its exception tap, then makes
-  // one worker per lcore over node.core(0..workers-1). On error every port
-  // opened so far is closed again.
-  absl::Status OpenPorts(Node& node);
-  // Starts the workers on their lcores; they poll until `running` is false.
-  // An error means a worker did not start (those that did run until Wait).
-  absl::Status Launch(const std::atomic<bool>& running);
-  // Waits for every worker to return (after `running` turned false).
-  void Wait();
+  // one worker per lcore over node.core(0..workers-1), and the TCP server.
+  // On error every port opened so far is closed again.
+  absl::Status Attach(Node& node) override;
+  // Starts the workers on their lcores and the TCP thread; they run until
+  // `running` is false.
+  absl::Status Launch(const std::atomic<bool>& running) override;
+  void Wait() override;
 
   // "dpdk port NAME mac M queues N exception E" and "listening udp ADDR ..."
   // lines for the start-up output.
-  std::string Describe(bool tcp) const;
-  // Adds the weir_dpdk_* families to `w`: the per-port, per-lcore counters
-  // and the ports' own statistics.
-  void RenderMetrics(common::PrometheusWriter& w) const;
+  std::string Describe() const override;
+  // The TCP server's families and weir_dpdk_*: the per-port, per-lcore
+  // counters and the ports' own statistics.
+  void RenderMetrics(common::PrometheusWriter& w) const override;
 
  private:
   struct Impl;

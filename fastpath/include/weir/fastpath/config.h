@@ -163,19 +163,24 @@ struct FastpathConfig {
   std::string path;
 };
 
-// True when this build has the DPDK backend.
-bool HaveDpdk();
+// Every name server.backend takes. A build may lack some: the daemon
+// passes the ones it has (BuiltBackends(), backend.h) as `built` below, and
+// a config naming another is an error at its line.
+const std::vector<std::string>& AllBackends();
 
 // Parses and validates `path`. Errors read "path:line:column: reason".
-absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path);
+absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path,
+                                          const std::vector<std::string>& built = AllBackends());
 // Same from text (tests); `name` is used in error messages.
-absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name);
+absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::string& name,
+                                           const std::vector<std::string>& built = AllBackends());
 
 // Everything the start checks before it binds anything, and --check runs the
 // same: LoadConfig, then the files the config names as Node::Prepare reads
 // them: the city map and the tags (unless [mgmt] has a stored snapshot to
 // start from) and the [mgmt] token. Every error is one line of the message:
 // "path:line:column: reason" in the config, "path:line: reason" in a file.
-absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path);
+absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path,
+                                                  const std::vector<std::string>& built = AllBackends());
 
 }  // namespace weir::fastpath

@@ -1,6 +1,6 @@
-// weir-fastpath on kernel sockets: N UDP workers, each with its own
-// SO_REUSEPORT socket per listen address and recvmmsg/sendmmsg bursts of 32;
-// one TCP thread; the forwarder thread; the metrics HTTP endpoint.
+// weir-fastpath: the node (cache, handler, forwarder) over the backend
+// server.backend names (backend.h: kernel sockets, or DPDK poll mode), the
+// metrics HTTP endpoint and weirctl's control channel.
 //
 // Threading: Start/Stop/Reload from the main thread only.
 #pragma once
