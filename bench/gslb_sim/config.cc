@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -276,15 +277,13 @@ std::string RrsigRdata(const std::string& text, const NameBytes& origin, const t
 }
 
 uint16_t TypeFromText(const std::string& s, const toml::node& at) {
-  if (s == "A") return type::kA;
-  if (s == "AAAA") return type::kAaaa;
-  if (s == "CNAME") return type::kCname;
-  if (s == "NS") return type::kNs;
-  if (s == "TXT") return type::kTxt;
-  if (s == "MX") return type::kMx;
-  if (s == "SOA") return type::kSoa;
-  if (s == "DNAME") return kTypeDname;
-  if (s == "RRSIG") return kTypeRrsig;
+  // The types a zone file here may hold (their RDATA is written below).
+  static constexpr uint16_t kSupported[] = {type::kA,   type::kAaaa, type::kCname, kTypeDname, type::kNs,
+                                            type::kTxt, type::kMx,   type::kSoa,   kTypeRrsig};
+  const uint16_t t = dns::TypeFromText(s);
+  if (t != 0 && s == dns::TypeToText(t) &&
+      std::find(std::begin(kSupported), std::end(kSupported), t) != std::end(kSupported))
+    return t;
   Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, DNAME, NS, TXT, MX, SOA, RRSIG)");
 }
 
@@ -695,46 +694,6 @@ bool IsSubdomain(std::string_view name, std::string_view suffix) {
 
 std::string NameText(std::string_view key) {
   return dns::NameKeyToText({reinterpret_cast<const uint8_t*>(key.data()), key.size()});
-}
-
-std::string TypeName(uint16_t t) {
-  switch (t) {
-    case type::kA:
-      return "A";
-    case type::kNs:
-      return "NS";
-    case type::kCname:
-      return "CNAME";
-    case type::kSoa:
-      return "SOA";
-    case type::kPtr:
-      return "PTR";
-    case type::kMx:
-      return "MX";
-    case type::kTxt:
-      return "TXT";
-    case type::kAaaa:
-      return "AAAA";
-    case 33:
-      return "SRV";
-    case type::kOpt:
-      return "OPT";
-    case 43:
-      return "DS";
-    case type::kRrsig:
-      return "RRSIG";
-    case 48:
-      return "DNSKEY";
-    case 64:
-      return "SVCB";
-    case 65:
-      return "HTTPS";
-    case type::kAny:
-      return "ANY";
-    case kTypeDname:
-      return "DNAME";
-  }
-  return "TYPE" + std::to_string(t);
 }
 
 bool ParseAddress(std::string_view text, uint16_t* family, std::array<uint8_t, 16>* bytes) {

@@ -163,8 +163,6 @@ absl::StatusOr<ZoneSet> LoadConfigFromString(std::string_view text, const std::s
 bool IsSubdomain(std::string_view name, std::string_view suffix);
 // Presentation form of a key, for logs and JSON ("www.example.com.").
 std::string NameText(std::string_view key);
-// "A", "AAAA", ... or "TYPE123".
-std::string TypeName(uint16_t type);
 // Parses "1.2.3.4" or "2001:db8::1" into family (1/2) and bytes.
 bool ParseAddress(std::string_view text, uint16_t* family, std::array<uint8_t, 16>* bytes);
 // Parses "198.51.100.0/24" or "2001:db8::/32"; bits past the length must be zero.

@@ -59,26 +59,6 @@ std::string JsonString(std::string_view s) {
   return common::JsonString(s, /*escape_non_ascii=*/true);
 }
 
-std::string RcodeName(uint16_t rcode) {
-  switch (rcode) {
-    case 0:
-      return "NOERROR";
-    case 1:
-      return "FORMERR";
-    case 2:
-      return "SERVFAIL";
-    case 3:
-      return "NXDOMAIN";
-    case 4:
-      return "NOTIMP";
-    case 5:
-      return "REFUSED";
-    case 16:
-      return "BADVERS";
-  }
-  return "RCODE" + std::to_string(rcode);
-}
-
 std::string EcsText(const dns::ClientSubnet& s) {
   Prefix p;
   p.family = s.family;
@@ -111,7 +91,7 @@ std::string ToJson(const QueryRecord& r) {
   o += r.tcp ? "\"tcp\"" : "\"udp\"";
   o += ",\"source\":" + JsonString(SockaddrText(r.source));
   if (r.has_question) {
-    o += ",\"qname\":" + JsonString(QnameText(r)) + ",\"qtype\":" + JsonString(TypeName(r.qtype));
+    o += ",\"qname\":" + JsonString(QnameText(r)) + ",\"qtype\":" + JsonString(dns::TypeToText(r.qtype));
   } else {
     o += ",\"qname\":null,\"qtype\":null";
   }
@@ -135,7 +115,7 @@ std::string ToJson(const QueryRecord& r) {
   o += ",\"answered\":";
   o += r.answered ? "true" : "false";
   o += ",\"rcode\":";
-  o += r.answered ? JsonString(RcodeName(r.rcode)) : "null";
+  o += r.answered ? JsonString(dns::RcodeName(r.rcode)) : "null";
   o += ",\"fault\":" + JsonString(FaultName(r.fault));
   o += ",\"view\":";
   o += r.view[0] ? JsonString(r.view) : "null";
@@ -154,7 +134,7 @@ void QueryStats::Count(const QueryRecord& r) {
     ++malformed_;
     ++errors_[std::string(dns::ParseErrorName(r.error))];
   }
-  if (r.answered) ++rcodes_[RcodeName(r.rcode)];
+  if (r.answered) ++rcodes_[dns::RcodeName(r.rcode)];
   if (r.fault != Fault::kNone) ++faults_[FaultName(r.fault)];
   if (r.has_question) {
     std::string q = QnameText(r);
@@ -162,7 +142,7 @@ void QueryStats::Count(const QueryRecord& r) {
       q = kOtherNames;
       ++other_names_;
     }
-    ++by_qtype_[q][TypeName(r.qtype)];
+    ++by_qtype_[q][dns::TypeToText(r.qtype)];
     auto& subnets = by_ecs_[q];
     std::string subnet = r.has_ecs ? EcsText(r.ecs) : "none";
     if (subnets.size() >= max_subnets_ && !subnets.contains(subnet)) subnet = kOtherSubnets;

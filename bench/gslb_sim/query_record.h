@@ -14,6 +14,7 @@
 
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
+#include "weir/dns/wire.h"
 
 namespace weir::gslb_sim {
 
@@ -89,7 +90,6 @@ class QueryRing {
   size_t size_ = 0;
 };
 
-std::string RcodeName(uint16_t rcode);
 std::string EcsText(const dns::ClientSubnet& s);       // "198.51.100.0/24"
 std::string SockaddrText(const sockaddr_storage& sa);  // "127.0.0.1:5300", "[::1]:5300"
 std::string JsonString(std::string_view s);            // quoted and escaped

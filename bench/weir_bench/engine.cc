@@ -785,7 +785,7 @@ absl::Status Engine::Probe(ExpectedWeights* expected) {
       }
       if (set.weights.empty()) {
         std::fprintf(stderr, "weir-bench: probe of %s%s: no address in the answer (rcode %s)\n", name.c_str(),
-                     city_label.c_str(), RcodeToText(m.rcode()).c_str());
+                     city_label.c_str(), RcodeName(m.rcode()).c_str());
         continue;
       }
       if (m.edns().has_weight) {
@@ -947,7 +947,7 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
   r.tcp_errors = total.tcp_errors;
   for (int i = 0; i < 33; ++i) {
     if (total.rcodes[i] != 0)
-      r.rcodes[i < 32 ? RcodeToText(static_cast<uint16_t>(i)) : "OTHER"] += total.rcodes[i];
+      r.rcodes[i < 32 ? RcodeName(static_cast<uint16_t>(i)) : "OTHER"] += total.rcodes[i];
   }
   r.shares = AnalyseShares(tallies, expected, names, cities);
   for (NameCityShare& row : r.shares) {

@@ -16,9 +16,6 @@
 namespace weir::bench {
 namespace {
 
-constexpr const char* kRcodes[] = {"NOERROR",  "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP",  "REFUSED",
-                                   "YXDOMAIN", "YXRRSET", "NXRRSET",  "NOTAUTH",  "NOTZONE", "DSOTYPENI"};
-
 absl::StatusOr<Question> MakeQuestion(std::string_view name, uint16_t qtype, bool tagged) {
   Question q;
   if (!dns::NameKeyFromText(name, &q.qname)) {
@@ -36,13 +33,6 @@ std::string Absolute(std::string zone) {
 }
 
 }  // namespace
-
-std::string RcodeToText(uint16_t rcode) {
-  if (rcode < std::size(kRcodes)) return kRcodes[rcode];
-  if (rcode == 16) return "BADVERS";
-  if (rcode == 23) return "BADCOOKIE";
-  return common::Cat("RCODE", rcode);
-}
 
 absl::StatusOr<std::vector<Question>> ParseQueryFile(std::string_view text, std::string_view file_name) {
   std::vector<Question> out;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "options.h"
 #include "weir/dns/message.h"
+#include "weir/dns/wire.h"
 
 namespace weir::bench {
 
@@ -28,9 +29,9 @@ struct Question {
   std::string text;     // presentation form, for reports
 };
 
+using dns::RcodeName;
 using dns::TypeFromText;
 using dns::TypeToText;
-std::string RcodeToText(uint16_t rcode);
 
 // Parses a dnsperf-format query file: one "name [type]" per line, '#'
 // comments and blank lines skipped. Errors name the line.

@@ -196,10 +196,12 @@ struct TypeName {
   uint16_t type;
   const char* name;
 };
-constexpr TypeName kTypeNames[] = {{1, "A"},      {2, "NS"},    {5, "CNAME"},   {6, "SOA"},   {12, "PTR"},
-                                   {13, "HINFO"}, {15, "MX"},   {16, "TXT"},    {28, "AAAA"}, {33, "SRV"},
-                                   {35, "NAPTR"}, {43, "DS"},   {48, "DNSKEY"}, {64, "SVCB"}, {65, "HTTPS"},
-                                   {99, "SPF"},   {255, "ANY"}, {257, "CAA"}};
+// Every type weir, gslb-sim and weir-bench name: the one table of them.
+constexpr TypeName kTypeNames[] = {{1, "A"},      {2, "NS"},      {5, "CNAME"},  {6, "SOA"},   {12, "PTR"},
+                                   {13, "HINFO"}, {15, "MX"},     {16, "TXT"},   {28, "AAAA"}, {33, "SRV"},
+                                   {35, "NAPTR"}, {39, "DNAME"},  {41, "OPT"},   {43, "DS"},   {46, "RRSIG"},
+                                   {47, "NSEC"},  {48, "DNSKEY"}, {50, "NSEC3"}, {64, "SVCB"}, {65, "HTTPS"},
+                                   {99, "SPF"},   {255, "ANY"},   {257, "CAA"}};
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -66,21 +66,21 @@ TEST(TypeTextTest, TypeToTextRoundTripsEveryType) {
 }
 
 TEST(TypeTextTest, RcodeNames) {
-  EXPECT_EQ(RcodeToText(0), "NOERROR");
-  EXPECT_EQ(RcodeToText(1), "FORMERR");
-  EXPECT_EQ(RcodeToText(2), "SERVFAIL");
-  EXPECT_EQ(RcodeToText(3), "NXDOMAIN");
-  EXPECT_EQ(RcodeToText(4), "NOTIMP");
-  EXPECT_EQ(RcodeToText(5), "REFUSED");
-  EXPECT_EQ(RcodeToText(10), "NOTZONE");
-  EXPECT_EQ(RcodeToText(11), "DSOTYPENI");
-  EXPECT_EQ(RcodeToText(12), "RCODE12");
-  EXPECT_EQ(RcodeToText(16), "BADVERS");
-  EXPECT_EQ(RcodeToText(23), "BADCOOKIE");
-  EXPECT_EQ(RcodeToText(4095), "RCODE4095");
+  EXPECT_EQ(RcodeName(0), "NOERROR");
+  EXPECT_EQ(RcodeName(1), "FORMERR");
+  EXPECT_EQ(RcodeName(2), "SERVFAIL");
+  EXPECT_EQ(RcodeName(3), "NXDOMAIN");
+  EXPECT_EQ(RcodeName(4), "NOTIMP");
+  EXPECT_EQ(RcodeName(5), "REFUSED");
+  EXPECT_EQ(RcodeName(10), "NOTZONE");
+  EXPECT_EQ(RcodeName(11), "DSOTYPENI");
+  EXPECT_EQ(RcodeName(12), "RCODE12");
+  EXPECT_EQ(RcodeName(16), "BADVERS");
+  EXPECT_EQ(RcodeName(23), "BADCOOKIE");
+  EXPECT_EQ(RcodeName(4095), "RCODE4095");
   // Every rcode has a distinct name.
   std::set<std::string> seen;
-  for (uint16_t r = 0; r < 4096; ++r) EXPECT_TRUE(seen.insert(RcodeToText(r)).second) << r;
+  for (uint16_t r = 0; r < 4096; ++r) EXPECT_TRUE(seen.insert(RcodeName(r)).second) << r;
 }
 
 // ---------------------------------------------------------------- query file
