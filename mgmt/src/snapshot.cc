@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "weir/common/text.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
@@ -28,12 +29,7 @@ uint64_t Fnv1a(std::string_view s) {
   return h;
 }
 
-std::string Hex(uint64_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 15];
-  return s;
-}
+std::string Hex(uint64_t v) { return absl::StrCat(absl::Hex(v, absl::kZeroPad16)); }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   return absl::InternalError(Cat(what, " ", path, ": ", std::strerror(errno)));
