@@ -151,6 +151,10 @@ class ScriptedAuthority:
                 self.udp.sendto(r, peer)
 
     def _serve_tcp(self) -> None:
+        # As a real authority: connections served at once, each for as many
+        # queries as its client sends (RFC 7766: libunbound reuses its
+        # streams), until the client closes or is idle for 2 s; a query the
+        # handler does not answer closes its connection.
         self.tcp.settimeout(0.2)
         while not self._stop.is_set():
             try:
@@ -159,26 +163,36 @@ class ScriptedAuthority:
                 continue
             except OSError:
                 return
-            with conn:
-                conn.settimeout(2)
-                try:
-                    head = conn.recv(2)
+            threading.Thread(target=self._serve_tcp_connection, args=(conn,), daemon=True).start()
+
+    def _serve_tcp_connection(self, conn: socket.socket) -> None:
+        def read(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = conn.recv(n - len(data))
+                if not chunk:
+                    return b""
+                data += chunk
+            return data
+
+        with conn:
+            conn.settimeout(2)
+            try:
+                while not self._stop.is_set():
+                    head = read(2)
                     if len(head) < 2:
-                        continue
-                    n = struct.unpack("!H", head)[0]
-                    pkt = b""
-                    while len(pkt) < n:
-                        chunk = conn.recv(n - len(pkt))
-                        if not chunk:
-                            break
-                        pkt += chunk
+                        return
+                    pkt = read(struct.unpack("!H", head)[0])
+                    if not pkt:
+                        return
                     reply = self._answer(pkt, "tcp")
                     if isinstance(reply, list):
                         reply = reply[-1] if reply else None
-                    if reply:
-                        conn.sendall(tcp_frame(reply))
-                except OSError:
-                    pass
+                    if not reply:
+                        return  # no answer: the connection closes, as before
+                    conn.sendall(tcp_frame(reply))
+            except OSError:
+                pass
 
     def received(self, qname: Optional[str] = None) -> list:
         with self._lock:
