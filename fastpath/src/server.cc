@@ -124,7 +124,9 @@ absl::Status Server::Start() {
   s.node = std::make_unique<Node>(s.config, s.test_clock);
   if (absl::Status st = s.node->Prepare(workers + 1); !st.ok()) return fail(st);
   if (absl::Status st = s.backend->Attach(*s.node); !st.ok()) return fail(st);
-  s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) { s.backend->RenderMetrics(w); });
+  s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
+    if (s.backend) s.backend->RenderMetrics(w);
+  });
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {
