@@ -48,22 +48,21 @@ class DifferentialTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         weirtest.require_tools("dig", "unbound")
+        # Each cleanup is registered as soon as its process runs: a start
+        # that fails later still stops what started before it.
         cls.h = weirtest.FakeHierarchy(BUILD_DIR, net=NET, zones={"shop.example.": SHOP, "cdn-gslb.example.": CDN})
+        cls.addClassCleanup(cls.h.stop)
         cls.tags = weirtest.write_temp("video.shop.example weight=on ecs=on\ncdn-gslb.example weight=on ecs=on\n",
                                        suffix=".txt")
+        cls.addClassCleanup(os.unlink, cls.tags)
         cls.weir = weirtest.Recursor(BUILD_DIR, weirtest.recursor_config(root_hints=cls.h.root_hints, tags=cls.tags,
                                                                           resolver={"do_ip6": False}))
+        cls.addClassCleanup(cls.weir.stop)
         cls.dir = tempfile.mkdtemp(prefix="weir-unbound-")
+        cls.addClassCleanup(shutil.rmtree, cls.dir, ignore_errors=True)
         cls.unbound = weirtest.Unbound(cls.dir, cls.h.root_hints, NET)
+        cls.addClassCleanup(cls.unbound.stop)
         cls.ub_port = cls.unbound.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.unbound.stop()
-        cls.weir.stop()
-        cls.h.stop()
-        os.unlink(cls.tags)
-        shutil.rmtree(cls.dir, ignore_errors=True)
 
     def compare(self, qname, qtype, ecs):
         w = weirtest.dig(self.weir.host, self.weir.port, qname, qtype, ecs=ecs, norec=False)

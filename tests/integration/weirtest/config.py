@@ -122,7 +122,9 @@ def unbound_config(port: int, directory: str, root_hints: str, net: str, extra: 
     compared with: 127.0.0.1@`port` in the foreground, root hints into the
     fake hierarchy on `net`.x, the subnet cache sending ECS to `net`.0/24
     (/24 and /56 at most). `extra`: more server: lines."""
-    lines = [f"interface: 127.0.0.1@{port}", f"port: {port}", "do-daemonize: no", "use-syslog: no", 'logfile: ""',
+    # so-reuseport off: unbound's default would let it share a port another
+    # process holds (and that process answer the probe); taken, it fails.
+    lines = [f"interface: 127.0.0.1@{port}", f"port: {port}", "so-reuseport: no", "do-daemonize: no", "use-syslog: no", 'logfile: ""',
              'username: ""', 'chroot: ""', f'directory: "{directory}"', 'pidfile: ""', "num-threads: 1",
              "verbosity: 0", "access-control: 127.0.0.0/8 allow", "do-not-query-localhost: no", "do-ip6: no",
              f'root-hints: "{root_hints}"', 'module-config: "subnetcache iterator"', f"send-client-subnet: {net}.0/24",

@@ -302,24 +302,32 @@ class Unbound(_Program):
 
     def __init__(self, directory: str, root_hints: str, net: str, extra: Sequence[str] = (),
                  prefix: Sequence[str] = (), timeout: float = 15.0):
-        self.host, self.port = "127.0.0.1", free_port()
         self.config_path = os.path.join(directory, "unbound.conf")
-        with open(self.config_path, "w") as f:
-            f.write(unbound_config(self.port, directory, root_hints, net, extra))
-        self.process = Process(list(prefix) + ["unbound", "-d", "-c", self.config_path], ready=None)
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if time.monotonic() > deadline:
-                err = self.process.stderr_text()
-                self.process.stop()
-                raise RuntimeError(f"unbound did not start: {err}")
-            time.sleep(0.1)
+        # The free port can be taken between its pick and unbound's bind:
+        # then unbound exits, and it starts again on another.
+        for attempt in range(3):
+            self.host, self.port = "127.0.0.1", free_port()
+            with open(self.config_path, "w") as f:
+                f.write(unbound_config(self.port, directory, root_hints, net, extra))
+            self.process = Process(list(prefix) + ["unbound", "-d", "-c", self.config_path], ready=None)
+            deadline = time.monotonic() + timeout
+            while not self._answers():
+                if not self.process.alive() and attempt < 2:
+                    break
+                if time.monotonic() > deadline or not self.process.alive():
+                    err = self.process.stderr_text()
+                    self.process.stop()
+                    raise RuntimeError(f"unbound did not start: {err}")
+                time.sleep(0.1)
+            else:
+                return
+            self.process.stop()
 
     def _answers(self) -> bool:
         try:
             dns.query.udp(dns.message.make_query(".", "NS"), self.host, port=self.port, timeout=1)
             return True
-        except (dns.exception.Timeout, OSError):
+        except (dns.exception.Timeout, dns.query.BadResponse, OSError):
             return False
 
     def stderr_text(self) -> str:
