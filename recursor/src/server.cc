@@ -37,6 +37,7 @@
 #include "weir/net/event_loop.h"
 #include "weir/net/loop_mailbox.h"
 #include "weir/net/socket.h"
+#include "weir/net/timers.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
@@ -46,17 +47,6 @@ namespace weir::recursor {
 using common::Cat;
 
 namespace {
-
-// Deadlines and server health on the event loop's timers.
-class LoopTimers final : public Timers {
- public:
-  explicit LoopTimers(net::EventLoop& loop) : loop_(loop) {}
-  SteadyClock::time_point Now() const override { return SteadyClock::now(); }
-  void At(SteadyClock::time_point at, std::function<void()> fn) override { loop_.At(at, std::move(fn)); }
-
- private:
-  net::EventLoop& loop_;
-};
 
 // How long a scrape waits for the loop thread before it answers 503.
 constexpr std::chrono::milliseconds kMetricsLoopTimeout{2000};
@@ -83,7 +73,7 @@ struct Server::Impl {
   std::atomic<mgmt::NodeClient*> mgmt_for_loop{nullptr};
 
   net::EventLoop loop;
-  LoopTimers timers{loop};
+  net::LoopTimers timers{loop};
   net::LoopMailbox mailbox{loop};
   int metrics_fd = -1;
   common::SocketAddress metrics_bound;

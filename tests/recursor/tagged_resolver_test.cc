@@ -35,24 +35,7 @@ std::vector<uint8_t> V4(const std::string& text) {
 
 std::string Text(std::span<const uint8_t> name) { return dns::NameKeyToText(name); }
 
-class FakeTimers : public Timers {
- public:
-  SteadyClock::time_point Now() const override { return now_; }
-  void At(SteadyClock::time_point at, std::function<void()> fn) override { due_.emplace(at, std::move(fn)); }
-  // Moves the time and runs what is due by then, in order.
-  void Advance(std::chrono::milliseconds d) {
-    now_ += d;
-    while (!due_.empty() && due_.begin()->first <= now_) {
-      auto fn = std::move(due_.begin()->second);
-      due_.erase(due_.begin());
-      fn();
-    }
-  }
-
- private:
-  SteadyClock::time_point now_ = SteadyClock::time_point() + std::chrono::hours(1);
-  std::multimap<SteadyClock::time_point, std::function<void()>> due_;
-};
+using FakeTimers = net::ManualTimers;
 
 // The authoritative side: every query the resolver sends is kept; a test
 // answers it (Reply), lets it time out (TimeOut) or leaves it.

@@ -18,6 +18,7 @@
 
 #include "weir/common/socket_address.h"
 #include "weir/dns/message.h"
+#include "weir/net/timers.h"
 #include "weir/recursor/answer.h"
 
 namespace weir::recursor {
@@ -73,14 +74,8 @@ class Replies {
 };
 
 // Timers and the steady time for deadlines and server health: the event
-// loop in the daemon, a fake in unit tests.
-class Timers {
- public:
-  virtual ~Timers() = default;
-  virtual SteadyClock::time_point Now() const = 0;
-  // `fn` runs once at or after `at`.
-  virtual void At(SteadyClock::time_point at, std::function<void()> fn) = 0;
-};
+// loop in the daemon, net::ManualTimers in unit tests.
+using Timers = net::Timers;
 
 // Resolutions in flight, ordinary and tagged together, against
 // [server] max_inflight.
