@@ -185,11 +185,6 @@ void SocketLastHop::ArmTimeout(uint64_t token, const Query& q, int ms) {
   });
 }
 
-bool SocketLastHop::Matches(const Query& q, const dns::Message& m) const {
-  return m.id() == q.q.id && (m.flags() & dns::flag::kQr) && m.qtype() == q.q.qtype &&
-         m.qclass() == dns::klass::kIn && m.qname() == q.q.qname;
-}
-
 void SocketLastHop::Deliver(uint64_t token, const dns::Message& m) {
   // The query leaves the table before the sink runs: the sink may send the
   // next one for the same token. `m` may point into the query's buffers,
@@ -250,6 +245,20 @@ void SocketLastHop::React(uint64_t token, Query& q, Reaction why) {
   ToTcp(token, q);
 }
 
+dns::GuardOutcome SocketLastHop::Check(const Query& q, std::span<const uint8_t> reply, bool over_tcp,
+                                       dns::Message* m) {
+  dns::SentQuery sent;
+  sent.id = q.q.id;
+  sent.qname = &q.q.qname;
+  sent.name = {q.wire.data() + dns::kHeaderSize, q.qname_len};
+  sent.qtype = q.q.qtype;
+  sent.qclass = dns::klass::kIn;
+  sent.case_randomized = q.caps;
+  sent.cookie = q.cookie ? &q.client_cookie : nullptr;
+  sent.server = &q.q.server;
+  return dns::CheckAnswer(sent, reply, over_tcp, q.badcookie_retried, &cookies_, parse_options_, m);
+}
+
 void SocketLastHop::OnUdp(uint64_t token, Query& q) {
   for (;;) {
     const ssize_t n = recv(q.fd, buf_, sizeof(buf_), 0);
@@ -258,65 +267,64 @@ void SocketLastHop::OnUdp(uint64_t token, Query& q) {
       return Fail(token, Failure::kFailed);  // ICMP unreachable: next server
     }
     const std::span<const uint8_t> reply{buf_, static_cast<size_t>(n)};
-    if (reply.size() < dns::kHeaderSize || dns::Load16(buf_) != q.q.id) {
-      // One line per query at most (rate-limited): a flood of forged
-      // datagrams costs a counter each, not a formatted line.
-      if (q.unwanted == 0) {
-        spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
-                     " with a wrong ID or no header (", n, " bytes): dropped");
-      }
-      if (OnUnwanted(token, q, Unwanted::kId)) return;
-      continue;
-    }
-    if (buf_[2] & (dns::flag::kTc >> 8)) {
-      TapReply(q, reply);
-      ++stats_.truncated;
-      return ToTcp(token, q);
-    }
     dns::Message m;
-    if (const dns::ParseError e = m.Parse(reply, parse_options_); e != dns::ParseError::kOk) {
-      ++stats_.malformed_replies;
-      malformed_log_(q.q.server.ToString(), ": malformed answer for ", NameText(q.q.qname), " (",
-                     dns::ParseErrorName(e), "): next server");
-      return Fail(token, Failure::kFailed);
-    }
-    if (!Matches(q, m)) {
-      if (q.unwanted == 0) {
-        spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ", NameText(q.q.qname),
-                     ": dropped");
-      }
-      if (OnUnwanted(token, q, Unwanted::kQuestion)) return;
-      continue;  // keep waiting for the genuine answer until the timeout
+    const dns::GuardOutcome g = Check(q, reply, /*over_tcp=*/false, &m);
+    switch (g.action) {
+      case dns::GuardAction::kTake:
+        TapReply(q, reply);
+        return Deliver(token, m);
+      case dns::GuardAction::kIgnore:
+        // One line per query at most (rate-limited): a flood of forged
+        // datagrams costs a counter each, not a formatted line.
+        if (q.unwanted == 0) {
+          if (g.reason == dns::GuardReason::kWrongId) {
+            spoofed_log_(q.q.server.ToString(), ": answer for ", NameText(q.q.qname),
+                         " with a wrong ID or no header (", n, " bytes): dropped");
+          } else {
+            spoofed_log_(q.q.server.ToString(), ": answer that does not match the question ",
+                         NameText(q.q.qname), ": dropped");
+          }
+        }
+        if (OnUnwanted(token, q,
+                       g.reason == dns::GuardReason::kWrongId ? Unwanted::kId : Unwanted::kQuestion)) {
+          return;
+        }
+        continue;  // keep waiting for the genuine answer until the timeout
+      case dns::GuardAction::kFail:
+        ++stats_.malformed_replies;
+        malformed_log_(q.q.server.ToString(), ": malformed answer for ", NameText(q.q.qname), " (",
+                       dns::ParseErrorName(g.parse_error), "): next server");
+        return Fail(token, Failure::kFailed);
+      case dns::GuardAction::kRetryUdp:
+        // RFC 7873 5.3: once more with the server cookie just learnt.
+        TapReply(q, reply);
+        q.badcookie_retried = true;
+        ++stats_.cookie_retries;
+        if (SendUdp(token, q) != SendResult::kSent) return Fail(token, Failure::kFailed);
+        return;
+      case dns::GuardAction::kToTcp:
+        break;
     }
     // The ID and the question match: a genuine answer, or a forgery that
     // guessed the ID. One that fails the case or the cookie ends the UDP
     // try at once: waiting on would leave the port open to more guesses.
-    if (!CaseMatches(q, reply)) {
-      ++stats_.unwanted[static_cast<size_t>(Unwanted::kCase)];
-      ++q.unwanted;
-      return React(token, q, Reaction::kCase);
+    switch (g.reason) {
+      case dns::GuardReason::kTruncated:
+        TapReply(q, reply);
+        ++stats_.truncated;
+        return ToTcp(token, q);
+      case dns::GuardReason::kCase:
+        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCase)];
+        ++q.unwanted;
+        return React(token, q, Reaction::kCase);
+      case dns::GuardReason::kBadCookie:
+        TapReply(q, reply);
+        return React(token, q, Reaction::kBadCookie);
+      default:
+        ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+        ++q.unwanted;
+        return React(token, q, Reaction::kCookie);
     }
-    if (q.cookie) {
-      switch (cookies_.OnAnswer(q.client_cookie, q.q.server, m, /*over_tcp=*/false)) {
-        case dns::CookieJar::Outcome::kAccept:
-          break;
-        case dns::CookieJar::Outcome::kRefuse:
-          ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
-          ++q.unwanted;
-          return React(token, q, Reaction::kCookie);
-        case dns::CookieJar::Outcome::kBadCookie:
-          // RFC 7873 5.3: once more with the server cookie just learnt,
-          // then over TCP.
-          TapReply(q, reply);
-          if (q.badcookie_retried) return React(token, q, Reaction::kBadCookie);
-          q.badcookie_retried = true;
-          ++stats_.cookie_retries;
-          if (SendUdp(token, q) != SendResult::kSent) return Fail(token, Failure::kFailed);
-          return;
-      }
-    }
-    TapReply(q, reply);
-    return Deliver(token, m);
   }
 }
 
@@ -365,29 +373,26 @@ void SocketLastHop::OnTcp(uint64_t token, Query& q, uint32_t events) {
     if (!q.tcp_in.Append({buf_, static_cast<size_t>(n)})) return Fail(token, Failure::kFailed);
   }
   dns::Message m;
-  if (const dns::ParseError e = m.Parse(q.tcp_in.Message(), parse_options_); e != dns::ParseError::kOk) {
-    ++stats_.malformed_replies;
-    malformed_log_(q.q.server.ToString(), ": malformed answer over TCP for ", NameText(q.q.qname), " (",
-                   dns::ParseErrorName(e), "): next server");
-    return Fail(token, Failure::kFailed);
-  }
-  if (!Matches(q, m)) {
-    ++stats_.spoofed_dropped;
-    spoofed_log_(q.q.server.ToString(), ": answer over TCP that does not match the question ",
-                 NameText(q.q.qname), ": next server");
+  const dns::GuardOutcome g = Check(q, q.tcp_in.Message(), /*over_tcp=*/true, &m);
+  if (g.action != dns::GuardAction::kTake) {
+    if (g.reason == dns::GuardReason::kMalformed) {
+      ++stats_.malformed_replies;
+      malformed_log_(q.q.server.ToString(), ": malformed answer over TCP for ", NameText(q.q.qname), " (",
+                     dns::ParseErrorName(g.parse_error), "): next server");
+    } else if (g.reason == dns::GuardReason::kCookie) {
+      ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
+      spoofed_log_(q.q.server.ToString(), ": answer over TCP for ", NameText(q.q.qname),
+                   " with a wrong DNS cookie: next server");
+    } else {
+      ++stats_.spoofed_dropped;
+      spoofed_log_(q.q.server.ToString(), ": answer over TCP that does not match the question ",
+                   NameText(q.q.qname), ": next server");
+    }
     return Fail(token, Failure::kFailed);
   }
   // Over TCP the answer comes from the server itself: another case says
-  // it does not preserve the case, no cookie from a server that did them
-  // says it stopped. A wrong client cookie is no answer to this query.
-  if (!CaseMatches(q, q.tcp_in.Message())) LearnNoCase(q);
-  if (q.cookie && cookies_.OnAnswer(q.client_cookie, q.q.server, m, /*over_tcp=*/true) ==
-                      dns::CookieJar::Outcome::kRefuse) {
-    ++stats_.unwanted[static_cast<size_t>(Unwanted::kCookie)];
-    spoofed_log_(q.q.server.ToString(), ": answer over TCP for ", NameText(q.q.qname),
-                 " with a wrong DNS cookie: next server");
-    return Fail(token, Failure::kFailed);
-  }
+  // it does not preserve the case.
+  if (g.case_not_preserved) LearnNoCase(q);
   TapReply(q, q.tcp_in.Message());
   Deliver(token, m);
 }

@@ -10,7 +10,8 @@
 // A reply with the query's ID that fails the case or the cookie, or more
 // than unwanted_reply_threshold replies that do not match, end the UDP try:
 // the question goes to the same server over TCP, which a blind attacker
-// cannot answer. A TCP answer in another case teaches that the server does
+// cannot answer. The rule is weir/dns/answer_guard.h, shared with the
+// fastpath's forwarder. A TCP answer in another case teaches that the server does
 // not preserve it (CaseMemory); a TCP answer without a cookie, that it
 // stopped doing cookies. BADCOOKIE is answered as RFC 7873 5.3 says: once
 // again over UDP with the new server cookie, then over TCP.
@@ -27,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "weir/common/log.h"
 #include "weir/common/secure_random.h"
+#include "weir/dns/answer_guard.h"
 #include "weir/dns/case_randomization.h"
 #include "weir/dns/cookies.h"
 #include "weir/dns/message.h"
@@ -120,15 +122,13 @@ class SocketLastHop final : public LastHopTransport {
   bool OnUnwanted(uint64_t token, Query& q, Unwanted why);
   void React(uint64_t token, Query& q, Reaction why);
   void LearnNoCase(const Query& q);
-  bool CaseMatches(const Query& q, std::span<const uint8_t> reply) const {
-    return !q.caps || dns::SameSpelling(reply, {q.wire.data() + dns::kHeaderSize, q.qname_len});
-  }
+  // The one answer guard (weir/dns/answer_guard.h) applied to a reply to `q`.
+  dns::GuardOutcome Check(const Query& q, std::span<const uint8_t> reply, bool over_tcp, dns::Message* m);
   void OnEvents(uint64_t token, uint32_t events);
   void OnUdp(uint64_t token, Query& q);
   void OnTcp(uint64_t token, Query& q, uint32_t events);
   void ToTcp(uint64_t token, Query& q);
   void ArmTimeout(uint64_t token, const Query& q, int ms);
-  bool Matches(const Query& q, const dns::Message& m) const;
   // The query is over: its socket is closed and the sink learns the outcome.
   void Deliver(uint64_t token, const dns::Message& m);
   void Fail(uint64_t token, Failure why);
