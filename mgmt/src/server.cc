@@ -273,9 +273,7 @@ void MgmtServer::Stop() {
     close(impl_->metrics_fd);
     impl_->metrics_fd = -1;
   }
-  if (!impl_->running.exchange(false)) return;
-  impl_->loop.Wake();
-  impl_->thread.join();
+  if (!net::StopLoopThread(impl_->running, impl_->loop, impl_->thread)) return;
   for (auto& [fd, c] : impl_->conns) {
     impl_->loop.Unwatch(fd);
     close(fd);

@@ -136,4 +136,11 @@ int EventLoop::RunOnce(std::chrono::milliseconds max_wait) {
   return ran;
 }
 
+bool StopLoopThread(std::atomic<bool>& running, EventLoop& loop, std::thread& thread) {
+  if (!running.exchange(false)) return false;
+  loop.Wake();
+  thread.join();
+  return true;
+}
+
 }  // namespace weir::net

@@ -22,9 +22,7 @@ using common::CatTo;
 using common::JsonString;
 using common::ToStd;
 using mgmt::AddressText;
-using mgmt::ControlArgs;
 using mgmt::ControlReply;
-using mgmt::ControlRequest;
 
 namespace {
 
@@ -93,7 +91,7 @@ struct Selection : mgmt::NameSelection {
   }
 };
 
-absl::StatusOr<Selection> ParseSelection(const ControlArgs& a) {
+absl::StatusOr<Selection> ParseSelection(const mgmt::ControlArgs& a) {
   Selection s;
   auto names = mgmt::NameSelection::Parse(a);
   if (!names.ok()) return names.status();
@@ -156,7 +154,7 @@ size_t AnswerBytes(const Answer& a) {
 
 }  // namespace
 
-ControlReply ControlCommands::Handle(const ControlRequest& r) {
+ControlReply ControlCommands::Handle(const mgmt::ControlRequest& r) {
   auto no_args = [&]() -> std::optional<ControlReply> {
     if (r.args.empty()) return std::nullopt;
     return ControlReply::Error(Cat("'", r.verb, "' takes no arguments"));
@@ -186,8 +184,8 @@ ControlReply ControlCommands::Handle(const ControlRequest& r) {
           "' (weir-recursor: cache-flush, cache-dump, cache-stats, stats, reload, upstreams, partitions)"));
 }
 
-ControlReply ControlCommands::Flush(const ControlRequest& r) {
-  auto a = ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type"});
+ControlReply ControlCommands::Flush(const mgmt::ControlRequest& r) {
+  auto a = mgmt::ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type"});
   if (!a.ok()) return ErrorOf(a.status());
   if (!a->Has("name") && !a->Has("partition") && !a->Has("type")) {
     return ControlReply::Error(
@@ -231,8 +229,8 @@ ControlReply ControlCommands::Flush(const ControlRequest& r) {
               ",\"libunbound_keeps_ordinary\":", ordinary > 0 || cuts > 0 ? "true" : "false", "}")};
 }
 
-ControlReply ControlCommands::Dump(const ControlRequest& r) {
-  auto a = ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type", "limit"});
+ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
+  auto a = mgmt::ControlArgs::Parse(r.args, {"name", "suffix", "partition", "type", "limit"});
   if (!a.ok()) return ErrorOf(a.status());
   auto limit = a->Number("limit", 1000, 1, 100000);
   if (!limit.ok()) return ErrorOf(limit.status());

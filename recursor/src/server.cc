@@ -397,9 +397,7 @@ void Server::Stop() {
     close(impl_->metrics_fd);
     impl_->metrics_fd = -1;
   }
-  if (!impl_->running.exchange(false)) return;
-  impl_->loop.Wake();
-  impl_->thread.join();
+  if (!net::StopLoopThread(impl_->running, impl_->loop, impl_->thread)) return;
   // The loop has stopped: weirctl's channel closes (its socket file goes).
   if (impl_->control_server) impl_->control_server->Stop();
   impl_->relay.CloseAll();

@@ -25,11 +25,11 @@ class SocketBackend final : public Backend {
   absl::Status Init() override;
   int workers() const override { return static_cast<int>(worker_fds_.size()); }
   bool serves_tcp() const override { return config_.tcp; }
+  std::string Describe() const override;
+  void RenderMetrics(common::PrometheusWriter& w) const override;
   absl::Status Attach(Node& node) override;
   absl::Status Launch(const std::atomic<bool>& running) override;
   void Wait() override;
-  std::string Describe() const override;
-  void RenderMetrics(common::PrometheusWriter& w) const override;
 
  private:
   void CloseUdp();

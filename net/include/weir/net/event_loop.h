@@ -9,10 +9,12 @@
 // in the same batch is never delivered, even if the number was reused.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <queue>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -88,5 +90,10 @@ class EventLoop {
   // Callbacks unwatched or replaced during a dispatch are destroyed after it.
   std::vector<FdCallback> graveyard_;
 };
+
+// Stops a thread that turns `loop` while `running` is true: clears the
+// flag, wakes the loop and joins the thread. False (nothing done) when it
+// was not running.
+bool StopLoopThread(std::atomic<bool>& running, EventLoop& loop, std::thread& thread);
 
 }  // namespace weir::net
