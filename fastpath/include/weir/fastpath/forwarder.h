@@ -1,9 +1,8 @@
-// The upstream side of the front cache: one thread that takes misses from the
-// workers, coalesces identical in-flight questions, sends one query per
-// question to a recursor chosen by consistent hashing of (partition, qname),
-// checks answers against spoofing (shared UDP sockets on random ports,
-// random IDs, 0x20, DNS cookies, a reaction to unwanted answers), retries on the next recursor, tracks
-// recursor health, and answers every waiting client.
+// The upstream side of the front cache: the forwarder thread, its event
+// loop, the kernel-socket transport and the forwarder's logic
+// (ForwarderCore: coalescing, the recursor ring and health, the answer
+// guard, the cache fill) put together. docs/architecture.md#the-forwarder
+// says which part does what.
 //
 // Workers reach it only through their MissChannels (a ring each way); it
 // never touches a worker's socket or route.
@@ -23,6 +22,7 @@
 
 #include "weir/common/heartbeat.h"
 #include "weir/fastpath/config.h"
+#include "weir/fastpath/forwarder_core.h"
 #include "weir/fastpath/handler.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/miss_channel.h"
@@ -32,15 +32,6 @@ class Producer;
 }  // namespace weir::dnstap
 
 namespace weir::fastpath {
-
-struct UpstreamStats {
-  std::string name;
-  LatencyHistogram latency;
-  OwnedCounter queries;
-  OwnedCounter timeouts;
-  OwnedCounter answers;
-  std::atomic<bool> up{true};
-};
 
 class Forwarder {
  public:
@@ -63,11 +54,10 @@ class Forwarder {
   // Beaten once per turn of the forwarder's loop (at least every 50 ms).
   const common::Heartbeat& heartbeat() const { return heartbeat_; }
 
-  // Metrics (read by the metrics thread).
-  uint64_t coalesced() const { return coalesced_.Read(); }
-  // Questions answered at once (stale or SERVFAIL) because every socket
-  // allowed (upstream.max_inflight[_per_upstream]) was in use.
-  uint64_t inflight_limited() const { return inflight_limited_.Read(); }
+  // Metrics (read by the metrics thread): ForwarderStats says what each counts.
+  const ForwarderStats& stats() const { return stats_; }
+  uint64_t coalesced() const { return stats_.coalesced.Read(); }
+  uint64_t inflight_limited() const { return stats_.inflight_limited.Read(); }
   // The memory one question in flight and one waiting client may hold, at
   // most (their state, the query bytes, the map slots, the worker's route):
   // what weir_memory_budget_bytes counts for upstream.max_inflight and
@@ -76,43 +66,29 @@ class Forwarder {
   static constexpr uint64_t kWaiterBytes = 512;
   // Answers the forwarder holds for one worker whose return ring is full
   // before it stops taking that worker's misses.
-  static constexpr size_t kMaxHeldReturns = MissChannel::kSize;
+  static constexpr size_t kMaxHeldReturns = ForwarderCore::kMaxHeldReturns;
   // Clients that may wait on the upstream side at most: those at the
   // forwarder (upstream.max_waiting_clients) and, per worker slot, a ring of
   // misses, a ring of returns and the held returns.
   static uint64_t MaxWaiting(uint64_t max_waiting_clients, uint64_t slots) {
     return max_waiting_clients + slots * (2 * MissChannel::kSize + kMaxHeldReturns);
   }
-  // Misses answered at once because upstream.max_waiting_clients wait.
-  uint64_t waiting_limited() const { return waiting_limited_.Read(); }
-  // Clients (and prefetches) waiting on the questions in flight.
-  uint64_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
-  // Upstream answers refused: wrong source, socket, ID, question, 0x20
-  // case or cookie (late answers are not among them).
-  uint64_t spoofed() const { return spoofed_.Read(); }
-  // Of those, the answers that matched no try in flight nor one ended
-  // recently: what a blind forger's guesses look like.
-  uint64_t unwanted() const { return unwanted_.Read(); }
-  // Answers to tries that had already timed out or been abandoned.
-  uint64_t late() const { return late_.Read(); }
-  // Questions moved to TCP after upstream.unwanted_reply_threshold
-  // unwanted answers carrying them.
-  uint64_t spoof_reactions() const { return spoof_reactions_.Read(); }
-  uint64_t case_mismatches() const { return case_mismatches_.Read(); }
-  // Upstreams found not to keep the question's case (answered in another
-  // case over TCP, or not over TCP at all): asked without 0x20 for a while.
-  uint64_t case_fallbacks() const { return case_fallbacks_.Read(); }
-  uint64_t cookie_mismatches() const { return cookie_mismatches_.Read(); }
-  // UDP sockets open towards the recursors (the pool and the retired ones
-  // still waiting for answers).
-  uint64_t udp_sockets() const { return udp_sockets_.load(std::memory_order_relaxed); }
-  // Distinct questions waiting for a recursor now.
-  uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
-  uint64_t upstream_queries() const { return upstream_queries_.Read(); }
-  uint64_t learned() const { return learned_.Read(); }
-  uint64_t learned_overflow() const { return learned_overflow_.Read(); }
+  uint64_t waiting_limited() const { return stats_.waiting_limited.Read(); }
+  uint64_t waiting() const { return stats_.waiting.load(std::memory_order_relaxed); }
+  uint64_t spoofed() const { return stats_.spoofed.Read(); }
+  uint64_t unwanted() const { return stats_.unwanted.Read(); }
+  uint64_t late() const { return stats_.late.Read(); }
+  uint64_t spoof_reactions() const { return stats_.spoof_reactions.Read(); }
+  uint64_t case_mismatches() const { return stats_.case_mismatches.Read(); }
+  uint64_t case_fallbacks() const { return stats_.case_fallbacks.Read(); }
+  uint64_t cookie_mismatches() const { return stats_.cookie_mismatches.Read(); }
+  uint64_t udp_sockets() const { return stats_.udp_sockets.load(std::memory_order_relaxed); }
+  uint64_t in_flight() const { return stats_.in_flight.load(std::memory_order_relaxed); }
+  uint64_t upstream_queries() const { return stats_.upstream_queries.Read(); }
+  uint64_t learned() const { return stats_.learned.Read(); }
+  uint64_t learned_overflow() const { return stats_.learned_overflow.Read(); }
   const std::vector<std::unique_ptr<UpstreamStats>>& upstream_stats(bool weighted) const {
-    return weighted ? weighted_stats_ : ordinary_stats_;
+    return weighted ? stats_.weighted : stats_.ordinary;
   }
   // The share of the consistent-hash ring each upstream of the group owns
   // now (the down ones' arcs moved to the next live one). Any thread.
@@ -120,26 +96,9 @@ class Forwarder {
 
  private:
   struct Impl;
+  ForwarderStats stats_;
   std::unique_ptr<Impl> impl_;
-  OwnedCounter coalesced_;
-  OwnedCounter inflight_limited_;
-  OwnedCounter waiting_limited_;
-  OwnedCounter spoofed_;
-  OwnedCounter unwanted_;
-  OwnedCounter late_;
-  OwnedCounter spoof_reactions_;
-  OwnedCounter case_mismatches_;
-  OwnedCounter case_fallbacks_;
-  OwnedCounter cookie_mismatches_;
-  std::atomic<uint64_t> udp_sockets_{0};
-  std::atomic<uint64_t> in_flight_{0};  // written by the forwarder thread
-  std::atomic<uint64_t> waiting_{0};    // written by the forwarder thread
-  OwnedCounter upstream_queries_;
-  OwnedCounter learned_;
-  OwnedCounter learned_overflow_;
   common::Heartbeat heartbeat_;
-  std::vector<std::unique_ptr<UpstreamStats>> ordinary_stats_;
-  std::vector<std::unique_ptr<UpstreamStats>> weighted_stats_;
 };
 
 }  // namespace weir::fastpath
