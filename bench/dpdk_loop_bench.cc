@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -102,53 +103,60 @@ struct Options {
   std::string checksums = "software";
 };
 
-[[noreturn]] void Usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--seconds S] [--repeat R] [--iterations N] [--plain N] [--weighted N]\n"
-               "  --seconds S     time per phase per round (default 2)\n"
-               "  --repeat R      rounds, phases interleaved; medians printed (default 3)\n"
-               "  --iterations N  run each phase for N bursts of 32 once (callgrind mode)\n"
-               "  --plain N       plain names, common partition (default 1000)\n"
-               "  --weighted N    weighted tagged names, each in 2 city partitions (default 1000)\n"
-               "  --only PHASE    run one phase only (loop, feed, core, handler), e.g. under perf\n"
-               "  --rate-limit on per-source query and byte limits on (never reached): their cost\n"
-               "  --checksums M   software (default: net_ring has no offloads), offload (as a NIC\n"
-               "                  with IPv4/UDP TX checksum offload), off (no IPv4 UDP checksum)\n",
-               argv0);
-  std::exit(2);
+// A CLI11 check of a number above 0 (CLI11 2.1's PositiveNumber names a
+// range up to DBL_MAX in its message).
+std::string Positive(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() && *end == '\0' && v > 0) return "";
+  return "must be a number above 0, not '" + text + "'";
 }
 
+// The command line. --help exits 0; a bad option or value exits 2 with
+// CLI11's reason.
 Options ParseArgs(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (i + 1 >= argc) Usage(argv[0]);
-    const char* v = argv[++i];
-    if (a == "--seconds") {
-      o.seconds = std::atof(v);
-    } else if (a == "--repeat") {
-      o.repeat = std::max(1, std::atoi(v));
-    } else if (a == "--iterations") {
-      o.iterations = std::strtoull(v, nullptr, 10);
-    } else if (a == "--plain") {
-      o.plain = std::strtoull(v, nullptr, 10);
-    } else if (a == "--weighted") {
-      o.weighted = std::strtoull(v, nullptr, 10);
-    } else if (a == "--checksums") {
-      o.checksums = v;
-      if (o.checksums != "software" && o.checksums != "offload" && o.checksums != "off") Usage(argv[0]);
-    } else if (a == "--rate-limit") {
-      o.rate_limit = std::string_view(v) == "on";
-    } else if (a == "--only") {
-      for (int ph = 0; ph < 4; ++ph) {
-        if (v == std::string_view(kPhaseName[ph])) o.only = ph;
-      }
-      if (o.only < 0) Usage(argv[0]);
-    } else {
-      Usage(argv[0]);
-    }
+  CLI::App app{
+      "dpdk_loop_bench: the DPDK worker loop against HandleBurst, in one process on one lcore "
+      "(figures and commands: bench/RESULTS.md)",
+      "dpdk_loop_bench"};
+  app.add_option("--seconds", o.seconds, "time per phase per round (default 2)")
+      ->type_name("S")
+      ->check(Positive);
+  app.add_option("--repeat", o.repeat, "rounds, phases interleaved; medians printed (default 3)")
+      ->type_name("R")
+      ->check(Positive);
+  app.add_option("--iterations", o.iterations,
+                 "run each phase for N bursts of 32 once (callgrind mode); 0: timed by --seconds (default)")
+      ->type_name("N");
+  app.add_option("--plain", o.plain, "plain names, common partition (default 1000)")->type_name("N");
+  app.add_option("--weighted", o.weighted, "weighted tagged names, each in 2 city partitions (default 1000)")
+      ->type_name("N");
+  std::string only;
+  app.add_option("--only", only, "run one phase only, e.g. under perf")
+      ->type_name("PHASE")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kPhaseName), std::end(kPhaseName))));
+  std::string rate_limit = "off";
+  app.add_option("--rate-limit", rate_limit,
+                 "on: per-source query and byte limits on, set so high that none is reached, to measure "
+                 "their cost (default off)")
+      ->type_name("SWITCH")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--checksums", o.checksums,
+                 "software (default: net_ring has no offloads), offload (as a NIC with IPv4/UDP TX checksum "
+                 "offload), off (no IPv4 UDP checksum)")
+      ->type_name("MODE")
+      ->check(CLI::IsMember({"software", "offload", "off"}));
+  try {
+    app.parse(argc, argv);
+    if (o.plain + o.weighted == 0) throw CLI::ValidationError("--plain, --weighted", "no names to query");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (o.plain + o.weighted == 0 || o.seconds <= 0) Usage(argv[0]);
+  for (int ph = 0; ph < kPhases; ++ph) {
+    if (only == kPhaseName[ph]) o.only = ph;
+  }
+  o.rate_limit = rate_limit == "on";
   return o;
 }
 

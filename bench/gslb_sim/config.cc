@@ -5,13 +5,16 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <ctime>
-#include <functional>
-#include <initializer_list>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "weir/common/config_file.h"
+#include "weir/common/text.h"
+#include "weir/common/toml_checker.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
 
@@ -19,103 +22,89 @@ namespace weir::gslb_sim {
 namespace {
 
 namespace type = weir::dns::type;
+using common::Cat;
+using common::TomlChecker;
 
-// Raised inside the loader and turned into "file:line: reason" at the
-// boundary (LoadConfig), so the walk below reads straight through.
-struct BadConfig {
-  uint32_t line;
-  std::string reason;
-};
-
-[[noreturn]] void Fail(const toml::node& at, std::string reason) {
-  throw BadConfig{at.source().begin.line, std::move(reason)};
-}
-
-void CheckKeys(const toml::table& t, std::string_view where,
-               std::initializer_list<std::string_view> allowed) {
-  for (auto&& [key, value] : t) {
-    bool ok = false;
-    for (std::string_view a : allowed) ok = ok || key.str() == a;
-    if (!ok) {
-      throw BadConfig{key.source().begin.line ? key.source().begin.line : value.source().begin.line,
-                      "unknown key '" + std::string(key.str()) + "' in " + std::string(where)};
-    }
-  }
-}
-
-const toml::table& AsTable(const toml::node& n, std::string_view what) {
-  if (!n.is_table()) Fail(n, std::string(what) + " must be a table");
-  return *n.as_table();
-}
-
-// Iterates an array of tables ([[x]]); a missing key yields nothing.
-template <typename F>
-void ForEachTable(const toml::table& t, std::string_view key, F&& f) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) return;
-  if (!n->is_array_of_tables()) Fail(*n, "'" + std::string(key) + "' must be an array of tables ([[...]])");
-  for (const toml::node& e : *n->as_array()) f(*e.as_table());
-}
-
-std::string GetString(const toml::table& t, std::string_view key, const toml::node& ctx) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) Fail(ctx, "missing key '" + std::string(key) + "'");
-  if (!n->is_string()) Fail(*n, "'" + std::string(key) + "' must be a string");
-  return std::string(n->as_string()->get());
-}
-
-int64_t GetIntIn(const toml::node& n, std::string_view key, int64_t lo, int64_t hi) {
-  if (!n.is_integer()) Fail(n, "'" + std::string(key) + "' must be an integer");
-  const int64_t v = n.as_integer()->get();
-  if (v < lo || v > hi) {
-    Fail(n, "'" + std::string(key) + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi));
-  }
-  return v;
-}
-
-std::optional<int64_t> OptInt(const toml::table& t, std::string_view key, int64_t lo, int64_t hi) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) return std::nullopt;
-  return GetIntIn(*n, key, lo, hi);
-}
-
-std::optional<bool> OptBool(const toml::table& t, std::string_view key) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) return std::nullopt;
-  if (!n->is_boolean()) Fail(*n, "'" + std::string(key) + "' must be true or false");
-  return n->as_boolean()->get();
-}
-
-double Probability(const toml::node& n, std::string_view key) {
-  double v;
-  if (n.is_floating_point()) {
-    v = n.as_floating_point()->get();
-  } else if (n.is_integer()) {
-    v = static_cast<double>(n.as_integer()->get());
-  } else {
-    Fail(n, "'" + std::string(key) + "' must be a probability 0..1");
-  }
-  if (!(v >= 0 && v <= 1)) Fail(n, "'" + std::string(key) + "' must be a probability 0..1");
-  return v;
-}
+// The loader reports through common::TomlChecker, as the daemons' configs
+// do: every error at its position ("file:line:column: reason"), in file
+// order. An element ([[zone.record]], [[zone.name]], ...) with an error is
+// left out, and a zone with one skips the rules across its elements, so a
+// mistake is not reported a second time as a missing record.
 
 constexpr uint32_t kMaxTtl = 0x7FFFFFFF;
 
-Faults ReadFaults(const toml::table& t) {
+absl::Status Invalid(std::string reason) { return absl::InvalidArgumentError(reason); }
+
+// The value parsed from the text at `at`, or nullopt with the reason
+// recorded at `at`.
+template <typename T>
+std::optional<T> Checked(TomlChecker& c, const toml::node& at, absl::StatusOr<T> v) {
+  if (v.ok()) return *std::move(v);
+  c.Fail(at.source(), common::ToStd(v.status().message()));
+  return std::nullopt;
+}
+
+// A string key the table must have: its node, or null with the error recorded.
+const toml::node* Required(TomlChecker& c, const toml::table& t, std::string_view key, std::string* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) {
+    c.Fail(t.source(), Cat("missing key '", key, "'"));
+    return nullptr;
+  }
+  return c.String(t, key, out) ? n : nullptr;
+}
+
+std::optional<bool> OptBool(TomlChecker& c, const toml::table& t, std::string_view key) {
+  bool v = false;
+  if (!t.contains(key) || !c.Bool(t, key, &v)) return std::nullopt;
+  return v;
+}
+
+// A probability from 0 to 1, written as an integer or a float.
+std::optional<double> Probability(TomlChecker& c, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  double v = 0;
+  if (n == nullptr || !c.Double(t, key, &v, 0, 1)) return std::nullopt;
+  if (std::isnan(v)) {  // nan compares false with both bounds
+    c.Fail(n->source(), Cat("'", key, "' must be between ", 0.0, " and ", 1.0));
+    return std::nullopt;
+  }
+  return v;
+}
+
+// Calls f on each table of the array of tables at `key` ([[path]]).
+template <typename F>
+void ForEachTable(TomlChecker& c, const toml::table& t, std::string_view key, std::string_view path, F&& f) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return;
+  if (!n->is_array_of_tables()) {
+    return c.Fail(n->source(), Cat("'", key, "' must be an array of tables ([[", path, "]])"));
+  }
+  for (const toml::node& e : *n->as_array()) f(*e.as_table());
+}
+
+Faults ReadFaults(TomlChecker& c, const toml::table& t) {
   Faults f;
-  if (auto v = OptInt(t, "latency_ms", 0, 600000)) f.latency_ms = static_cast<uint32_t>(*v);
-  if (const toml::node* n = t.get("loss")) f.loss = Probability(*n, "loss");
+  uint32_t latency_ms = 0;
+  if (t.contains("latency_ms") && c.Int(t, "latency_ms", &latency_ms, 0, 600000)) f.latency_ms = latency_ms;
+  f.loss = Probability(c, t, "loss");
   if (const toml::node* n = t.get("servfail")) {
     // `servfail = true` means always; a number is a probability.
-    f.servfail = n->is_boolean() ? (n->as_boolean()->get() ? 1.0 : 0.0) : Probability(*n, "servfail");
+    if (n->is_boolean()) {
+      f.servfail = *n->value<bool>() ? 1.0 : 0.0;
+    } else if (n->is_number()) {
+      f.servfail = Probability(c, t, "servfail");
+    } else {
+      c.Fail(n->source(), "'servfail' must be true, false or a probability from 0 to 1");
+    }
   }
-  f.truncate = OptBool(t, "truncate");
+  f.truncate = OptBool(c, t, "truncate");
   return f;
 }
 
 // Zone-file style names: "@" is the origin, a trailing dot makes the name
 // absolute, anything else is relative to the origin.
-NameBytes ResolveName(const std::string& text, const NameBytes& origin, const toml::node& at) {
+absl::StatusOr<NameBytes> ResolveName(const std::string& text, const NameBytes& origin) {
   std::string full;
   if (text == "@") {
     return origin;
@@ -125,18 +114,41 @@ NameBytes ResolveName(const std::string& text, const NameBytes& origin, const to
     full = text + "." + NameText(origin);
   }
   dns::NameKey key;
-  if (!dns::NameKeyFromText(full, &key)) Fail(at, "invalid domain name '" + text + "'");
+  if (!dns::NameKeyFromText(full, &key)) return Invalid("invalid domain name '" + text + "'");
   return NameBytes(reinterpret_cast<const char*>(key.bytes.data()), key.len);
 }
 
-std::string AddressRdata(const std::string& text, uint16_t want_type, const toml::node& at) {
-  uint16_t family;
-  std::array<uint8_t, 16> b;
-  if (!ParseAddress(text, &family, &b)) Fail(at, "invalid IP address '" + text + "'");
-  if (want_type == type::kA && family != 1) Fail(at, "A record needs an IPv4 address, got '" + text + "'");
-  if (want_type == type::kAaaa && family != 2)
-    Fail(at, "AAAA record needs an IPv6 address, got '" + text + "'");
-  return std::string(reinterpret_cast<const char*>(b.data()), family == 1 ? 4 : 16);
+// The name at string key `key` of `t`, resolved against `origin`.
+std::optional<NameBytes> NameAt(TomlChecker& c, const toml::table& t, std::string_view key,
+                                const NameBytes& origin) {
+  std::string text;
+  const toml::node* n = Required(c, t, key, &text);
+  if (n == nullptr) return std::nullopt;
+  return Checked(c, *n, ResolveName(text, origin));
+}
+
+struct IpAddress {
+  uint16_t family = 0;  // 1 = IPv4, 2 = IPv6
+  std::array<uint8_t, 16> bytes{};
+  std::string Rdata() const {
+    return std::string(reinterpret_cast<const char*>(bytes.data()), family == 1 ? 4 : 16);
+  }
+};
+
+absl::StatusOr<IpAddress> ParseIp(const std::string& text) {
+  IpAddress a;
+  if (!ParseAddress(text, &a.family, &a.bytes)) return Invalid("invalid IP address '" + text + "'");
+  return a;
+}
+
+absl::StatusOr<std::string> AddressRdata(const std::string& text, uint16_t want_type) {
+  absl::StatusOr<IpAddress> a = ParseIp(text);
+  if (!a.ok()) return a.status();
+  if (want_type == type::kA && a->family != 1)
+    return Invalid("A record needs an IPv4 address, got '" + text + "'");
+  if (want_type == type::kAaaa && a->family != 2)
+    return Invalid("AAAA record needs an IPv6 address, got '" + text + "'");
+  return a->Rdata();
 }
 
 void Put16(std::string* s, uint16_t v) {
@@ -156,51 +168,61 @@ std::vector<std::string> Words(const std::string& s) {
   return w;
 }
 
-uint32_t ParseU32(const std::string& s, const toml::node& at, std::string_view what) {
+absl::StatusOr<uint32_t> ParseU32(const std::string& s, std::string_view what) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (s.empty() || *end != '\0' || errno != 0 || v > 0xFFFFFFFFull) {
-    Fail(at, "invalid " + std::string(what) + " '" + s + "'");
+    return Invalid(Cat("invalid ", what, " '", s, "'"));
   }
   return static_cast<uint32_t>(v);
 }
 
-Soa SoaFromText(const std::string& text, const NameBytes& origin, const toml::node& at) {
+absl::StatusOr<Soa> SoaFromText(const std::string& text, const NameBytes& origin) {
   const std::vector<std::string> w = Words(text);
-  if (w.size() != 7) Fail(at, "SOA data must be 'mname rname serial refresh retry expire minimum'");
+  if (w.size() != 7) return Invalid("SOA data must be 'mname rname serial refresh retry expire minimum'");
   Soa s;
-  s.mname = ResolveName(w[0], origin, at);
-  s.rname = ResolveName(w[1], origin, at);
-  s.serial = ParseU32(w[2], at, "SOA serial");
-  s.refresh = ParseU32(w[3], at, "SOA refresh");
-  s.retry = ParseU32(w[4], at, "SOA retry");
-  s.expire = ParseU32(w[5], at, "SOA expire");
-  s.minimum = ParseU32(w[6], at, "SOA minimum");
+  for (auto [word, name] : {std::pair{&w[0], &s.mname}, std::pair{&w[1], &s.rname}}) {
+    absl::StatusOr<NameBytes> n = ResolveName(*word, origin);
+    if (!n.ok()) return n.status();
+    *name = *std::move(n);
+  }
+  const std::pair<std::string_view, uint32_t*> numbers[] = {{"SOA serial", &s.serial},
+                                                            {"SOA refresh", &s.refresh},
+                                                            {"SOA retry", &s.retry},
+                                                            {"SOA expire", &s.expire},
+                                                            {"SOA minimum", &s.minimum}};
+  for (size_t i = 0; i < std::size(numbers); ++i) {
+    absl::StatusOr<uint32_t> v = ParseU32(w[2 + i], numbers[i].first);
+    if (!v.ok()) return v.status();
+    *numbers[i].second = *v;
+  }
   return s;
 }
 
-Soa SoaFromTable(const toml::table& t, const NameBytes& origin) {
-  CheckKeys(t, "[zone.soa]", {"mname", "rname", "serial", "refresh", "retry", "expire", "minimum", "ttl"});
+std::optional<Soa> SoaFromTable(TomlChecker& c, const toml::table& t, const NameBytes& origin) {
+  c.OnlyKeys(t, "zone.soa", {"mname", "rname", "serial", "refresh", "retry", "expire", "minimum", "ttl"});
+  const size_t errors = c.error_count();
   Soa s;
-  s.mname = ResolveName(GetString(t, "mname", t), origin, *t.get("mname"));
-  s.rname = ResolveName(GetString(t, "rname", t), origin, *t.get("rname"));
-  if (auto v = OptInt(t, "serial", 0, 0xFFFFFFFF)) s.serial = static_cast<uint32_t>(*v);
-  if (auto v = OptInt(t, "refresh", 0, kMaxTtl)) s.refresh = static_cast<uint32_t>(*v);
-  if (auto v = OptInt(t, "retry", 0, kMaxTtl)) s.retry = static_cast<uint32_t>(*v);
-  if (auto v = OptInt(t, "expire", 0, kMaxTtl)) s.expire = static_cast<uint32_t>(*v);
-  if (auto v = OptInt(t, "minimum", 0, kMaxTtl)) s.minimum = static_cast<uint32_t>(*v);
-  if (auto v = OptInt(t, "ttl", 0, kMaxTtl)) s.ttl = static_cast<uint32_t>(*v);
+  if (auto n = NameAt(c, t, "mname", origin)) s.mname = *n;
+  if (auto n = NameAt(c, t, "rname", origin)) s.rname = *n;
+  c.Int(t, "serial", &s.serial, 0, 0xFFFFFFFF);
+  c.Int(t, "refresh", &s.refresh, 0, kMaxTtl);
+  c.Int(t, "retry", &s.retry, 0, kMaxTtl);
+  c.Int(t, "expire", &s.expire, 0, kMaxTtl);
+  c.Int(t, "minimum", &s.minimum, 0, kMaxTtl);
+  c.Int(t, "ttl", &s.ttl, 0, kMaxTtl);
+  if (c.error_count() != errors) return std::nullopt;
   return s;
 }
 
 // "20300101000000" (YYYYMMDDHHmmSS, UTC) or a number of seconds since 1970
 // (RFC 4034 3.2).
-uint32_t SigTime(const std::string& s, const toml::node& at) {
-  if (s.size() != 14) return ParseU32(s, at, "RRSIG time");
+absl::StatusOr<uint32_t> SigTime(const std::string& s) {
+  if (s.size() != 14) return ParseU32(s, "RRSIG time");
   std::tm tm{};
   for (char c : s) {
-    if (c < '0' || c > '9') Fail(at, "invalid RRSIG time '" + s + "'");
+    if (c < '0' || c > '9') return Invalid("invalid RRSIG time '" + s + "'");
   }
   tm.tm_year = std::stoi(s.substr(0, 4)) - 1900;
   tm.tm_mon = std::stoi(s.substr(4, 2)) - 1;
@@ -211,7 +233,7 @@ uint32_t SigTime(const std::string& s, const toml::node& at) {
   return static_cast<uint32_t>(timegm(&tm));
 }
 
-std::string Base64Decode(const std::string& text, const toml::node& at) {
+absl::StatusOr<std::string> Base64Decode(const std::string& text) {
   std::string out;
   uint32_t acc = 0;
   int bits = 0;
@@ -232,9 +254,9 @@ std::string Base64Decode(const std::string& text, const toml::node& at) {
       padding = true;
       continue;
     } else {
-      Fail(at, "invalid base64 in RRSIG signature");
+      return Invalid("invalid base64 in RRSIG signature");
     }
-    if (padding) Fail(at, "invalid base64 in RRSIG signature");
+    if (padding) return Invalid("invalid base64 in RRSIG signature");
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -242,41 +264,11 @@ std::string Base64Decode(const std::string& text, const toml::node& at) {
       out.push_back(static_cast<char>((acc >> bits) & 0xFF));
     }
   }
-  if (out.empty()) Fail(at, "empty RRSIG signature");
+  if (out.empty()) return Invalid("empty RRSIG signature");
   return out;
 }
 
-uint16_t TypeFromText(const std::string& s, const toml::node& at);
-
-// "A 13 3 300 20300101000000 20200101000000 12345 signer. BASE64" (RFC 4034 3.2).
-std::string RrsigRdata(const std::string& text, const NameBytes& origin, const toml::node& at) {
-  const std::vector<std::string> w = Words(text);
-  if (w.size() < 9) {
-    Fail(at,
-         "RRSIG data must be 'type algorithm labels original-ttl expiration inception key-tag signer "
-         "signature'");
-  }
-  std::string rd;
-  Put16(&rd, TypeFromText(w[0], at));
-  const uint32_t alg = ParseU32(w[1], at, "RRSIG algorithm");
-  const uint32_t labels = ParseU32(w[2], at, "RRSIG labels");
-  if (alg > 255 || labels > 127) Fail(at, "RRSIG algorithm must be 0..255 and labels 0..127");
-  rd.push_back(static_cast<char>(alg));
-  rd.push_back(static_cast<char>(labels));
-  Put32(&rd, ParseU32(w[3], at, "RRSIG original TTL"));
-  Put32(&rd, SigTime(w[4], at));
-  Put32(&rd, SigTime(w[5], at));
-  const uint32_t tag = ParseU32(w[6], at, "RRSIG key tag");
-  if (tag > 65535) Fail(at, "RRSIG key tag must be 0..65535");
-  Put16(&rd, static_cast<uint16_t>(tag));
-  rd += ResolveName(w[7], origin, at);
-  std::string sig;
-  for (size_t i = 8; i < w.size(); ++i) sig += w[i];  // the signature may be split by spaces
-  rd += Base64Decode(sig, at);
-  return rd;
-}
-
-uint16_t TypeFromText(const std::string& s, const toml::node& at) {
+absl::StatusOr<uint16_t> TypeFromText(const std::string& s) {
   // The types a zone file here may hold (their RDATA is written below).
   static constexpr uint16_t kSupported[] = {type::kA,   type::kAaaa, type::kCname, kTypeDname, type::kNs,
                                             type::kTxt, type::kMx,   type::kSoa,   kTypeRrsig};
@@ -284,20 +276,80 @@ uint16_t TypeFromText(const std::string& s, const toml::node& at) {
   if (t != 0 && s == dns::TypeToText(t) &&
       std::find(std::begin(kSupported), std::end(kSupported), t) != std::end(kSupported))
     return t;
-  Fail(at, "unsupported record type '" + s + "' (A, AAAA, CNAME, DNAME, NS, TXT, MX, SOA, RRSIG)");
+  return Invalid("unsupported record type '" + s + "' (A, AAAA, CNAME, DNAME, NS, TXT, MX, SOA, RRSIG)");
 }
 
-std::string TxtRdata(const toml::node& data) {
+// "A 13 3 300 20300101000000 20200101000000 12345 signer. BASE64" (RFC 4034 3.2).
+absl::StatusOr<std::string> RrsigRdata(const std::string& text, const NameBytes& origin) {
+  const std::vector<std::string> w = Words(text);
+  if (w.size() < 9) {
+    return Invalid(
+        "RRSIG data must be 'type algorithm labels original-ttl expiration inception key-tag signer "
+        "signature'");
+  }
+  const absl::StatusOr<uint16_t> covered = TypeFromText(w[0]);
+  if (!covered.ok()) return covered.status();
+  const absl::StatusOr<uint32_t> alg = ParseU32(w[1], "RRSIG algorithm");
+  if (!alg.ok()) return alg.status();
+  const absl::StatusOr<uint32_t> labels = ParseU32(w[2], "RRSIG labels");
+  if (!labels.ok()) return labels.status();
+  if (*alg > 255 || *labels > 127) return Invalid("RRSIG algorithm must be 0..255 and labels 0..127");
+  const absl::StatusOr<uint32_t> original_ttl = ParseU32(w[3], "RRSIG original TTL");
+  if (!original_ttl.ok()) return original_ttl.status();
+  const absl::StatusOr<uint32_t> expiration = SigTime(w[4]);
+  if (!expiration.ok()) return expiration.status();
+  const absl::StatusOr<uint32_t> inception = SigTime(w[5]);
+  if (!inception.ok()) return inception.status();
+  const absl::StatusOr<uint32_t> tag = ParseU32(w[6], "RRSIG key tag");
+  if (!tag.ok()) return tag.status();
+  if (*tag > 65535) return Invalid("RRSIG key tag must be 0..65535");
+  const absl::StatusOr<NameBytes> signer = ResolveName(w[7], origin);
+  if (!signer.ok()) return signer.status();
+  std::string sig;
+  for (size_t i = 8; i < w.size(); ++i) sig += w[i];  // the signature may be split by spaces
+  const absl::StatusOr<std::string> signature = Base64Decode(sig);
+  if (!signature.ok()) return signature.status();
+
+  std::string rd;
+  Put16(&rd, *covered);
+  rd.push_back(static_cast<char>(*alg));
+  rd.push_back(static_cast<char>(*labels));
+  Put32(&rd, *original_ttl);
+  Put32(&rd, *expiration);
+  Put32(&rd, *inception);
+  Put16(&rd, static_cast<uint16_t>(*tag));
+  return rd + *signer + *signature;
+}
+
+absl::StatusOr<std::string> MxRdata(const std::string& text, const NameBytes& origin) {
+  const std::vector<std::string> w = Words(text);
+  if (w.size() != 2) return Invalid("MX data must be 'preference exchange'");
+  const absl::StatusOr<uint32_t> pref = ParseU32(w[0], "MX preference");
+  if (!pref.ok()) return pref.status();
+  if (*pref > 65535) return Invalid("MX preference must be 0..65535");
+  const absl::StatusOr<NameBytes> exchange = ResolveName(w[1], origin);
+  if (!exchange.ok()) return exchange.status();
+  std::string rd;
+  Put16(&rd, static_cast<uint16_t>(*pref));
+  return rd + *exchange;
+}
+
+std::optional<std::string> TxtRdata(TomlChecker& c, const toml::node& data) {
+  constexpr std::string_view kShape = "TXT data must be a string or an array of strings";
   std::vector<std::string> parts;
   if (data.is_string()) {
     parts.emplace_back(data.as_string()->get());
-  } else if (data.is_array()) {
-    for (const toml::node& e : *data.as_array()) {
-      if (!e.is_string()) Fail(e, "TXT data must be a string or an array of strings");
+  } else if (const toml::array* a = data.as_array()) {
+    for (const toml::node& e : *a) {
+      if (!e.is_string()) {
+        c.Fail(e.source(), kShape);
+        return std::nullopt;
+      }
       parts.emplace_back(e.as_string()->get());
     }
   } else {
-    Fail(data, "TXT data must be a string or an array of strings");
+    c.Fail(data.source(), kShape);
+    return std::nullopt;
   }
   std::string rd;
   for (const std::string& p : parts) {
@@ -310,246 +362,294 @@ std::string TxtRdata(const toml::node& data) {
       i += n;
     } while (i < p.size());
   }
-  if (rd.size() > 65535) Fail(data, "TXT data too long");
+  if (rd.size() > 65535) {
+    c.Fail(data.source(), "TXT data too long");
+    return std::nullopt;
+  }
   return rd;
 }
 
-void AddRecord(Zone* z, const NameBytes& owner, uint16_t rtype, uint32_t ttl, std::string rdata,
-               const toml::node& at) {
+void AddRecord(TomlChecker& c, Zone* z, const NameBytes& owner, uint16_t rtype, uint32_t ttl,
+               std::string rdata, const toml::node& at) {
   Node& node = z->nodes[owner];
   RRset* set = node.Find(rtype);
   if (set == nullptr) {
     node.rrsets.push_back(RRset{rtype, ttl, {}});
     set = &node.rrsets.back();
   } else if (set->ttl != ttl) {
-    Fail(at, "all records of one RRset need the same ttl (RFC 2181 5.2)");
+    return c.Fail(at.source(), "all records of one RRset need the same ttl (RFC 2181 5.2)");
   }
-  if (rtype == type::kCname && !set->rdata.empty()) Fail(at, "a name can have only one CNAME");
-  if (rtype == kTypeDname && !set->rdata.empty()) Fail(at, "a name can have only one DNAME (RFC 6672 2.4)");
+  if (rtype == type::kCname && !set->rdata.empty())
+    return c.Fail(at.source(), "a name can have only one CNAME");
+  if (rtype == kTypeDname && !set->rdata.empty())
+    return c.Fail(at.source(), "a name can have only one DNAME (RFC 6672 2.4)");
   set->rdata.push_back(std::move(rdata));
 }
 
-void ReadRecord(Zone* z, const toml::table& t) {
-  CheckKeys(t, "[[zone.record]]", {"name", "type", "ttl", "data"});
-  const NameBytes owner = ResolveName(GetString(t, "name", t), z->origin, *t.get("name"));
-  if (!IsSubdomain(owner, z->origin)) Fail(t, "record '" + NameText(owner) + "' is outside the zone");
-  const std::string tname = GetString(t, "type", t);
-  const uint16_t rtype = TypeFromText(tname, *t.get("type"));
-  const uint32_t ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(300));
+void ReadRecord(TomlChecker& c, Zone* z, const toml::table& t) {
+  c.OnlyKeys(t, "zone.record", {"name", "type", "ttl", "data"});
+  const size_t errors = c.error_count();
+  const std::optional<NameBytes> owner = NameAt(c, t, "name", z->origin);
+  if (owner && !IsSubdomain(*owner, z->origin)) {
+    c.Fail(t.source(), Cat("record '", NameText(*owner), "' is outside the zone"));
+  }
+  std::optional<uint16_t> rtype;
+  std::string type_text;
+  if (const toml::node* n = Required(c, t, "type", &type_text))
+    rtype = Checked(c, *n, TypeFromText(type_text));
+  uint32_t ttl = 300;
+  c.Int(t, "ttl", &ttl, 0, kMaxTtl);
   const toml::node* data = t.get("data");
-  if (data == nullptr) Fail(t, "missing key 'data'");
-  if (rtype == type::kTxt) {
-    AddRecord(z, owner, rtype, ttl, TxtRdata(*data), *data);
+  if (data == nullptr) c.Fail(t.source(), "missing key 'data'");
+  if (c.error_count() != errors) return;
+
+  if (*rtype == type::kTxt) {
+    if (auto rd = TxtRdata(c, *data)) AddRecord(c, z, *owner, *rtype, ttl, *std::move(rd), *data);
     return;
   }
-  if (!data->is_string()) Fail(*data, "'data' must be a string");
-  const std::string text(data->as_string()->get());
-  switch (rtype) {
+  std::string text;
+  if (!c.String(t, "data", &text)) return;
+  absl::StatusOr<std::string> rd;
+  switch (*rtype) {
     case type::kA:
     case type::kAaaa:
-      AddRecord(z, owner, rtype, ttl, AddressRdata(text, rtype, *data), *data);
+      rd = AddressRdata(text, *rtype);
       break;
     case type::kCname:
     case kTypeDname:
     case type::kNs:
-      AddRecord(z, owner, rtype, ttl, ResolveName(text, z->origin, *data), *data);
+      rd = ResolveName(text, z->origin);
       break;
     case kTypeRrsig:
-      AddRecord(z, owner, rtype, ttl, RrsigRdata(text, z->origin, *data), *data);
+      rd = RrsigRdata(text, z->origin);
       break;
-    case type::kMx: {
-      const std::vector<std::string> w = Words(text);
-      if (w.size() != 2) Fail(*data, "MX data must be 'preference exchange'");
-      const uint32_t pref = ParseU32(w[0], *data, "MX preference");
-      if (pref > 65535) Fail(*data, "MX preference must be 0..65535");
-      std::string rd;
-      Put16(&rd, static_cast<uint16_t>(pref));
-      rd += ResolveName(w[1], z->origin, *data);
-      AddRecord(z, owner, rtype, ttl, rd, *data);
+    case type::kMx:
+      rd = MxRdata(text, z->origin);
       break;
-    }
     case type::kSoa: {
-      if (owner != z->origin) Fail(t, "an SOA record belongs at the zone apex");
-      if (!z->soa.mname.empty()) Fail(t, "the zone already has an SOA");
-      z->soa = SoaFromText(text, z->origin, *data);
-      z->soa.ttl = ttl;
-      break;
+      if (*owner != z->origin) return c.Fail(t.source(), "an SOA record belongs at the zone apex");
+      if (!z->soa.mname.empty()) return c.Fail(t.source(), "the zone already has an SOA");
+      if (auto soa = Checked(c, *data, SoaFromText(text, z->origin))) {
+        z->soa = *std::move(soa);
+        z->soa.ttl = ttl;
+      }
+      return;
     }
   }
+  if (auto r = Checked(c, *data, std::move(rd))) AddRecord(c, z, *owner, *rtype, ttl, *std::move(r), *data);
 }
 
-View ReadView(const toml::table& t, bool is_default, uint32_t name_ttl, bool* has_weights) {
-  CheckKeys(t, is_default ? "[zone.name.default]" : "[[zone.name.view]]",
-            is_default
-                ? std::initializer_list<std::string_view>{"scope", "ttl", "addresses", "weights"}
-                : std::initializer_list<std::string_view>{"cidr", "scope", "ttl", "addresses", "weights"});
-  View v;
-  uint8_t max_scope = 128;
-  if (!is_default) {
-    const std::string cidr = GetString(t, "cidr", t);
-    Prefix p;
-    std::string why;
-    if (!ParsePrefix(cidr, &p, &why)) Fail(*t.get("cidr"), why);
-    v.cidr = p;
-    v.scope = p.length;
-    max_scope = p.family == 1 ? 32 : 128;
+std::optional<View> ReadView(TomlChecker& c, const toml::table& t, bool is_default, uint32_t name_ttl,
+                             bool* has_weights) {
+  if (is_default) {
+    c.OnlyKeys(t, "zone.name.default", {"scope", "ttl", "addresses", "weights"});
+  } else {
+    c.OnlyKeys(t, "zone.name.view", {"cidr", "scope", "ttl", "addresses", "weights"});
   }
-  if (auto s = OptInt(t, "scope", 0, max_scope)) v.scope = static_cast<uint8_t>(*s);
-  v.ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(name_ttl));
-  const toml::node* addrs = t.get("addresses");
-  if (addrs == nullptr) Fail(t, "missing key 'addresses'");
-  if (!addrs->is_array()) Fail(*addrs, "'addresses' must be an array of IP address strings");
-  for (const toml::node& a : *addrs->as_array()) {
-    if (!a.is_string()) Fail(a, "'addresses' must be an array of IP address strings");
-    WeightedAddress wa;
-    if (!ParseAddress(a.as_string()->get(), &wa.family, &wa.bytes)) {
-      Fail(a, "invalid IP address '" + std::string(a.as_string()->get()) + "'");
+  const size_t errors = c.error_count();
+  View v;
+  v.ttl = name_ttl;
+  uint8_t max_scope = 128;
+  std::string cidr;
+  if (!is_default) {
+    if (const toml::node* n = Required(c, t, "cidr", &cidr)) {
+      Prefix p;
+      std::string why;
+      if (ParsePrefix(cidr, &p, &why)) {
+        v.cidr = p;
+        v.scope = p.length;
+        max_scope = p.family == 1 ? 32 : 128;
+      } else {
+        c.Fail(n->source(), why);
+      }
     }
-    v.addresses.push_back(wa);
+  }
+  c.Int(t, "scope", &v.scope, 0, max_scope);
+  c.Int(t, "ttl", &v.ttl, 0, kMaxTtl);
+  if (t.get("addresses") == nullptr) {
+    c.Fail(t.source(), "missing key 'addresses'");
+  } else {
+    c.List(t, "addresses", &v.addresses, [](const std::string& text) -> absl::StatusOr<WeightedAddress> {
+      absl::StatusOr<IpAddress> a = ParseIp(text);
+      if (!a.ok()) return a.status();
+      WeightedAddress wa;
+      wa.family = a->family;
+      wa.bytes = a->bytes;
+      return wa;
+    });
   }
   if (const toml::node* w = t.get("weights")) {
-    if (!w->is_array()) Fail(*w, "'weights' must be an array of integers, one per address");
-    const toml::array& arr = *w->as_array();
-    if (arr.size() != v.addresses.size()) {
-      Fail(*w, "'weights' has " + std::to_string(arr.size()) + " entries for " +
-                   std::to_string(v.addresses.size()) + " addresses");
-    }
-    for (size_t i = 0; i < arr.size(); ++i) {
-      v.addresses[i].weight = static_cast<uint16_t>(GetIntIn(arr[i], "weights", 0, 65535));
-    }
     *has_weights = true;
+    const toml::array* arr = w->as_array();
+    if (arr == nullptr) {
+      c.Fail(w->source(), "'weights' must be an array of integers, one per address");
+    } else if (c.error_count() == errors && arr->size() != v.addresses.size()) {
+      c.Fail(w->source(),
+             Cat("'weights' has ", arr->size(), " entries for ", v.addresses.size(), " addresses"));
+    } else {
+      for (size_t i = 0; i < arr->size() && i < v.addresses.size(); ++i) {
+        const std::optional<int64_t> weight = (*arr)[i].value<int64_t>();
+        if (!(*arr)[i].is_integer() || !weight || *weight < 0 || *weight > 65535) {
+          c.Fail((*arr)[i].source(), "'weights' entries must be integers between 0 and 65535");
+          continue;
+        }
+        v.addresses[i].weight = static_cast<uint16_t>(*weight);
+      }
+    }
   }
+  if (c.error_count() != errors) return std::nullopt;
   return v;
 }
 
-void ReadName(Zone* z, const toml::table& t) {
-  CheckKeys(t, "[[zone.name]]",
-            {"name", "ttl", "weights", "empty_weight_option", "view", "default", "latency_ms", "loss",
-             "servfail", "truncate"});
-  const NameBytes owner = ResolveName(GetString(t, "name", t), z->origin, *t.get("name"));
-  if (!IsSubdomain(owner, z->origin)) Fail(t, "name '" + NameText(owner) + "' is outside the zone");
-  Node& node = z->nodes[owner];
-  if (node.settings) Fail(t, "name '" + NameText(owner) + "' appears twice in [[zone.name]]");
+void ReadName(TomlChecker& c, Zone* z, const toml::table& t) {
+  c.OnlyKeys(t, "zone.name",
+             {"name", "ttl", "weights", "empty_weight_option", "view", "default", "latency_ms", "loss",
+              "servfail", "truncate"});
+  const size_t errors = c.error_count();
+  const std::optional<NameBytes> owner = NameAt(c, t, "name", z->origin);
+  if (owner && !IsSubdomain(*owner, z->origin)) {
+    c.Fail(t.source(), Cat("name '", NameText(*owner), "' is outside the zone"));
+  } else if (owner) {
+    const auto it = z->nodes.find(*owner);
+    if (it != z->nodes.end() && it->second.settings) {
+      c.Fail(t.source(), Cat("name '", NameText(*owner), "' appears twice in [[zone.name]]"));
+    }
+  }
   NameSettings s;
-  const uint32_t ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(60));
+  uint32_t ttl = 60;
+  c.Int(t, "ttl", &ttl, 0, kMaxTtl);
   bool has_weights = false;
-  ForEachTable(t, "view", [&](const toml::table& v) {
-    View view = ReadView(v, false, ttl, &has_weights);
+  ForEachTable(c, t, "view", "zone.name.view", [&](const toml::table& vt) {
+    std::optional<View> view = ReadView(c, vt, false, ttl, &has_weights);
+    if (!view) return;
     for (const View& other : s.views) {
-      if (other.cidr->family == view.cidr->family && other.cidr->length == view.cidr->length &&
-          other.cidr->address == view.cidr->address) {
-        Fail(v, "duplicate view " + view.cidr->ToText());
+      if (other.cidr->family == view->cidr->family && other.cidr->length == view->cidr->length &&
+          other.cidr->address == view->cidr->address) {
+        return c.Fail(vt.source(), "duplicate view " + view->cidr->ToText());
       }
     }
-    s.views.push_back(std::move(view));
+    s.views.push_back(*std::move(view));
   });
-  if (const toml::node* d = t.get("default"))
-    s.default_view = ReadView(AsTable(*d, "'default'"), true, ttl, &has_weights);
-  s.weights = OptBool(t, "weights").value_or(has_weights);
-  s.empty_weight_option = OptBool(t, "empty_weight_option");
-  s.faults = ReadFaults(t);
-  node.settings = std::move(s);
+  if (const toml::table* d = common::SubTable(c, t, "default")) {
+    s.default_view = ReadView(c, *d, true, ttl, &has_weights);
+  }
+  s.weights = has_weights;
+  c.Bool(t, "weights", &s.weights);
+  s.empty_weight_option = OptBool(c, t, "empty_weight_option");
+  s.faults = ReadFaults(c, t);
+  if (c.error_count() == errors) z->nodes[*owner].settings = std::move(s);
 }
 
-void ReadDelegation(Zone* z, const toml::table& t) {
-  CheckKeys(t, "[[zone.delegation]]", {"name", "ttl", "ns", "glue"});
-  const NameBytes cut = ResolveName(GetString(t, "name", t), z->origin, *t.get("name"));
-  if (cut == z->origin || !IsSubdomain(cut, z->origin)) {
-    Fail(t, "delegation '" + NameText(cut) + "' must be strictly below the zone origin");
+void ReadDelegation(TomlChecker& c, Zone* z, const toml::table& t) {
+  c.OnlyKeys(t, "zone.delegation", {"name", "ttl", "ns", "glue"});
+  const size_t errors = c.error_count();
+  const std::optional<NameBytes> cut = NameAt(c, t, "name", z->origin);
+  if (cut && (*cut == z->origin || !IsSubdomain(*cut, z->origin))) {
+    c.Fail(t.source(), Cat("delegation '", NameText(*cut), "' must be strictly below the zone origin"));
+  } else if (cut && cut->size() >= 2 && (*cut)[0] == 1 && (*cut)[1] == '*') {
+    c.Fail(t.source(), Cat("delegation '", NameText(*cut), "' cannot be a wildcard name"));
+  } else if (cut && z->cuts.count(*cut)) {
+    c.Fail(t.source(), Cat("delegation '", NameText(*cut), "' appears twice"));
   }
-  if (cut.size() >= 2 && cut[0] == 1 && cut[1] == '*') {
-    Fail(t, "delegation '" + NameText(cut) + "' cannot be a wildcard name");
-  }
-  if (z->cuts.count(cut)) Fail(t, "delegation '" + NameText(cut) + "' appears twice");
   Delegation d;
-  d.ttl = static_cast<uint32_t>(OptInt(t, "ttl", 0, kMaxTtl).value_or(3600));
+  c.Int(t, "ttl", &d.ttl, 0, kMaxTtl);
   const toml::node* ns = t.get("ns");
-  if (ns == nullptr || !ns->is_array() || ns->as_array()->empty()) {
-    Fail(ns ? *ns : static_cast<const toml::node&>(t), "'ns' must be a non-empty array of server names");
+  if (ns == nullptr || (ns->is_array() && ns->as_array()->empty())) {
+    c.Fail(ns ? ns->source() : t.source(), "'ns' must be a non-empty array of server names");
+  } else {
+    c.List(t, "ns", &d.ns, [&](const std::string& s) { return ResolveName(s, z->origin); });
   }
-  for (const toml::node& n : *ns->as_array()) {
-    if (!n.is_string()) Fail(n, "'ns' must be an array of server names");
-    d.ns.push_back(ResolveName(std::string(n.as_string()->get()), z->origin, n));
-  }
-  ForEachTable(t, "glue", [&](const toml::table& g) {
-    CheckKeys(g, "glue", {"name", "addresses"});
-    const NameBytes host = ResolveName(GetString(g, "name", g), z->origin, *g.get("name"));
-    const toml::node* addrs = g.get("addresses");
-    if (addrs == nullptr || !addrs->is_array()) Fail(g, "glue needs 'addresses', an array of IP addresses");
-    for (const toml::node& a : *addrs->as_array()) {
-      if (!a.is_string()) Fail(a, "glue addresses must be strings");
-      uint16_t family;
-      std::array<uint8_t, 16> b;
-      if (!ParseAddress(a.as_string()->get(), &family, &b)) {
-        Fail(a, "invalid IP address '" + std::string(a.as_string()->get()) + "'");
-      }
-      d.glue.push_back({host, family == 1 ? type::kA : type::kAaaa,
-                        std::string(reinterpret_cast<const char*>(b.data()), family == 1 ? 4 : 16)});
+  ForEachTable(c, t, "glue", "zone.delegation.glue", [&](const toml::table& g) {
+    c.OnlyKeys(g, "zone.delegation.glue", {"name", "addresses"});
+    const std::optional<NameBytes> host = NameAt(c, g, "name", z->origin);
+    std::vector<IpAddress> addresses;
+    if (g.get("addresses") == nullptr) {
+      c.Fail(g.source(), "glue needs 'addresses', an array of IP addresses");
+    } else {
+      c.List(g, "addresses", &addresses, ParseIp);
+    }
+    if (!host) return;
+    for (const IpAddress& a : addresses) {
+      d.glue.push_back({*host, a.family == 1 ? type::kA : type::kAaaa, a.Rdata()});
     }
   });
-  z->cuts.emplace(cut, std::move(d));
+  if (c.error_count() == errors) z->cuts.emplace(*cut, std::move(d));
 }
 
-// Cross-record rules that need the whole zone.
-void CheckZone(const Zone& z, const toml::table& t) {
-  if (z.soa.mname.empty()) Fail(t, "zone '" + NameText(z.origin) + "' needs [zone.soa] or an SOA record");
+// Cross-record rules that need the whole zone, reported at its [[zone]].
+void CheckZone(TomlChecker& c, const Zone& z, const toml::table& t) {
+  auto fail = [&](std::string reason) { c.Fail(t.source(), reason); };
+  if (z.soa.mname.empty()) fail("zone '" + NameText(z.origin) + "' needs [zone.soa] or an SOA record");
   for (const auto& [name, node] : z.nodes) {
     const bool cname = node.Find(type::kCname) != nullptr;
     const bool signed_name = node.Find(kTypeRrsig) != nullptr;
     if (cname && node.rrsets.size() > (signed_name ? 2u : 1u))
-      Fail(t, "'" + NameText(name) + "': CNAME and other data (RFC 1034 3.6.2)");
+      fail("'" + NameText(name) + "': CNAME and other data (RFC 1034 3.6.2)");
     if (cname && node.settings && node.settings->HasViews()) {
-      Fail(t, "'" + NameText(name) + "': CNAME and views on the same name");
+      fail("'" + NameText(name) + "': CNAME and views on the same name");
     }
-    if (name == z.origin && cname) Fail(t, "CNAME at the zone apex");
+    if (name == z.origin && cname) fail("CNAME at the zone apex");
     if (cname && node.Find(kTypeDname) != nullptr) {
-      Fail(t, "'" + NameText(name) + "': CNAME and DNAME on the same name (RFC 6672 2.4)");
+      fail("'" + NameText(name) + "': CNAME and DNAME on the same name (RFC 6672 2.4)");
     }
     if (node.Find(kTypeDname) != nullptr) {
       // RFC 6672 2.4: the names below a DNAME owner are never answered from
       // the zone, so data there would be unreachable.
       for (const auto& [other, unused] : z.nodes) {
         if (other != name && IsSubdomain(other, name)) {
-          Fail(t, "'" + NameText(other) + "' is below the DNAME at '" + NameText(name) + "'");
+          fail("'" + NameText(other) + "' is below the DNAME at '" + NameText(name) + "'");
         }
       }
       for (const auto& [cut, d] : z.cuts) {
         if (IsSubdomain(cut, name)) {
-          Fail(t, "delegation '" + NameText(cut) + "' is at or below the DNAME at '" + NameText(name) + "'");
+          fail("delegation '" + NameText(cut) + "' is at or below the DNAME at '" + NameText(name) + "'");
         }
       }
     }
     for (const auto& [cut, d] : z.cuts) {
       if (IsSubdomain(name, cut)) {
-        Fail(t, "'" + NameText(name) + "' is at or below delegation '" + NameText(cut) +
-                    "' (put glue in the delegation)");
+        fail("'" + NameText(name) + "' is at or below delegation '" + NameText(cut) +
+             "' (put glue in the delegation)");
       }
     }
   }
 }
 
-Zone ReadZone(const toml::table& t) {
-  CheckKeys(t, "[[zone]]", {"origin", "lame", "soa", "record", "name", "delegation"});
+std::optional<Zone> ReadZone(TomlChecker& c, const toml::table& t) {
+  c.OnlyKeys(t, "zone", {"origin", "lame", "soa", "record", "name", "delegation"});
+  const size_t errors = c.error_count();
   Zone z;
-  const std::string origin = GetString(t, "origin", t);
-  if (origin.empty() || origin.back() != '.')
-    Fail(*t.get("origin"), "origin must be absolute (end with '.')");
-  z.origin = ResolveName(origin, "", *t.get("origin"));
-  if (t.get("lame") != nullptr) {
-    const std::string lame = GetString(t, "lame", t);
+  std::string origin;
+  // Every name of the zone is relative to its origin: nothing is read without it.
+  const toml::node* origin_node = Required(c, t, "origin", &origin);
+  if (origin_node == nullptr) return std::nullopt;
+  if (origin.empty() || origin.back() != '.') {
+    c.Fail(origin_node->source(), "origin must be absolute (end with '.')");
+    return std::nullopt;
+  }
+  std::optional<NameBytes> apex = Checked(c, *origin_node, ResolveName(origin, ""));
+  if (!apex) return std::nullopt;
+  z.origin = *std::move(apex);
+  std::string lame;
+  if (const toml::node* n = t.get("lame"); n != nullptr && c.String(t, "lame", &lame)) {
     if (lame == "refused") {
       z.lame = Lame::kRefused;
     } else if (lame == "no-aa") {
       z.lame = Lame::kNoAa;
     } else {
-      Fail(*t.get("lame"), "'lame' must be \"refused\" or \"no-aa\", got '" + lame + "'");
+      c.Fail(n->source(), "'lame' must be \"refused\" or \"no-aa\", got '" + lame + "'");
     }
   }
-  if (const toml::node* s = t.get("soa")) z.soa = SoaFromTable(AsTable(*s, "'soa'"), z.origin);
-  ForEachTable(t, "record", [&](const toml::table& r) { ReadRecord(&z, r); });
-  ForEachTable(t, "name", [&](const toml::table& n) { ReadName(&z, n); });
-  ForEachTable(t, "delegation", [&](const toml::table& d) { ReadDelegation(&z, d); });
-  CheckZone(z, t);
+  if (const toml::table* s = common::SubTable(c, t, "soa")) {
+    if (auto soa = SoaFromTable(c, *s, z.origin)) z.soa = *std::move(soa);
+  }
+  ForEachTable(c, t, "record", "zone.record", [&](const toml::table& r) { ReadRecord(c, &z, r); });
+  ForEachTable(c, t, "name", "zone.name", [&](const toml::table& n) { ReadName(c, &z, n); });
+  ForEachTable(c, t, "delegation", "zone.delegation",
+               [&](const toml::table& d) { ReadDelegation(c, &z, d); });
+  if (c.error_count() != errors) return std::nullopt;
+  CheckZone(c, z, t);
+  if (c.error_count() != errors) return std::nullopt;
   z.soa_rdata = z.soa.Rdata();
   auto mark = [&](NameBytes n) {
     for (;;) {
@@ -564,43 +664,38 @@ Zone ReadZone(const toml::table& t) {
   return z;
 }
 
-ZoneSet Build(const toml::table& root) {
-  CheckKeys(root, "the top level", {"defaults", "faults", "zone"});
+ZoneSet Build(TomlChecker& c, const toml::table& root) {
+  c.OnlyKeys(root, "top level", {"defaults", "faults", "zone"});
   ZoneSet zs;
-  if (const toml::node* d = root.get("defaults")) {
-    const toml::table& t = AsTable(*d, "[defaults]");
-    CheckKeys(t, "[defaults]", {"empty_weight_option"});
-    zs.empty_weight_option = OptBool(t, "empty_weight_option").value_or(false);
+  if (const toml::table* t = common::SubTable(c, root, "defaults")) {
+    c.OnlyKeys(*t, "defaults", {"empty_weight_option"});
+    c.Bool(*t, "empty_weight_option", &zs.empty_weight_option);
   }
-  if (const toml::node* f = root.get("faults")) {
-    const toml::table& t = AsTable(*f, "[faults]");
-    CheckKeys(t, "[faults]", {"latency_ms", "loss", "servfail", "truncate"});
-    zs.global_faults = ReadFaults(t);
+  if (const toml::table* t = common::SubTable(c, root, "faults")) {
+    c.OnlyKeys(*t, "faults", {"latency_ms", "loss", "servfail", "truncate"});
+    zs.global_faults = ReadFaults(c, *t);
   }
-  ForEachTable(root, "zone", [&](const toml::table& t) {
-    Zone z = ReadZone(t);
+  ForEachTable(c, root, "zone", "zone", [&](const toml::table& t) {
+    std::optional<Zone> z = ReadZone(c, t);
+    if (!z) return;
     for (const Zone& other : zs.zones) {
-      if (other.origin == z.origin) Fail(t, "zone '" + NameText(z.origin) + "' defined twice");
+      if (other.origin == z->origin)
+        return c.Fail(t.source(), "zone '" + NameText(z->origin) + "' defined twice");
     }
-    zs.zones.push_back(std::move(z));
+    zs.zones.push_back(*std::move(z));
   });
-  if (zs.zones.empty()) throw BadConfig{1, "no [[zone]] defined"};
+  if (root.get("zone") == nullptr) c.FailWhole("no [[zone]] defined");
   return zs;
 }
 
-absl::StatusOr<ZoneSet> Load(const std::function<toml::table()>& parse, const std::string& path) {
-  try {
-    ZoneSet zs = Build(parse());
-    zs.source_path = path;
-    return zs;
-  } catch (const toml::parse_error& e) {
-    // An unreadable file has no line; every syntax error has one.
-    const uint32_t line = e.source().begin.line;
-    return absl::InvalidArgumentError(path + ":" + (line ? std::to_string(line) + ": " : std::string(" ")) +
-                                      std::string(e.description()));
-  } catch (const BadConfig& e) {
-    return absl::InvalidArgumentError(path + ":" + std::to_string(e.line) + ": " + e.reason);
-  }
+absl::StatusOr<ZoneSet> Load(std::string_view text, const std::string& path) {
+  absl::StatusOr<toml::table> root = common::ParseToml(text, path);
+  if (!root.ok()) return root.status();
+  TomlChecker c(path);
+  ZoneSet zs = Build(c, *root);
+  if (!c.ok()) return absl::InvalidArgumentError(c.error());
+  zs.source_path = path;
+  return zs;
 }
 
 }  // namespace
@@ -741,11 +836,13 @@ bool ParsePrefix(std::string_view text, Prefix* out, std::string* why) {
 }
 
 absl::StatusOr<ZoneSet> LoadConfig(const std::string& path) {
-  return Load([&] { return toml::parse_file(path); }, path);
+  absl::StatusOr<std::string> text = common::ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  return Load(*text, path);
 }
 
 absl::StatusOr<ZoneSet> LoadConfigFromString(std::string_view text, const std::string& display_path) {
-  return Load([&] { return toml::parse(text, display_path); }, display_path);
+  return Load(text, display_path);
 }
 
 }  // namespace weir::gslb_sim

@@ -154,7 +154,9 @@ struct ZoneSet {
   Zone* FindZone(std::string_view name);
 };
 
-// Parses and validates a config file. Errors read "file:line: reason".
+// Parses and validates a config file. A rejected file's status holds every
+// error, one per line in file order, as the daemons' configs report them
+// (common::TomlChecker): "file:line:column: reason".
 absl::StatusOr<ZoneSet> LoadConfig(const std::string& path);
 // Same, from text (`display_path` names it in errors); for unit tests.
 absl::StatusOr<ZoneSet> LoadConfigFromString(std::string_view text, const std::string& display_path);

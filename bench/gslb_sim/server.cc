@@ -21,6 +21,8 @@
 
 #include "authority.h"
 #include "query_record.h"
+#include "weir/common/config_file.h"
+#include "weir/common/text.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 
@@ -433,7 +435,13 @@ std::string Server::RunCommand(const std::string& line) {
   }
   if (cmd == "reload") {
     absl::StatusOr<ZoneSet> zs = LoadConfig(opts_.config_path);
-    if (!zs.ok()) return "error: " + std::string(zs.status().message()) + "\n";
+    if (!zs.ok()) {
+      // One "error: " line per error of the file (the old zones stay).
+      std::string reply;
+      for (const std::string& e : common::ErrorLines(common::ToStd(zs.status().message())))
+        reply += "error: " + e + "\n";
+      return reply;
+    }
     authority_.Replace(*std::move(zs));
     return "ok\n";
   }

@@ -15,14 +15,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "weir/common/process_metrics.h"
@@ -38,13 +37,6 @@ constexpr size_t kDnsHeader = 12;
 volatile sig_atomic_t g_stop = 0;
 void OnStopSignal(int) { g_stop = 1; }
 
-constexpr const char* kUsage = "usage: dns-reflector --listen ADDR:PORT [--batch N] | --version";
-
-int Usage(const std::string& why) {
-  std::fprintf(stderr, "dns-reflector: %s (%s)\n", why.c_str(), kUsage);
-  return 2;
-}
-
 // Larger buffers if allowed: SO_*BUFFORCE passes net.core.*mem_max with
 // CAP_NET_ADMIN, the plain option is capped by it. Failure only costs drops.
 void GrowBuffer(int fd, int force_option, int option) {
@@ -58,45 +50,30 @@ void GrowBuffer(int fd, int force_option, int option) {
 int main(int argc, char** argv) {
   std::string listen;
   size_t batch = 64;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&](std::string_view flag, std::string* out) {
-      if (arg == flag && i + 1 < argc) {
-        *out = argv[++i];
-        return true;
-      }
-      if (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag && arg[flag.size()] == '=') {
-        *out = std::string(arg.substr(flag.size() + 1));
-        return true;
-      }
-      return false;
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s\n", kUsage);
-      return 0;
-    }
-    if (arg == "--version") {
-      std::printf("%s\n", weir::common::VersionLine("dns-reflector").c_str());
-      return 0;
-    }
-    std::string text;
-    if (value("--listen", &listen)) continue;
-    if (value("--batch", &text)) {
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long n = std::strtoul(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxBatch || text[0] == '-') {
-        return Usage("--batch wants a number from 1 to " + std::to_string(kMaxBatch) + ", not '" + text +
-                     "'");
-      }
-      batch = n;
-      continue;
-    }
-    return Usage("unknown or incomplete argument '" + std::string(arg) + "'");
+  CLI::App app{
+      "dns-reflector: answers every DNS query by sending it back with QR set, the server weir-bench's own "
+      "speed is measured against (docs/bench.md)",
+      "dns-reflector"};
+  app.set_version_flag("--version", weir::common::VersionLine("dns-reflector"),
+                       "print the version, commit and build, and exit");
+  app.add_option("--listen", listen,
+                 "UDP address to serve, ADDR:PORT or [IPv6]:PORT; port 0 picks a free one")
+      ->type_name("ADDR:PORT")
+      ->required()
+      ->check([](const std::string& text) {
+        auto addr = weir::common::SocketAddress::Parse(text);
+        return addr.ok() ? std::string() : std::string(addr.status().message());
+      });
+  app.add_option("--batch", batch, "datagrams per recvmmsg/sendmmsg (default 64)")
+      ->type_name("N")
+      ->check(CLI::Range(size_t{1}, kMaxBatch));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version: 0; a usage error: 2, after CLI11 printed the reason.
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  if (listen.empty()) return Usage("--listen ADDR:PORT is required");
-  auto addr = weir::common::SocketAddress::Parse(listen);
-  if (!addr.ok()) return Usage("--listen: " + std::string(addr.status().message()));
+  const auto addr = weir::common::SocketAddress::Parse(listen);  // checked above
 
   const int fd = socket(addr->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
