@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "weir/common/hash.h"
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
 #include "weir/net/dns_tcp.h"
@@ -844,7 +845,7 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
     t->mix = &mix_;
     t->sources = &sources_;
     t->tracked = &tracked;
-    t->rng.seed(o_.seed * 0x9e3779b97f4a7c15ull + i);
+    t->rng.seed(o_.seed * common::kGolden64 + i);  // one stream per thread
     t->popts.weight_option_code = o_.weight_option_code;
     t->gso = o_.gso;
     if (o_.count != 0) t->count_limit = o_.count / o_.threads + (i < o_.count % o_.threads ? 1 : 0);

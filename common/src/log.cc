@@ -10,6 +10,8 @@
 #include <ctime>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace weir::common {
 
 namespace {
@@ -32,7 +34,6 @@ int SyslogPriority(LogLevel level) {
 // A message is one line: control characters (a newline in a name read off
 // the wire, say) are written as \n, \r, \t or \xNN.
 void AppendClean(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   for (unsigned char c : s) {
     if (c >= 0x20 && c != 0x7f) {
       out += static_cast<char>(c);
@@ -43,9 +44,7 @@ void AppendClean(std::string& out, std::string_view s) {
     } else if (c == '\t') {
       out += "\\t";
     } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
     }
   }
 }

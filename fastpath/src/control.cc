@@ -3,9 +3,9 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
+#include "weir/common/histogram.h"
 #include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/dns/message.h"
@@ -456,24 +456,16 @@ ControlReply Node::UpstreamsReply() const {
     const auto& stats = forwarder_->upstream_stats(g == 1);
     for (size_t i = 0; i < stats.size(); ++i) {
       const UpstreamStats& u = *stats[i];
-      std::array<uint64_t, kUpstreamLatencyBounds.size() + 1> buckets{};
+      LatencyHistogram::Buckets buckets{};
       double sum = 0;
       u.latency.AddTo(buckets, &sum);
       uint64_t count = 0;
       for (uint64_t b : buckets) count += b;
-      // p99: the upper bound of the bucket holding it ("+Inf" past the last).
+      // p99: the upper bound of the bucket holding it (">max" past the last).
       std::string p99 = "-";
       if (count > 0) {
-        const uint64_t rank = static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(count)));
-        uint64_t seen = 0;
-        for (size_t b = 0; b < buckets.size(); ++b) {
-          seen += buckets[b];
-          if (seen >= rank) {
-            p99 = b < kUpstreamLatencyBounds.size() ? Cat("<=", kUpstreamLatencyBounds[b] * 1000, "ms")
-                                                    : ">max";
-            break;
-          }
-        }
+        const size_t b = common::QuantileBucket(buckets, 0.99);
+        p99 = b < kUpstreamLatencyBounds.size() ? Cat("<=", kUpstreamLatencyBounds[b] * 1000, "ms") : ">max";
       }
       const double mean_ms = count > 0 ? sum * 1000.0 / static_cast<double>(count) : 0;
       char mean[32], share[32];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "weir/common/hash.h"
 #include "weir/dns/writer.h"
 #include "weir/fastpath/upstream_ring.h"
 
@@ -11,13 +12,13 @@ namespace weir::fastpath {
 void AnswerCounters::Count(uint64_t entry_hash, partitions::Partition partition,
                            std::span<const uint8_t> qname, const uint8_t* addr, uint8_t addr_len) {
   // The entry's hash with the address mixed in (an entry's addresses change
-  // when it is refreshed, so the address is part of the key).
+  // when it is refreshed, so the address is part of the key). The entry's
+  // hash is a finished one and the home slot is taken from the high bits,
+  // where the multiplies carry the address, so no finaliser is needed.
   uint64_t lo = 0, hi = 0;
   std::memcpy(&lo, addr, std::min<size_t>(addr_len, 8));
   if (addr_len > 8) std::memcpy(&hi, addr + 8, std::min<size_t>(addr_len - 8, 8));
-  uint64_t key = entry_hash ^ (lo * 0x9e3779b97f4a7c15ull) ^ (hi * 0xc2b2ae3d27d4eb4full);
-  key ^= key >> 29;
-  key |= 1;  // never 0 (empty)
+  const uint64_t key = (entry_hash ^ common::CombineWords(lo, hi)) | 1;  // never 0 (empty)
   const size_t home = static_cast<size_t>(key >> 40);
   for (size_t probe = 0; probe < 16; ++probe) {
     const size_t i = (home + probe) & (kSlots - 1);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <random>
 
+#include "weir/common/hash.h"
+
 namespace weir::fastpath {
 namespace {
 
@@ -23,7 +25,7 @@ std::array<uint64_t, 2> PrefixMask(unsigned bits, unsigned width_bytes) {
 
 uint64_t RandomSeed() {
   std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd() ^ 0x9e3779b97f4a7c15ull;
+  return (uint64_t{rd()} << 32) ^ rd() ^ common::kGolden64;
 }
 
 }  // namespace
@@ -56,12 +58,7 @@ RateLimiter::Key RateLimiter::KeyOf(const partitions::IpAddress& src) const {
 uint64_t RateLimiter::Hash(const Key& k) const {
   // Keyed by a per-process seed, so a sender cannot pick addresses that
   // crowd one window on every node.
-  uint64_t h = (k.lo ^ seed_) * 0x9e3779b97f4a7c15ull;
-  h ^= (k.hi + k.family + (seed_ >> 17)) * 0xc2b2ae3d27d4eb4full;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 32;
-  return h;
+  return common::HashWords(k.lo ^ seed_, k.hi + k.family + (seed_ >> 17));
 }
 
 uint32_t RateLimiter::Deficit(const Entry& e, uint32_t now) const {

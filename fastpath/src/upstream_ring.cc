@@ -5,21 +5,6 @@
 
 namespace weir::fastpath {
 
-uint64_t StableHash(const uint8_t* data, size_t len, uint64_t seed) {
-  uint64_t h = 0xcbf29ce484222325ull ^ seed;
-  for (size_t i = 0; i < len; ++i) {
-    h ^= data[i];
-    h *= 0x100000001b3ull;
-  }
-  // splitmix64 finaliser: FNV alone clusters on short, similar keys.
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
-}
-
 UpstreamRing::UpstreamRing(int count, int vnodes, double load_factor)
     : up_(count, true), load_(count, 0), load_factor_(load_factor) {
   for (int u = 0; u < count; ++u) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "weir/common/hash.h"
 #include "weir/common/text.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
@@ -19,17 +20,6 @@ using common::ToStd;
 namespace {
 
 constexpr std::string_view kFileMagic = "weir-snapshot/1\n";
-
-uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string Hex(uint64_t v) { return absl::StrCat(absl::Hex(v, absl::kZeroPad16)); }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   return absl::InternalError(Cat(what, " ", path, ": ", std::strerror(errno)));
@@ -46,6 +36,14 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
 }
 
 }  // namespace
+
+std::string PersistedSnapshotChecksum(std::string_view body) {
+  // FNV-1a from 1469598103934665603: the standard basis (14695981039346656037)
+  // with its last digit lost when this format was first written. Every stored
+  // file carries it, so it stays.
+  constexpr uint64_t kBasis = 1469598103934665603ull;
+  return absl::StrCat(absl::Hex(common::Fnv1a64(body.data(), body.size(), kBasis), absl::kZeroPad16));
+}
 
 Message SnapshotMessage(const Snapshot& s) {
   return Message{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap, s.origin}};
@@ -70,7 +68,7 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
 
 absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s) {
   const std::string body = Encode(SnapshotMessage(s));
-  const std::string data = Cat(kFileMagic, Hex(Fnv1a(body)), "\n", body);
+  const std::string data = Cat(kFileMagic, PersistedSnapshotChecksum(body), "\n", body);
   const std::string path = dir + "/snapshot";
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -126,7 +124,7 @@ absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir) {
     return absl::DataLossError(Cat(path, ": not a weir snapshot file"));
   }
   std::string_view body = std::string_view(data).substr(header);
-  if (std::string_view(data).substr(kFileMagic.size(), 16) != Hex(Fnv1a(body))) {
+  if (std::string_view(data).substr(kFileMagic.size(), 16) != PersistedSnapshotChecksum(body)) {
     return absl::DataLossError(Cat(path, ": checksum mismatch (damaged file)"));
   }
   FrameReader r;

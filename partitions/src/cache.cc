@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "text_util.h"
+#include "weir/common/hash.h"
 #include "weir/dns/writer.h"
 #include "weir/partitions/rcu.h"
 
@@ -20,12 +21,13 @@ namespace {
 constexpr size_t kRetireBatch = 512;
 constexpr size_t kMaxRecordsBytes = 16000;  // compression pointers need < 0x4000
 
+// Names a weighted set (its RDATA in canonical order, and their weights) for
+// the SWRR state: a refresh that brings the same set continues the rotation.
+// Compared within the process only. Each record is hashed on its own, seeded
+// by the records before it and its weight, so record boundaries count.
 uint64_t Fingerprint(const std::vector<std::pair<std::vector<uint8_t>, uint8_t>>& set, uint16_t type) {
-  uint64_t h = 0x84222325cbf29ce4ULL ^ type;
-  for (const auto& [rdata, w] : set) {
-    for (uint8_t b : rdata) h = (h ^ b) * 0x100000001b3ULL;
-    h = (h ^ (0x100u | w)) * 0x100000001b3ULL;
-  }
+  uint64_t h = type;
+  for (const auto& [rdata, w] : set) h = common::HashBytes(rdata.data(), rdata.size(), h ^ w);
   return h;
 }
 

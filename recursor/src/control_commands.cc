@@ -478,27 +478,21 @@ ControlReply ControlCommands::Upstreams() const {
   // server, not per server (a recursor talks to unboundedly many).
   const TaggedResolver::Stats& t = p.tagged->stats();
   const SocketLastHop::Stats& l = p.last_hop->stats();
-  const UpstreamLatency& lat = p.last_hop->latency();
+  UpstreamLatency::Buckets buckets{};
+  double sum_seconds = 0;
+  p.last_hop->latency().AddTo(buckets, &sum_seconds);
   uint64_t count = 0;
-  for (uint64_t b : lat.buckets) count += b;
+  for (uint64_t b : buckets) count += b;
   std::string p99 = "-";
-  if (count > 0) {
-    const uint64_t rank = static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(count)));
-    uint64_t seen = 0;
-    for (size_t b = 0; b < lat.buckets.size(); ++b) {
-      seen += lat.buckets[b];
-      if (seen >= rank) {
-        char bound[32];
-        std::snprintf(bound, sizeof(bound), "%gms",
-                      b < UpstreamLatency::kBounds.size() ? UpstreamLatency::kBounds[b] * 1000 : 5000.0);
-        p99 = Cat(b < UpstreamLatency::kBounds.size() ? "<=" : ">", bound);
-        break;
-      }
-    }
+  if (const size_t b = common::QuantileBucket(buckets, 0.99); b < buckets.size()) {
+    char bound[32];
+    std::snprintf(bound, sizeof(bound), "%gms",
+                  b < UpstreamLatency::kBounds.size() ? UpstreamLatency::kBounds[b] * 1000 : 5000.0);
+    p99 = Cat(b < UpstreamLatency::kBounds.size() ? "<=" : ">", bound);
   }
   char mean[32] = "-";
   if (count > 0)
-    std::snprintf(mean, sizeof(mean), "%.2fms", lat.sum_seconds * 1000.0 / static_cast<double>(count));
+    std::snprintf(mean, sizeof(mean), "%.2fms", sum_seconds * 1000.0 / static_cast<double>(count));
   const OrdinaryResolver::Stats& o = p.ordinary->stats();
   const ZoneCutFinder::Stats& z = p.cuts->stats();
   std::string text = Cat(
@@ -511,7 +505,7 @@ ControlReply ControlCommands::Upstreams() const {
       " tagged in flight\n");
   CatTo(json, "],\"last_hop\":{\"queries\":", t.upstream_queries, ",\"timeouts\":", t.upstream_timeouts,
         ",\"tcp\":", l.upstream_tcp, ",\"latency_count\":", count,
-        ",\"latency_mean_seconds\":", count > 0 ? lat.sum_seconds / static_cast<double>(count) : 0,
+        ",\"latency_mean_seconds\":", count > 0 ? sum_seconds / static_cast<double>(count) : 0,
         ",\"servers_tried_last\":", avoided,
         "},\"libunbound_resolutions\":", o.resolver_queries + z.resolver_queries, "}");
   return {true, std::move(text), std::move(json)};

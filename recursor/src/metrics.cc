@@ -177,10 +177,10 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
   w.Counter("weir_recursor_upstream_out_of_bailiwick_total",
             "Last-hop records outside the server's zone, ignored.")
       .Add({}, t.out_of_bailiwick);
-  const UpstreamLatency& lat = p.last_hop->latency();
-  w.Histogram("weir_recursor_upstream_latency_seconds",
-              "Time from a last-hop query's send to its genuine answer, every server together.")
-      .Histogram({}, UpstreamLatency::kBounds, lat.buckets, lat.sum_seconds);
+  p.last_hop->latency().Render(
+      w.Histogram("weir_recursor_upstream_latency_seconds",
+                  "Time from a last-hop query's send to its genuine answer, every server together."),
+      {});
   w.Counter("weir_recursor_ecs_sent_total", "Last-hop queries sent with a client subnet (ECS).")
       .Add({}, t.ecs_sent);
   w.Counter("weir_recursor_ecs_retried_without_total",

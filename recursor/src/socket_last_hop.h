@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/histogram.h"
 #include "weir/common/log.h"
 #include "weir/common/secure_random.h"
 #include "weir/dns/answer_guard.h"
@@ -44,18 +45,9 @@ namespace weir::recursor {
 // each way, beside the socket's own syscalls). One histogram over every
 // server: the authoritative servers a recursor talks to are unbounded in
 // number, a series per server would be too.
-struct UpstreamLatency {
-  static constexpr std::array<double, 12> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                     0.1,   0.25,   0.5,   1,    2.5,   5};
-  std::array<uint64_t, kBounds.size() + 1> buckets{};
-  double sum_seconds = 0;
-  void Observe(double seconds) {
-    size_t i = 0;
-    while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-    ++buckets[i];
-    sum_seconds += seconds;
-  }
-};
+inline constexpr std::array<double, 12> kLastHopLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                 0.1,   0.25,   0.5,   1,    2.5,   5};
+using UpstreamLatency = common::FixedHistogram<kLastHopLatencyBounds>;
 
 class SocketLastHop final : public LastHopTransport {
  public:

@@ -76,6 +76,16 @@ TEST(LogTest, LineFormat) {
                        }));
 }
 
+// A message stays one line whatever bytes it carries (a name off the wire):
+// control bytes are escaped, the rest (UTF-8, quotes, backslashes) is kept.
+TEST(LogTest, ControlBytesAreEscaped) {
+  FakeLogClock clock;
+  PipeLog p(&clock);
+  p.log().Write(LogLevel::kInfo, "dns", std::string("a\x00\x01\x1f\x7f\r\t\"\\\xc3\xa9\xff", 12));
+  EXPECT_EQ(p.Lines(), (std::vector<std::string>{"2026-12-02T01:23:45.678Z weir-fastpath[1234] info dns: "
+                                                 "a\\x00\\x01\\x1f\\x7f\\r\\t\"\\\xc3\xa9\xff"}));
+}
+
 TEST(LogTest, TimeIsUtcWithMilliseconds) {
   EXPECT_EQ(FormatLogTime(std::chrono::system_clock::time_point{}), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(FormatLogTime(std::chrono::system_clock::time_point{std::chrono::milliseconds(951782400005)}),

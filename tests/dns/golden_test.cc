@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -229,13 +230,7 @@ std::string Lower(std::string s) {
 }
 
 std::string Hex(std::span<const uint8_t> b) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s;
-  for (uint8_t x : b) {
-    s.push_back(kDigits[x >> 4]);
-    s.push_back(kDigits[x & 15]);
-  }
-  return s;
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
 }
 
 std::string Ntop(int af, const uint8_t* p) {

@@ -95,6 +95,22 @@ TEST(UpstreamRing, BoundedLoadSpillsToTheNext) {
   EXPECT_EQ(ring.Pick(h), home);
 }
 
+// Every front node, whatever its release, must send a question to the same
+// recursor (its cache entry lives there): where keys land is part of the
+// format. These placements were recorded from the release before the hash
+// moved to common::HashBytes.
+TEST(UpstreamRing, PlacementIsTheSameInEveryRelease) {
+  UpstreamRing four(4), three(3);
+  std::string on_four, on_three;
+  for (int i = 0; i < 32; ++i) {
+    on_four += std::to_string(four.Pick(H(i)));
+    on_three += std::to_string(three.Pick(H(i)));
+  }
+  EXPECT_EQ(on_four, "03203203320000112123122013030231");
+  EXPECT_EQ(on_three, "00200201120000112121122010010211");
+  EXPECT_EQ(H(0), 0x740139bc8c121b83u);
+}
+
 TEST(UpstreamRing, AllDownIsMinusOne) {
   UpstreamRing ring(2);
   ring.SetUp(0, false);

@@ -21,19 +21,6 @@
 
 namespace {
 
-// FNV-1a 64, as the file's checksum (mgmt/src/snapshot.cc).
-std::string Checksum(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<size_t>(i)] = kDigits[h & 15];
-  return out;
-}
-
 std::string TempDir(const char* name) {
   const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   std::string tmpl = std::string(base) + "/weir-fuzz-" + name + "-XXXXXX";
@@ -52,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] % 2 == 0) {
     file = rest;
   } else {
-    file = "weir-snapshot/1\n" + Checksum(rest) + "\n" + std::string(rest);
+    file = "weir-snapshot/1\n" + weir::mgmt::PersistedSnapshotChecksum(rest) + "\n" + std::string(rest);
   }
   FILE* f = std::fopen((dir + "/snapshot").c_str(), "wb");
   FUZZ_CHECK(f != nullptr);

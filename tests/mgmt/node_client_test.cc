@@ -236,6 +236,35 @@ TEST(PersistedSnapshot, DamageIsDetected) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// A node reads the file the previous release wrote (and the other way round
+// after a downgrade): the bytes, checksum included, are a format. This file
+// was written by the release before the checksum moved to common::Fnv1a64.
+TEST(PersistedSnapshot, FileFormatIsStable) {
+  char tmpl[] = "/tmp/weir-snap-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const Snapshot s{9, "a.example weight=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n", "origin-1"};
+  const std::string body(
+      "\0\0\0I\x02\0\0\0\x01"
+      "9\0\0\0\x14"
+      "a.example weight=on\n\0\0\0\x1b"
+      "10.0.0.0/8,bj,192.0.2.0/24\n\0\0\0\x08"
+      "origin-1",
+      77);
+  const std::string file = "weir-snapshot/1\n8f1fb1b7490c4e4b\n" + body;
+  EXPECT_EQ(PersistedSnapshotChecksum(body), "8f1fb1b7490c4e4b");
+  ASSERT_TRUE(PersistSnapshot(dir, s).ok());
+  {
+    std::ifstream f(dir + "/snapshot", std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), file);
+  }
+  std::ofstream(dir + "/snapshot", std::ios::binary | std::ios::trunc) << file;
+  auto loaded = LoadPersistedSnapshot(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, s);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(MgmtConfig, ErrorsNameTheLine) {
   auto c = ParseMgmtConfig("[mgmt]\nlisten = \"127.0.0.1:1\"\ndatabase = \"x.db\"\n", "m.toml");
   ASSERT_FALSE(c.ok());

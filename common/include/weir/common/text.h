@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 #ifndef ABSL_USES_STD_STRING_VIEW
@@ -53,16 +54,13 @@ std::string Cat(const A&... a) {
 // escaped. Bytes from 0x7f up pass through (UTF-8 text stays readable) unless
 // `escape_non_ascii`, for byte strings that are not UTF-8 (DNS names).
 inline std::string JsonString(std::string_view s, bool escape_non_ascii = false) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "\"";
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c < 0x20 || (escape_non_ascii && c >= 0x7f)) {
-      out += "\\u00";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      absl::StrAppend(&out, "\\u", absl::Hex(c, absl::kZeroPad4));
     } else {
       out += static_cast<char>(c);
     }

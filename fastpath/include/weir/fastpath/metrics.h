@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "weir/common/histogram.h"
 #include "weir/common/owned_counter.h"
 #include "weir/common/prometheus.h"
 
@@ -44,46 +45,16 @@ std::string_view DropReasonName(DropReason r);
 
 using common::OwnedCounter;
 
-// A latency histogram with fixed Prometheus buckets (seconds), written by
-// one thread, rendered by the metrics thread.
-template <const auto& Bounds>
-class FixedHistogram {
- public:
-  void Observe(double seconds, uint64_t n = 1) {
-    size_t i = 0;
-    while (i < Bounds.size() && seconds > Bounds[i]) ++i;
-    buckets_[i].Add(n);
-    sum_.store(sum_.load(std::memory_order_relaxed) + seconds * static_cast<double>(n),
-               std::memory_order_relaxed);
-  }
-  // Adds this histogram's series with `labels` to `family` (a histogram).
-  void Render(common::PrometheusWriter::Family& family, common::MetricLabels labels) const {
-    std::array<uint64_t, Bounds.size() + 1> buckets{};
-    double sum = 0;
-    AddTo(buckets, &sum);
-    family.Histogram(labels, Bounds, buckets, sum);
-  }
-  // Adds the counts to `buckets` and the sum to `*sum` (to sum histograms).
-  void AddTo(std::array<uint64_t, Bounds.size() + 1>& buckets, double* sum) const {
-    for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += buckets_[i].Read();
-    *sum += sum_.load(std::memory_order_relaxed);
-  }
-
- private:
-  std::array<OwnedCounter, Bounds.size() + 1> buckets_;
-  std::atomic<double> sum_{0};
-};
-
 // A recursor's answer time.
 inline constexpr std::array<double, 12> kUpstreamLatencyBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                                   0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
-using LatencyHistogram = FixedHistogram<kUpstreamLatencyBounds>;
+using LatencyHistogram = common::FixedHistogram<kUpstreamLatencyBounds>;
 // A client's answer time in weir: microseconds for a hit, an upstream
 // round trip for a miss.
 inline constexpr std::array<double, 17> kResponseLatencyBounds = {
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
     0.01,    0.025,    0.05,    0.1,    0.25,    0.5,    1.0,   2.5};
-using ResponseLatencyHistogram = FixedHistogram<kResponseLatencyBounds>;
+using ResponseLatencyHistogram = common::FixedHistogram<kResponseLatencyBounds>;
 
 struct alignas(64) WorkerCounters {
   OwnedCounter queries_udp;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "weir/common/hash.h"
+
 namespace weir::fastpath {
 
 class UpstreamRing {
@@ -50,8 +52,12 @@ class UpstreamRing {
   double load_factor_;
 };
 
-// 64-bit hash of the bytes (FNV-1a mixed with a finaliser); stable across
-// runs and processes so every front node maps a name to the same recursor.
-uint64_t StableHash(const uint8_t* data, size_t len, uint64_t seed = 0);
+// The ring's hash of a key's bytes: common::HashBytes, the same in every
+// process, node and release, so every front node maps a question to the same
+// recursor, before and after an upgrade (tests/fastpath/upstream_ring_test.cc
+// pins where keys land).
+inline uint64_t StableHash(const uint8_t* data, size_t len, uint64_t seed = 0) {
+  return common::HashBytes(data, len, seed);
+}
 
 }  // namespace weir::fastpath

@@ -36,5 +36,8 @@ absl::Status ValidateSnapshot(const Snapshot& s);
 absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s);
 // NotFound when the node never stored one.
 absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir);
+// The file is "weir-snapshot/1\n", this checksum of the body (16 hex
+// digits), "\n", then the body (the encoded snapshot message).
+std::string PersistedSnapshotChecksum(std::string_view body);
 
 }  // namespace weir::mgmt

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/hash.h"
 #include "weir/dns/wire.h"
 #include "weir/partitions/clock.h"
 #include "weir/partitions/partition.h"
@@ -94,10 +95,7 @@ inline uint64_t HashCacheKey(const CacheKey& k) {
     std::memcpy(&tail, p, n);
   }
   h = (h ^ tail) * kMul;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 32;
-  return h;
+  return common::FastMix64(h);
 }
 
 enum class EntryKind : uint8_t {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 
+#include "weir/common/hash.h"
 #include "weir/common/owned_counter.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/tagtable.h"
@@ -101,7 +102,7 @@ class SwrrTable {
     uint32_t prev, next;  // LRU order: prev is more recent
   };
 
-  size_t Bucket(uint64_t key_hash) const { return (key_hash * 0x9e3779b97f4a7c15ULL) >> bucket_shift_; }
+  size_t Bucket(uint64_t key_hash) const { return (key_hash * common::kGolden64) >> bucket_shift_; }
   static uint64_t Shape(const CacheKey& k) {
     return uint64_t{k.qtype} | uint64_t{k.qclass} << 16 | uint64_t{k.qname.size()} << 32;
   }

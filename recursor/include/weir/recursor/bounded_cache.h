@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/hash.h"
 
 namespace weir::recursor {
 
@@ -38,7 +39,7 @@ class BoundedCache {
     uint32_t expires = 0;  // clock seconds; the entry is worthless from then on
   };
 
-  explicit BoundedCache(size_t capacity, uint64_t seed = 0x9e3779b97f4a7c15ull)
+  explicit BoundedCache(size_t capacity, uint64_t seed = common::kGolden64)
       : capacity_(capacity == 0 ? 1 : capacity), rng_(seed == 0 ? 1 : seed) {}
 
   Entry* Find(const K& key) {
