@@ -4,12 +4,14 @@
 #
 #   1. install Debian packages (scripts/install-deps.sh)
 #   2. clang-format check
-#   3. -Werror build; every CTest test: unit, fuzz-corpus replay, benchmark
-#      smoke runs, black-box integration tests with the real binaries
-#   3b. Release build; the unit tests under it
-#   4. ASan+UBSan build; unit tests and corpus replays under it
+#   3. Release build (the packages' build type), -Werror; every CTest test:
+#      unit, fuzz-corpus replays, benchmark smoke runs, black-box integration
+#      tests with the real binaries
+#   4. one clang build with ASan+UBSan and libFuzzer's coverage hooks: the
+#      unit tests under the sanitizers, and the libFuzzer targets from the
+#      same objects
 #   5. ThreadSanitizer build; the concurrency stress tests under it
-#   6. libFuzzer build (clang); every fuzz target for WEIR_FUZZ_SECONDS each
+#   6. every fuzz target for WEIR_FUZZ_SECONDS each
 #
 # Environment: WEIR_FUZZ_SECONDS (default 25), WEIR_STRESS_SECONDS (default 10),
 # WEIR_REQUIRE_ALL (default 1: skips for a missing tool or privilege fail),
@@ -59,33 +61,35 @@ files=$(git ls-files '*.cc' '*.h' 2>/dev/null || find . -path ./build\* -prune -
 clang-format --dry-run --Werror $files
 record clang-format $?
 
-stage "build (-Werror) and all tests"
-cmake -S . -B "$BUILD_ROOT/main" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_WERROR=ON >/dev/null &&
+stage "Release build (-Werror) and all tests"
+# Release is what the packages ship (-O2 -DNDEBUG, CMakeLists.txt);
+# RelWithDebInfo, a developer's default, compiles the same code with debug
+# information added, so this one build serves both.
+cmake -S . -B "$BUILD_ROOT/main" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Release -DWEIR_WERROR=ON >/dev/null &&
   cmake --build "$BUILD_ROOT/main" -j "$JOBS" &&
   ctest --test-dir "$BUILD_ROOT/main" --output-on-failure -j "$JOBS"
 record "main build and tests" $?
 
-stage "Release build and unit tests"
-# The build type of production packages: every unit test under -O3 -DNDEBUG
-# too (a test that passes only at one optimisation level is timing-bound).
-unit_targets="$(cd tests && ls */*_test.cc | sed -E 's|^([a-z_]+)/([a-z_]+)\.cc$|\1_\2|') $(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')"
-# shellcheck disable=SC2086
-cmake -S . -B "$BUILD_ROOT/release" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Release -DWEIR_WERROR=ON \
-  -DWEIR_BUILD_BENCH=OFF >/dev/null &&
-  cmake --build "$BUILD_ROOT/release" -j "$JOBS" --target $unit_targets &&
-  ctest --test-dir "$BUILD_ROOT/release" --output-on-failure -j "$JOBS" -L unit -E 'node_links_without_sqlite|bench_smoke' 
-record "Release build and unit tests" $?
+unit_targets="$(cd tests && ls */*_test.cc | sed -E 's|^([a-z_]+)/([a-z_]+)\.cc$|\1_\2|')"
+fuzz_targets=$(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')
 
-stage "ASan+UBSan build and unit tests"
-# Only what the unit label runs (the Release stage's list): the daemons and
-# tools are exercised by the main stage's integration tests.
+stage "sanitizer build (clang, ASan+UBSan): unit tests and libFuzzer targets"
+# One set of objects for both: every object carries ASan, UBSan and
+# libFuzzer's coverage hooks (WEIR_FUZZ); the unit tests link gtest's main,
+# the fuzz targets libFuzzer's. The daemons and tools are exercised by the
+# main stage's integration tests.
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_ROOT/asan" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Debug -DWEIR_SANITIZE=ON -DWEIR_WERROR=ON \
-  -DWEIR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 >/dev/null &&
-  cmake --build "$BUILD_ROOT/asan" -j "$JOBS" --target $unit_targets &&
+# Debug at -O1: assertions on, for the tests and the fuzzers alike.
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DWEIR_FUZZ=ON -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
+  cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target $unit_targets $fuzz_targets
+fuzz_build=$?
+record "sanitizer build" $fuzz_build
+if [ $fuzz_build -eq 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$BUILD_ROOT/asan" --output-on-failure -j "$JOBS" -L unit -E 'node_links_without_sqlite|bench_smoke'
-record "sanitizer build and unit tests" $?
+    ctest --test-dir "$BUILD_ROOT/fuzz" --output-on-failure -j "$JOBS" -L unit -E 'node_links_without_sqlite|bench_smoke'
+  record "unit tests under ASan+UBSan" $?
+fi
 
 stress_tests=$(cd tests && ls */*stress_test.cc 2>/dev/null | sed -E 's|^([a-z]+)/([a-z_]+)\.cc$|\1_\2|')
 if [ -n "$stress_tests" ]; then
@@ -100,13 +104,6 @@ if [ -n "$stress_tests" ]; then
 fi
 
 stage "libFuzzer targets, ${FUZZ_SECONDS}s each"
-fuzz_targets=$(ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')
-# shellcheck disable=SC2086
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIR_FUZZ=ON \
-  -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
-  cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target $fuzz_targets
-fuzz_build=$?
-record "fuzz build" $fuzz_build
 if [ $fuzz_build -eq 0 ]; then
   # One target per core at a time (each fuzzer is single-threaded); the
   # results are printed in order once all have run.

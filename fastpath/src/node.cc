@@ -361,8 +361,9 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   w.Counter("weir_upstream_cookie_mismatches_total",
             "Upstream answers refused for a wrong, malformed or missing DNS cookie.")
       .Add({}, forwarder_->cookie_mismatches());
-  w.Counter("weir_upstream_cookie_retries_total",
-            "Queries sent again over UDP with the server cookie just learnt after a BADCOOKIE (RFC 7873 5.3).")
+  w.Counter(
+       "weir_upstream_cookie_retries_total",
+       "Queries sent again over UDP with the server cookie just learnt after a BADCOOKIE (RFC 7873 5.3).")
       .Add({}, forwarder_->stats().cookie_retries.Read());
   w.Counter("weir_upstream_truncated_total", "Questions asked again over TCP after a truncated UDP answer.")
       .Add({}, forwarder_->stats().truncated.Read());
