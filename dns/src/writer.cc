@@ -21,22 +21,6 @@ size_t CountOffset(Section s) {
 
 }  // namespace
 
-void CopyRecordsAged(uint8_t* dst, const uint8_t* blob, size_t len, std::span<const uint16_t> ttl_offsets,
-                     uint32_t age) {
-  std::memcpy(dst, blob, len);
-  for (uint16_t off : ttl_offsets) {
-    const uint32_t ttl = Load32(blob + off);
-    Store32(dst + off, ttl > age ? ttl - age : 0);
-  }
-}
-
-void AgeTtlsInPlace(uint8_t* records, std::span<const uint16_t> ttl_offsets, uint32_t age) {
-  for (uint16_t off : ttl_offsets) {
-    const uint32_t ttl = Load32(records + off);
-    Store32(records + off, ttl > age ? ttl - age : 0);
-  }
-}
-
 ParseError ResponseWriter::Begin(uint16_t id, uint16_t flags, std::span<const uint8_t> qname_wire,
                                  uint16_t qtype, uint16_t qclass) {
   len_ = 0;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "weir/common/hash.h"
+#include "weir/dns/ttl.h"
 #include "weir/dns/writer.h"
 #include "weir/fastpath/upstream_ring.h"
 
@@ -252,10 +253,9 @@ Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const Clien
 }
 
 bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now) {
-  if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail || e.ttl() < 10)
+  if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail) return false;
+  if (!dns::PrefetchDue(e.ttl(), e.expires() > now ? e.expires() - now : 0, options_.prefetch_percent))
     return false;
-  const uint32_t left = e.expires() > now ? e.expires() - now : 0;
-  if (uint64_t{left} * 100 >= uint64_t{e.ttl()} * options_.prefetch_percent) return false;
   auto& slot = prefetched_[e.hash() & (prefetched_.size() - 1)];
   if (slot.first == e.hash() && now - slot.second < 1) return false;
   slot = {e.hash(), now};

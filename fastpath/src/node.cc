@@ -199,7 +199,7 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
     shared_.cache = std::make_unique<partitions::Cache>(co, *shared_.clock);
     shared_.limits.min_ttl = config_.min_ttl;
     shared_.limits.max_ttl = config_.max_ttl;
-    shared_.limits.max_negative_ttl = config_.negative_max_ttl;
+    shared_.limits.negative_max_ttl = config_.negative_max_ttl;
     shared_.limits.servfail_ttl = config_.servfail_ttl;
   }
   return absl::OkStatus();

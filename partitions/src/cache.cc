@@ -31,14 +31,6 @@ uint64_t Fingerprint(const std::vector<std::pair<std::vector<uint8_t>, uint8_t>>
   return h;
 }
 
-// SOA RDATA ends with MINIMUM; RFC 2308 section 5: the negative TTL is
-// min(SOA TTL, MINIMUM).
-bool SoaMinimum(std::span<const uint8_t> rdata, uint32_t* minimum) {
-  if (rdata.size() < 22) return false;
-  *minimum = dns::Load32(rdata.data() + rdata.size() - 4);
-  return true;
-}
-
 // How many distinct RDATA the records hold (RFC 2181 5: an RRset's
 // duplicates are one record).
 template <typename Rec>
@@ -255,17 +247,17 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
       uint32_t neg_ttl = UINT32_MAX;
       for (const Rec& r : authority_) {
         uint32_t ttl = r.ttl, minimum;
-        if (r.type == dns::type::kSoa && SoaMinimum(r.rdata, &minimum)) {
+        if (r.type == dns::type::kSoa && dns::SoaMinimum(r.rdata, &minimum)) {
           ttl = std::min(ttl, minimum);
           neg_ttl = std::min(neg_ttl, ttl);
         }
-        ttl = std::min(clamp(ttl), limits.max_negative_ttl);
+        ttl = std::min(clamp(ttl), limits.negative_max_ttl);
         if (absl::Status s = append(r, ttl); !s.ok()) return s;
         ++authority_count;
       }
       // RFC 2308 section 5: without an SOA a negative answer is not cached.
       if (neg_ttl == UINT32_MAX) return absl::FailedPreconditionError("negative answer without SOA");
-      entry_ttl = std::min({entry_ttl, clamp(neg_ttl), limits.max_negative_ttl});
+      entry_ttl = std::min({entry_ttl, clamp(neg_ttl), limits.negative_max_ttl});
     }
     len = enc.size();
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "weir/dns/ttl.h"
+
 namespace weir::recursor {
 
 std::string CacheKey(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
@@ -44,14 +46,13 @@ CachePolicy CachePolicy::From(const RecursorConfig& cfg) {
 uint32_t CachePolicy::Clamp(uint32_t ttl) const { return std::clamp<uint32_t>(ttl, min_ttl, max_ttl); }
 
 bool CachePolicy::WantsPrefetch(const Answer& a, uint32_t now) const {
-  if (prefetch_percent == 0 || a.ttl < 10 || a.fresh_until <= now) return false;
-  return uint64_t{a.fresh_until - now} * 100 <= uint64_t{a.ttl} * prefetch_percent;
+  return dns::PrefetchDue(a.ttl, a.fresh_until > now ? a.fresh_until - now : 0, prefetch_percent);
 }
 
 uint32_t CachePolicy::NegativeTtlOf(Answer& a) const {
   for (CachedRecord& r : a.authority) {
-    if (r.type != dns::type::kSoa || r.rdata.size() < 20) continue;
-    const uint32_t minimum = dns::Load32(r.rdata.data() + r.rdata.size() - 4);
+    uint32_t minimum = 0;
+    if (r.type != dns::type::kSoa || !dns::SoaMinimum(r.rdata, &minimum)) continue;
     r.ttl = std::min({r.ttl, minimum, negative_max_ttl});
     return r.ttl;
   }

@@ -53,7 +53,7 @@ partitions::CacheLimits Limits(unsigned variant) {
   switch (variant) {
     case 1:
       l.max_ttl = 60;
-      l.max_negative_ttl = 30;
+      l.negative_max_ttl = 30;
       break;
     case 2:
       l.min_ttl = 600;
@@ -148,7 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (e.kind() == partitions::EntryKind::kNxDomain || e.kind() == partitions::EntryKind::kNoData) {
         FUZZ_CHECK(e.authority_count() >= 1);
-        FUZZ_CHECK(e.ttl() <= in.limits.max_negative_ttl);
+        FUZZ_CHECK(e.ttl() <= in.limits.negative_max_ttl);
       }
       // Every record of the entry is one the answer sent.
       FUZZ_CHECK(size_t{e.answer_count()} <= m.count(dns::Section::kAnswer));

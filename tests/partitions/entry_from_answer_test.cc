@@ -359,7 +359,7 @@ TEST(EntryFromAnswer, NoData) {
   AnswerSpec s;
   s.records = {Soa(600, 900)};
   Question q;
-  q.limits.max_negative_ttl = 120;
+  q.limits.negative_max_ttl = 120;
   CacheFill f = Fill(s, q);
   ASSERT_EQ(f.outcome, Outcome::kEntry);
   EXPECT_EQ(f.entry->kind(), EntryKind::kNoData);

@@ -10,10 +10,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
+#include "weir/dns/ttl.h"
 #include "weir/dns/wire.h"
 
 namespace weir::dns {
@@ -23,13 +25,17 @@ namespace weir::dns {
 inline constexpr size_t AnswerOffset(size_t qname_len) { return kHeaderSize + qname_len + 4; }
 
 // Copies `len` bytes of pre-encoded records to `dst` and rewrites the TTL at
-// each of `ttl_offsets` (relative to the blob) to max(ttl - age, 0), the TTL
-// read from the blob being the original. Used in place by the fast path.
-void CopyRecordsAged(uint8_t* dst, const uint8_t* blob, size_t len, std::span<const uint16_t> ttl_offsets,
-                     uint32_t age);
+// each of `ttl_offsets` (relative to the blob) to max(ttl - age, 0).
+inline void CopyRecordsAged(uint8_t* dst, const uint8_t* blob, size_t len,
+                            std::span<const uint16_t> ttl_offsets, uint32_t age) {
+  std::memcpy(dst, blob, len);
+  RewriteTtls(dst, ttl_offsets, 0, [age](uint32_t t) { return AgedTtl(t, age); });
+}
 
 // Rewrites TTLs in place (the fast path's answer already in the buffer).
-void AgeTtlsInPlace(uint8_t* records, std::span<const uint16_t> ttl_offsets, uint32_t age);
+inline void AgeTtlsInPlace(uint8_t* records, std::span<const uint16_t> ttl_offsets, uint32_t age) {
+  RewriteTtls(records, ttl_offsets, 0, [age](uint32_t t) { return AgedTtl(t, age); });
+}
 
 inline void SetId(uint8_t* msg, uint16_t id) { Store16(msg + kOffId, id); }
 

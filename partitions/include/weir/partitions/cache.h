@@ -59,6 +59,7 @@
 
 #include "absl/status/statusor.h"
 #include "weir/common/hash.h"
+#include "weir/dns/ttl.h"
 #include "weir/dns/wire.h"
 #include "weir/partitions/clock.h"
 #include "weir/partitions/partition.h"
@@ -111,28 +112,14 @@ enum class Freshness : uint8_t { kMiss = 0, kFresh = 1, kStale = 2 };
 struct CacheLimits {
   uint32_t min_ttl = 0;
   uint32_t max_ttl = 86400;
-  uint32_t max_negative_ttl = 3600;  // RFC 2308 section 5 suggests 1-3 hours
+  uint32_t negative_max_ttl = 3600;  // RFC 2308 section 5 suggests 1-3 hours
   uint32_t servfail_ttl = 5;
 };
 
 // How the record TTLs of a cached answer are written: a fresh answer has
 // every TTL less the entry's age (floored at 0); a stale one (RFC 8767 4)
 // has every record at the one stale TTL, whatever its cached TTL.
-struct AnswerTtl {
-  // Every TTL becomes max(TTL - age floored at 0, floor): a fresh answer has
-  // floor 0; a stale one has an age past every TTL and floor = the stale
-  // TTL. One form, no branch on the hit path.
-  uint32_t age = 0;
-  uint32_t floor = 0;
-
-  static constexpr AnswerTtl Aged(uint32_t age) { return {age, 0}; }
-  static constexpr AnswerTtl Stale(uint32_t ttl) { return {UINT32_MAX, ttl}; }
-  constexpr bool stale() const { return age == UINT32_MAX; }
-  constexpr uint32_t Of(uint32_t ttl) const {
-    const uint32_t aged = ttl > age ? ttl - age : 0;
-    return aged > floor ? aged : floor;
-  }
-};
+using AnswerTtl = dns::AnswerTtl;  // weir/dns/ttl.h
 
 class CacheEntry;
 struct CacheEntryDeleter {

@@ -157,10 +157,7 @@ namespace internal {
 inline void CopyAged(uint8_t* dst, const uint8_t* src, size_t len, std::span<const uint16_t> ttl_offsets,
                      size_t ttl_base, AnswerTtl ttl) {
   std::memcpy(dst, src, len);
-  for (uint16_t off : ttl_offsets) {
-    uint8_t* p = dst + (off - ttl_base);
-    dns::Store32(p, ttl.Of(dns::Load32(p)));
-  }
+  dns::RewriteTtls(dst, ttl_offsets, ttl_base, ttl);
 }
 }  // namespace internal
 
