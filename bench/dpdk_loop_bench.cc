@@ -63,12 +63,12 @@
 #include "dpdk/port.h"
 #include "dpdk/worker.h"
 #include "fastpath/frame_util.h"
+#include "weir/common/clock.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/clock.h"
-#include "weir/partitions/rcu.h"
 #include "weir/partitions/tagtable.h"
 
 namespace weir::fastpath::dpdk {
@@ -305,7 +305,7 @@ Frames Populate(partitions::Cache& cache, const partitions::CityMap& map, uint32
     const dns::NameKey q = Key("w" + std::to_string(i) + ".cdn.example");
     for (int city = 0; city < 2; ++city) {
       const std::array<uint8_t, 4> src = source(city);
-      const partitions::IpAddress who = partitions::IpAddress::V4(dns::Load32(src.data()));
+      const common::IpAddress who = common::IpAddress::V4(dns::Load32(src.data()));
       const partitions::Partition p =
           partitions::PartitionKey(partitions::CacheLevel::kCity, map.Lookup(who), who);
       if (partitions::LevelOf(p) != partitions::CacheLevel::kCity) Fail("the city partition is not a city's");
@@ -357,8 +357,8 @@ struct Bench {
   size_t next = 0;  // the next frame to feed
   DpdkWorker* worker = nullptr;
   WorkerCore* core = nullptr;
-  partitions::RcuThread* rcu = nullptr;
-  const partitions::Clock* clock = nullptr;
+  common::RcuThread* rcu = nullptr;
+  const common::Clock* clock = nullptr;
   NullIo io;
   // The handler phases' view of the same frames.
   std::vector<QueryHandler::BurstPacket> packets;
@@ -561,7 +561,7 @@ int Main(int argc, char** argv) {
   const Options o = ParseArgs(argc, argv);
   StartDpdk(argv[0]);
 
-  const partitions::Clock& clock = partitions::SystemClock::Instance();
+  const common::Clock& clock = common::SystemClock::Instance();
   SharedState shared;
   {
     auto tags = partitions::TagTable::FromText(kTags);
@@ -573,12 +573,12 @@ int Main(int argc, char** argv) {
   }
   shared.clock = &clock;
   shared.cache = std::make_unique<partitions::Cache>(partitions::CacheOptions{}, clock);
-  auto rcu = std::make_unique<partitions::RcuThread>();
+  auto rcu = std::make_unique<common::RcuThread>();
   const Frames frames = Populate(*shared.cache, *shared.citymap.Get(), clock.NowSeconds(), o);
 
   HandlerOptions options;
-  partitions::Cidr allow;
-  if (!partitions::ParseCidr("198.18.0.0/15", &allow).ok()) Fail("acl");
+  common::Cidr allow;
+  if (!common::ParseCidr("198.18.0.0/15", &allow).ok()) Fail("acl");
   options.allow = {allow};
   if (o.rate_limit) {
     options.rate_limit.qps = options.rate_limit.burst = 10000000;

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/rcu.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
 
@@ -32,7 +32,7 @@ constexpr size_t kLookupSet = 1 << 16;  // addresses / names cycled through
 struct CityBench {
   std::unique_ptr<const CityMap> map;
   std::vector<uint32_t> v4_inside, v4_uniform;
-  std::vector<IpAddress> v6_inside;
+  std::vector<common::IpAddress> v6_inside;
 };
 
 // 50k prefixes per family, lengths like a carrier's: v4 /12../28 (most /16../24),
@@ -50,7 +50,7 @@ const CityBench& GetCityBench() {
       const uint32_t a = static_cast<uint32_t>(rng()) & (~0u << (32 - len));
       if (!seen4.insert({a, len}).second) continue;
       prefixes.push_back(
-          {{IpAddress::V4(a), static_cast<uint8_t>(len)}, static_cast<PartitionId>(rng() % 499)});
+          {{common::IpAddress::V4(a), static_cast<uint8_t>(len)}, static_cast<PartitionId>(rng() % 499)});
     }
     std::vector<u128> blocks;
     for (int i = 0; i < 16; ++i)
@@ -65,7 +65,7 @@ const CityBench& GetCityBench() {
       uint8_t bytes[16];
       for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(a >> (120 - 8 * i));
       prefixes.push_back(
-          {{IpAddress::V6(bytes), static_cast<uint8_t>(len)}, static_cast<PartitionId>(rng() % 499)});
+          {{common::IpAddress::V6(bytes), static_cast<uint8_t>(len)}, static_cast<PartitionId>(rng() % 499)});
       v6.push_back({a, len});
     }
     auto m = CityMap::Build(cities, prefixes, 499);
@@ -80,7 +80,7 @@ const CityBench& GetCityBench() {
       const u128 x = a6 | (((u128{rng()} << 64) | rng()) & ~(~u128{0} << (128 - len6)));
       uint8_t bytes[16];
       for (int j = 0; j < 16; ++j) bytes[j] = static_cast<uint8_t>(x >> (120 - 8 * j));
-      b->v6_inside.push_back(IpAddress::V6(bytes));
+      b->v6_inside.push_back(common::IpAddress::V6(bytes));
     }
     return b;
   }();
@@ -255,7 +255,7 @@ CacheEntryPtr MakeEntry(Partition p, const dns::NameKey& q, uint32_t now) {
 }
 
 struct CacheBench {
-  FakeClock clock{1000};
+  common::FakeClock clock{1000};
   std::unique_ptr<Cache> cache;
   std::vector<dns::NameKey> names;
   std::vector<Partition> parts;
@@ -317,7 +317,7 @@ std::vector<std::pair<uint16_t, uint16_t>> LookupKeys(bool zipf, uint64_t seed) 
 
 void BM_CacheHit(benchmark::State& state) {
   const CacheBench& b = GetCacheBench();
-  RcuThread rcu;
+  common::RcuThread rcu;
   const auto keys = LookupKeys(state.range(0) == 1, 3 + state.thread_index());
   size_t i = 0, hits = 0;
   const uint32_t now = b.clock.NowSeconds();
@@ -368,7 +368,7 @@ BENCHMARK(BM_CacheFlushWalk)->Unit(benchmark::kMillisecond)->UseRealTime();
 // The fast path's shape: hash and prefetch a burst of 32, then look up.
 void BM_CacheHitBurst32(benchmark::State& state) {
   const CacheBench& b = GetCacheBench();
-  RcuThread rcu;
+  common::RcuThread rcu;
   std::vector<CacheKey> keys;
   for (const auto& [p, n] : LookupKeys(state.range(0) == 1, 5 + state.thread_index())) {
     keys.push_back({b.parts[p], b.names[n].span(), dns::type::kA});

@@ -76,7 +76,7 @@ void MissName(uint64_t seq, uint32_t thread, const dns::NameKey& zone, dns::Name
 }
 
 // The first A or AAAA record of the answer section, if any.
-bool FirstAddress(const dns::Message& m, partitions::IpAddress* out) {
+bool FirstAddress(const dns::Message& m, common::IpAddress* out) {
   dns::Message::Iterator it = m.Records(dns::Section::kAnswer);
   dns::RrView rr;
   while (it.Next(&rr)) {
@@ -86,7 +86,7 @@ bool FirstAddress(const dns::Message& m, partitions::IpAddress* out) {
       return true;
     }
     if (rr.type == dns::type::kAaaa && rr.rdlength == 16) {
-      *out = partitions::IpAddress::V6(m.bytes().data() + rr.rdata_offset);
+      *out = common::IpAddress::V6(m.bytes().data() + rr.rdata_offset);
       return true;
     }
   }
@@ -576,7 +576,7 @@ struct Engine::Thread {
     latency.Record(lat);
     interval.Record(lat);
     if (question != kMiss && (*tracked)[question] && !weight && rcode == 0) {
-      partitions::IpAddress a;
+      common::IpAddress a;
       if (FirstAddress(m, &a)) shares.Count(question, s.city, a);
     }
   }
@@ -773,12 +773,12 @@ absl::Status Engine::Probe(ExpectedWeights* expected) {
       dns::Message::Iterator it = m.Records(dns::Section::kAnswer);
       dns::RrView rr;
       while (it.Next(&rr)) {
-        partitions::IpAddress ip;
+        common::IpAddress ip;
         if (rr.type == dns::type::kA && rr.rdlength == 4) {
           ip.family = 4;
           std::memcpy(ip.bytes.data(), a.data() + rr.rdata_offset, 4);
         } else if (rr.type == dns::type::kAaaa && rr.rdlength == 16) {
-          ip = partitions::IpAddress::V6(a.data() + rr.rdata_offset);
+          ip = common::IpAddress::V6(a.data() + rr.rdata_offset);
         } else {
           continue;
         }
@@ -908,7 +908,7 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
       r.timeline.push_back(p);
       for (const auto& [key, t] : tallies) {
         for (const AddressCount& a : t.addresses) {
-          std::vector<double>& v = share_series[{key, partitions::IpToString(a.address)}];
+          std::vector<double>& v = share_series[{key, common::IpToString(a.address)}];
           v.resize(r.timeline.size() - 1, 0.0);
           v.push_back(t.total ? 100.0 * static_cast<double>(a.count) / static_cast<double>(t.total) : 0);
         }

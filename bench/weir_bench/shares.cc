@@ -6,7 +6,7 @@
 
 namespace weir::bench {
 
-void ShareCounter::Count(uint32_t question, uint32_t city, const partitions::IpAddress& address) {
+void ShareCounter::Count(uint32_t question, uint32_t city, const common::IpAddress& address) {
   PairTally& t = tallies_[PairKey(question, city)];
   uint32_t i = 0;
   while (i < t.addresses.size() && !(t.addresses[i].address == address)) ++i;
@@ -37,7 +37,7 @@ void MergeTallies(const absl::flat_hash_map<uint64_t, PairTally>& from, MergedTa
     if (t.longest_run > m.longest_run) {
       m.longest_run = t.longest_run;
       // Index into m.addresses of the thread's run address.
-      const partitions::IpAddress& addr = t.addresses[t.longest_run_address].address;
+      const common::IpAddress& addr = t.addresses[t.longest_run_address].address;
       for (uint32_t i = 0; i < m.addresses.size(); ++i) {
         if (m.addresses[i].address == addr) m.longest_run_address = i;
       }
@@ -57,7 +57,7 @@ std::vector<NameCityShare> AnalyseShares(const MergedTallies& tallies, const Exp
     row.answers = t.total;
     row.longest_run = t.longest_run;
     if (t.longest_run_address < t.addresses.size()) {
-      row.longest_run_address = partitions::IpToString(t.addresses[t.longest_run_address].address);
+      row.longest_run_address = common::IpToString(t.addresses[t.longest_run_address].address);
     }
     const ExpectedSet* set = expected.Find(q, c);
     row.weights_from = set != nullptr ? set->from : "none";
@@ -67,7 +67,7 @@ std::vector<NameCityShare> AnalyseShares(const MergedTallies& tallies, const Exp
     for (uint32_t oc = 0; oc < cities.size(); ++oc) {
       if (oc == c) continue;
       if (const ExpectedSet* os = expected.Find(q, oc)) {
-        for (const auto& [a, w] : os->weights) others.insert(partitions::IpToString(a));
+        for (const auto& [a, w] : os->weights) others.insert(common::IpToString(a));
       }
     }
     uint64_t weight_sum = 0;
@@ -75,7 +75,7 @@ std::vector<NameCityShare> AnalyseShares(const MergedTallies& tallies, const Exp
       for (const auto& [a, w] : set->weights) weight_sum += w;
       for (const auto& [a, w] : set->weights) {
         AddressShare s;
-        s.address = partitions::IpToString(a);
+        s.address = common::IpToString(a);
         s.weight = w;
         s.expected_pct = weight_sum ? 100.0 * w / static_cast<double>(weight_sum) : 0;
         row.addresses.push_back(std::move(s));
@@ -84,7 +84,7 @@ std::vector<NameCityShare> AnalyseShares(const MergedTallies& tallies, const Exp
     std::set<std::string> own;
     for (const AddressShare& s : row.addresses) own.insert(s.address);
     for (const AddressCount& a : t.addresses) {
-      const std::string text = partitions::IpToString(a.address);
+      const std::string text = common::IpToString(a.address);
       auto it = std::find_if(row.addresses.begin(), row.addresses.end(),
                              [&](const AddressShare& s) { return s.address == text; });
       if (it == row.addresses.end()) {

@@ -26,7 +26,7 @@
 namespace weir::bench {
 
 struct AddressCount {
-  partitions::IpAddress address;
+  common::IpAddress address;
   uint64_t count = 0;
 };
 
@@ -45,7 +45,7 @@ class ShareCounter {
  public:
   // One answer to `question` from a subscriber of `city` whose picked
   // (first) address is `address`. Call with mutex() held.
-  void Count(uint32_t question, uint32_t city, const partitions::IpAddress& address);
+  void Count(uint32_t question, uint32_t city, const common::IpAddress& address);
   std::mutex& mutex() { return mu_; }
   // Call with mutex() held.
   const absl::flat_hash_map<uint64_t, PairTally>& tallies() const { return tallies_; }
@@ -57,7 +57,7 @@ class ShareCounter {
 
 struct ExpectedSet {
   std::string from;  // "answer" or "file"
-  std::vector<std::pair<partitions::IpAddress, uint32_t>> weights;
+  std::vector<std::pair<common::IpAddress, uint32_t>> weights;
 };
 
 class ExpectedWeights {

@@ -12,9 +12,9 @@
 namespace weir::bench {
 namespace {
 
-absl::StatusOr<Source> MakeSource(const partitions::IpAddress& ip, uint32_t city) {
+absl::StatusOr<Source> MakeSource(const common::IpAddress& ip, uint32_t city) {
   Source s;
-  s.text = partitions::IpToString(ip);
+  s.text = common::IpToString(ip);
   auto addr = common::SocketAddress::Parse(s.text, 0);
   if (!addr.ok()) return addr.status();
   s.address = *addr;
@@ -25,13 +25,13 @@ absl::StatusOr<Source> MakeSource(const partitions::IpAddress& ip, uint32_t city
 
 // The i-th of n addresses spread over `cidr` (never its first address):
 // host offsets 1, 1 + step, ... within the low 32 bits of the host part.
-partitions::IpAddress Spread(const partitions::Cidr& cidr, uint32_t i, uint32_t n) {
+common::IpAddress Spread(const common::Cidr& cidr, uint32_t i, uint32_t n) {
   const unsigned width = cidr.address.family == 4 ? 32 : 128;
   const unsigned host_bits = std::min(width - cidr.prefix, 32u);
   const uint64_t hosts = uint64_t{1} << host_bits;
   const uint64_t step = std::max<uint64_t>(1, (hosts - 1) / std::max<uint32_t>(n, 1));
   const uint64_t offset = (1 + uint64_t{i} * step) % hosts;
-  partitions::IpAddress ip = cidr.address;
+  common::IpAddress ip = cidr.address;
   const size_t last = width / 8 - 1;
   uint64_t carry = offset;
   for (size_t b = 0; b < 4 && carry != 0; ++b) {
@@ -52,8 +52,8 @@ absl::StatusOr<Sources> Sources::Build(const Options& o, int server_family) {
     std::vector<std::string> texts = o.sources;
     if (texts.empty()) texts.push_back(family == 4 ? "127.0.0.1" : "::1");
     for (const std::string& t : texts) {
-      partitions::IpAddress ip;
-      if (!partitions::ParseIp(t, &ip))
+      common::IpAddress ip;
+      if (!common::ParseIp(t, &ip))
         return absl::InvalidArgumentError(common::Cat("--source: invalid address '", t, "'"));
       if (ip.family != family) {
         return absl::InvalidArgumentError(common::Cat("--source ", t, ": not the server's address family"));
@@ -87,7 +87,7 @@ absl::StatusOr<Sources> Sources::Build(const Options& o, int server_family) {
   for (partitions::PartitionId id = 0; id < cm.city_count(); ++id) {
     const std::string& name = cm.city(id).name;
     const double share = o.city_share.empty() ? 1.0 : (wanted.count(name) ? wanted[name] : 0.0);
-    std::vector<partitions::Cidr> prefixes;
+    std::vector<common::Cidr> prefixes;
     for (const partitions::CityPrefix& p : cm.prefixes()) {
       if (p.city == id && p.cidr.address.family == family) prefixes.push_back(p.cidr);
     }
@@ -112,12 +112,12 @@ absl::StatusOr<Sources> Sources::Build(const Options& o, int server_family) {
     const uint32_t per_prefix =
         (n + static_cast<uint32_t>(prefixes.size()) - 1) / static_cast<uint32_t>(prefixes.size());
     for (uint32_t i = 0; i < per_prefix * 4 && city.sources.size() < n; ++i) {
-      for (const partitions::Cidr& c : prefixes) {
+      for (const common::Cidr& c : prefixes) {
         if (city.sources.size() >= n) break;
-        const partitions::IpAddress ip = Spread(c, i, per_prefix * 4);
+        const common::IpAddress ip = Spread(c, i, per_prefix * 4);
         if (cm.Lookup(ip) != id || !c.Contains(ip)) continue;
         bool dup = false;
-        for (uint32_t s : city.sources) dup = dup || out.sources_[s].text == partitions::IpToString(ip);
+        for (uint32_t s : city.sources) dup = dup || out.sources_[s].text == common::IpToString(ip);
         if (dup) continue;
         auto s = MakeSource(ip, city_index);
         if (!s.ok()) return s.status();

@@ -35,7 +35,7 @@ absl::StatusOr<std::vector<WeightLine>> ParseWeightsFile(std::string_view text, 
     if (!dns::NameKeyFromText(f[0], &w.name)) return fail(common::Cat("invalid name '", f[0], "'"));
     if (f[1].empty()) return fail("empty city");
     w.city = std::string(f[1]);
-    if (!partitions::ParseIp(f[2], &w.address)) return fail(common::Cat("invalid address '", f[2], "'"));
+    if (!common::ParseIp(f[2], &w.address)) return fail(common::Cat("invalid address '", f[2], "'"));
     uint64_t v = 0;
     for (char c : f[3]) {
       if (c < '0' || c > '9' || v > 1000000)
@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<WeightLine>> ParseWeightsFile(std::string_view text, 
       return fail(common::Cat("weight '", f[3], "' is not 1..1000000"));
     w.weight = static_cast<uint32_t>(v);
     const std::string name_text = dns::NameKeyToText(w.name.span());
-    if (!seen.emplace(name_text, w.city, partitions::IpToString(w.address)).second) {
+    if (!seen.emplace(name_text, w.city, common::IpToString(w.address)).second) {
       return fail(common::Cat("address ", f[2], " given twice for ", name_text, " in city ", w.city));
     }
     out.push_back(std::move(w));

@@ -17,7 +17,7 @@ namespace weir::bench {
 struct WeightLine {
   dns::NameKey name;
   std::string city;
-  partitions::IpAddress address;
+  common::IpAddress address;
   uint32_t weight = 0;
 };
 

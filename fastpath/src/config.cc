@@ -57,7 +57,7 @@ absl::StatusOr<OwnedAddress> ParseOwnedAddress(const std::string& text) {
   OwnedAddress a;
   const size_t slash = text.find('/');
   const std::string ip = text.substr(0, slash);
-  if (!partitions::ParseIp(ip, &a.address))
+  if (!common::ParseIp(ip, &a.address))
     return absl::InvalidArgumentError(Cat("'", text, "' is not an IP address with an optional /prefix"));
   const int max = a.address.family == 4 ? 32 : 128;
   a.prefix = max;
@@ -138,9 +138,8 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
     for (size_t a = 0; a < port.addresses.size(); ++a) {
       for (size_t b = 0; b < a; ++b) {
         if (port.addresses[a].address == port.addresses[b].address) {
-          return c.Fail(
-              pt->get("addresses")->source(),
-              Cat("address ", partitions::IpToString(port.addresses[a].address), " is listed twice"));
+          return c.Fail(pt->get("addresses")->source(),
+                        Cat("address ", common::IpToString(port.addresses[a].address), " is listed twice"));
         }
       }
     }
@@ -231,8 +230,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow", "trusted_forwarders"});
-    c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
-    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, partitions::Cidr::Parse);
+    c.List(*s, "allow", &cfg.allow, common::Cidr::Parse);
+    c.List(*s, "trusted_forwarders", &cfg.trusted_forwarders, common::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "rate_limit")) {
     c.OnlyKeys(*s, "rate_limit",

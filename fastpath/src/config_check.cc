@@ -4,11 +4,11 @@
 #include <string>
 
 #include "weir/common/config_file.h"
+#include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/fastpath/config.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/line_errors.h"
 
 namespace weir::fastpath {
 
@@ -41,7 +41,7 @@ void CheckPartitionFiles(common::TomlChecker& c, const toml::table& root, const 
   if (!files) return;
   if (auto file = common::FindNamedFile(root, "partitions.citymap", path)) {
     if (std::optional<std::string> csv = common::ReadNamedFile(c, *file)) {
-      partitions::LineErrors errors;
+      common::LineErrors errors;
       if (!partitions::CityMap::FromCsv(*csv, options, &errors).ok()) AddLines(c, errors.Render(file->path));
     }
   }

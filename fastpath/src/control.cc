@@ -7,11 +7,11 @@
 
 #include "weir/common/histogram.h"
 #include "weir/common/log.h"
+#include "weir/common/rcu.h"
 #include "weir/common/text.h"
 #include "weir/dns/message.h"
 #include "weir/fastpath/node.h"
 #include "weir/mgmt/node_client.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 
@@ -69,13 +69,13 @@ absl::StatusOr<PartitionFilter> ParsePartition(std::string_view text, const part
     f.mode = PartitionFilter::Mode::kAllSubnets;
     return f;
   }
-  partitions::IpAddress ip;
+  common::IpAddress ip;
   const size_t slash = text.find('/');
-  if (partitions::ParseIp(text.substr(0, slash), &ip)) {
+  if (common::ParseIp(text.substr(0, slash), &ip)) {
     // A subnet partition is a client's /24 (IPv4) or /56 (IPv6): an address
     // names the one it falls in; a prefix must be exactly one of them.
     if (slash != std::string_view::npos) {
-      auto c = partitions::Cidr::Parse(text);
+      auto c = common::Cidr::Parse(text);
       const unsigned want = ip.family == 4 ? 24 : 56;
       if (!c.ok() || c->prefix != want) {
         return absl::InvalidArgumentError(Cat("--partition ", text, ": a subnet partition is one /", want,
@@ -180,8 +180,8 @@ ControlReply Node::Control(const ControlRequest& r) {
   std::lock_guard<std::mutex> lock(control_mu_);
   // The city map and the learned names are read under RCU: this thread is
   // a reader, online only while it serves the request.
-  thread_local partitions::RcuThread rcu;
-  if (!partitions::RcuThread::CurrentIsOnline()) rcu.Online();
+  thread_local common::RcuThread rcu;
+  if (!common::RcuThread::CurrentIsOnline()) rcu.Online();
   ControlReply reply;
   auto no_args = [&]() -> bool {
     if (r.args.empty()) return true;
@@ -204,7 +204,7 @@ ControlReply Node::Control(const ControlRequest& r) {
     if (no_args()) {
       absl::Status st;
       {
-        partitions::RcuOfflineScope offline;  // a reload waits for the other readers
+        common::RcuOfflineScope offline;  // a reload waits for the other readers
         st = Reload();
       }
       common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
@@ -328,7 +328,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   if (!probe.items.empty()) {
     // Waiting for a worker is no RCU read: nothing read under RCU is used
     // below but copies.
-    partitions::RcuOfflineScope offline;
+    common::RcuOfflineScope offline;
     for (size_t k : probed) current[k].resize(workers.size());
     for (size_t wi = 0; wi < workers.size(); ++wi) {
       const int w = workers[wi];

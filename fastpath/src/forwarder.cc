@@ -6,9 +6,9 @@
 
 #include "socket_transport.h"
 #include "weir/common/log.h"
+#include "weir/common/rcu.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/timers.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
@@ -22,7 +22,7 @@ struct Forwarder::Impl {
       : self(self),
         timers(loop),
         transport(loop, rng, config.udp_sockets, config.udp_socket_lifetime_s,
-                  std::chrono::milliseconds(std::max(5000, 4 * config.upstream_timeout_ms))),
+                  ForwarderCore::LateWindow(config)),
         core(config, std::move(channels), shared, timers, transport, self->stats_) {}
 
   void Run();
@@ -80,7 +80,7 @@ void Forwarder::Impl::Run() {
   if (errno == 0 && nice < kForwarderNice) setpriority(PRIO_PROCESS, 0, kForwarderNice);
   // The forwarder reads and writes the cache: an RCU thread like the
   // workers, offline while its loop waits.
-  partitions::RcuThread rcu;
+  common::RcuThread rcu;
   loop.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
   while (running.load(std::memory_order_relaxed)) {
     self->heartbeat_.Beat();

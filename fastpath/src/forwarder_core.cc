@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "weir/common/rcu.h"
 #include "weir/dns/writer.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
 #include "weir/partitions/entry_from_answer.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
@@ -71,14 +71,14 @@ ForwarderCore::ForwarderCore(const FastpathConfig& config, std::vector<MissChann
   }
   const size_t late_capacity =
       4 * static_cast<size_t>(config.max_inflight) * static_cast<size_t>(config.upstream_attempts) + 1024;
-  tries_ = std::make_unique<Tries>(LateWindow(), late_capacity);
+  tries_ = std::make_unique<Tries>(LateWindow(config), late_capacity);
   transport_.SetSink(this);
 }
 
 ForwarderCore::~ForwarderCore() { transport_.SetSink(nullptr); }
 
-ForwarderCore::Clock::duration ForwarderCore::LateWindow() const {
-  return std::chrono::milliseconds(std::max(5000, 4 * config_.upstream_timeout_ms));
+ForwarderCore::Clock::duration ForwarderCore::LateWindow(const FastpathConfig& config) {
+  return std::chrono::milliseconds(std::max(5000, 4 * config.upstream_timeout_ms));
 }
 
 absl::Status ForwarderCore::Open() {
@@ -319,7 +319,7 @@ void ForwarderCore::OnDatagram(UpstreamTransport::Handle socket, const SocketAdd
   switch (g.action) {
     case dns::GuardAction::kTake:
       TapResponse(p, data);
-      return Answered(p, data, m);
+      return Answered(p, m);
     case dns::GuardAction::kIgnore:
       // Another question under this try's socket and ID: wait for the
       // genuine answer.
@@ -395,8 +395,7 @@ void ForwarderCore::NoteUnwanted(int e, std::span<const uint8_t> data) {
   }
 }
 
-void ForwarderCore::Answered(Pending* p, std::span<const uint8_t> answer, const dns::Message& m) {
-  (void)answer;
+void ForwarderCore::Answered(Pending* p, const dns::Message& m) {
   Group& g = GroupOf(p);
   (*g.stats)[p->upstream]->latency.Observe(Seconds(timers_.Now() - p->sent));
   (*g.stats)[p->upstream]->answers.Add();
@@ -500,7 +499,7 @@ void ForwarderCore::OnTcpMessage(UpstreamTransport::Handle tcp, std::span<const 
   // teach that, so one answer is proof enough).
   if (g.case_not_preserved) LearnNoCase(endpoints_[p->endpoint], "does not keep the question's case");
   TapResponse(p, message);
-  Answered(p, message, m);
+  Answered(p, m);
 }
 
 void ForwarderCore::LearnNoCase(const Endpoint& ep, std::string_view why) {

@@ -103,9 +103,9 @@ Parsed Classify(const uint8_t* f, size_t len, const PortAddresses& port) {
   return p;
 }
 
-partitions::IpAddress ClientOf(const uint8_t* f, const Parsed& p) {
+common::IpAddress ClientOf(const uint8_t* f, const Parsed& p) {
   const uint8_t* ip = f + p.l2_len;
-  partitions::IpAddress a;
+  common::IpAddress a;
   if (p.ipv6) {
     a.family = 6;
     std::memcpy(a.bytes.data(), ip + 8, 16);

@@ -54,14 +54,14 @@ QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, W
   parse_options_.weight_option_code = options.weight_option_code;
 }
 
-bool QueryHandler::Allowed(const partitions::IpAddress& a) const {
+bool QueryHandler::Allowed(const common::IpAddress& a) const {
   for (const auto& c : options_.allow) {
     if (c.Contains(a)) return true;
   }
   return false;
 }
 
-bool QueryHandler::Trusted(const partitions::IpAddress& a) const {
+bool QueryHandler::Trusted(const common::IpAddress& a) const {
   for (const auto& c : options_.trusted_forwarders) {
     if (c.Contains(a)) return true;
   }

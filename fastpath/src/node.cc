@@ -39,7 +39,7 @@ HandlerOptions MakeHandlerOptions(const FastpathConfig& c) {
   return o;
 }
 
-Node::Node(FastpathConfig config, partitions::FakeClock* test_clock)
+Node::Node(FastpathConfig config, common::FakeClock* test_clock)
     : config_(std::move(config)),
       test_clock_(test_clock),
       conformance_(config_.metrics_conformance_window_s) {

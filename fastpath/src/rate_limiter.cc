@@ -44,7 +44,7 @@ RateLimiter::RateLimiter(const RateLimitOptions& o)
   table_.reset(new Entry[slots]);  // value-initialised: every slot empty
 }
 
-RateLimiter::Key RateLimiter::KeyOf(const partitions::IpAddress& src) const {
+RateLimiter::Key RateLimiter::KeyOf(const common::IpAddress& src) const {
   const std::array<uint64_t, 2>& m = src.family == 4 ? v4_mask_ : v6_mask_;
   Key k;
   std::memcpy(&k.lo, src.bytes.data(), 8);
@@ -70,7 +70,7 @@ uint32_t RateLimiter::Deficit(const Entry& e, uint32_t now) const {
   return static_cast<uint32_t>(d);
 }
 
-uint32_t RateLimiter::Track(const partitions::IpAddress& src, uint32_t now) {
+uint32_t RateLimiter::Track(const common::IpAddress& src, uint32_t now) {
   if (mask_ == 0) return kNoSlot;
   const Key k = KeyOf(src);
   const uint64_t home = Hash(k);
@@ -116,7 +116,7 @@ uint32_t RateLimiter::Track(const partitions::IpAddress& src, uint32_t now) {
   return victim;
 }
 
-uint32_t RateLimiter::ByteAllowance(uint32_t* slot, uint32_t generation, const partitions::IpAddress& src,
+uint32_t RateLimiter::ByteAllowance(uint32_t* slot, uint32_t generation, const common::IpAddress& src,
                                     uint32_t now) {
   if (bytes_rate_ == 0) return UINT32_MAX;
   if (*slot == kNoSlot || generation != generation_) {

@@ -8,12 +8,12 @@
 
 #include "absl/strings/numbers.h"
 #include "weir/common/metrics_http.h"
+#include "weir/common/rcu.h"
 #include "weir/common/text.h"
 #include "weir/fastpath/backend.h"
 #include "weir/fastpath/node.h"
 #include "weir/mgmt/control.h"
 #include "weir/net/socket.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 
@@ -29,14 +29,14 @@ namespace {
 // is online only while it renders: between requests, and while a slow client
 // is read from or written to, it is offline and never holds up a grace period.
 absl::StatusOr<std::string> RenderAsRcuReader(const Node& node) {
-  thread_local partitions::RcuThread rcu;  // online once registered
-  if (!partitions::RcuThread::CurrentIsOnline()) rcu.Online();
+  thread_local common::RcuThread rcu;  // online once registered
+  if (!common::RcuThread::CurrentIsOnline()) rcu.Online();
   absl::StatusOr<std::string> body = node.RenderMetrics();
   rcu.Offline();
   return body;
 }
 
-common::HttpReply AdvanceTestClock(partitions::FakeClock& clock, const common::HttpQueryArgs& args) {
+common::HttpReply AdvanceTestClock(common::FakeClock& clock, const common::HttpQueryArgs& args) {
   auto it = args.find("seconds");
   uint32_t seconds = 0;
   if (it == args.end() || !absl::SimpleAtoi(it->second, &seconds)) {
@@ -65,7 +65,7 @@ common::HttpReply StallWorkerForTest(Node& node, const common::HttpQueryArgs& ar
 
 struct Server::Impl {
   FastpathConfig config;
-  partitions::FakeClock* test_clock = nullptr;
+  common::FakeClock* test_clock = nullptr;
   std::unique_ptr<Node> node;
   std::unique_ptr<Backend> backend;  // server.backend: receive and transmit
   int metrics_fd = -1;
@@ -80,7 +80,7 @@ struct Server::Impl {
 
 Server::Server(FastpathConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
 
-Server::Server(FastpathConfig config, partitions::FakeClock* test_clock) : Server(std::move(config)) {
+Server::Server(FastpathConfig config, common::FakeClock* test_clock) : Server(std::move(config)) {
   impl_->test_clock = test_clock;
 }
 

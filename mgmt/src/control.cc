@@ -124,8 +124,8 @@ bool UnderSuffix(std::span<const uint8_t> name, std::span<const uint8_t> suffix)
 }
 
 std::string AddressText(const uint8_t* bytes, size_t len) {
-  return partitions::IpToString(len == 4 ? partitions::IpAddress::V4(dns::Load32(bytes))
-                                         : partitions::IpAddress::V6(bytes));
+  return common::IpToString(len == 4 ? common::IpAddress::V4(dns::Load32(bytes))
+                                     : common::IpAddress::V6(bytes));
 }
 
 ControlReply BoundedReply(ControlReply reply) {

@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
+#include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/snapshot.h"
-#include "weir/partitions/line_errors.h"
 #include "weir/partitions/tagtable.h"
 
 namespace weir::mgmt {
@@ -78,7 +78,7 @@ bool CheckNodeMgmtFiles(common::TomlChecker& c, const toml::table& root, const s
 void CheckTagFile(common::TomlChecker& c, const common::NamedFile& file) {
   std::optional<std::string> text = common::ReadNamedFile(c, file);
   if (!text) return;
-  partitions::LineErrors errors;
+  common::LineErrors errors;
   if (partitions::TagTable::FromText(*text, &errors).ok()) return;
   for (const std::string& l : errors.Render(file.path)) c.AddLine(l);
 }

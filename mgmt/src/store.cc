@@ -85,7 +85,7 @@ std::string JoinLines(const std::vector<std::string>& lines) {
 
 // The prefix a city-map line maps, or nullopt for a blank or comment line
 // (or one whose first field is not a prefix: the whole map would not load).
-std::optional<partitions::Cidr> LineCidr(std::string_view line) {
+std::optional<common::Cidr> LineCidr(std::string_view line) {
   if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
   const size_t comma = line.find(',');
   std::string_view field = line.substr(0, comma);
@@ -94,12 +94,12 @@ std::optional<partitions::Cidr> LineCidr(std::string_view line) {
     field.remove_suffix(1);
   }
   if (field.empty()) return std::nullopt;
-  auto cidr = partitions::Cidr::Parse(field);
+  auto cidr = common::Cidr::Parse(field);
   if (!cidr.ok()) return std::nullopt;
   return *cidr;
 }
 
-bool SameCidr(const partitions::Cidr& a, const partitions::Cidr& b) {
+bool SameCidr(const common::Cidr& a, const common::Cidr& b) {
   return a.prefix == b.prefix && a.address == b.address;
 }
 
@@ -330,7 +330,7 @@ absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool rep
   if (line.find_first_of("\n#") != std::string::npos) {
     return absl::InvalidArgumentError("one mapping 'cidr,city[,ecs]', without a newline or a comment");
   }
-  const std::optional<partitions::Cidr> cidr = LineCidr(line);
+  const std::optional<common::Cidr> cidr = LineCidr(line);
   if (!cidr || line.find(',') == std::string::npos) {
     return absl::InvalidArgumentError(
         Cat("not a city-map line 'cidr,city[,ecs_address/prefix]': '", line, "'"));
@@ -357,7 +357,7 @@ absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool rep
 }
 
 absl::StatusOr<uint64_t> Store::RemoveCityMapping(const std::string& cidr_text, const std::string& actor) {
-  auto cidr = partitions::Cidr::Parse(cidr_text);
+  auto cidr = common::Cidr::Parse(cidr_text);
   if (!cidr.ok())
     return absl::InvalidArgumentError(Cat("not a prefix: '", cidr_text, "': ", cidr.status().message()));
   std::vector<std::string> lines = SplitLines(snapshot_.citymap);

@@ -12,8 +12,8 @@
 
 #include "text_util.h"
 #include "weir/common/hash.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/writer.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::partitions {
 namespace {
@@ -582,7 +582,7 @@ void Cache::FreeIndex(Index* idx) {
   delete idx;
 }
 
-Cache::Cache(const CacheOptions& options, const Clock& clock)
+Cache::Cache(const CacheOptions& options, const common::Clock& clock)
     : options_(options),
       stale_window_(options.stale_window),
       clock_(clock),
@@ -619,7 +619,7 @@ std::unique_ptr<Cache::RetiredBatch> Cache::TakeRetiredLocked(bool force) {
 void Cache::FlushRetired(std::unique_ptr<RetiredBatch> batch) {
   if (batch == nullptr) return;
   batch->cache = this;
-  RcuRetire(batch.release(), [](void* p) {
+  common::RcuRetire(batch.release(), [](void* p) {
     RetiredBatch* b = static_cast<RetiredBatch*>(p);
     for (Index* idx : b->indexes) FreeIndex(idx);
     b->indexes.clear();
@@ -941,7 +941,7 @@ void Cache::Barrier() {
     batch = TakeRetiredLocked(true);
   }
   FlushRetired(std::move(batch));
-  RcuBarrier();
+  common::RcuBarrier();
 }
 
 std::vector<PartitionCacheStats> Cache::partition_stats() const {

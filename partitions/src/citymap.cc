@@ -147,7 +147,7 @@ PartitionId CityMap::LookupV6(const uint8_t* addr) const {
   }
 }
 
-void CityMap::LookupBurst(const IpAddress* addrs, PartitionId* out, size_t n) const {
+void CityMap::LookupBurst(const common::IpAddress* addrs, PartitionId* out, size_t n) const {
   // Stages over a chunk, each issuing the next cache misses of all its
   // lookups before any is waited for: IPv4 level 1; IPv6 one trie level per
   // round, then the leaf.
@@ -161,7 +161,7 @@ void CityMap::LookupBurst(const IpAddress* addrs, PartitionId* out, size_t n) co
   uint8_t walk[kChunk], leaf[kChunk], four[kChunk];
   for (size_t done = 0; done < n; done += kChunk) {
     const size_t m = std::min(kChunk, n - done);
-    const IpAddress* in = addrs + done;
+    const common::IpAddress* in = addrs + done;
     PartitionId* res = out + done;
     size_t n_walk = 0, n_leaf = 0, n_four = 0;
     // Queues lookup i for a bucket of `node`, or answers it when its address
@@ -177,7 +177,7 @@ void CityMap::LookupBurst(const IpAddress* addrs, PartitionId* out, size_t n) co
       walk[n_walk++] = static_cast<uint8_t>(i);
     };
     for (size_t i = 0; i < m; ++i) {
-      const IpAddress& a = in[i];
+      const common::IpAddress& a = in[i];
       uint64_t top;  // IsV4Mapped without its memcmp call, which doubled the cost of this loop
       uint32_t mid;
       std::memcpy(&top, a.bytes.data(), 8);
@@ -313,8 +313,8 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
   for (size_t i = 1; i < sorted.size(); ++i) {
     if (sorted[i].cidr.address == sorted[i - 1].cidr.address &&
         sorted[i].cidr.prefix == sorted[i - 1].cidr.prefix) {
-      return absl::InvalidArgumentError(
-          common::Cat("duplicate prefix ", IpToString(sorted[i].cidr.address), "/", sorted[i].cidr.prefix));
+      return absl::InvalidArgumentError(common::Cat(
+          "duplicate prefix ", common::IpToString(sorted[i].cidr.address), "/", sorted[i].cidr.prefix));
     }
   }
 
@@ -424,14 +424,13 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::Build(std::vector<City> 
 
 absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view csv,
                                                                 const CityMapOptions& options) {
-  LineErrors errors;
+  common::LineErrors errors;
   return FromCsv(csv, options, &errors);
 }
 
 absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view csv,
                                                                 const CityMapOptions& options,
-                                                                LineErrors* errors) {
-  using internal::Split;
+                                                                common::LineErrors* errors) {
   using internal::Trim;
   if (!internal::ValidName(options.default_city)) {
     errors->Add(0, common::Cat("bad default city name '", options.default_city, "'"));
@@ -450,11 +449,11 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
       errors->Add(line_no, std::string(why));
       return true;
     };
-    std::vector<std::string_view> f = Split(line, ',');
+    std::vector<std::string_view> f = common::Split(line, ',');
     if (f.size() != 3)
       return fail(common::Cat("expected 3 fields 'cidr,city,ecs_address/prefix', got ", f.size()));
-    Cidr cidr;
-    if (absl::Status s = ParseCidr(Trim(f[0]), &cidr); !s.ok()) return fail(std::string(s.message()));
+    common::Cidr cidr;
+    if (absl::Status s = common::ParseCidr(Trim(f[0]), &cidr); !s.ok()) return fail(std::string(s.message()));
     std::string_view name = Trim(f[1]);
     if (!internal::ValidName(name)) return fail(common::Cat("bad city name '", name, "'"));
 
@@ -476,8 +475,9 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
         addr_text = ecs_text.substr(0, slash);
         len_text = ecs_text.substr(slash + 1);
       }
-      IpAddress ecs_addr;
-      if (!ParseIp(addr_text, &ecs_addr)) return fail(common::Cat("bad ECS address '", addr_text, "'"));
+      common::IpAddress ecs_addr;
+      if (!common::ParseIp(addr_text, &ecs_addr))
+        return fail(common::Cat("bad ECS address '", addr_text, "'"));
       unsigned len = ecs_addr.family == 4 ? 24 : 56;
       const unsigned max = ecs_addr.family == 4 ? 32 : 128;
       if (!len_text.empty() || ecs_text.find('/') != std::string_view::npos) {
@@ -502,7 +502,7 @@ absl::StatusOr<std::unique_ptr<const CityMap>> CityMap::FromCsv(std::string_view
       slot = s;
     }
 
-    std::string key = common::Cat(IpToString(cidr.address), "/", cidr.prefix);
+    std::string key = common::Cat(common::IpToString(cidr.address), "/", cidr.prefix);
     auto [pit, fresh] = seen_prefix.try_emplace(key, line_no);
     if (!fresh) return fail(common::Cat("duplicate prefix ", key, " (first on line ", pit->second, ")"));
     prefixes.push_back({cidr, id});

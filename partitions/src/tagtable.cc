@@ -157,7 +157,7 @@ absl::Status ParseTarget(std::string_view t, ForwardTarget* out) {
     if (port_text.empty()) return absl::InvalidArgumentError(common::Cat("bad port in '", t, "'"));
   }
   ForwardTarget ft;
-  if (!ParseIp(addr, &ft.address))
+  if (!common::ParseIp(addr, &ft.address))
     return absl::InvalidArgumentError(common::Cat("bad target address '", addr, "'"));
   if (!port_text.empty()) {
     unsigned port = 0;
@@ -175,8 +175,8 @@ absl::Status ParseTarget(std::string_view t, ForwardTarget* out) {
 
 absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
   std::vector<std::string_view> words;
-  for (std::string_view w : internal::Split(line, ' ')) {
-    for (std::string_view x : internal::Split(w, '\t')) {
+  for (std::string_view w : common::Split(line, ' ')) {
+    for (std::string_view x : common::Split(w, '\t')) {
       if (!x.empty()) words.push_back(x);
     }
   }
@@ -218,7 +218,7 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
         tag.policy = Policy::kForward;
         std::string_view list = v.substr(8);
         if (list.empty()) return absl::InvalidArgumentError("policy=forward needs targets");
-        for (std::string_view t : internal::Split(list, ',')) {
+        for (std::string_view t : common::Split(list, ',')) {
           ForwardTarget ft;
           if (s = ParseTarget(t, &ft); !s.ok()) return s;
           tag.targets.push_back(ft);
@@ -267,9 +267,9 @@ std::string FormatTag(const Tag& tag) {
       const ForwardTarget& t = tag.targets[i];
       if (i) out += ",";
       if (t.address.family == 6) {
-        common::CatTo(out, "[", IpToString(t.address), "]@", t.port);
+        common::CatTo(out, "[", common::IpToString(t.address), "]@", t.port);
       } else {
-        common::CatTo(out, IpToString(t.address), "@", t.port);
+        common::CatTo(out, common::IpToString(t.address), "@", t.port);
       }
     }
   }
@@ -382,12 +382,12 @@ absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::Build(std::vector<Tag>
 }
 
 absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_view text) {
-  LineErrors errors;
+  common::LineErrors errors;
   return FromText(text, &errors);
 }
 
 absl::StatusOr<std::unique_ptr<const TagTable>> TagTable::FromText(std::string_view text,
-                                                                   LineErrors* errors) {
+                                                                   common::LineErrors* errors) {
   std::vector<Tag> tags;
   std::vector<int> lines;
   // A bad line is recorded and skipped: every error of the text is reported.

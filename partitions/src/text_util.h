@@ -13,17 +13,6 @@ namespace weir::partitions::internal {
 using common::ForEachLine;
 using common::Trim;
 
-inline std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  while (true) {
-    size_t p = s.find(sep);
-    out.push_back(s.substr(0, p));
-    if (p == std::string_view::npos) break;
-    s = s.substr(p + 1);
-  }
-  return out;
-}
-
 inline bool ValidName(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s) {

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   auto config = weir::recursor::LoadAndCheckConfig(daemon.config_path());
   if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
 
-  weir::partitions::FakeClock fake_clock(weir::partitions::SystemClock::Instance().NowSeconds());
+  weir::common::FakeClock fake_clock(weir::common::SystemClock::Instance().NowSeconds());
   weir::recursor::Server server(*config, daemon.test_clock() ? &fake_clock : nullptr);
   return daemon.Serve({
       .start = [&] { return server.Start(); },

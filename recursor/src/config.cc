@@ -76,7 +76,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
   RecursorConfig cfg;
   cfg.path = name;
   for (const char* loopback : {"127.0.0.0/8", "::1/128"})
-    cfg.control_allow.push_back(*partitions::Cidr::Parse(loopback));
+    cfg.control_allow.push_back(*common::Cidr::Parse(loopback));
   c.OnlyKeys(
       root, "top level",
       {"server", "acl", "resolver", "tags", "cache", "last_hop", "ecs", "mgmt", "control", "dnstap", "log"});
@@ -119,14 +119,13 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
-    if (c.List(*s, "control_allow", &cfg.control_allow, partitions::Cidr::Parse) &&
-        cfg.control_allow.empty()) {
+    if (c.List(*s, "control_allow", &cfg.control_allow, common::Cidr::Parse) && cfg.control_allow.empty()) {
       c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
     }
   }
   if (const toml::table* s = SubTable(c, root, "acl")) {
     c.OnlyKeys(*s, "acl", {"allow"});
-    c.List(*s, "allow", &cfg.allow, partitions::Cidr::Parse);
+    c.List(*s, "allow", &cfg.allow, common::Cidr::Parse);
   }
   if (const toml::table* s = SubTable(c, root, "resolver")) {
     c.OnlyKeys(*s, "resolver",

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "weir/common/config_file.h"
+#include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/node_config.h"
-#include "weir/partitions/line_errors.h"
 #include "weir/recursor/config.h"
 
 namespace weir::recursor {
@@ -39,7 +39,7 @@ struct ZoneRecord {
   std::string rdata;
 };
 
-std::vector<ZoneRecord> ScanZone(std::string_view text, partitions::LineErrors* errors) {
+std::vector<ZoneRecord> ScanZone(std::string_view text, common::LineErrors* errors) {
   std::vector<ZoneRecord> out;
   std::vector<std::string_view> words;
   int depth = 0, record_line = 0;
@@ -102,7 +102,7 @@ std::vector<ZoneRecord> ScanZone(std::string_view text, partitions::LineErrors* 
 void CheckRootHints(common::TomlChecker& c, const common::NamedFile& file) {
   std::optional<std::string> text = common::ReadNamedFile(c, file);
   if (!text) return;
-  partitions::LineErrors errors;
+  common::LineErrors errors;
   bool ns = false, address = false;
   for (const ZoneRecord& r : ScanZone(*text, &errors)) {
     if (r.type == "NS") ns = true;
@@ -124,7 +124,7 @@ void CheckRootHints(common::TomlChecker& c, const common::NamedFile& file) {
 void CheckTrustAnchor(common::TomlChecker& c, const common::NamedFile& file) {
   std::optional<std::string> text = common::ReadNamedFile(c, file);
   if (!text) return;
-  partitions::LineErrors errors;
+  common::LineErrors errors;
   bool anchor = false;
   for (const ZoneRecord& r : ScanZone(*text, &errors))
     anchor = anchor || r.type == "DS" || r.type == "DNSKEY";

@@ -15,9 +15,9 @@
 #include "query_router.h"
 #include "socket_last_hop.h"
 #include "unbound_resolver.h"
+#include "weir/common/clock.h"
 #include "weir/common/log.h"
 #include "weir/dnstap/dnstap.h"
-#include "weir/partitions/clock.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
 
@@ -27,7 +27,7 @@ class Control {
  public:
   // What the commands read and act on.
   struct Parts {
-    partitions::FakeClock* test_clock = nullptr;  // advance-clock; null without --test-clock
+    common::FakeClock* test_clock = nullptr;  // advance-clock; null without --test-clock
     const Front* front = nullptr;
     const FrontReplies* replies = nullptr;
     const QueryRouter* router = nullptr;

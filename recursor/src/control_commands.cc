@@ -69,7 +69,7 @@ struct Selection : mgmt::NameSelection {
   // zone cuts); kScoped: every answer with a scope; kPrefix: the answers
   // whose scope overlaps `prefix` (covers it, or lies inside it).
   enum class Scope { kAny, kCommon, kScoped, kPrefix } scope = Scope::kAny;
-  partitions::Cidr prefix;
+  common::Cidr prefix;
   // For the caches without ECS.
   bool CommonMatches() const { return scope == Scope::kAny || scope == Scope::kCommon; }
   bool ScopeMatches(const Scoped& x) const {
@@ -107,14 +107,14 @@ absl::StatusOr<Selection> ParseSelection(const mgmt::ControlArgs& a) {
     return s;
   }
   s.scope = Selection::Scope::kPrefix;
-  partitions::IpAddress ip;
-  if (p.find('/') == std::string::npos && partitions::ParseIp(p, &ip)) {
+  common::IpAddress ip;
+  if (p.find('/') == std::string::npos && common::ParseIp(p, &ip)) {
     s.prefix.address = ip;
     s.prefix.prefix = ip.family == 4 ? 32 : 128;
     return s;
   }
   if (p.find('/') != std::string::npos) {
-    auto c = partitions::Cidr::Parse(p);
+    auto c = common::Cidr::Parse(p);
     if (!c.ok()) return absl::InvalidArgumentError(Cat("--partition ", p, ": ", ToStd(c.status().message())));
     s.prefix = *c;
     return s;
@@ -455,8 +455,8 @@ ControlReply ControlCommands::Upstreams() const {
   for (const partitions::Tag& t : (*d_.tags)->tags()) {
     if (t.policy != partitions::Policy::kForward) continue;
     for (const partitions::ForwardTarget& f : t.targets) {
-      const std::string addr = f.address.family == 4 ? partitions::IpToString(f.address)
-                                                     : Cat("[", partitions::IpToString(f.address), "]");
+      const std::string addr = f.address.family == 4 ? common::IpToString(f.address)
+                                                     : Cat("[", common::IpToString(f.address), "]");
       add(Cat("forward tag ", dns::NameKeyToText(t.suffix.span())), Cat(addr, ":", f.port), "-",
           "weir's last hop");
     }

@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "control.h"
+#include "weir/common/clock.h"
 #include "weir/mgmt/control.h"
-#include "weir/partitions/clock.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/tagged_resolver.h"
 
@@ -31,7 +31,7 @@ class ControlCommands {
  public:
   struct Deps {
     const RecursorConfig* cfg = nullptr;
-    const partitions::Clock* clock = nullptr;  // the TTL clock
+    const common::Clock* clock = nullptr;  // the TTL clock
     const TaggedResolver::Tags* tags = nullptr;
     const Control::Parts* parts = nullptr;
     // The Prometheus text of the daemon (on the loop thread).

@@ -34,8 +34,8 @@ absl::StatusOr<int> BindSocket(const SocketAddress& a, int type) {
 
 }  // namespace
 
-partitions::IpAddress IpOf(const SocketAddress& a) {
-  partitions::IpAddress ip;
+common::IpAddress IpOf(const SocketAddress& a) {
+  common::IpAddress ip;
   ip.family = a.family() == AF_INET ? 4 : 6;
   if (a.len != 0) std::memcpy(ip.bytes.data(), a.addr_bytes(), a.addr_len());
   return ip;
@@ -182,7 +182,7 @@ void Front::OnAccept(int fd, bool control) {
     const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
     if (control) {
       bool allowed = false;
-      for (const partitions::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
+      for (const common::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
       if (!allowed) {
         ++stats_.control_refused;
         static common::RateLimitedLog refused_log({.component = "control"});

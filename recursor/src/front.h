@@ -33,7 +33,7 @@ class QueryRouter;
 
 // The peer as an IpAddress for the ACLs (an IPv4-mapped IPv6 peer stays
 // IPv6, as the recursor has always matched it).
-partitions::IpAddress IpOf(const common::SocketAddress& a);
+common::IpAddress IpOf(const common::SocketAddress& a);
 
 class Front {
  public:

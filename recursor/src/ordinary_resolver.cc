@@ -16,7 +16,7 @@ struct OrdinaryResolver::Fetch {
   uint16_t qclass = 0;
 };
 
-OrdinaryResolver::OrdinaryResolver(const RecursorConfig& cfg, const partitions::Clock& clock, Timers& timers,
+OrdinaryResolver::OrdinaryResolver(const RecursorConfig& cfg, const common::Clock& clock, Timers& timers,
                                    const TaggedResolver::Tags& tags, Resolver& resolver,
                                    FrontReplies& replies, InflightLimit& inflight, TaggedResolver& tagged,
                                    uint64_t seed)

@@ -14,7 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "front.h"
-#include "weir/partitions/clock.h"
+#include "weir/common/clock.h"
 #include "weir/recursor/bounded_cache.h"
 #include "weir/recursor/cache_policy.h"
 #include "weir/recursor/config.h"
@@ -32,7 +32,7 @@ class OrdinaryResolver {
     uint64_t resolver_queries = 0;  // the zone-cut finder counts its own
   };
 
-  OrdinaryResolver(const RecursorConfig& cfg, const partitions::Clock& clock, Timers& timers,
+  OrdinaryResolver(const RecursorConfig& cfg, const common::Clock& clock, Timers& timers,
                    const TaggedResolver::Tags& tags, Resolver& resolver, FrontReplies& replies,
                    InflightLimit& inflight, TaggedResolver& tagged, uint64_t seed);
   ~OrdinaryResolver();
@@ -61,7 +61,7 @@ class OrdinaryResolver {
   const RecursorConfig& cfg_;
   const CachePolicy policy_;
   dns::ParseOptions parse_options_;
-  const partitions::Clock& clock_;
+  const common::Clock& clock_;
   Timers& timers_;
   const TaggedResolver::Tags& tags_;
   Resolver& resolver_;

@@ -20,8 +20,8 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
   w.received = pkt;
   const dns::ParseError err = dns::ParseQuery(pkt, parse_options_, &w.q);
   bool allowed = false;
-  const partitions::IpAddress source = IpOf(w.to.peer);
-  for (const partitions::Cidr& c : cfg_.allow) allowed = allowed || c.Contains(source);
+  const common::IpAddress source = IpOf(w.to.peer);
+  for (const common::Cidr& c : cfg_.allow) allowed = allowed || c.Contains(source);
   if (err != dns::ParseError::kOk) {
     uint8_t* out = replies_.buffer();
     if (err == dns::ParseError::kBadEdnsVersion) {

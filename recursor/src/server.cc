@@ -53,17 +53,17 @@ constexpr std::chrono::milliseconds kMetricsLoopTimeout{2000};
 // How long a control request from weir-mgmt waits for the loop thread.
 constexpr std::chrono::milliseconds kControlLoopTimeout{5000};
 
-const partitions::Clock& ClockOf(partitions::FakeClock* test_clock) {
+const common::Clock& ClockOf(common::FakeClock* test_clock) {
   if (test_clock != nullptr) return *test_clock;
-  return partitions::SystemClock::Instance();
+  return common::SystemClock::Instance();
 }
 
 }  // namespace
 
 struct Server::Impl {
   RecursorConfig cfg;
-  partitions::FakeClock* test_clock;
-  const partitions::Clock& clock;  // the test clock, or the system clock
+  common::FakeClock* test_clock;
+  const common::Clock& clock;  // the test clock, or the system clock
   TaggedResolver::Tags tags;
   std::mutex reload_mu;
   TaggedResolver::Tags pending_tags;
@@ -106,7 +106,7 @@ struct Server::Impl {
   // weirctl's channel ([control]); served on `loop`, declared after it.
   std::unique_ptr<mgmt::ControlServer> control_server;
 
-  Impl(RecursorConfig c, partitions::FakeClock* tc)
+  Impl(RecursorConfig c, common::FakeClock* tc)
       : cfg(std::move(c)),
         test_clock(tc),
         clock(ClockOf(tc)),
@@ -334,7 +334,7 @@ void Server::Impl::Sweep() {
 
 // ---------------------------------------------------------------- Server
 
-Server::Server(RecursorConfig config, partitions::FakeClock* test_clock)
+Server::Server(RecursorConfig config, common::FakeClock* test_clock)
     : impl_(std::make_unique<Impl>(std::move(config), test_clock)) {}
 
 Server::~Server() { Stop(); }

@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kMaxStepsPerName = 20;  // cut changes (follows, referrals) per resolution
 
-SocketAddress FromIp(const partitions::IpAddress& ip, uint16_t port) {
+SocketAddress FromIp(const common::IpAddress& ip, uint16_t port) {
   SocketAddress s;
   if (ip.family == 4) {
     auto* in = reinterpret_cast<sockaddr_in*>(&s.storage);
@@ -67,7 +67,7 @@ struct TaggedResolver::Resolution {
   SocketAddress server;
 };
 
-TaggedResolver::TaggedResolver(const RecursorConfig& cfg, const partitions::Clock& clock, Timers& timers,
+TaggedResolver::TaggedResolver(const RecursorConfig& cfg, const common::Clock& clock, Timers& timers,
                                const Tags& tags, ZoneCutFinder& cuts, LastHopTransport& transport,
                                Replies& replies, InflightLimit& inflight, Log log, uint64_t seed)
     : cfg_(cfg),

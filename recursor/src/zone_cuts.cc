@@ -57,7 +57,7 @@ struct ZoneCutFinder::Lookup {
   uint32_t min_ttl = UINT32_MAX;
 };
 
-ZoneCutFinder::ZoneCutFinder(Resolver& resolver, const partitions::Clock& clock, Options options, Log log)
+ZoneCutFinder::ZoneCutFinder(Resolver& resolver, const common::Clock& clock, Options options, Log log)
     : resolver_(resolver),
       clock_(clock),
       options_(options),

@@ -9,9 +9,9 @@
 namespace weir::bench {
 namespace {
 
-partitions::IpAddress Ip(const char* text) {
-  partitions::IpAddress a;
-  EXPECT_TRUE(partitions::ParseIp(text, &a)) << text;
+common::IpAddress Ip(const char* text) {
+  common::IpAddress a;
+  EXPECT_TRUE(common::ParseIp(text, &a)) << text;
   return a;
 }
 

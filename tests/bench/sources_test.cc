@@ -22,10 +22,10 @@ using ::testing::Not;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-partitions::Cidr Net(const char* text) {
-  auto c = partitions::Cidr::Parse(text);
+common::Cidr Net(const char* text) {
+  auto c = common::Cidr::Parse(text);
   EXPECT_TRUE(c.ok()) << text;
-  return c.ok() ? *c : partitions::Cidr{};
+  return c.ok() ? *c : common::Cidr{};
 }
 
 // city-c's /24 sits inside city-a's /16; city-d has only an IPv6 prefix.
@@ -75,8 +75,8 @@ class SourcesTest : public ::testing::Test {
         const Source& src = s.sources()[si];
         EXPECT_EQ(src.city, ci) << src.text;
         EXPECT_TRUE(texts.insert(src.text).second) << "duplicate " << src.text;
-        partitions::IpAddress ip;
-        ASSERT_TRUE(partitions::ParseIp(src.text, &ip)) << src.text;
+        common::IpAddress ip;
+        ASSERT_TRUE(common::ParseIp(src.text, &ip)) << src.text;
         EXPECT_EQ(ip.family, family) << src.text;
         EXPECT_EQ(s.city_map()->Lookup(ip), *id) << src.text << " listed for " << c.name;
         EXPECT_EQ(src.address.family(), family == 4 ? AF_INET : AF_INET6) << src.text;
@@ -113,21 +113,21 @@ TEST_F(SourcesTest, EachIPv4CityGetsItsOwnSources) {
       EXPECT_DOUBLE_EQ(c->share, 1.0 / 3) << name;
     }
     // None of city-a's sources is in city-c's /24 inside it.
-    const partitions::Cidr a = Net("127.1.0.0/16"), c = Net("127.1.5.0/24"), b = Net("127.2.0.0/16");
+    const common::Cidr a = Net("127.1.0.0/16"), c = Net("127.1.5.0/24"), b = Net("127.2.0.0/16");
     for (uint32_t si : FindCity(*s, "city-a")->sources) {
-      partitions::IpAddress ip;
-      ASSERT_TRUE(partitions::ParseIp(s->sources()[si].text, &ip));
+      common::IpAddress ip;
+      ASSERT_TRUE(common::ParseIp(s->sources()[si].text, &ip));
       EXPECT_TRUE(a.Contains(ip)) << s->sources()[si].text;
       EXPECT_FALSE(c.Contains(ip)) << s->sources()[si].text;
     }
     for (uint32_t si : FindCity(*s, "city-c")->sources) {
-      partitions::IpAddress ip;
-      ASSERT_TRUE(partitions::ParseIp(s->sources()[si].text, &ip));
+      common::IpAddress ip;
+      ASSERT_TRUE(common::ParseIp(s->sources()[si].text, &ip));
       EXPECT_TRUE(c.Contains(ip)) << s->sources()[si].text;
     }
     for (uint32_t si : FindCity(*s, "city-b")->sources) {
-      partitions::IpAddress ip;
-      ASSERT_TRUE(partitions::ParseIp(s->sources()[si].text, &ip));
+      common::IpAddress ip;
+      ASSERT_TRUE(common::ParseIp(s->sources()[si].text, &ip));
       EXPECT_TRUE(b.Contains(ip)) << s->sources()[si].text;
     }
     // city-d has no IPv4 prefix.
@@ -144,10 +144,10 @@ TEST_F(SourcesTest, AnIPv6ServerGetsTheIPv6Cities) {
   EXPECT_EQ(s->cities()[0].name, "city-d");
   EXPECT_DOUBLE_EQ(s->cities()[0].share, 1.0);
   EXPECT_EQ(s->cities()[0].sources.size(), 8u);
-  const partitions::Cidr d = Net("2001:db8:d::/48");
+  const common::Cidr d = Net("2001:db8:d::/48");
   for (const Source& src : s->sources()) {
-    partitions::IpAddress ip;
-    ASSERT_TRUE(partitions::ParseIp(src.text, &ip));
+    common::IpAddress ip;
+    ASSERT_TRUE(common::ParseIp(src.text, &ip));
     EXPECT_TRUE(d.Contains(ip)) << src.text;
   }
   for (const char* name : {"city-a", "city-b", "city-c"}) EXPECT_THAT(s->skipped_cities(), Contains(name));

@@ -13,9 +13,9 @@ using ::testing::StartsWith;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-partitions::IpAddress Ip(const char* text) {
-  partitions::IpAddress a;
-  EXPECT_TRUE(partitions::ParseIp(text, &a)) << text;
+common::IpAddress Ip(const char* text) {
+  common::IpAddress a;
+  EXPECT_TRUE(common::ParseIp(text, &a)) << text;
   return a;
 }
 

@@ -248,7 +248,7 @@ TEST(FastpathConfig, DpdkBackendTakesItsPortsAndAddresses) {
   EXPECT_EQ(p.exception, "tap");
   EXPECT_EQ(p.tap_name, "weir0");
   ASSERT_EQ(p.addresses.size(), 2u);
-  EXPECT_EQ(partitions::IpToString(p.addresses[0].address), "198.18.0.1");
+  EXPECT_EQ(common::IpToString(p.addresses[0].address), "198.18.0.1");
   EXPECT_EQ(p.addresses[0].prefix, 16);
   EXPECT_EQ(p.addresses[1].prefix, 128) << "no prefix: the address alone";
   EXPECT_EQ(c->dpdk.ports[1].exception, "none");

@@ -23,9 +23,9 @@
 #include "dpdk/port.h"
 #include "frame_util.h"
 #include "test_util.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath::dpdk {
 namespace {
@@ -156,10 +156,10 @@ class DpdkWorkerTest : public ::testing::Test {
                                testing::kTwoCities);
     shared_.clock = &clock_;
     shared_.cache = std::make_unique<partitions::Cache>(partitions::CacheOptions{}, clock_);
-    rcu_ = std::make_unique<partitions::RcuThread>();
-    partitions::Cidr v4, v6;
-    ASSERT_TRUE(partitions::ParseCidr("198.18.0.0/15", &v4).ok());
-    ASSERT_TRUE(partitions::ParseCidr("2001:2::/48", &v6).ok());
+    rcu_ = std::make_unique<common::RcuThread>();
+    common::Cidr v4, v6;
+    ASSERT_TRUE(common::ParseCidr("198.18.0.0/15", &v4).ok());
+    ASSERT_TRUE(common::ParseCidr("2001:2::/48", &v6).ok());
     options_.allow = {v4, v6};
     core_ = std::make_unique<WorkerCore>(0, options_, &shared_, &channel_, [] {});
     port_ = Port();
@@ -194,11 +194,11 @@ class DpdkWorkerTest : public ::testing::Test {
 
   const PortCounters& counters() const { return worker_->counters(0); }
 
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   SharedState shared_;
   HandlerOptions options_;
   MissChannel channel_;
-  std::unique_ptr<partitions::RcuThread> rcu_;
+  std::unique_ptr<common::RcuThread> rcu_;
   std::unique_ptr<WorkerCore> core_;
   frame::PortAddresses port_;
   std::unique_ptr<DpdkWorker> worker_;

@@ -15,10 +15,10 @@
 
 #include "dns/test_util.h"
 #include "test_util.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/cookies.h"
 #include "weir/dns/writer.h"
 #include "weir/net/timers.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
@@ -143,7 +143,7 @@ class ForwarderCoreTest : public ::testing::Test {
     partitions::CacheOptions co;
     co.stale_window = 3600;
     shared_.cache = std::make_unique<partitions::Cache>(co, clock_);
-    rcu_ = std::make_unique<partitions::RcuThread>();
+    rcu_ = std::make_unique<common::RcuThread>();
     config_.ordinary = {
         {Addr("127.0.0.1", 5301), "r1"}, {Addr("127.0.0.2", 5302), "r2"}, {Addr("127.0.0.3", 5303), "r3"}};
     config_.weighted = config_.ordinary;
@@ -213,14 +213,14 @@ class ForwarderCoreTest : public ::testing::Test {
     return -1;
   }
 
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   SharedState shared_;
   MissChannel channel_;
   FastpathConfig config_;
   net::ManualTimers timers_;
   FakeTransport transport_;
   ForwarderStats stats_;
-  std::unique_ptr<partitions::RcuThread> rcu_;
+  std::unique_ptr<common::RcuThread> rcu_;
   std::unique_ptr<ForwarderCore> core_;
 };
 

@@ -25,7 +25,7 @@ TEST(FrameTest, Ipv4QueryToAnOwnedAddress) {
   EXPECT_FALSE(p.vlan);
   EXPECT_EQ(p.dns_offset(), 14 + 20 + 8);
   EXPECT_EQ(p.dns_len, 29);
-  const partitions::IpAddress c = ClientOf(f.data(), p);
+  const common::IpAddress c = ClientOf(f.data(), p);
   EXPECT_EQ(c.family, 4);
   EXPECT_EQ(std::memcmp(c.bytes.data(), kClient4.data(), 4), 0);
 }
@@ -43,7 +43,7 @@ TEST(FrameTest, Ipv6AndVlanQueries) {
   ASSERT_EQ(p.cls, FrameClass::kQuery);
   EXPECT_TRUE(p.vlan);
   EXPECT_EQ(p.dns_offset(), 18 + 40 + 8);
-  const partitions::IpAddress c = ClientOf(f.data(), p);
+  const common::IpAddress c = ClientOf(f.data(), p);
   EXPECT_EQ(c.family, 6);
   EXPECT_EQ(std::memcmp(c.bytes.data(), kClient6.data(), 16), 0);
   FrameSpec v4;

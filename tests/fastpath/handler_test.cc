@@ -14,8 +14,8 @@
 #include "dns/test_util.h"
 #include "partitions/test_util.h"
 #include "test_util.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/writer.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
@@ -86,7 +86,7 @@ class HandlerBurstTest : public ::testing::Test {
                                testing::kTwoCities);
     shared_.clock = &clock_;
     shared_.cache = std::make_unique<partitions::Cache>(partitions::CacheOptions{}, clock_);
-    rcu_ = std::make_unique<partitions::RcuThread>();
+    rcu_ = std::make_unique<common::RcuThread>();
 
     const partitions::CityMap* map = shared_.citymap.Get();
     // Weighted answers per city (3:2:1 in alpha, 1:1 in beta), an ordered
@@ -98,7 +98,7 @@ class HandlerBurstTest : public ::testing::Test {
     };
     for (const City& c : {City{"198.18.1.1", {{192, 0, 2, 1}, {192, 0, 2, 2}, {192, 0, 2, 3}}, {3, 2, 1}},
                           City{"198.19.1.1", {{192, 0, 2, 11}, {192, 0, 2, 12}}, {1, 1}}}) {
-      const partitions::IpAddress who = Ip(c.source);
+      const common::IpAddress who = Ip(c.source);
       for (const char* name : {"www.cdn.example", "www.ord.example"}) {
         const dns::NameKey q = Key(name);
         const partitions::Partition p =
@@ -119,8 +119,8 @@ class HandlerBurstTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status();
     shared_.cache->Insert(*std::move(e));
 
-    partitions::Cidr allow;
-    ASSERT_TRUE(partitions::ParseCidr("198.18.0.0/15", &allow).ok());
+    common::Cidr allow;
+    ASSERT_TRUE(common::ParseCidr("198.18.0.0/15", &allow).ok());
     options_.allow = {allow};
   }
 
@@ -173,10 +173,10 @@ class HandlerBurstTest : public ::testing::Test {
     return out;
   }
 
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   SharedState shared_;
   HandlerOptions options_;
-  std::unique_ptr<partitions::RcuThread> rcu_;
+  std::unique_ptr<common::RcuThread> rcu_;
 };
 
 TEST_F(HandlerBurstTest, BurstGivesWhatHandleGivesEachPacket) {

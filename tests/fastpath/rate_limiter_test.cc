@@ -15,7 +15,7 @@
 namespace weir::fastpath {
 namespace {
 
-using partitions::IpAddress;
+using common::IpAddress;
 using partitions::testing::Ip;
 
 RateLimitOptions Qps(uint32_t qps, uint32_t burst = 0) {
@@ -127,7 +127,7 @@ TEST(RateLimiterTest, EveryTrackedSourceHasItsOwnBucket) {
   for (const IpAddress& s : srcs) EXPECT_EQ(Drain(l, s, 1, 2), 2);
   // Each has 2 left, whatever its neighbours did (6 sources never fill a
   // window of 8: nobody was forgotten).
-  for (const IpAddress& s : srcs) EXPECT_EQ(Drain(l, s, 1), 2) << partitions::IpToString(s);
+  for (const IpAddress& s : srcs) EXPECT_EQ(Drain(l, s, 1), 2) << common::IpToString(s);
   EXPECT_EQ(l.evicted_idle() + l.evicted_active(), 0u);
 }
 

@@ -22,11 +22,11 @@
 #include "dnstap.pb-c.h"
 #include "partitions/test_util.h"
 #include "test_util.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/relay.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::fastpath {
 namespace {
@@ -107,9 +107,9 @@ class WorkerCoreTest : public ::testing::Test {
     partitions::CacheOptions co;
     co.stale_window = 3600;
     shared_.cache = std::make_unique<partitions::Cache>(co, clock_);
-    rcu_ = std::make_unique<partitions::RcuThread>();
-    partitions::Cidr allow;
-    ASSERT_TRUE(partitions::ParseCidr("198.18.0.0/15", &allow).ok());
+    rcu_ = std::make_unique<common::RcuThread>();
+    common::Cidr allow;
+    ASSERT_TRUE(common::ParseCidr("198.18.0.0/15", &allow).ok());
     options_.allow = {allow};
     core_ = std::make_unique<WorkerCore>(0, options_, &shared_, &channel_, [this] { ++notified_; });
   }
@@ -166,13 +166,13 @@ class WorkerCoreTest : public ::testing::Test {
     ASSERT_TRUE(channel_.returns.Push(std::move(r)));
   }
 
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   SharedState shared_;
   HandlerOptions options_;
   MissChannel channel_;
   FakeIo io_;
   int notified_ = 0;
-  std::unique_ptr<partitions::RcuThread> rcu_;
+  std::unique_ptr<common::RcuThread> rcu_;
   std::unique_ptr<WorkerCore> core_;
 };
 
@@ -251,7 +251,7 @@ TEST_F(WorkerCoreTest, SwrrProbeIsAnsweredOnTheWorkersThreadBetweenBursts) {
   // current values always sum to 0).
   std::atomic<bool> stop{false};
   std::thread worker([&] {
-    partitions::RcuThread rcu;
+    common::RcuThread rcu;
     uint16_t id = 100;
     while (!stop.load()) {
       Burst({{"198.18.1.2", Query(id++, "www.cdn.example")}, {"198.18.1.3", Query(id++, "www.cdn.example")}});
@@ -281,7 +281,7 @@ TEST_F(WorkerCoreTest, SwrrProbeIsAnsweredOnTheWorkersThreadBetweenBursts) {
   SwrrProbe last;
   last.items = {item};
   std::thread drainer([&] {
-    partitions::RcuThread rcu;
+    common::RcuThread rcu;
     while (!last.done.load()) core_->DrainReturns(clock_.NowSeconds(), io_);
   });
   EXPECT_TRUE(core_->ProbeSwrr(&last, std::chrono::milliseconds(2000), nullptr));

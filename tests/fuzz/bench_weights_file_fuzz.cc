@@ -35,9 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(w.city.front() != ' ' && w.city.front() != '\t');
     FUZZ_CHECK(w.city.back() != ' ' && w.city.back() != '\t' && w.city.back() != '\r');
     FUZZ_CHECK(w.address.family == 4 || w.address.family == 6);
-    const std::string addr = weir::partitions::IpToString(w.address);
-    weir::partitions::IpAddress again;
-    FUZZ_CHECK(weir::partitions::ParseIp(addr, &again) && again == w.address);
+    const std::string addr = weir::common::IpToString(w.address);
+    weir::common::IpAddress again;
+    FUZZ_CHECK(weir::common::ParseIp(addr, &again) && again == w.address);
     FUZZ_CHECK(seen.emplace(weir::dns::NameKeyToText(w.name.span()), w.city, addr).second);
   }
   return 0;

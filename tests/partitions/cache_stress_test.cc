@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "test_util.h"
+#include "weir/common/rcu.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/rcu.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
 
@@ -80,7 +80,7 @@ std::string Validate(const CacheEntry& e, size_t key, const CacheKey& k) {
 
 TEST(CacheStress, ReadersWriterAndSnapshotSwaps) {
   const int seconds = StressSeconds();
-  FakeClock clock(1000);
+  common::FakeClock clock(1000);
   Cache cache({.byte_budget = 512 << 10, .stale_window = 2, .initial_slots = 64}, clock);
   std::vector<dns::NameKey> names;
   for (size_t i = 0; i < kNames; ++i) names.push_back(Key("n" + std::to_string(i) + ".cdn.example.net"));
@@ -101,7 +101,7 @@ TEST(CacheStress, ReadersWriterAndSnapshotSwaps) {
 
   for (int r = 0; r < readers; ++r) {
     threads.emplace_back([&, r] {
-      RcuThread rcu;
+      common::RcuThread rcu;
       SwrrTable swrr(1024);
       std::mt19937_64 rng(100 + r);
       uint8_t buf[512];
@@ -159,7 +159,7 @@ TEST(CacheStress, ReadersWriterAndSnapshotSwaps) {
 
   uint64_t writes = 0;
   threads.emplace_back([&] {
-    RcuThread rcu;
+    common::RcuThread rcu;
     std::mt19937_64 rng(7);
     std::vector<uint32_t> version(kNames * kPartitions, 0);
     while (!stop.load(std::memory_order_relaxed)) {

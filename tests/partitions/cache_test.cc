@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "test_util.h"
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 #include "weir/partitions/swrr.h"
 
 namespace weir::partitions {
@@ -21,8 +21,8 @@ using testing::V4;
 
 class CacheTest : public ::testing::Test {
  protected:
-  RcuThread rcu_;  // the test thread reads the cache
-  FakeClock clock_{1000};
+  common::RcuThread rcu_;  // the test thread reads the cache
+  common::FakeClock clock_{1000};
 };
 
 TEST_F(CacheTest, InsertFindRefreshErase) {
@@ -240,7 +240,7 @@ TEST_F(CacheTest, PartitionsNeverMix) {
   Cache cache({}, clock_);
   std::vector<dns::NameKey> names;
   for (int i = 0; i < 200; ++i) names.push_back(Key("n" + std::to_string(i) + ".cdn.example"));
-  const IpAddress client = IpAddress::V4(0x0a010203);
+  const common::IpAddress client = common::IpAddress::V4(0x0a010203);
   std::vector<Partition> parts;
   for (PartitionId c = 0; c < 20; ++c) parts.push_back(PartitionKey(CacheLevel::kCity, c, client));
   parts.push_back(kCommonPartition);
@@ -269,7 +269,7 @@ TEST_F(CacheTest, PartitionsNeverMix) {
 
 TEST_F(CacheTest, PartitionStatsFollowInsertsEvictionsAndErases) {
   Cache cache({.byte_budget = 1 << 20}, clock_);
-  const IpAddress client = IpAddress::V4(0x0a010203);
+  const common::IpAddress client = common::IpAddress::V4(0x0a010203);
   const Partition city3 = PartitionKey(CacheLevel::kCity, 3, client);
   const Partition subnet = PartitionKey(CacheLevel::kSubnet, 0, client);
   const dns::NameKey a = Key("a.example"), b = Key("b.example");
@@ -308,7 +308,7 @@ TEST_F(CacheTest, EraseMatchingRemovesOnlyWhatMatchesAcrossSteps) {
   // A small first index and small steps: the walk sees rehashes and many
   // steps; entries inserted between steps may be missed, never kept wrongly.
   Cache cache({.initial_slots = 16}, clock_);
-  const IpAddress client = IpAddress::V4(0x0a010203);
+  const common::IpAddress client = common::IpAddress::V4(0x0a010203);
   const Partition city1 = PartitionKey(CacheLevel::kCity, 1, client);
   std::vector<dns::NameKey> names;
   for (int i = 0; i < 3000; ++i) names.push_back(Key("n" + std::to_string(i) + ".example"));
@@ -619,7 +619,7 @@ TEST_F(CacheTest, ByteBudgetHoldsAgainstARarelyQuiescentReader) {
   std::atomic<uint64_t> lookups{0};
   const uint32_t now = clock_.NowSeconds();
   std::thread reader([&] {
-    RcuThread rcu;
+    common::RcuThread rcu;
     std::mt19937 rng(7);
     uint64_t n = 0;
     while (!stop.load(std::memory_order_relaxed)) {

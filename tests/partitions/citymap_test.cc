@@ -120,7 +120,7 @@ TEST(CityMapCsv, EveryBadLineIsReportedInLineOrder) {
       "11.0.0.0/8,a,198.51.100.0\n"
       "12.0.0.0/8,a b,\n"
       "10.0.0.0/8,c,\n";
-  LineErrors errors;
+  common::LineErrors errors;
   auto m = CityMap::FromCsv(csv, {}, &errors);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().message(), "line 2: expected 3 fields 'cidr,city,ecs_address/prefix', got 1");
@@ -138,11 +138,11 @@ TEST(CityMapCsv, ErrorsAreCappedAndCounted) {
   std::string csv;
   for (int i = 0; i < 250; ++i) csv += "nonsense\n";
   csv += "10.0.0.0/8,a,\n";
-  LineErrors errors;
+  common::LineErrors errors;
   ASSERT_FALSE(CityMap::FromCsv(csv, {.default_city = "bad name"}, &errors).ok());
   EXPECT_EQ(errors.count(), 251u);
   const std::vector<std::string> lines = errors.Render("m");
-  ASSERT_EQ(lines.size(), LineErrors::kMaxKept + 1);
+  ASSERT_EQ(lines.size(), common::LineErrors::kMaxKept + 1);
   EXPECT_EQ(lines.front().rfind("m:1: expected 3 fields", 0), 0u) << lines.front();
   EXPECT_EQ(lines[99].rfind("m:100: expected 3 fields", 0), 0u) << lines[99];
   EXPECT_EQ(lines.back(), "m: ... and 151 more errors");
@@ -151,8 +151,8 @@ TEST(CityMapCsv, ErrorsAreCappedAndCounted) {
 TEST(CityMapCsv, TooManySplitBlocksIsAnError) {
   std::string csv;
   for (uint32_t i = 0; i < 0x8001; ++i) {
-    IpAddress a = IpAddress::V4((10u << 24) | (i << 8));
-    csv += IpToString(a) + "/25,c,\n";
+    common::IpAddress a = common::IpAddress::V4((10u << 24) | (i << 8));
+    csv += common::IpToString(a) + "/25,c,\n";
   }
   auto m = CityMap::FromCsv(csv);
   ASSERT_FALSE(m.ok());
@@ -163,19 +163,19 @@ TEST(CityMapCsv, TooManySplitBlocksIsAnError) {
 
 using u128 = unsigned __int128;
 
-u128 Load128(const IpAddress& a) {
+u128 Load128(const common::IpAddress& a) {
   u128 v = 0;
   for (int i = 0; i < 16; ++i) v = (v << 8) | a.bytes[i];
   return v;
 }
 
-IpAddress Store128(u128 v) {
+common::IpAddress Store128(u128 v) {
   uint8_t b[16];
   for (int i = 15; i >= 0; --i) {
     b[i] = static_cast<uint8_t>(v);
     v >>= 8;
   }
-  return IpAddress::V6(b);
+  return common::IpAddress::V6(b);
 }
 
 u128 Mask128(unsigned len) { return len == 0 ? 0 : ~u128{0} << (128 - len); }
@@ -210,7 +210,7 @@ std::vector<CityPrefix> RandomPrefixes(std::mt19937_64& rng, int family, size_t 
     CityPrefix p;
     p.cidr.prefix = static_cast<uint8_t>(len);
     if (family == 4) {
-      p.cidr.address = IpAddress::V4(static_cast<uint32_t>(v >> 96));
+      p.cidr.address = common::IpAddress::V4(static_cast<uint32_t>(v >> 96));
     } else {
       p.cidr.address = Store128(v);
     }
@@ -263,7 +263,8 @@ void CheckAgainstBruteForce(int family, uint64_t seed) {
     PartitionId got = family == 4 ? map.LookupV4(static_cast<uint32_t>(a >> 96)) : map.Lookup(Store128(a));
     if (got != want && ++mismatches < 10) {
       ADD_FAILURE() << "family " << family << " address "
-                    << IpToString(family == 4 ? IpAddress::V4(uint32_t(a >> 96)) : Store128(a))
+                    << common::IpToString(family == 4 ? common::IpAddress::V4(uint32_t(a >> 96))
+                                                      : Store128(a))
                     << " got city " << got << " want " << want;
     }
   }
@@ -272,7 +273,7 @@ void CheckAgainstBruteForce(int family, uint64_t seed) {
   // The burst APIs agree with the scalar ones, on addresses inside prefixes
   // and random ones, for burst sizes around and beyond the internal chunk.
   std::vector<uint32_t> v4;
-  std::vector<IpAddress> any;
+  std::vector<common::IpAddress> any;
   for (size_t i = 0; i < 2000; ++i) {
     u128 a = (u128{rng()} << 64) | rng();
     if (rng() % 4 != 0) {
@@ -283,8 +284,9 @@ void CheckAgainstBruteForce(int family, uint64_t seed) {
       v4.push_back(static_cast<uint32_t>(a >> 96));
       // Plain IPv4, v4-mapped IPv6 and (rarely) an unset family.
       const int kind = static_cast<int>(rng() % 8);
-      IpAddress ip = kind == 0 ? Store128((u128{0xffff} << 32) | v4.back()) : IpAddress::V4(v4.back());
-      if (kind == 1) ip = IpAddress{};
+      common::IpAddress ip =
+          kind == 0 ? Store128((u128{0xffff} << 32) | v4.back()) : common::IpAddress::V4(v4.back());
+      if (kind == 1) ip = common::IpAddress{};
       any.push_back(ip);
     } else {
       any.push_back(Store128(a));
@@ -319,12 +321,12 @@ TEST(CityMapProperty, Ipv6ConcentratedInOneBlock) {
   cities[1].name = "b";
   cities[2].name = "d";
   std::vector<CityPrefix> ps;
-  Cidr c;
-  ASSERT_TRUE(ParseCidr("2001:db8::/32", &c).ok());
+  common::Cidr c;
+  ASSERT_TRUE(common::ParseCidr("2001:db8::/32", &c).ok());
   ps.push_back({c, 0});
-  ASSERT_TRUE(ParseCidr("2001:db8:1234:5600::/56", &c).ok());
+  ASSERT_TRUE(common::ParseCidr("2001:db8:1234:5600::/56", &c).ok());
   ps.push_back({c, 1});
-  ASSERT_TRUE(ParseCidr("2001:db8:1234:5678::1/128", &c).ok());
+  ASSERT_TRUE(common::ParseCidr("2001:db8:1234:5678::1/128", &c).ok());
   ps.push_back({c, 2});
   auto m = CityMap::Build(cities, ps, 2);
   ASSERT_TRUE(m.ok());
@@ -358,9 +360,9 @@ TEST(CityMapCsv, BurstMixesFamilies) {
   auto m = CityMap::FromCsv(kCsv, {.default_city = "other"});
   ASSERT_TRUE(m.ok()) << m.status();
   const CityMap& map = **m;
-  const std::vector<IpAddress> addrs = {
-      Ip("10.1.2.130"), Ip("2001:db8:ff12::1"), Ip("::ffff:10.1.2.200"), Ip("2001:db9::1"),
-      IpAddress{},      Ip("10.1.9.9"),         Ip("2001:db8::1")};
+  const std::vector<common::IpAddress> addrs = {
+      Ip("10.1.2.130"),    Ip("2001:db8:ff12::1"), Ip("::ffff:10.1.2.200"), Ip("2001:db9::1"),
+      common::IpAddress{}, Ip("10.1.9.9"),         Ip("2001:db8::1")};
   PartitionId out[7];
   map.LookupBurst(addrs.data(), out, addrs.size());
   const char* want[] = {"shenzhen", "shanghai", "beijing", "other", "other", "shanghai", "beijing"};
@@ -375,7 +377,7 @@ TEST(CityMapHolder, SwapIsSeenByReadersNextLookup) {
   std::atomic<bool> stop{false};
   std::atomic<int> saw_b{0};
   std::thread reader([&] {
-    RcuThread rcu;
+    common::RcuThread rcu;
     while (!stop.load()) {
       const CityMap* m = holder.Get();
       const std::string& name = m->city(m->LookupV4(0x0a000001)).name;

@@ -15,7 +15,7 @@ using testing::Ip;
 using testing::Key;
 
 dns::ClientSubnet Subnet(const char* addr, uint8_t source) {
-  const IpAddress a = Ip(addr);
+  const common::IpAddress a = Ip(addr);
   dns::ClientSubnet s;
   s.family = a.family == 4 ? dns::kEcsFamilyIpv4 : dns::kEcsFamilyIpv6;
   s.source_prefix = source;

@@ -112,7 +112,7 @@ CacheFill Fill(const AnswerSpec& s, const Question& q = {}) {
 
 // An A or AAAA record, by the address's text.
 Rr A(const std::string& owner, const std::string& ip, uint32_t ttl = 300) {
-  const IpAddress a = Ip(ip);
+  const common::IpAddress a = Ip(ip);
   const size_t n = a.family == 4 ? 4 : 16;
   return {owner, a.family == 4 ? dns::type::kA : dns::type::kAaaa, ttl,
           std::vector<uint8_t>(a.bytes.begin(), a.bytes.begin() + n)};
@@ -183,10 +183,10 @@ std::vector<std::string> Addresses(const CacheEntry& e) {
   std::vector<std::string> out;
   for (const Record& r : RecordsOf(e)) {
     if (r.type != dns::type::kA && r.type != dns::type::kAaaa) continue;
-    IpAddress a;
+    common::IpAddress a;
     a.family = r.type == dns::type::kA ? 4 : 6;
     std::copy(r.rdata.begin(), r.rdata.end(), a.bytes.begin());
-    out.push_back(IpToString(a));
+    out.push_back(common::IpToString(a));
   }
   return out;
 }

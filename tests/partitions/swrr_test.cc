@@ -161,7 +161,7 @@ TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
 
 TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
   std::mt19937_64 rng(13);
-  FakeClock clock;
+  common::FakeClock clock;
   const dns::NameKey q = Key("cdn.example.com");
   for (int round = 0; round < 100; ++round) {
     std::vector<uint8_t> w = RandomWeights(rng);
@@ -366,7 +366,7 @@ Parsed Respond(const CacheEntry& e, AnswerMode mode, SwrrTable& t, AnswerTtl ttl
 }
 
 TEST(WriteAnswer, SingleAndOrderedFollowSwrr) {
-  FakeClock clock;
+  common::FakeClock clock;
   const dns::NameKey q = Key("www.example.com");
   auto e = MakeAEntry(3, q, {0x0a000001, 0x0a000002, 0x0a000003}, {3, 2, 1}, clock.NowSeconds(), 300,
                       {"www.example.com.cdn.net", "edge.gslb.cdn.net"});

@@ -46,9 +46,9 @@ TEST(TagLine, FullLine) {
   EXPECT_TRUE(t->ecs);
   EXPECT_EQ(t->policy, Policy::kForward);
   ASSERT_EQ(t->targets.size(), 3u);
-  EXPECT_EQ(IpToString(t->targets[0].address), "127.0.0.1");
+  EXPECT_EQ(common::IpToString(t->targets[0].address), "127.0.0.1");
   EXPECT_EQ(t->targets[0].port, 5300);
-  EXPECT_EQ(IpToString(t->targets[1].address), "2001:db8::53");
+  EXPECT_EQ(common::IpToString(t->targets[1].address), "2001:db8::53");
   EXPECT_EQ(t->targets[1].port, 53);
   EXPECT_EQ(t->targets[2].port, 53);
   EXPECT_EQ(t->answer, AnswerMode::kOrdered);
@@ -87,7 +87,7 @@ TEST(TagText, ErrorsCarryLineNumbers) {
 }
 
 TEST(TagText, EveryBadLineIsReportedInLineOrder) {
-  LineErrors errors;
+  common::LineErrors errors;
   auto t = TagTable::FromText("a.com weight=on\nb.com colour=red\na.com\nc..com\nA.com. ecs=on\n", &errors);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(), "line 2: unknown key 'colour'");
@@ -97,7 +97,7 @@ TEST(TagText, EveryBadLineIsReportedInLineOrder) {
                                            "tags.txt:4: bad domain suffix 'c..com'",
                                            "tags.txt:5: duplicate tag for a.com. (first on line 1)",
                                        }));
-  LineErrors none;
+  common::LineErrors none;
   EXPECT_TRUE(TagTable::FromText("a.com weight=on\n", &none).ok());
   EXPECT_TRUE(none.empty());
 }

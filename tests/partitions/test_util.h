@@ -19,9 +19,9 @@ using dns::testing::Key;
 
 // An address from its text ("10.1.2.3", "2001:db8::1"); a bad one fails the
 // calling test.
-inline IpAddress Ip(std::string_view text) {
-  IpAddress a;
-  EXPECT_TRUE(ParseIp(text, &a)) << text;
+inline common::IpAddress Ip(std::string_view text) {
+  common::IpAddress a;
+  EXPECT_TRUE(common::ParseIp(text, &a)) << text;
   return a;
 }
 

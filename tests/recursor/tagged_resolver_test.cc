@@ -1,6 +1,6 @@
 // The tagged resolution and its last hop without sockets: zone cuts from a
 // scripted resolver, authoritative servers behind a fake LastHopTransport,
-// TTLs on a partitions::FakeClock and deadlines and server health on fake
+// TTLs on a common::FakeClock and deadlines and server health on fake
 // timers. Each test reads what the front would get (Replies) and what went
 // to the servers (the queries the transport was given).
 #include "weir/recursor/tagged_resolver.h"
@@ -193,7 +193,7 @@ class TaggedResolverTest : public ::testing::Test {
   }
 
   RecursorConfig cfg_ = Config();
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   FakeTimers timers_;
   TaggedResolver::Tags tags_;
   ScriptedResolver resolver_;

@@ -40,7 +40,7 @@ class ZoneCutsTest : public ::testing::Test {
   }
 
   ScriptedResolver resolver_;
-  partitions::FakeClock clock_{1000};
+  common::FakeClock clock_{1000};
   std::vector<std::string> log_;
   ZoneCutFinder finder_;
 };

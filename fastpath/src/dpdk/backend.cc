@@ -184,13 +184,13 @@ absl::Status Backend::Init() {
 
 absl::Status Backend::Impl::BindTcp() {
   if (!config.tcp) return absl::OkStatus();
-  std::vector<partitions::IpAddress> bound;  // an address on two ports (anycast) is bound once
+  std::vector<common::IpAddress> bound;  // an address on two ports (anycast) is bound once
   for (const DpdkPortConfig& port : config.dpdk.ports) {
     if (port.exception == "none") continue;  // no kernel path to reach a listener
     for (const OwnedAddress& a : port.addresses) {
       if (std::find(bound.begin(), bound.end(), a.address) != bound.end()) continue;
       bound.push_back(a.address);
-      const std::string ip = partitions::IpToString(a.address);
+      const std::string ip = common::IpToString(a.address);
       auto addr =
           common::SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
       if (!addr.ok()) return addr.status();
@@ -402,7 +402,7 @@ std::string Backend::Describe() const {
     out += Cat("dpdk port ", p->name, " mac ", p->mac, " queues ", s.lcores.size(), " exception ",
                p->tap >= 0 ? Cat("tap ", p->tap_name) : p->exception, "\n");
     for (const OwnedAddress& a : p->owned) {
-      const std::string ip = partitions::IpToString(a.address);
+      const std::string ip = common::IpToString(a.address);
       const std::string hostport = a.address.family == 6 ? Cat("[", ip, "]:", s.config.dpdk.dns_port)
                                                          : Cat(ip, ":", s.config.dpdk.dns_port);
       // DNS over TCP is the kernel's: there is none without an exception path.

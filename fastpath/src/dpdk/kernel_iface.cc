@@ -78,7 +78,7 @@ absl::Status AddInterfaceAddresses(const std::string& ifname, const std::vector<
     const int e = NewAddress(fd, ifindex, a, seq++);
     if (e != 0 && e != -EEXIST) {
       close(fd);
-      return absl::UnavailableError(Cat("adding ", partitions::IpToString(a.address), "/", a.prefix, " to ",
+      return absl::UnavailableError(Cat("adding ", common::IpToString(a.address), "/", a.prefix, " to ",
                                         ifname, ": ", std::strerror(-e)));
     }
   }

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 
 namespace weir::fastpath::dpdk {
 namespace {
@@ -53,8 +53,8 @@ struct DpdkWorker::Burst {
   alignas(64) uint8_t answers[kBurst][kAnswerMax];
 };
 
-DpdkWorker::DpdkWorker(WorkerCore& core, const partitions::Clock& clock, int slot,
-                       std::vector<WorkerPort> ports, rte_mempool* pool, int idle_sleep_us)
+DpdkWorker::DpdkWorker(WorkerCore& core, const common::Clock& clock, int slot, std::vector<WorkerPort> ports,
+                       rte_mempool* pool, int idle_sleep_us)
     : core_(core),
       clock_(clock),
       slot_(slot),
@@ -284,7 +284,7 @@ size_t DpdkWorker::Poll() {
 }
 
 void DpdkWorker::Run(const std::atomic<bool>& running) {
-  partitions::RcuThread rcu;
+  common::RcuThread rcu;
   int idle = 0;
   while (running.load(std::memory_order_relaxed)) {
     core_.Turn();
@@ -295,7 +295,7 @@ void DpdkWorker::Run(const std::atomic<bool>& running) {
       continue;
     }
     if (++idle >= kIdlePasses) {
-      partitions::RcuOfflineScope offline;
+      common::RcuOfflineScope offline;
       usleep(static_cast<useconds_t>(idle_sleep_us_));
     }
   }

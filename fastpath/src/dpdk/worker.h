@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "weir/common/clock.h"
 #include "weir/fastpath/frame.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/route_table.h"
 #include "weir/fastpath/worker_core.h"
-#include "weir/partitions/clock.h"
 
 struct rte_mbuf;
 struct rte_mempool;
@@ -75,7 +75,7 @@ class DpdkWorker final : public WorkerIo {
   static constexpr uint16_t kBurst = 32;
 
   // `pool`: where answers to misses get their mbufs.
-  DpdkWorker(WorkerCore& core, const partitions::Clock& clock, int slot, std::vector<WorkerPort> ports,
+  DpdkWorker(WorkerCore& core, const common::Clock& clock, int slot, std::vector<WorkerPort> ports,
              rte_mempool* pool, int idle_sleep_us);
   ~DpdkWorker() override;
   DpdkWorker(const DpdkWorker&) = delete;
@@ -115,7 +115,7 @@ class DpdkWorker final : public WorkerIo {
   void PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len);
 
   WorkerCore& core_;
-  const partitions::Clock& clock_;
+  const common::Clock& clock_;
   int slot_;
   std::vector<WorkerPort> ports_;
   std::unique_ptr<PortCounters[]> counters_;

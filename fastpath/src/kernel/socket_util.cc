@@ -6,8 +6,8 @@
 
 namespace weir::fastpath::kernel {
 
-partitions::IpAddress ClientAddress(const sockaddr_storage& ss) {
-  partitions::IpAddress a;
+common::IpAddress ClientAddress(const sockaddr_storage& ss) {
+  common::IpAddress a;
   if (ss.ss_family == AF_INET) {
     a.family = 4;
     std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, 4);

@@ -9,7 +9,7 @@ namespace weir::fastpath::kernel {
 
 // The client address straight from the kernel's sockaddr (IPv4-mapped IPv6
 // sources become IPv4), without building a SocketAddress per packet.
-partitions::IpAddress ClientAddress(const sockaddr_storage& ss);
+common::IpAddress ClientAddress(const sockaddr_storage& ss);
 // Its port, in host order.
 uint16_t ClientPort(const sockaddr_storage& ss);
 

@@ -11,7 +11,7 @@
 
 #include "kernel/socket_util.h"
 #include "weir/common/log.h"
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 
 namespace weir::fastpath::kernel {
 namespace {
@@ -214,7 +214,7 @@ void TcpServer::RenderMetrics(common::PrometheusWriter& w) const {
 }
 
 void TcpServer::Run(const std::atomic<bool>& running) {
-  partitions::RcuThread rcu;
+  common::RcuThread rcu;
   // Readers are offline while the loop waits: a grace period never waits
   // for an idle TCP thread.
   loop_.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });

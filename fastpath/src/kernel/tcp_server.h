@@ -46,7 +46,7 @@ class TcpServer final : public AnswerSink {
  private:
   struct Conn {
     std::unique_ptr<net::DnsTcpStream> stream;
-    partitions::IpAddress client;
+    common::IpAddress client;
     uint16_t port = 0;
     uint32_t events = 0;  // what the loop watches
     net::TcpConnectionTable::Handle handle = 0;

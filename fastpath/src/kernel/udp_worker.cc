@@ -6,7 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 
 namespace weir::fastpath::kernel {
 namespace {
@@ -85,7 +85,7 @@ int UdpWorker::Burst(size_t f, int flags) {
   Buffers& b = *b_;
   int n;
   if (flags & MSG_WAITFORONE) {
-    partitions::RcuOfflineScope offline;  // blocking: let grace periods pass
+    common::RcuOfflineScope offline;  // blocking: let grace periods pass
     n = recvmmsg(fds_[f], b.rmsg, kBurst, flags, nullptr);
   } else {
     n = recvmmsg(fds_[f], b.rmsg, kBurst, flags, nullptr);
@@ -119,7 +119,7 @@ int UdpWorker::Burst(size_t f, int flags) {
 }
 
 void UdpWorker::Run(const std::atomic<bool>& running) {
-  partitions::RcuThread rcu;
+  common::RcuThread rcu;
   if (fds_.size() == 1) {
     while (running.load(std::memory_order_relaxed)) {
       core_.Turn();
@@ -137,7 +137,7 @@ void UdpWorker::Run(const std::atomic<bool>& running) {
     core_.Turn();
     int ready;
     {
-      partitions::RcuOfflineScope offline;  // blocking: let grace periods pass
+      common::RcuOfflineScope offline;  // blocking: let grace periods pass
       ready = poll(pfds.data(), pfds.size(), 100);
     }
     if (ready <= 0) continue;

@@ -13,8 +13,10 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
 #ifndef ABSL_USES_STD_STRING_VIEW
@@ -95,5 +97,14 @@ bool ForEachLine(std::string_view text, Fn fn) {
 }
 
 inline std::string_view ToStd(absl::string_view v) { return {v.data(), v.size()}; }
+
+// The fields of `s` between each `sep`, empty ones included (absl::StrSplit,
+// over Debian's absl::string_view).
+inline std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (absl::string_view f : absl::StrSplit(absl::string_view(s.data(), s.size()), sep))
+    out.push_back(ToStd(f));
+  return out;
+}
 
 }  // namespace weir::common

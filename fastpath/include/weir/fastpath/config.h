@@ -28,7 +28,7 @@ struct UpstreamConfig {
 // An address the DPDK backend owns on a port, with the prefix length the
 // exception interface gets it with (the kernel's on-link route).
 struct OwnedAddress {
-  partitions::IpAddress address;
+  common::IpAddress address;
   int prefix = 32;
 };
 
@@ -82,8 +82,8 @@ struct FastpathConfig {
   net::TcpConnectionLimits tcp_limits;
 
   // [acl]
-  std::vector<partitions::Cidr> allow;               // subscriber networks; others get REFUSED
-  std::vector<partitions::Cidr> trusted_forwarders;  // may send ECS that picks the partition
+  std::vector<common::Cidr> allow;               // subscriber networks; others get REFUSED
+  std::vector<common::Cidr> trusted_forwarders;  // may send ECS that picks the partition
 
   // [rate_limit]
   uint32_t rate_limit_qps = 0;  // per source prefix; 0 disables

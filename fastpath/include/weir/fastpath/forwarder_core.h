@@ -88,6 +88,10 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   // Answers the forwarder holds for one worker whose return ring is full
   // before it stops taking that worker's misses.
   static constexpr size_t kMaxHeldReturns = MissChannel::kSize;
+  // How long a try's ID and port stay known after it ended, so that its
+  // answer is counted as late rather than unwanted: four answer timeouts,
+  // at least 5 s. The transport keeps a rotated socket open as long.
+  static Clock::duration LateWindow(const FastpathConfig& config);
 
   // `channels`: one per worker (index = ClientRoute::worker). `stats` gets
   // one UpstreamStats per configured upstream. Every reference outlives
@@ -140,7 +144,6 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   using Tries = TryTable<Pending*>;
 
   Group& GroupOf(const Pending* p) { return groups_[p->weighted_group ? 1 : 0]; }
-  Clock::duration LateWindow() const;
   int EndpointOf(const common::SocketAddress& src) const;
   static std::string QuestionKey(int endpoint, uint16_t qtype, const dns::NameKey& qname);
   void Accept(PendingClient&& c);
@@ -163,7 +166,7 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   // question it carries.
   void NoteUnwanted(int e, std::span<const uint8_t> data);
   dns::GuardOutcome Check(const Pending* p, std::span<const uint8_t> reply, bool over_tcp, dns::Message* m);
-  void Answered(Pending* p, std::span<const uint8_t> answer, const dns::Message& m);
+  void Answered(Pending* p, const dns::Message& m);
   void Finish(Pending* p, const dns::Message& up);
   void Fail(Pending* p);
   void Release(Pending* p, bool expect_late);

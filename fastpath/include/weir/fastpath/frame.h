@@ -68,7 +68,7 @@ struct Parsed {
 Parsed Classify(const uint8_t* frame, size_t len, const PortAddresses& port);
 
 // The source address of a kQuery frame, as the handler sees the client.
-partitions::IpAddress ClientOf(const uint8_t* frame, const Parsed& p);
+common::IpAddress ClientOf(const uint8_t* frame, const Parsed& p);
 // Its source port.
 uint16_t ClientPortOf(const uint8_t* frame, const Parsed& p);
 

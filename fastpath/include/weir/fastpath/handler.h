@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "weir/common/clock.h"
 #include "weir/dns/message.h"
 #include "weir/fastpath/learned_tags.h"
 #include "weir/fastpath/metrics.h"
@@ -24,7 +25,6 @@
 #include "weir/fastpath/relay.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
-#include "weir/partitions/clock.h"
 #include "weir/partitions/partition.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
@@ -37,12 +37,12 @@ struct SharedState {
   LearnedTagsHolder learned;  // names tagged through their CNAME chain
   partitions::CityMapHolder citymap;
   std::unique_ptr<partitions::Cache> cache;
-  const partitions::Clock* clock = &partitions::SystemClock::Instance();
+  const common::Clock* clock = &common::SystemClock::Instance();
   partitions::CacheLimits limits;
 };
 
 struct ClientInfo {
-  partitions::IpAddress addr;
+  common::IpAddress addr;
   bool tcp = false;
   uint16_t port = 0;  // the source port, for dnstap only
 };
@@ -119,8 +119,8 @@ inline constexpr uint16_t kEdnsUdpSize = 1232;
 
 struct HandlerOptions {
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
-  std::vector<partitions::Cidr> allow;
-  std::vector<partitions::Cidr> trusted_forwarders;
+  std::vector<common::Cidr> allow;
+  std::vector<common::Cidr> trusted_forwarders;
   RateLimitOptions rate_limit;  // per source prefix and worker
   uint16_t edns_udp_size = kEdnsUdpSize;
   uint32_t stale_answer_ttl = 30;
@@ -194,18 +194,18 @@ class QueryHandler {
   uint64_t partition_hits(size_t slot) const { return hits_[slot].Read(); }
 
  private:
-  bool Allowed(const partitions::IpAddress& a) const;
-  bool Trusted(const partitions::IpAddress& a) const;
+  bool Allowed(const common::IpAddress& a) const;
+  bool Trusted(const common::IpAddress& a) const;
   // One query between the stages of Handle / HandleBurst.
   struct Work {
     dns::Query query;
     size_t response_limit = 0;
     const partitions::Tag* tag = nullptr;
-    partitions::IpAddress who;                      // the address that picks the partition
-    bool tcp = false;                               // the client's transport
-    const partitions::IpAddress* source = nullptr;  // the packet's source (rate limiting)
-    uint32_t source_slot = RateLimiter::kNoSlot;    // its rate limiter slot
-    uint32_t source_generation = 0;                 // the limiter's generation then
+    common::IpAddress who;                        // the address that picks the partition
+    bool tcp = false;                             // the client's transport
+    const common::IpAddress* source = nullptr;    // the packet's source (rate limiting)
+    uint32_t source_slot = RateLimiter::kNoSlot;  // its rate limiter slot
+    uint32_t source_generation = 0;               // the limiter's generation then
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;

@@ -52,7 +52,6 @@ struct Pending {
   uint32_t unwanted = 0;
   int tcp = -1;  // the TCP try in flight (a transport handle), if any
   bool over_tcp = false;
-  bool has_try() const { return udp_live || tcp >= 0; }
   Clock::time_point sent;
   uint64_t generation = 0;  // names the current try to its timer
   uint64_t try_timer = 0;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 #include "weir/partitions/tagtable.h"
 
 namespace weir::fastpath {
@@ -51,6 +51,6 @@ class LearnedTags {
   absl::flat_hash_map<std::string, Learned> names_;
 };
 
-using LearnedTagsHolder = partitions::RcuSnapshot<LearnedTags>;
+using LearnedTagsHolder = common::RcuSnapshot<LearnedTags>;
 
 }  // namespace weir::fastpath

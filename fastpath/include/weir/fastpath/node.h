@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "weir/common/clock.h"
 #include "weir/common/prometheus.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/config.h"
@@ -28,7 +29,6 @@
 #include "weir/fastpath/miss_channel.h"
 #include "weir/fastpath/worker_core.h"
 #include "weir/mgmt/control.h"
-#include "weir/partitions/clock.h"
 
 namespace weir::mgmt {
 class NodeClient;
@@ -42,7 +42,7 @@ HandlerOptions MakeHandlerOptions(const FastpathConfig& c);
 class Node {
  public:
   // `test_clock`: every TTL decision uses it (tests only; may be null).
-  Node(FastpathConfig config, partitions::FakeClock* test_clock);
+  Node(FastpathConfig config, common::FakeClock* test_clock);
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -70,8 +70,8 @@ class Node {
   MissChannel& channel(int slot) { return *channels_[slot]; }
   const FastpathConfig& config() const { return config_; }
   uint32_t NowSeconds() const { return shared_.clock->NowSeconds(); }
-  const partitions::Clock& clock() const { return *shared_.clock; }
-  partitions::FakeClock* test_clock() const { return test_clock_; }
+  const common::Clock& clock() const { return *shared_.clock; }
+  common::FakeClock* test_clock() const { return test_clock_; }
 
   // The Prometheus text of every counter, the backend's families after the
   // node's; an error only when a family is rendered inconsistently (a bug).
@@ -103,7 +103,7 @@ class Node {
   void RenderAnswers(common::PrometheusWriter& w) const;
 
   FastpathConfig config_;
-  partitions::FakeClock* test_clock_;
+  common::FakeClock* test_clock_;
   SharedState shared_;
   std::vector<std::unique_ptr<MissChannel>> channels_;
   std::vector<std::unique_ptr<WorkerCore>> cores_;

@@ -56,7 +56,7 @@ class RateLimiter {
   // The slot of `src`'s prefix (taken for it if it is new), its buckets
   // refilled to `now` (seconds, the burst's clock reading). kNoSlot when the
   // limiter is off.
-  uint32_t Track(const partitions::IpAddress& src, uint32_t now);
+  uint32_t Track(const common::IpAddress& src, uint32_t now);
   // Takes one query token from `slot`; false when its bucket is empty (or
   // nothing when queries are not limited: true).
   bool TakeQuery(uint32_t slot) {
@@ -72,7 +72,7 @@ class RateLimiter {
   // The UDP answer bytes `src` may get now. `slot` from Track for the same
   // source and `now` when the generation is still `generation` (a later
   // source of the burst may have taken the slot: then it is tracked again).
-  uint32_t ByteAllowance(uint32_t* slot, uint32_t generation, const partitions::IpAddress& src, uint32_t now);
+  uint32_t ByteAllowance(uint32_t* slot, uint32_t generation, const common::IpAddress& src, uint32_t now);
   // Takes `n` bytes (at most what is left) from `slot`'s byte bucket.
   void TakeBytes(uint32_t slot, uint32_t n) {
     Entry& e = table_[slot];
@@ -99,7 +99,7 @@ class RateLimiter {
   };
   static_assert(sizeof(Entry) == kEntryBytes);
 
-  Key KeyOf(const partitions::IpAddress& src) const;
+  Key KeyOf(const common::IpAddress& src) const;
   uint64_t Hash(const Key& k) const;
   [[gnu::always_inline]] void Refill(Entry& e, uint32_t now) const {
     if (e.last == now) return;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "weir/common/clock.h"
 #include "weir/common/heartbeat.h"
 #include "weir/fastpath/config.h"
-#include "weir/partitions/clock.h"
 
 namespace weir::fastpath {
 
@@ -21,7 +21,7 @@ class Server {
   explicit Server(FastpathConfig config);
   // Test hook: every TTL decision uses `clock`, and the metrics endpoint
   // accepts GET /test/advance-clock?seconds=N. Never for production.
-  Server(FastpathConfig config, partitions::FakeClock* test_clock);
+  Server(FastpathConfig config, common::FakeClock* test_clock);
   ~Server();
 
   // Binds every socket and starts the threads. Fails (nothing left running)

@@ -36,7 +36,7 @@
 //
 // Threading contract:
 // * Find()/FindBurst()/Prefetch(): any number of reader threads, each
-//   holding an RcuThread (rcu.h) and online. The returned pointer is valid
+//   holding an common::RcuThread (rcu.h) and online. The returned pointer is valid
 //   until the reader's next quiescent state. Wait-free: no lock, no atomic
 //   RMW, no allocation.
 // * Insert()/Erase()/Maintain(): serialised by an internal mutex that
@@ -58,10 +58,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/clock.h"
 #include "weir/common/hash.h"
 #include "weir/dns/ttl.h"
 #include "weir/dns/wire.h"
-#include "weir/partitions/clock.h"
 #include "weir/partitions/partition.h"
 
 namespace weir::partitions {
@@ -375,7 +375,7 @@ class EntrySlab;
 
 class Cache {
  public:
-  Cache(const CacheOptions& options, const Clock& clock);
+  Cache(const CacheOptions& options, const common::Clock& clock);
   // No reader may be using the cache any more.
   ~Cache();
   Cache(const Cache&) = delete;
@@ -621,7 +621,7 @@ class Cache {
 
   const CacheOptions options_;
   const uint32_t stale_window_;
-  const Clock& clock_;
+  const common::Clock& clock_;
   std::atomic<Index*> index_;
 
   // Writer state, under mu_.

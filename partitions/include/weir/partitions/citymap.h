@@ -18,7 +18,7 @@
 //
 // Threading: a CityMap is immutable once built; any number of threads may
 // look up concurrently. Readers reach the current one through CityMapHolder
-// (an RcuSnapshot, see rcu.h): a new map is swapped in atomically and is
+// (an common::RcuSnapshot, see rcu.h): a new map is swapped in atomically and is
 // seen by each reader from its next Get().
 #pragma once
 
@@ -35,10 +35,10 @@
 #endif
 
 #include "absl/status/statusor.h"
+#include "weir/common/line_errors.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
-#include "weir/partitions/line_errors.h"
 #include "weir/partitions/partition.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::partitions {
 
@@ -63,7 +63,7 @@ struct CityMapOptions {
 };
 
 struct CityPrefix {
-  Cidr cidr;
+  common::Cidr cidr;
   PartitionId city;
 };
 
@@ -77,7 +77,7 @@ class CityMap {
   // is reported and skipped, the rest still read).
   static absl::StatusOr<std::unique_ptr<const CityMap>> FromCsv(std::string_view csv,
                                                                 const CityMapOptions& options,
-                                                                LineErrors* errors);
+                                                                common::LineErrors* errors);
   // Builds from already-validated parts (tests, mgmt snapshots). Fails on
   // duplicate prefixes, bad city ids or an out-of-range default.
   static absl::StatusOr<std::unique_ptr<const CityMap>> Build(std::vector<City> cities,
@@ -105,7 +105,7 @@ class CityMap {
   // 16 bytes, network order.
   PartitionId LookupV6(const uint8_t* addr) const;
   // Either family; v4-mapped IPv6 addresses use the IPv4 table.
-  PartitionId Lookup(const IpAddress& a) const {
+  PartitionId Lookup(const common::IpAddress& a) const {
     if (a.family == 4) return LookupV4(a.v4());
     if (a.IsV4Mapped()) return LookupV4(dns::Load32(a.bytes.data() + 12));
     if (a.family == 6) return LookupV6(a.bytes.data());
@@ -115,7 +115,7 @@ class CityMap {
   // Lookup for a burst of either family (e.g. the sources of a recvmmsg
   // batch), staged so that the cache misses of all its lookups overlap.
   // Same answers as Lookup; out[i] is for addrs[i].
-  void LookupBurst(const IpAddress* addrs, PartitionId* out, size_t n) const;
+  void LookupBurst(const common::IpAddress* addrs, PartitionId* out, size_t n) const;
 
   const City& city(PartitionId id) const { return cities_[id]; }
   size_t city_count() const { return cities_.size(); }
@@ -201,6 +201,6 @@ class CityMap {
   friend class CityMapBuilder;
 };
 
-using CityMapHolder = RcuSnapshot<CityMap>;
+using CityMapHolder = common::RcuSnapshot<CityMap>;
 
 }  // namespace weir::partitions

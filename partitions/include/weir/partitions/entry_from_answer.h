@@ -33,7 +33,7 @@ struct AnswerToCache {
   // The domain tags, to learn the tag of an untagged name whose chain enters
   // a tagged suffix; null: nothing is learned.
   const TagTable* tags = nullptr;
-  // The entry's insert time (Clock::NowSeconds()).
+  // The entry's insert time (common::Clock::NowSeconds()).
   uint32_t now = 0;
   CacheLimits limits;
 };

@@ -20,7 +20,7 @@
 //
 // Threading: a TagTable is immutable once built; any number of threads look
 // up concurrently. Readers reach the current one through TagTableHolder (an
-// RcuSnapshot, see rcu.h), which mgmt pushes swap atomically.
+// common::RcuSnapshot, see rcu.h), which mgmt pushes swap atomically.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weir/common/line_errors.h"
+#include "weir/common/rcu.h"
 #include "weir/dns/message.h"
-#include "weir/partitions/line_errors.h"
 #include "weir/partitions/partition.h"
-#include "weir/partitions/rcu.h"
 
 namespace weir::partitions {
 
@@ -52,7 +52,7 @@ enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
 enum class AnswerMode : uint8_t { kAll = 0, kSingle = 1, kOrdered = 2 };
 
 struct ForwardTarget {
-  IpAddress address;
+  common::IpAddress address;
   uint16_t port = 53;
   friend bool operator==(const ForwardTarget&, const ForwardTarget&) = default;
 };
@@ -89,7 +89,8 @@ class TagTable {
   static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text);
   // The same, with every error of the text added to `errors` (each bad line
   // is reported and skipped, the rest still read).
-  static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text, LineErrors* errors);
+  static absl::StatusOr<std::unique_ptr<const TagTable>> FromText(std::string_view text,
+                                                                  common::LineErrors* errors);
 
   // The tag of the most specific suffix of `qname` (a canonical key, as
   // dns::Query::qname), or nullptr when the name is untagged.
@@ -147,6 +148,6 @@ class TagTable {
   uint64_t label_counts_[2] = {0, 0};
 };
 
-using TagTableHolder = RcuSnapshot<TagTable>;
+using TagTableHolder = common::RcuSnapshot<TagTable>;
 
 }  // namespace weir::partitions

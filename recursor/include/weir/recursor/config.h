@@ -32,7 +32,7 @@ struct RecursorConfig {
   bool control_enabled = false;
   common::SocketAddress control;
   // Sources allowed on the control port; loopback only unless configured.
-  std::vector<partitions::Cidr> control_allow;
+  std::vector<common::Cidr> control_allow;
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
   bool metrics_enabled = false;
   common::SocketAddress metrics_listen;
@@ -55,7 +55,7 @@ struct RecursorConfig {
   int answer_deadline_ms = 3000;
 
   // [acl]
-  std::vector<partitions::Cidr> allow;
+  std::vector<common::Cidr> allow;
 
   // [resolver]: libunbound, for ordinary names and zone cuts.
   std::string root_hints;    // file; required unless forwarders are given

@@ -19,8 +19,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "weir/common/clock.h"
 #include "weir/common/heartbeat.h"
-#include "weir/partitions/clock.h"
 #include "weir/recursor/config.h"
 
 namespace weir::recursor {
@@ -29,7 +29,7 @@ class Server {
  public:
   // `test_clock`: when not null, the TTL clock, moved by the control
   // command `advance-clock N`. Otherwise the system clock.
-  Server(RecursorConfig config, partitions::FakeClock* test_clock);
+  Server(RecursorConfig config, common::FakeClock* test_clock);
   ~Server();
 
   // Binds the sockets, loads the tag file, sets up libunbound and starts the

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/clock.h"
 #include "weir/common/log.h"
-#include "weir/partitions/clock.h"
 #include "weir/partitions/ecs_scope_cache.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/answer.h"
@@ -51,7 +51,7 @@ class TaggedResolver final : public LastHopTransport::Sink {
 
   // `clock`: the TTL clock. `timers`: deadlines and the time of server
   // health. `seed`: server order and query IDs.
-  TaggedResolver(const RecursorConfig& cfg, const partitions::Clock& clock, Timers& timers, const Tags& tags,
+  TaggedResolver(const RecursorConfig& cfg, const common::Clock& clock, Timers& timers, const Tags& tags,
                  ZoneCutFinder& cuts, LastHopTransport& transport, Replies& replies, InflightLimit& inflight,
                  Log log, uint64_t seed);
   ~TaggedResolver() override;
@@ -107,7 +107,7 @@ class TaggedResolver final : public LastHopTransport::Sink {
   const RecursorConfig& cfg_;
   const CachePolicy policy_;
   const EcsSettings ecs_settings_;
-  const partitions::Clock& clock_;
+  const common::Clock& clock_;
   Timers& timers_;
   const Tags& tags_;
   ZoneCutFinder& cuts_;

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "weir/common/clock.h"
 #include "weir/common/socket_address.h"
 #include "weir/dns/message.h"
-#include "weir/partitions/clock.h"
 #include "weir/recursor/bounded_cache.h"
 #include "weir/recursor/resolver.h"
 
@@ -50,7 +50,7 @@ class ZoneCutFinder {
   using Done = std::function<void(const ZoneCut* cut)>;
   using Log = std::function<void(const std::string& line)>;
 
-  ZoneCutFinder(Resolver& resolver, const partitions::Clock& clock, Options options, Log log);
+  ZoneCutFinder(Resolver& resolver, const common::Clock& clock, Options options, Log log);
   ~ZoneCutFinder();
 
   // The deepest cached, unexpired cut at or above `name`, or nullptr.
@@ -77,7 +77,7 @@ class ZoneCutFinder {
   void Finish(const std::string& key, bool ok);
 
   Resolver& resolver_;
-  const partitions::Clock& clock_;
+  const common::Clock& clock_;
   const Options options_;
   Log log_;
   Cache cuts_;

@@ -1,13 +1,13 @@
-#include "weir/partitions/partition.h"
+#include "weir/common/ip.h"
 
 #include <arpa/inet.h>
 
 #include <charconv>
 #include <string>
-#include "text_util.h"
+
 #include "weir/common/text.h"
 
-namespace weir::partitions {
+namespace weir::common {
 
 bool ParseIp(std::string_view text, IpAddress* out) {
   if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return false;
@@ -40,23 +40,22 @@ std::string IpToString(const IpAddress& a) {
 
 absl::StatusOr<Cidr> Cidr::Parse(std::string_view text) {
   size_t slash = text.find('/');
-  if (slash == std::string_view::npos)
-    return absl::InvalidArgumentError(common::Cat("'", text, "' is not a CIDR"));
+  if (slash == std::string_view::npos) return absl::InvalidArgumentError(Cat("'", text, "' is not a CIDR"));
   IpAddress a;
   if (!ParseIp(text.substr(0, slash), &a)) {
-    return absl::InvalidArgumentError(common::Cat("bad address '", text.substr(0, slash), "'"));
+    return absl::InvalidArgumentError(Cat("bad address '", text.substr(0, slash), "'"));
   }
   std::string_view len_text = text.substr(slash + 1);
   unsigned len = 0;
   auto [ptr, ec] = std::from_chars(len_text.data(), len_text.data() + len_text.size(), len);
   const unsigned max = a.family == 4 ? 32 : 128;
   if (len_text.empty() || ec != std::errc() || ptr != len_text.data() + len_text.size() || len > max) {
-    return absl::InvalidArgumentError(common::Cat("bad prefix length '", len_text, "'"));
+    return absl::InvalidArgumentError(Cat("bad prefix length '", len_text, "'"));
   }
   const size_t nbytes = a.family == 4 ? 4 : 16;
   for (size_t bit = len; bit < nbytes * 8; ++bit) {
     if (a.bytes[bit / 8] & (0x80u >> (bit % 8))) {
-      return absl::InvalidArgumentError(common::Cat("host bits set in '", text, "'"));
+      return absl::InvalidArgumentError(Cat("host bits set in '", text, "'"));
     }
   }
   return Cidr{a, static_cast<uint8_t>(len)};
@@ -69,4 +68,4 @@ absl::Status ParseCidr(std::string_view text, Cidr* out) {
   return absl::OkStatus();
 }
 
-}  // namespace weir::partitions
+}  // namespace weir::common

@@ -18,7 +18,7 @@
 #include <atomic>
 #include <memory>
 
-namespace weir::partitions {
+namespace weir::common {
 
 // Registers the calling thread as a QSBR reader for its lifetime (online).
 // Create one at the top of each worker's thread function.
@@ -108,4 +108,4 @@ class RcuSnapshot {
   std::atomic<const T*> current_{nullptr};
 };
 
-}  // namespace weir::partitions
+}  // namespace weir::common

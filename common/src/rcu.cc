@@ -1,8 +1,6 @@
-#include "weir/partitions/rcu.h"
+#include "weir/common/rcu.h"
 
 #include <urcu-qsbr.h>
-
-#include "weir/partitions/clock.h"
 
 #include <time.h>
 
@@ -26,7 +24,7 @@ extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
 #endif
 
-namespace weir::partitions {
+namespace weir::common {
 namespace {
 
 #ifdef WEIR_TSAN
@@ -161,15 +159,4 @@ void RcuBarrier() {
   AnnotateGraceEnd();
 }
 
-uint32_t SystemClock::NowSeconds() const {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint32_t>(ts.tv_sec) + 1;
-}
-
-const SystemClock& SystemClock::Instance() {
-  static const SystemClock clock;
-  return clock;
-}
-
-}  // namespace weir::partitions
+}  // namespace weir::common

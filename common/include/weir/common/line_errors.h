@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "weir/common/text.h"
 
-namespace weir::partitions {
+namespace weir::common {
 
 class LineErrors {
  public:
@@ -77,4 +77,4 @@ class LineErrors {
   size_t count_ = 0;
 };
 
-}  // namespace weir::partitions
+}  // namespace weir::common

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace weir::partitions {
+namespace weir::common {
 
 // Threading: NowSeconds() may be called from any thread concurrently.
 class Clock {
@@ -40,4 +40,4 @@ class FakeClock final : public Clock {
   std::atomic<uint32_t> now_;
 };
 
-}  // namespace weir::partitions
+}  // namespace weir::common
