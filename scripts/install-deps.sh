@@ -15,7 +15,7 @@ PKGS=(
   # libraries
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
-  libtomlplusplus-dev libcli11-dev libfmt-dev libmicrohttpd-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev
   # dnstap (Frame Streams + protobuf-c, protoc-c at build time) and the journal
   libfstrm-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
   libdpdk-dev libbpf-dev linux-libc-dev

@@ -4,6 +4,9 @@
 #include <netinet/in.h>
 
 #include <cstdio>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
 
 #include "config.h"
 #include "weir/common/text.h"
@@ -27,37 +30,42 @@ const char* FaultName(Fault f) {
 
 std::string QnameText(const QueryRecord& r) { return dns::NameKeyToText(r.qname.span()); }
 
-template <typename M>
-void AppendCounts(std::string* out, const M& m) {
-  *out += '{';
-  bool first = true;
-  for (const auto& [k, v] : m) {
-    if (!first) *out += ',';
-    first = false;
-    *out += JsonString(k) + ':' + std::to_string(v);
+using Json = nlohmann::ordered_json;
+
+// Names are bytes, not UTF-8: each byte from 0x80 up becomes the code point
+// of the same number, which the record's ASCII-only dump writes \u00XX.
+std::string ByteText(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const unsigned char c : s) {
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      out += static_cast<char>(0xc0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3f));
+    }
   }
-  *out += '}';
+  return out;
+}
+
+// Every byte outside printable ASCII escaped.
+std::string Dump(const Json& doc) { return doc.dump(-1, ' ', /*ensure_ascii=*/true); }
+
+template <typename M>
+Json Counts(const M& m) {
+  Json out = Json::object();
+  for (const auto& [k, v] : m) out[ByteText(k)] = v;
+  return out;
 }
 
 template <typename M>
-void AppendNested(std::string* out, const M& m) {
-  *out += '{';
-  bool first = true;
-  for (const auto& [k, inner] : m) {
-    if (!first) *out += ',';
-    first = false;
-    *out += JsonString(k) + ':';
-    AppendCounts(out, inner);
-  }
-  *out += '}';
+Json Nested(const M& m) {
+  Json out = Json::object();
+  for (const auto& [k, inner] : m) out[ByteText(k)] = Counts(inner);
+  return out;
 }
 
 }  // namespace
-
-std::string JsonString(std::string_view s) {
-  // Names are bytes, not UTF-8: escape everything outside printable ASCII.
-  return common::JsonString(s, /*escape_non_ascii=*/true);
-}
 
 std::string EcsText(const dns::ClientSubnet& s) {
   Prefix p;
@@ -83,44 +91,36 @@ std::string SockaddrText(const sockaddr_storage& sa) {
 }
 
 std::string ToJson(const QueryRecord& r) {
+  // Microseconds, as the clock gives them.
   char t[32];
   std::snprintf(t, sizeof(t), "%.6f", r.time);
-  std::string o = "{\"time\":";
-  o += t;
-  o += ",\"transport\":";
-  o += r.tcp ? "\"tcp\"" : "\"udp\"";
-  o += ",\"source\":" + JsonString(SockaddrText(r.source));
+  Json o{{"time", std::strtod(t, nullptr)},
+         {"transport", r.tcp ? "tcp" : "udp"},
+         {"source", SockaddrText(r.source)}};
   if (r.has_question) {
-    o += ",\"qname\":" + JsonString(QnameText(r)) + ",\"qtype\":" + JsonString(dns::TypeToText(r.qtype));
+    o["qname"] = ByteText(QnameText(r));
+    o["qtype"] = dns::TypeToText(r.qtype);
   } else {
-    o += ",\"qname\":null,\"qtype\":null";
+    o["qname"] = nullptr;
+    o["qtype"] = nullptr;
   }
-  o += ",\"edns\":";
-  o += r.edns ? "true" : "false";
-  o += ",\"ecs\":";
+  o["edns"] = r.edns;
   if (r.has_ecs) {
     char a[INET6_ADDRSTRLEN];
     inet_ntop(r.ecs.family == 1 ? AF_INET : AF_INET6, r.ecs.address.data(), a, sizeof(a));
-    o += "{\"family\":" + std::to_string(r.ecs.family) + ",\"address\":" + JsonString(a) +
-         ",\"source\":" + std::to_string(r.ecs.source_prefix) + "}";
+    o["ecs"] = Json{{"family", r.ecs.family}, {"address", a}, {"source", r.ecs.source_prefix}};
   } else {
-    o += "null";
+    o["ecs"] = nullptr;
   }
-  o += ",\"weight_option\":";
-  o += r.has_weight ? "true" : "false";
-  o += ",\"weight_option_len\":";
-  o += r.has_weight ? std::to_string(r.weight_len) : "null";
-  o += ",\"error\":";
-  o += r.error == dns::ParseError::kOk ? "null" : JsonString(dns::ParseErrorName(r.error));
-  o += ",\"answered\":";
-  o += r.answered ? "true" : "false";
-  o += ",\"rcode\":";
-  o += r.answered ? JsonString(dns::RcodeName(r.rcode)) : "null";
-  o += ",\"fault\":" + JsonString(FaultName(r.fault));
-  o += ",\"view\":";
-  o += r.view[0] ? JsonString(r.view) : "null";
-  o += ",\"delay_ms\":" + std::to_string(r.delay_ms) + "}";
-  return o;
+  o["weight_option"] = r.has_weight;
+  o["weight_option_len"] = r.has_weight ? Json(r.weight_len) : Json(nullptr);
+  o["error"] = r.error == dns::ParseError::kOk ? Json(nullptr) : Json(dns::ParseErrorName(r.error));
+  o["answered"] = r.answered;
+  o["rcode"] = r.answered ? Json(dns::RcodeName(r.rcode)) : Json(nullptr);
+  o["fault"] = FaultName(r.fault);
+  o["view"] = r.view[0] ? Json(ByteText(r.view)) : Json(nullptr);
+  o["delay_ms"] = r.delay_ms;
+  return Dump(o);
 }
 
 void QueryStats::Count(const QueryRecord& r) {
@@ -151,22 +151,21 @@ void QueryStats::Count(const QueryRecord& r) {
 }
 
 std::string QueryStats::ToJson() const {
-  std::string o =
-      "{\"queries\":" + std::to_string(queries_) + ",\"udp\":" + std::to_string(udp_) +
-      ",\"tcp\":" + std::to_string(tcp_) + ",\"with_edns\":" + std::to_string(edns_) +
-      ",\"with_ecs\":" + std::to_string(ecs_) + ",\"with_weight_option\":" + std::to_string(weight_) +
-      ",\"dropped\":" + std::to_string(dropped_) + ",\"malformed\":" + std::to_string(malformed_) +
-      ",\"other_names\":" + std::to_string(other_names_) + ",\"parse_errors\":";
-  AppendCounts(&o, errors_);
-  o += ",\"rcodes\":";
-  AppendCounts(&o, rcodes_);
-  o += ",\"faults\":";
-  AppendCounts(&o, faults_);
-  o += ",\"by_qname_qtype\":";
-  AppendNested(&o, by_qtype_);
-  o += ",\"by_qname_ecs\":";
-  AppendNested(&o, by_ecs_);
-  return o + "}";
+  const Json o{{"queries", queries_},
+               {"udp", udp_},
+               {"tcp", tcp_},
+               {"with_edns", edns_},
+               {"with_ecs", ecs_},
+               {"with_weight_option", weight_},
+               {"dropped", dropped_},
+               {"malformed", malformed_},
+               {"other_names", other_names_},
+               {"parse_errors", Counts(errors_)},
+               {"rcodes", Counts(rcodes_)},
+               {"faults", Counts(faults_)},
+               {"by_qname_qtype", Nested(by_qtype_)},
+               {"by_qname_ecs", Nested(by_ecs_)}};
+  return Dump(o);
 }
 
 void QueryRing::Add(const QueryRecord& r) {

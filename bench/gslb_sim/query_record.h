@@ -92,6 +92,5 @@ class QueryRing {
 
 std::string EcsText(const dns::ClientSubnet& s);       // "198.51.100.0/24"
 std::string SockaddrText(const sockaddr_storage& sa);  // "127.0.0.1:5300", "[::1]:5300"
-std::string JsonString(std::string_view s);            // quoted and escaped
 
 }  // namespace weir::gslb_sim

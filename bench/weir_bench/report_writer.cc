@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -11,10 +15,14 @@
 namespace weir::bench {
 namespace {
 
-std::string Num(double v) {
-  // JSON has no NaN or infinity.
-  if (!(v == v) || v > 1e300 || v < -1e300) return "0";
-  return fmt::format("{:.6g}", v);
+// `v` to 6 significant digits, a whole number as an integer; JSON has no
+// NaN or infinity: 0 for those.
+nlohmann::ordered_json Num(double v) {
+  if (!(v == v) || v > 1e300 || v < -1e300) return 0;
+  const double rounded = std::strtod(fmt::format("{:.6g}", v).c_str(), nullptr);
+  if (rounded == std::trunc(rounded) && std::fabs(rounded) < 9007199254740992.0)
+    return static_cast<int64_t>(rounded);
+  return rounded;
 }
 
 }  // namespace
@@ -68,69 +76,71 @@ std::string ReportText(const Report& r, const std::vector<std::string>& notes) {
 }
 
 std::string ReportJson(const Report& r, const std::vector<std::string>& notes) {
-  using common::JsonString;
-  std::string s = "{\n";
-  s += fmt::format("  \"server\": {},\n  \"mode\": {},\n  \"threads\": {},\n  \"duration_s\": {},\n",
-                   JsonString(r.server), JsonString(r.mode), r.threads, Num(r.duration_s));
-  s += "  \"notes\": [";
-  for (size_t i = 0; i < notes.size(); ++i) s += (i ? ", " : "") + JsonString(notes[i]);
-  s += "],\n";
-  s += fmt::format(
-      "  \"sent\": {},\n  \"sent_tcp\": {},\n  \"answered\": {},\n  \"timeouts\": {},\n  \"mismatched\": "
-      "{},\n"
-      "  \"truncated\": {},\n  \"send_errors\": {},\n  \"tcp_errors\": {},\n",
-      r.sent, r.sent_tcp, r.answered, r.timeouts, r.mismatched, r.truncated, r.send_errors, r.tcp_errors);
-  s += fmt::format("  \"qps_sent\": {},\n  \"qps_answered\": {},\n  \"loss_pct\": {},\n", Num(r.qps_sent()),
-                   Num(r.qps_answered()), Num(r.loss_pct()));
-  s += "  \"rcodes\": {";
-  bool first = true;
-  for (const auto& [name, n] : r.rcodes) {
-    s += fmt::format("{}{}: {}", first ? "" : ", ", JsonString(name), n);
-    first = false;
+  using Json = nlohmann::ordered_json;
+  Json rcodes = Json::object();
+  for (const auto& [name, n] : r.rcodes) rcodes[name] = n;
+  Json histogram = Json::array();
+  for (const auto& [upper, n] : r.latency.Buckets()) histogram.push_back(Json::array({Num(upper), n}));
+  Json timeline = Json::array();
+  for (const TimelinePoint& p : r.timeline) {
+    timeline.push_back(Json{{"t", Num(p.t)},
+                            {"sent", p.sent},
+                            {"answered", p.answered},
+                            {"timeouts", p.timeouts},
+                            {"p99_us", Num(p.p99_us)},
+                            {"worst_pp", Num(p.worst_pp)}});
   }
-  s += "},\n";
-  s += fmt::format(
-      "  \"latency_us\": {{\"count\": {}, \"mean\": {}, \"p50\": {}, \"p90\": {}, \"p99\": {}, \"p999\": {}, "
-      "\"max\": {}}},\n",
-      r.latency.count(), Num(r.latency.MeanUs()), Num(r.latency.QuantileUs(0.5)),
-      Num(r.latency.QuantileUs(0.9)), Num(r.latency.QuantileUs(0.99)), Num(r.latency.QuantileUs(0.999)),
-      Num(static_cast<double>(r.latency.max_ns()) / 1000.0));
-  s += "  \"latency_histogram_us\": [";
-  first = true;
-  for (const auto& [upper, n] : r.latency.Buckets()) {
-    s += fmt::format("{}[{}, {}]", first ? "" : ", ", Num(upper), n);
-    first = false;
-  }
-  s += "],\n  \"timeline\": [";
-  for (size_t i = 0; i < r.timeline.size(); ++i) {
-    const TimelinePoint& p = r.timeline[i];
-    s += fmt::format(
-        "{}\n    {{\"t\": {}, \"sent\": {}, \"answered\": {}, \"timeouts\": {}, \"p99_us\": {}, "
-        "\"worst_pp\": {}}}",
-        i ? "," : "", Num(p.t), p.sent, p.answered, p.timeouts, Num(p.p99_us), Num(p.worst_pp));
-  }
-  s += "\n  ],\n";
-  s += fmt::format("  \"worst_deviation_pp\": {},\n  \"leaked_answers\": {},\n  \"shares\": [",
-                   Num(r.worst_deviation_pp), r.leaked_answers);
-  for (size_t i = 0; i < r.shares.size(); ++i) {
-    const NameCityShare& row = r.shares[i];
-    s += fmt::format(
-        "{}\n    {{\"name\": {}, \"city\": {}, \"weights_from\": {}, \"answers\": {}, \"max_deviation_pp\": "
-        "{}, "
-        "\"longest_run\": {}, \"longest_run_address\": {}, \"leaked_answers\": {}, \"addresses\": [",
-        i ? "," : "", JsonString(row.name), JsonString(row.city), JsonString(row.weights_from), row.answers,
-        Num(row.max_deviation_pp), row.longest_run, JsonString(row.longest_run_address), row.leaked_answers);
-    for (size_t k = 0; k < row.addresses.size(); ++k) {
-      const AddressShare& a = row.addresses[k];
-      s += fmt::format(
-          "{}\n      {{\"address\": {}, \"answers\": {}, \"observed_pct\": {}, \"weight\": {}, "
-          "\"expected_pct\": {}}}",
-          k ? "," : "", JsonString(a.address), a.answers, Num(a.observed_pct), a.weight, Num(a.expected_pct));
+  Json shares = Json::array();
+  for (const NameCityShare& row : r.shares) {
+    Json addresses = Json::array();
+    for (const AddressShare& a : row.addresses) {
+      addresses.push_back(Json{{"address", a.address},
+                               {"answers", a.answers},
+                               {"observed_pct", Num(a.observed_pct)},
+                               {"weight", a.weight},
+                               {"expected_pct", Num(a.expected_pct)}});
     }
-    s += "]}";
+    shares.push_back(Json{{"name", row.name},
+                          {"city", row.city},
+                          {"weights_from", row.weights_from},
+                          {"answers", row.answers},
+                          {"max_deviation_pp", Num(row.max_deviation_pp)},
+                          {"longest_run", row.longest_run},
+                          {"longest_run_address", row.longest_run_address},
+                          {"leaked_answers", row.leaked_answers},
+                          {"addresses", std::move(addresses)}});
   }
-  s += "\n  ]\n}\n";
-  return s;
+  const Json doc{{"server", r.server},
+                 {"mode", r.mode},
+                 {"threads", r.threads},
+                 {"duration_s", Num(r.duration_s)},
+                 {"notes", notes},
+                 {"sent", r.sent},
+                 {"sent_tcp", r.sent_tcp},
+                 {"answered", r.answered},
+                 {"timeouts", r.timeouts},
+                 {"mismatched", r.mismatched},
+                 {"truncated", r.truncated},
+                 {"send_errors", r.send_errors},
+                 {"tcp_errors", r.tcp_errors},
+                 {"qps_sent", Num(r.qps_sent())},
+                 {"qps_answered", Num(r.qps_answered())},
+                 {"loss_pct", Num(r.loss_pct())},
+                 {"rcodes", std::move(rcodes)},
+                 {"latency_us", Json{{"count", r.latency.count()},
+                                     {"mean", Num(r.latency.MeanUs())},
+                                     {"p50", Num(r.latency.QuantileUs(0.5))},
+                                     {"p90", Num(r.latency.QuantileUs(0.9))},
+                                     {"p99", Num(r.latency.QuantileUs(0.99))},
+                                     {"p999", Num(r.latency.QuantileUs(0.999))},
+                                     {"max", Num(static_cast<double>(r.latency.max_ns()) / 1000.0)}}},
+                 {"latency_histogram_us", std::move(histogram)},
+                 {"timeline", std::move(timeline)},
+                 {"worst_deviation_pp", Num(r.worst_deviation_pp)},
+                 {"leaked_answers", r.leaked_answers},
+                 {"shares", std::move(shares)}};
+  // Invalid UTF-8 (a name is bytes) replaced rather than thrown on.
+  return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {

@@ -113,28 +113,12 @@ bool PrometheusWriter::Family::BeginSample(std::string_view suffix, MetricLabels
       return false;
     }
   }
-  samples_ += name_;
-  samples_ += suffix;
-  if (!labels.span().empty() || !le.empty()) {
-    samples_ += '{';
-    bool first = true;
-    for (const MetricLabel& l : labels.span()) {
-      if (!first) samples_ += ',';
-      first = false;
-      samples_ += l.name;
-      samples_ += "=\"";
-      samples_ += PrometheusEscapeLabelValue(l.value);
-      samples_ += '"';
-    }
-    if (!le.empty()) {
-      if (!first) samples_ += ',';
-      samples_ += "le=\"";
-      samples_ += le;
-      samples_ += '"';
-    }
-    samples_ += '}';
-  }
-  samples_ += ' ';
+  MetricSample& s = samples_.emplace_back();
+  s.name = Cat(name_, suffix);
+  s.labels.reserve(labels.span().size() + (le.empty() ? 0 : 1));
+  for (const MetricLabel& l : labels.span()) s.labels.emplace_back(l.name, l.value);
+  if (!le.empty()) s.labels.emplace_back("le", le);
+  s.value = uint64_t{0};
   return true;
 }
 
@@ -144,8 +128,7 @@ void PrometheusWriter::Family::AddUnsigned(MetricLabels labels, uint64_t v) {
     return;
   }
   if (!BeginSample("", labels, "")) return;
-  AppendUnsigned(&samples_, v);
-  samples_ += '\n';
+  samples_.back().value = v;
 }
 
 void PrometheusWriter::Family::AddSigned(MetricLabels labels, int64_t v) {
@@ -159,10 +142,7 @@ void PrometheusWriter::Family::AddSigned(MetricLabels labels, int64_t v) {
     return;
   }
   if (!BeginSample("", labels, "")) return;
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  samples_.append(buf, r.ptr);
-  samples_ += '\n';
+  samples_.back().value = v;
 }
 
 void PrometheusWriter::Family::AddDouble(MetricLabels labels, double v) {
@@ -175,8 +155,7 @@ void PrometheusWriter::Family::AddDouble(MetricLabels labels, double v) {
     return;
   }
   if (!BeginSample("", labels, "")) return;
-  samples_ += PrometheusDouble(v);
-  samples_ += '\n';
+  samples_.back().value = v;
 }
 
 void PrometheusWriter::Family::Histogram(MetricLabels labels, std::span<const double> bounds,
@@ -201,22 +180,18 @@ void PrometheusWriter::Family::Histogram(MetricLabels labels, std::span<const do
     cumulative += buckets[i];
     const std::string le = i < bounds.size() ? PrometheusDouble(bounds[i]) : std::string("+Inf");
     if (!BeginSample("_bucket", labels, le)) return;
-    AppendUnsigned(&samples_, cumulative);
-    samples_ += '\n';
+    samples_.back().value = cumulative;
   }
-  BeginSample("_sum", labels, "");
-  samples_ += PrometheusDouble(sum);
-  samples_ += '\n';
-  BeginSample("_count", labels, "");
-  AppendUnsigned(&samples_, cumulative);
-  samples_ += '\n';
+  if (BeginSample("_sum", labels, "")) samples_.back().value = sum;
+  if (BeginSample("_count", labels, "")) samples_.back().value = cumulative;
 }
 
 absl::StatusOr<std::string> PrometheusWriter::Render() const {
   if (!error_.empty()) return absl::InternalError(error_);
   std::string out;
   size_t size = 0;
-  for (const auto& f : families_) size += f->samples_.size() + f->help_.size() + 2 * f->name_.size() + 32;
+  for (const auto& f : families_)
+    size += f->samples_.size() * 64 + f->help_.size() + 2 * f->name_.size() + 32;
   out.reserve(size);
   for (const auto& f : families_) {
     out += "# HELP ";
@@ -228,8 +203,42 @@ absl::StatusOr<std::string> PrometheusWriter::Render() const {
     out += ' ';
     out += TypeName(f->type_);
     out += '\n';
-    out += f->samples_;
+    for (const MetricSample& s : f->samples_) {
+      out += s.name;
+      if (!s.labels.empty()) {
+        out += '{';
+        for (size_t i = 0; i < s.labels.size(); ++i) {
+          if (i > 0) out += ',';
+          out += s.labels[i].first;
+          out += "=\"";
+          out += PrometheusEscapeLabelValue(s.labels[i].second);
+          out += '"';
+        }
+        out += '}';
+      }
+      out += ' ';
+      if (const auto* u = std::get_if<uint64_t>(&s.value)) {
+        AppendUnsigned(&out, *u);
+      } else if (const auto* i = std::get_if<int64_t>(&s.value)) {
+        char buf[24];
+        const auto r = std::to_chars(buf, buf + sizeof(buf), *i);
+        out.append(buf, r.ptr);
+      } else {
+        out += PrometheusDouble(std::get<double>(s.value));
+      }
+      out += '\n';
+    }
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<MetricSample>> PrometheusWriter::Samples() const {
+  if (!error_.empty()) return absl::InternalError(error_);
+  std::vector<MetricSample> out;
+  size_t n = 0;
+  for (const auto& f : families_) n += f->samples_.size();
+  out.reserve(n);
+  for (const auto& f : families_) out.insert(out.end(), f->samples_.begin(), f->samples_.end());
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "weir/common/histogram.h"
 #include "weir/common/log.h"
@@ -12,17 +13,20 @@
 #include "weir/dns/message.h"
 #include "weir/fastpath/node.h"
 #include "weir/mgmt/node_client.h"
+#include "weir/mgmt/structured_reply.h"
 
 namespace weir::fastpath {
 
 using common::Cat;
 using common::CatTo;
-using common::JsonString;
 using common::ToStd;
 using mgmt::AddressText;
+using mgmt::CellText;
 using mgmt::ControlArgs;
 using mgmt::ControlReply;
 using mgmt::ControlRequest;
+using mgmt::Json;
+using mgmt::StructuredReply;
 using partitions::CacheEntry;
 using partitions::Partition;
 
@@ -162,10 +166,10 @@ absl::StatusOr<Selection> ParseSelection(const ControlArgs& a, const partitions:
   return s;
 }
 
-std::string Ratio(uint64_t hits, uint64_t lookups) {
-  if (lookups == 0) return "-";
+// "12.3%", "0.50ms": a number of a row as the text shows it.
+std::string Printf(const char* format, double v) {
   char b[32];
-  std::snprintf(b, sizeof(b), "%.4f", static_cast<double>(hits) / static_cast<double>(lookups));
+  std::snprintf(b, sizeof(b), format, v);
   return b;
 }
 
@@ -196,9 +200,11 @@ ControlReply Node::Control(const ControlRequest& r) {
     if (no_args()) reply = CacheStatsReply();
   } else if (r.verb == "stats") {
     if (no_args()) {
-      auto text = RenderMetrics();
-      reply = text.ok() ? ControlReply{true, mgmt::MetricsAsTable(*text), mgmt::MetricsAsJson(*text)}
-                        : ControlReply::Error(std::string(ToStd(text.status().message())));
+      common::PrometheusWriter w;
+      WriteMetrics(w);
+      auto samples = w.Samples();
+      reply = samples.ok() ? mgmt::MetricsReply(*samples).Render()
+                           : ControlReply::Error(std::string(ToStd(samples.status().message())));
     }
   } else if (r.verb == "reload") {
     if (no_args()) {
@@ -208,8 +214,10 @@ ControlReply Node::Control(const ControlRequest& r) {
         st = Reload();
       }
       common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
-      reply = st.ok() ? ControlReply{true, "reloaded the city map and tags\n", "{\"reloaded\":true}"}
-                      : ControlReply::Error(std::string(ToStd(st.message())));
+      reply =
+          st.ok()
+              ? StructuredReply(Json{{"reloaded", true}}).Text("reloaded the city map and tags\n").Render()
+              : ControlReply::Error(std::string(ToStd(st.message())));
     }
   } else if (r.verb == "upstreams") {
     if (no_args()) reply = UpstreamsReply();
@@ -240,7 +248,11 @@ ControlReply Node::CacheFlush(const ControlRequest& r) {
   if (sel->names.qtype != 0) CatTo(what, " type ", dns::TypeToText(sel->names.qtype));
   if (a->Has("partition")) CatTo(what, " partition ", a->Get("partition"));
   common::LogInfo("control", "cache flush of ", what, " by ", r.actor, ": ", n, " entries");
-  return {true, Cat("flushed ", n, " entries (", what, ")\n"), Cat("{\"flushed\":", n, "}")};
+  StructuredReply reply(Json{{"flushed", n}});
+  reply.Block([what](const Json& doc) {
+    return Cat("flushed ", CellText(doc, "flushed"), " entries (", what, ")\n");
+  });
+  return reply.Render();
 }
 
 ControlReply Node::CacheDump(const ControlRequest& r) {
@@ -342,115 +354,147 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
     }
   }
 
-  auto swrr_text = [&](size_t k, size_t i, bool json) {
-    std::string out;
-    for (size_t wi = 0; wi < current[k].size(); ++wi) {
-      const std::vector<int16_t>& c = current[k][wi];
-      if (json) {
-        CatTo(out, wi ? "," : "", c.empty() ? std::string("null") : Cat(c[i]));
-      } else {
-        CatTo(out, wi ? " " : "", "w", workers[wi], "=", c.empty() ? std::string("-") : Cat(c[i]));
-      }
-    }
-    return out;
-  };
-  std::string text =
-      Cat("# ", raws.size(), truncated ? "+" : "", " entries at clock ", now,
-          "; swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
-          "has not answered it)\n");
-  std::vector<std::vector<std::string>> table = {
-      {"NAME", "TYPE", "PARTITION", "LEVEL", "KIND", "TTL", "LEFT", "ORIGIN"}};
-  std::string json = "{\"entries\":[";
-  std::string details;
+  StructuredReply reply;
+  Json& entries = reply.json()["entries"] = Json::array();
   for (size_t k = 0; k < raws.size(); ++k) {
     const Raw& x = raws[k];
-    const std::string name = dns::NameKeyToText(x.qname);
-    const std::string type = dns::TypeToText(x.qtype);
-    const std::string partition = PartitionText(cm, x.partition);
-    const std::string level = LevelText(x.partition);
     const int64_t left = static_cast<int64_t>(x.expires) - static_cast<int64_t>(now);
     const std::string origin = left <= 0                                                        ? "stale"
                                : learned != nullptr && learned->Lookup(x.qname, now) != nullptr ? "learned"
                                                                                                 : "fetched";
-    table.push_back({name, type, partition, level, KindText(x.kind), Cat(x.ttl),
-                     left > 0 ? Cat(left) : Cat("stale ", -left, "s"), origin});
-    CatTo(json, k ? "," : "", "{\"name\":", JsonString(name), ",\"type\":", JsonString(type),
-          ",\"partition\":", JsonString(partition), ",\"level\":", JsonString(level),
-          ",\"kind\":", JsonString(KindText(x.kind)), ",\"ttl\":", x.ttl,
-          ",\"ttl_left\":", std::max<int64_t>(left, 0), ",\"stale_for\":", std::max<int64_t>(-left, 0),
-          ",\"origin\":", JsonString(origin), ",\"answers\":", x.answers,
-          ",\"weighted\":", x.has_weights ? "true" : "false", ",\"addresses\":[");
+    Json& e = entries.emplace_back(Json{{"name", dns::NameKeyToText(x.qname)},
+                                        {"type", dns::TypeToText(x.qtype)},
+                                        {"partition", PartitionText(cm, x.partition)},
+                                        {"level", LevelText(x.partition)},
+                                        {"kind", KindText(x.kind)},
+                                        {"ttl", x.ttl},
+                                        {"ttl_left", std::max<int64_t>(left, 0)},
+                                        {"stale_for", std::max<int64_t>(-left, 0)},
+                                        {"origin", origin},
+                                        {"answers", x.answers},
+                                        {"weighted", x.has_weights},
+                                        {"addresses", Json::array()}});
     const size_t count = x.address_len == 0 ? 0 : x.addresses.size() / x.address_len;
-    if (count > 0) {
-      CatTo(details, name, " ", type, " ", partition,
-            x.has_weights ? " (weights from upstream)" : " (no weights: equal)", "\n");
-    }
     for (size_t i = 0; i < count; ++i) {
-      const std::string address = AddressText(x.addresses.data() + i * x.address_len, x.address_len);
-      const unsigned weight = i < x.weights.size() ? x.weights[i] : 1;
-      CatTo(json, i ? "," : "", "{\"address\":", JsonString(address), ",\"weight\":", weight);
-      if (!current[k].empty()) CatTo(json, ",\"swrr_current\":[", swrr_text(k, i, true), "]");
-      json += "}";
-      CatTo(details, "  ", address, " weight ", weight,
-            current[k].empty() ? std::string() : Cat(" swrr ", swrr_text(k, i, false)), "\n");
+      Json& a = e["addresses"].emplace_back(
+          Json{{"address", AddressText(x.addresses.data() + i * x.address_len, x.address_len)},
+               {"weight", i < x.weights.size() ? unsigned{x.weights[i]} : 1u}});
+      if (current[k].empty()) continue;
+      // Each worker's value, null when that worker holds none.
+      Json& swrr = a["swrr_current"] = Json::array();
+      for (const std::vector<int16_t>& c : current[k]) swrr.push_back(c.empty() ? Json(nullptr) : Json(c[i]));
     }
-    json += "]}";
   }
-  CatTo(json, "],\"count\":", raws.size(), ",\"truncated\":", truncated ? "true" : "false",
-        ",\"clock\":", now, ",\"workers\":", workers.size(),
-        ",\"workers_answered\":", probe.items.empty() ? 0 : workers_answered,
-        ",\"swrr_rows\":", probed.size(), "}");
-  text += mgmt::TextTable(table);
-  if (!details.empty()) text += "\n" + details;
+  reply.json()["count"] = raws.size();
+  reply.json()["truncated"] = truncated;
+  reply.json()["clock"] = now;
+  reply.json()["workers"] = workers.size();
+  reply.json()["workers_answered"] = probe.items.empty() ? 0 : workers_answered;
+  reply.json()["swrr_rows"] = probed.size();
+
+  reply.Block([](const Json& doc) {
+    return Cat("# ", CellText(doc, "count"), doc["truncated"].get<bool>() ? "+" : "", " entries at clock ",
+               CellText(doc, "clock"),
+               "; swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
+               "has not answered it)\n");
+  });
+  reply.Table("/entries", {StructuredReply::Field("NAME", "name"),
+                           StructuredReply::Field("TYPE", "type"),
+                           StructuredReply::Field("PARTITION", "partition"),
+                           StructuredReply::Field("LEVEL", "level"),
+                           StructuredReply::Field("KIND", "kind"),
+                           StructuredReply::Field("TTL", "ttl"),
+                           {"LEFT",
+                            [](const Json& e) {
+                              return e["ttl_left"].get<int64_t>() > 0
+                                         ? CellText(e, "ttl_left")
+                                         : Cat("stale ", CellText(e, "stale_for"), "s");
+                            }},
+                           StructuredReply::Field("ORIGIN", "origin")});
+  // Each entry's addresses, weights and SWRR positions (w<slot>=value).
+  reply.Block([](const Json& doc) {
+    std::string details;
+    for (const Json& e : doc["entries"]) {
+      if (e["addresses"].empty()) continue;
+      CatTo(details, CellText(e, "name"), " ", CellText(e, "type"), " ", CellText(e, "partition"),
+            e["weighted"].get<bool>() ? " (weights from upstream)" : " (no weights: equal)", "\n");
+      for (const Json& a : e["addresses"]) {
+        CatTo(details, "  ", CellText(a, "address"), " weight ", CellText(a, "weight"));
+        if (a.contains("swrr_current")) {
+          details += " swrr";
+          size_t w = 0;
+          for (const Json& c : a["swrr_current"]) CatTo(details, " w", w++, "=", CellText(c));
+        }
+        details += "\n";
+      }
+    }
+    return details.empty() ? details : "\n" + details;
+  });
   if (weighted_rows > probed.size()) {
-    CatTo(text, "# SWRR positions shown for the first ", probed.size(), " of ", weighted_rows,
-          " weighted entries: narrow the dump for the others\n");
+    reply.Block([weighted_rows](const Json& doc) {
+      return Cat("# SWRR positions shown for the first ", CellText(doc, "swrr_rows"), " of ", weighted_rows,
+                 " weighted entries: narrow the dump for the others\n");
+    });
   }
-  if (truncated)
-    CatTo(text, "# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n");
-  return {true, std::move(text), std::move(json)};
+  if (truncated) {
+    reply.Text(Cat("# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n"));
+  }
+  return reply.Render();
 }
 
 ControlReply Node::CacheStatsReply() {
   const partitions::CacheStats s = shared_.cache->stats();
   const std::vector<partitions::PartitionCacheStats> groups = shared_.cache->partition_stats();
   const partitions::CityMap* cm = shared_.citymap.Get();
-  std::string text = Cat(
-      "entries ", s.entries, "\nbytes ", s.bytes, " of ", shared_.cache->options().byte_budget, " (index ",
-      s.index_bytes, ")\nslab bytes ", s.slab_bytes, "\ninserts ", s.inserts, "\nreplaces ", s.replaces,
-      "\nevictions ", s.evictions, "\nexpired evictions ", s.expired_evictions, "\nflushed ", s.flushed,
-      "\ninserts refused busy ", s.busy, "\ninserts refused reclaiming ", s.reclaiming, "\n\n");
-  std::vector<std::vector<std::string>> table = {
-      {"PARTITION", "ENTRIES", "BYTES", "INSERTS", "EVICTIONS", "EXPIRED", "FLUSHED"}};
-  std::string json =
-      Cat("{\"entries\":", s.entries, ",\"bytes\":", s.bytes,
-          ",\"budget_bytes\":", shared_.cache->options().byte_budget, ",\"index_bytes\":", s.index_bytes,
-          ",\"slab_bytes\":", s.slab_bytes, ",\"inserts\":", s.inserts, ",\"replaces\":", s.replaces,
-          ",\"evictions\":", s.evictions, ",\"expired_evictions\":", s.expired_evictions,
-          ",\"flushed\":", s.flushed, ",\"busy\":", s.busy, ",\"reclaiming\":", s.reclaiming,
-          ",\"partitions\":[");
-  bool first = true;
+  StructuredReply reply(Json{{"entries", s.entries},
+                             {"bytes", s.bytes},
+                             {"budget_bytes", shared_.cache->options().byte_budget},
+                             {"index_bytes", s.index_bytes},
+                             {"slab_bytes", s.slab_bytes},
+                             {"inserts", s.inserts},
+                             {"replaces", s.replaces},
+                             {"evictions", s.evictions},
+                             {"expired_evictions", s.expired_evictions},
+                             {"flushed", s.flushed},
+                             {"busy", s.busy},
+                             {"reclaiming", s.reclaiming},
+                             {"partitions", Json::array()}});
   for (size_t g = 0; g < groups.size(); ++g) {
     const partitions::PartitionCacheStats& p = groups[g];
     if (p.inserts == 0) continue;
-    const std::string name = g == 0   ? std::string("common")
-                             : g == 1 ? std::string("subnet")
-                                      : CityName(cm, g - 2);
-    table.push_back({name, Cat(p.entries), Cat(p.bytes), Cat(p.inserts), Cat(p.evictions),
-                     Cat(p.expired_evictions), Cat(p.flushed)});
-    CatTo(json, first ? "" : ",", "{\"partition\":", JsonString(name), ",\"entries\":", p.entries,
-          ",\"bytes\":", p.bytes, ",\"inserts\":", p.inserts, ",\"evictions\":", p.evictions,
-          ",\"expired_evictions\":", p.expired_evictions, ",\"flushed\":", p.flushed, "}");
-    first = false;
+    reply.json()["partitions"].push_back(Json{{"partition", g == 0   ? std::string("common")
+                                                            : g == 1 ? std::string("subnet")
+                                                                     : CityName(cm, g - 2)},
+                                              {"entries", p.entries},
+                                              {"bytes", p.bytes},
+                                              {"inserts", p.inserts},
+                                              {"evictions", p.evictions},
+                                              {"expired_evictions", p.expired_evictions},
+                                              {"flushed", p.flushed}});
   }
-  return {true, text + mgmt::TextTable(table), json + "]}"};
+  reply.Block([](const Json& d) {
+    return Cat("entries ", CellText(d, "entries"), "\nbytes ", CellText(d, "bytes"), " of ",
+               CellText(d, "budget_bytes"), " (index ", CellText(d, "index_bytes"), ")\nslab bytes ",
+               CellText(d, "slab_bytes"), "\ninserts ", CellText(d, "inserts"), "\nreplaces ",
+               CellText(d, "replaces"), "\nevictions ", CellText(d, "evictions"), "\nexpired evictions ",
+               CellText(d, "expired_evictions"), "\nflushed ", CellText(d, "flushed"),
+               "\ninserts refused busy ", CellText(d, "busy"), "\ninserts refused reclaiming ",
+               CellText(d, "reclaiming"), "\n\n");
+  });
+  reply.Table(
+      "/partitions",
+      {StructuredReply::Field("PARTITION", "partition"), StructuredReply::Field("ENTRIES", "entries"),
+       StructuredReply::Field("BYTES", "bytes"), StructuredReply::Field("INSERTS", "inserts"),
+       StructuredReply::Field("EVICTIONS", "evictions"),
+       StructuredReply::Field("EXPIRED", "expired_evictions"), StructuredReply::Field("FLUSHED", "flushed")});
+  return reply.Render();
 }
 
 ControlReply Node::UpstreamsReply() const {
-  std::vector<std::vector<std::string>> table = {{"GROUP", "UPSTREAM", "STATE", "RING SHARE", "QUERIES",
-                                                  "ANSWERS", "TIMEOUTS", "MEAN LATENCY", "P99 LATENCY"}};
-  std::string json = "{\"upstreams\":[";
-  bool first = true;
+  StructuredReply reply(Json{{"upstreams", Json::array()}});
+  // The p99 (the upper bound of the bucket holding it, ">max" past the
+  // last) is the text's alone: by group and upstream.
+  std::map<std::pair<std::string, std::string>, std::string> p99s;
   for (int g = 0; g < 2; ++g) {
     const std::vector<double> shares = forwarder_->RingShares(g == 1);
     const auto& stats = forwarder_->upstream_stats(g == 1);
@@ -461,29 +505,44 @@ ControlReply Node::UpstreamsReply() const {
       u.latency.AddTo(buckets, &sum);
       uint64_t count = 0;
       for (uint64_t b : buckets) count += b;
-      // p99: the upper bound of the bucket holding it (">max" past the last).
-      std::string p99 = "-";
+      const char* group = g ? "weighted" : "ordinary";
       if (count > 0) {
         const size_t b = common::QuantileBucket(buckets, 0.99);
-        p99 = b < kUpstreamLatencyBounds.size() ? Cat("<=", kUpstreamLatencyBounds[b] * 1000, "ms") : ">max";
+        p99s[{group, u.name}] =
+            b < kUpstreamLatencyBounds.size() ? Cat("<=", kUpstreamLatencyBounds[b] * 1000, "ms") : ">max";
       }
-      const double mean_ms = count > 0 ? sum * 1000.0 / static_cast<double>(count) : 0;
-      char mean[32], share[32];
-      std::snprintf(mean, sizeof(mean), "%.2fms", mean_ms);
-      std::snprintf(share, sizeof(share), "%.1f%%", 100.0 * (i < shares.size() ? shares[i] : 0));
-      const bool up = u.up.load(std::memory_order_relaxed);
-      const char* group = g ? "weighted" : "ordinary";
-      table.push_back({group, u.name, up ? "up" : "down", share, Cat(u.queries.Read()), Cat(u.answers.Read()),
-                       Cat(u.timeouts.Read()), count > 0 ? std::string(mean) : "-", p99});
-      CatTo(json, first ? "" : ",", "{\"group\":", JsonString(group), ",\"upstream\":", JsonString(u.name),
-            ",\"up\":", up ? "true" : "false", ",\"ring_share\":", i < shares.size() ? shares[i] : 0,
-            ",\"queries\":", u.queries.Read(), ",\"answers\":", u.answers.Read(),
-            ",\"timeouts\":", u.timeouts.Read(), ",\"latency_count\":", count,
-            ",\"latency_mean_seconds\":", count > 0 ? sum / static_cast<double>(count) : 0, "}");
-      first = false;
+      reply.json()["upstreams"].push_back(
+          Json{{"group", group},
+               {"upstream", u.name},
+               {"up", u.up.load(std::memory_order_relaxed)},
+               {"ring_share", i < shares.size() ? shares[i] : 0.0},
+               {"queries", u.queries.Read()},
+               {"answers", u.answers.Read()},
+               {"timeouts", u.timeouts.Read()},
+               {"latency_count", count},
+               {"latency_mean_seconds", count > 0 ? sum / static_cast<double>(count) : 0.0}});
     }
   }
-  return {true, mgmt::TextTable(table), json + "]}"};
+  reply.Table(
+      "/upstreams",
+      {StructuredReply::Field("GROUP", "group"),
+       StructuredReply::Field("UPSTREAM", "upstream"),
+       {"STATE", [](const Json& u) { return std::string(u["up"].get<bool>() ? "up" : "down"); }},
+       {"RING SHARE", [](const Json& u) { return Printf("%.1f%%", 100.0 * u["ring_share"].get<double>()); }},
+       StructuredReply::Field("QUERIES", "queries"),
+       StructuredReply::Field("ANSWERS", "answers"),
+       StructuredReply::Field("TIMEOUTS", "timeouts"),
+       {"MEAN LATENCY",
+        [](const Json& u) {
+          return u["latency_count"].get<uint64_t>() > 0
+                     ? Printf("%.2fms", u["latency_mean_seconds"].get<double>() * 1000.0)
+                     : std::string("-");
+        }},
+       {"P99 LATENCY", [p99s = std::move(p99s)](const Json& u) {
+          auto it = p99s.find({u["group"].get<std::string>(), u["upstream"].get<std::string>()});
+          return it == p99s.end() ? std::string("-") : it->second;
+        }}});
+  return reply.Render();
 }
 
 ControlReply Node::PartitionsReply() const {
@@ -503,42 +562,59 @@ ControlReply Node::PartitionsReply() const {
     }
   }
   const std::vector<partitions::PartitionCacheStats> groups = shared_.cache->partition_stats();
-  auto counts = [&](size_t slot, uint64_t* lookups, uint64_t* hits) {
-    *lookups = *hits = 0;
-    for (const auto& c : cores_) {
-      *lookups += c->handler().partition_lookups(slot);
-      *hits += c->handler().partition_hits(slot);
-    }
-  };
   auto entries = [&](size_t group) { return group < groups.size() ? groups[group].entries : 0; };
-  std::vector<std::vector<std::string>> table = {
-      {"PARTITION", "PREFIXES", "ECS V4", "ECS V6", "LOOKUPS", "HITS", "HIT RATIO", "ENTRIES"}};
-  std::string json =
-      Cat("{\"source\":", JsonString(source), ",\"cities\":", cities,
-          ",\"default_city\":", JsonString(cm != nullptr ? CityName(cm, cm->default_city()) : ""),
-          ",\"partitions\":[");
+  StructuredReply reply(Json{{"source", source},
+                             {"cities", cities},
+                             {"default_city", cm != nullptr ? CityName(cm, cm->default_city()) : ""},
+                             {"partitions", Json::array()}});
   auto add = [&](const std::string& name, const std::string& level, size_t slot, size_t group,
-                 size_t n_prefixes, const std::string& v4, const std::string& v6, bool first) {
-    uint64_t lookups, hits;
-    counts(slot, &lookups, &hits);
-    table.push_back({name, level == "city" ? Cat(n_prefixes) : std::string("-"), v4, v6, Cat(lookups),
-                     Cat(hits), Ratio(hits, lookups), Cat(entries(group))});
-    CatTo(json, first ? "" : ",", "{\"partition\":", JsonString(name), ",\"level\":", JsonString(level),
-          ",\"prefixes\":", n_prefixes, ",\"ecs_v4\":", JsonString(v4), ",\"ecs_v6\":", JsonString(v6),
-          ",\"lookups\":", lookups, ",\"hits\":", hits,
-          ",\"hit_ratio\":", lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0,
-          ",\"entries\":", entries(group), "}");
+                 size_t n_prefixes, const std::string& v4, const std::string& v6) {
+    uint64_t lookups = 0, hits = 0;
+    for (const auto& c : cores_) {
+      lookups += c->handler().partition_lookups(slot);
+      hits += c->handler().partition_hits(slot);
+    }
+    reply.json()["partitions"].push_back(
+        Json{{"partition", name},
+             {"level", level},
+             {"prefixes", n_prefixes},
+             {"ecs_v4", v4},
+             {"ecs_v6", v6},
+             {"lookups", lookups},
+             {"hits", hits},
+             {"hit_ratio", lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0.0},
+             {"entries", entries(group)}});
   };
-  add("common", "global", 0, 0, 0, "-", "-", true);
+  add("common", "global", 0, 0, 0, "-", "-");
   for (size_t id = 0; id < cities; ++id) {
     const partitions::City& c = cm->city(static_cast<partitions::PartitionId>(id));
-    add(c.name, "city", id + 1, id + 2, prefixes[id], EcsText(c.ecs_v4), EcsText(c.ecs_v6), false);
+    add(c.name, "city", id + 1, id + 2, prefixes[id], EcsText(c.ecs_v4), EcsText(c.ecs_v6));
   }
-  add("subnet", "subnet", QueryHandler::kSubnetSlot, 1, 0, "own /24", "own /56", false);
-  std::string text = Cat("city map: ", cities, " cities, ", cm != nullptr ? cm->prefixes().size() : 0,
-                         " prefixes, default city ", cm != nullptr ? CityName(cm, cm->default_city()) : "-",
-                         "\nsource: ", source, "\n\n");
-  return {true, text + mgmt::TextTable(table), json + "]}"};
+  add("subnet", "subnet", QueryHandler::kSubnetSlot, 1, 0, "own /24", "own /56");
+  const size_t all_prefixes = cm != nullptr ? cm->prefixes().size() : 0;
+  reply.Block([all_prefixes](const Json& d) {
+    const std::string default_city = d["default_city"].get<std::string>();
+    return Cat("city map: ", CellText(d, "cities"), " cities, ", all_prefixes, " prefixes, default city ",
+               default_city.empty() ? "-" : default_city, "\nsource: ", CellText(d, "source"), "\n\n");
+  });
+  reply.Table(
+      "/partitions",
+      {StructuredReply::Field("PARTITION", "partition"),
+       {"PREFIXES",
+        [](const Json& p) { return p["level"] == "city" ? CellText(p, "prefixes") : std::string("-"); }},
+       StructuredReply::Field("ECS V4", "ecs_v4"),
+       StructuredReply::Field("ECS V6", "ecs_v6"),
+       StructuredReply::Field("LOOKUPS", "lookups"),
+       StructuredReply::Field("HITS", "hits"),
+       {"HIT RATIO",
+        [](const Json& p) {
+          const auto lookups = p["lookups"].get<uint64_t>();
+          return lookups == 0 ? std::string("-")
+                              : Printf("%.4f", static_cast<double>(p["hits"].get<uint64_t>()) /
+                                                   static_cast<double>(lookups));
+        }},
+       StructuredReply::Field("ENTRIES", "entries")});
+  return reply.Render();
 }
 
 }  // namespace weir::fastpath

@@ -218,6 +218,11 @@ std::string PartitionName(const partitions::CityMap* cm, partitions::Partition p
 
 absl::StatusOr<std::string> Node::RenderMetrics() const {
   common::PrometheusWriter w;
+  WriteMetrics(w);
+  return w.Render();
+}
+
+void Node::WriteMetrics(common::PrometheusWriter& w) const {
   auto sum = [&](auto field) {
     uint64_t t = 0;
     for (const auto& c : cores_) t += field(c->counters());
@@ -405,7 +410,6 @@ absl::StatusOr<std::string> Node::RenderMetrics() const {
   common::AddProcessMetrics(w);
   common::AddBuildInfo(w, "weir-fastpath");
   if (backend_metrics_) backend_metrics_(w);
-  return w.Render();
 }
 
 void Node::RenderPartitions(common::PrometheusWriter& w) const {

@@ -28,6 +28,7 @@
 #include "weir/mgmt/control.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
+#include "weir/mgmt/structured_reply.h"
 
 namespace {
 
@@ -38,40 +39,16 @@ using weir::mgmt::MsgType;
 // stream: {"error": "...", "exit_code": N}.
 bool g_json = false;
 
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+// The error object --json prints.
+std::string ErrorJson(const std::string& msg, int code) {
+  return weir::mgmt::StructuredReply::DumpJson(weir::mgmt::Json{{"error", msg}, {"exit_code", code}});
 }
 
 // Reports a failure (on stderr, and as JSON on stdout with --json) and
 // returns its exit code.
 int Fail(int code, const std::string& msg) {
   std::fprintf(stderr, "weirctl: %s\n", msg.c_str());
-  if (g_json) std::printf("{\"error\": %s, \"exit_code\": %d}\n", JsonString(msg).c_str(), code);
+  if (g_json) std::printf("%s\n", ErrorJson(msg, code).c_str());
   return code;
 }
 
@@ -349,7 +326,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       if (std::string_view(argv[i]) == "--json") g_json = true;
     }
-    if (g_json) std::printf("{\"error\": %s, \"exit_code\": 2}\n", JsonString(e.what()).c_str());
+    if (g_json) std::printf("%s\n", ErrorJson(e.what(), 2).c_str());
     return 2;
   }
 

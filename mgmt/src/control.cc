@@ -21,7 +21,6 @@
 namespace weir::mgmt {
 
 using common::Cat;
-using common::JsonString;
 using common::ToStd;
 
 namespace {
@@ -394,119 +393,6 @@ void ControlServer::Serve(Conn& c) {
   ControlRequest req{msg.fields[2], msg.fields[3], {msg.fields.begin() + 4, msg.fields.end()}};
   requests_.fetch_add(1, std::memory_order_relaxed);
   reply(BoundedReply(handler_(req)));
-}
-
-// ---- Reply helpers.
-
-std::string TextTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& r : rows) {
-    if (r.size() > width.size()) width.resize(r.size());
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
-  std::string out;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line.append(width[i] - r[i].size() + 2, ' ');
-    }
-    out += line + "\n";
-  }
-  return out;
-}
-
-namespace {
-
-struct Sample {
-  std::string_view name;
-  std::vector<std::pair<std::string, std::string>> labels;
-  std::string_view value;
-};
-
-// One sample line of the text exposition: name{a="x",b="y"} value. Label
-// values are unescaped (\\, \", \n). False for anything else.
-bool ParseSample(std::string_view line, Sample* s) {
-  size_t i = 0;
-  while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
-  s->name = line.substr(0, i);
-  s->labels.clear();
-  if (s->name.empty()) return false;
-  if (i < line.size() && line[i] == '{') {
-    ++i;
-    while (i < line.size() && line[i] != '}') {
-      const size_t eq = line.find('=', i);
-      if (eq == std::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"') return false;
-      std::string key(line.substr(i, eq - i)), value;
-      size_t j = eq + 2;
-      for (; j < line.size() && line[j] != '"'; ++j) {
-        if (line[j] == '\\' && j + 1 < line.size()) {
-          ++j;
-          value += line[j] == 'n' ? '\n' : line[j];
-        } else {
-          value += line[j];
-        }
-      }
-      if (j >= line.size()) return false;
-      s->labels.emplace_back(std::move(key), std::move(value));
-      i = j + 1;
-      if (i < line.size() && line[i] == ',') ++i;
-    }
-    if (i >= line.size()) return false;
-    ++i;  // '}'
-  }
-  while (i < line.size() && line[i] == ' ') ++i;
-  const size_t end = line.find(' ', i);  // a timestamp may follow
-  s->value = line.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
-  return !s->value.empty();
-}
-
-// Calls fn(line) for each line of `text` (labels may hold '#': no comment
-// stripping here).
-template <typename Fn>
-void ForEachSampleLine(std::string_view text, Fn fn) {
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    fn(text.substr(0, nl));
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-  }
-}
-
-}  // namespace
-
-std::string MetricsAsTable(std::string_view text) {
-  std::vector<std::vector<std::string>> rows = {{"METRIC", "VALUE"}};
-  ForEachSampleLine(text, [&](std::string_view line) {
-    Sample s;
-    if (line.empty() || line[0] == '#' || !ParseSample(line, &s)) return;
-    std::string name(s.name);
-    if (!s.labels.empty()) {
-      name += "{";
-      for (size_t i = 0; i < s.labels.size(); ++i)
-        name += Cat(i ? "," : "", s.labels[i].first, "=", s.labels[i].second);
-      name += "}";
-    }
-    rows.push_back({name, std::string(s.value)});
-  });
-  return TextTable(rows);
-}
-
-std::string MetricsAsJson(std::string_view text) {
-  std::string out = "[";
-  bool first = true;
-  ForEachSampleLine(text, [&](std::string_view line) {
-    Sample s;
-    if (line.empty() || line[0] == '#' || !ParseSample(line, &s)) return;
-    common::CatTo(out, first ? "" : ",", "{\"name\":", JsonString(s.name), ",\"labels\":{");
-    for (size_t i = 0; i < s.labels.size(); ++i)
-      common::CatTo(out, i ? "," : "", JsonString(s.labels[i].first), ":", JsonString(s.labels[i].second));
-    // Prometheus values are numbers, +Inf, -Inf or NaN: the last three are
-    // not JSON numbers and go as strings.
-    const bool number = s.value != "+Inf" && s.value != "-Inf" && s.value != "NaN";
-    common::CatTo(out, "},\"value\":", number ? std::string(s.value) : JsonString(s.value), "}");
-    first = false;
-  });
-  return out + "]";
 }
 
 }  // namespace weir::mgmt

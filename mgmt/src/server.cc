@@ -26,6 +26,7 @@
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/store.h"
+#include "weir/mgmt/structured_reply.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/loop_mailbox.h"
 #include "weir/net/socket.h"
@@ -33,7 +34,6 @@
 namespace weir::mgmt {
 
 using common::Cat;
-using common::JsonString;
 using common::ToStd;
 
 namespace {
@@ -194,6 +194,7 @@ struct MgmtServer::Impl {
   void NodeControlReply(Conn& node, const Message& m);
   void FinishFanOut(uint64_t id);
   void Reply(Conn& c, bool ok, std::string text, std::string json);
+  void Reply(Conn& c, const StructuredReply& r) { Reply(c, true, r.RenderText(), r.RenderJson()); }
   void Fail(Conn& c, std::string reason);
   void MaybePush(Conn& c);
   void PushAll();
@@ -567,7 +568,9 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     }
     common::LogInfo("ctl", what, " by ", actor, ": version ", *v);
     PushAll();
-    Reply(c, true, Cat(what, ": version ", *v, "\n"), Cat("{\"version\":", *v, "}"));
+    Reply(c, StructuredReply(Json{{"version", *v}}).Block([what](const Json& d) {
+      return Cat(what, ": version ", CellText(d, "version"), "\n");
+    }));
   };
   switch (spec->id) {
     case Command::kTagAdd:
@@ -606,36 +609,43 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
 
 void MgmtServer::Impl::ListTags(Conn& c) {
   const std::string& text = store->snapshot().tags;
-  std::string json = "[";
+  StructuredReply r(Json{{"version", store->version()}, {"tags", Json::array()}});
   size_t start = 0;
-  bool first = true;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    if (!first) json += ",";
-    json += JsonString(std::string_view(text).substr(start, end - start));
-    first = false;
+    r.json()["tags"].push_back(text.substr(start, end - start));
     start = end + 1;
   }
-  return Reply(c, true, text, Cat("{\"version\":", store->version(), ",\"tags\":", json, "]}"));
+  // The tags file: one line per tag.
+  r.Block([](const Json& d) {
+    std::string out;
+    for (const Json& line : d["tags"]) out += line.get<std::string>() + "\n";
+    return out;
+  });
+  return Reply(c, r);
 }
 
 void MgmtServer::Impl::ListCitymap(Conn& c) {
-  return Reply(
-      c, true, store->snapshot().citymap,
-      Cat("{\"version\":", store->version(), ",\"citymap\":", JsonString(store->snapshot().citymap), "}"));
+  StructuredReply r(Json{{"version", store->version()}, {"citymap", store->snapshot().citymap}});
+  r.Block([](const Json& d) { return d["citymap"].get<std::string>(); });
+  return Reply(c, r);
 }
 
 void MgmtServer::Impl::Status(Conn& c) {
   size_t nodes = 0;
   for (auto& [fd, x] : conns) nodes += x.role == Role::kNode;
   const Snapshot& s = store->snapshot();
-  size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
-  return Reply(c, true,
-               Cat("version ", s.version, "\ntags ", tags, "\ncitymap bytes ", s.citymap.size(),
-                   "\nnodes connected ", nodes, "\n"),
-               Cat("{\"version\":", s.version, ",\"tags\":", tags, ",\"citymap_bytes\":", s.citymap.size(),
-                   ",\"nodes_connected\":", nodes, "}"));
+  const size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
+  StructuredReply r(Json{{"version", s.version},
+                         {"tags", tags},
+                         {"citymap_bytes", s.citymap.size()},
+                         {"nodes_connected", nodes}});
+  r.Block([](const Json& d) {
+    return Cat("version ", CellText(d, "version"), "\ntags ", CellText(d, "tags"), "\ncitymap bytes ",
+               CellText(d, "citymap_bytes"), "\nnodes connected ", CellText(d, "nodes_connected"), "\n");
+  });
+  return Reply(c, r);
 }
 
 void MgmtServer::Impl::ForgetNode(Conn& c, const std::string& actor, const std::string& node) {
@@ -650,7 +660,9 @@ void MgmtServer::Impl::ForgetNode(Conn& c, const std::string& actor, const std::
     return Reply(c, false, Text(st.message()), "");
   }
   common::LogInfo("ctl", "node ", node, " forgotten by ", actor);
-  return Reply(c, true, Cat("node ", node, " forgotten\n"), Cat("{\"forgotten\":", JsonString(node), "}"));
+  return Reply(c, StructuredReply(Json{{"forgotten", node}}).Block([](const Json& d) {
+    return Cat("node ", CellText(d, "forgotten"), " forgotten\n");
+  }));
 }
 
 void MgmtServer::Impl::ListNodes(Conn& c) {
@@ -660,26 +672,34 @@ void MgmtServer::Impl::ListNodes(Conn& c) {
     return Reply(c, false, Text(recs.status().message()), "");
   }
   const uint64_t current = store->version();
-  std::string text = Cat("current version ", current, "\n");
-  std::string json = Cat("{\"version\":", current, ",\"nodes\":[");
-  bool first = true;
-  for (const NodeRecord& r : *recs) {
+  StructuredReply r(Json{{"version", current}, {"nodes", Json::array()}});
+  for (const NodeRecord& n : *recs) {
     bool connected = false;
-    for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == r.node_id);
-    std::string state = r.acked_version == current ? "in-sync" : "behind";
-    if (r.nack_version > r.acked_version) state = Cat("rejected ", r.nack_version, ": ", r.nack_reason);
-    common::CatTo(text, r.node_id, " kind=", r.kind, " connected=", connected ? "yes" : "no",
-                  " version=", r.acked_version, " state=", state, " peer=", r.peer,
-                  " last_seen=", TimeText(r.last_seen), "\n");
-    common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(r.node_id),
-                  ",\"kind\":", JsonString(r.kind), ",\"connected\":", connected ? "true" : "false",
-                  ",\"version\":", r.acked_version,
-                  ",\"in_sync\":", r.acked_version == current ? "true" : "false",
-                  ",\"nack_version\":", r.nack_version, ",\"nack_reason\":", JsonString(r.nack_reason),
-                  ",\"peer\":", JsonString(r.peer), ",\"last_seen\":", r.last_seen, "}");
-    first = false;
+    for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == n.node_id);
+    r.json()["nodes"].push_back(Json{{"node", n.node_id},
+                                     {"kind", n.kind},
+                                     {"connected", connected},
+                                     {"version", n.acked_version},
+                                     {"in_sync", n.acked_version == current},
+                                     {"nack_version", n.nack_version},
+                                     {"nack_reason", n.nack_reason},
+                                     {"peer", n.peer},
+                                     {"last_seen", n.last_seen}});
   }
-  return Reply(c, true, text, json + "]}");
+  r.Block([](const Json& d) {
+    std::string text = Cat("current version ", CellText(d, "version"), "\n");
+    for (const Json& n : d["nodes"]) {
+      std::string state = n["in_sync"].get<bool>() ? "in-sync" : "behind";
+      if (n["nack_version"].get<uint64_t>() > n["version"].get<uint64_t>())
+        state = Cat("rejected ", CellText(n, "nack_version"), ": ", CellText(n, "nack_reason"));
+      common::CatTo(text, CellText(n, "node"), " kind=", CellText(n, "kind"),
+                    " connected=", CellText(n, "connected"), " version=", CellText(n, "version"),
+                    " state=", state, " peer=", CellText(n, "peer"),
+                    " last_seen=", TimeText(n["last_seen"].get<int64_t>()), "\n");
+    }
+    return text;
+  });
+  return Reply(c, r);
 }
 
 void MgmtServer::Impl::ListAudit(Conn& c, const std::vector<std::string>& args) {
@@ -694,16 +714,23 @@ void MgmtServer::Impl::ListAudit(Conn& c, const std::vector<std::string>& args) 
     StoreFailed(recs.status());
     return Reply(c, false, Text(recs.status().message()), "");
   }
-  std::string text, json = "[";
-  bool first = true;
-  for (const AuditRecord& r : *recs) {
-    common::CatTo(text, TimeText(r.time), " v", r.version, " ", r.actor, " ", r.action, ": ", r.detail, "\n");
-    common::CatTo(json, first ? "" : ",", "{\"time\":", r.time, ",\"version\":", r.version,
-                  ",\"actor\":", JsonString(r.actor), ",\"action\":", JsonString(r.action),
-                  ",\"detail\":", JsonString(r.detail), "}");
-    first = false;
+  StructuredReply r(Json::array());
+  for (const AuditRecord& a : *recs) {
+    r.json().push_back(Json{{"time", a.time},
+                            {"version", a.version},
+                            {"actor", a.actor},
+                            {"action", a.action},
+                            {"detail", a.detail}});
   }
-  return Reply(c, true, text, json + "]");
+  r.Block([](const Json& d) {
+    std::string text;
+    for (const Json& a : d) {
+      common::CatTo(text, TimeText(a["time"].get<int64_t>()), " v", CellText(a, "version"), " ",
+                    CellText(a, "actor"), " ", CellText(a, "action"), ": ", CellText(a, "detail"), "\n");
+    }
+    return text;
+  });
+  return Reply(c, r);
 }
 
 void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
@@ -793,9 +820,6 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
   if (f.timer != 0) loop.Cancel(f.timer);
   auto ctl = conns.find(f.ctl_fd);
   if (ctl == conns.end() || ctl->second.serial != f.ctl_serial) return;  // weirctl gave up
-  std::string text, json = "{\"nodes\":[";
-  size_t ok = 0;
-  bool first = true;
   // The reply must fit one frame: past kMaxControlReplyBytes a node's
   // result is replaced by an error (ask fewer nodes, or narrow the command).
   size_t bytes = 0;
@@ -809,25 +833,39 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
       r.json.clear();
     }
   }
+  size_t ok = 0;
+  StructuredReply reply(Json{{"nodes", Json::array()}});
+  // Each node's text as it rendered it (its JSON is the result's).
+  std::vector<std::string> texts;
   for (const auto& [node, r] : f.results) {
     ok += r.ok;
-    common::CatTo(text, "== ", node, " (", r.kind, "): ", r.ok ? "ok" : "error", "\n", r.text,
-                  r.text.empty() || r.text.back() == '\n' ? "" : "\n");
-    common::CatTo(json, first ? "" : ",", "{\"node\":", JsonString(node), ",\"kind\":", JsonString(r.kind),
-                  ",\"ok\":", r.ok ? "true" : "false");
+    Json n{{"node", node}, {"kind", r.kind}, {"ok", r.ok}};
     if (r.ok) {
-      common::CatTo(json, ",\"result\":", r.json.empty() ? "null" : r.json, "}");
+      n["result"] = ParseNodeJson(r.json);
     } else {
-      common::CatTo(json, ",\"error\":", JsonString(r.text), "}");
+      n["error"] = r.text;
     }
-    first = false;
+    reply.json()["nodes"].push_back(std::move(n));
+    texts.push_back(r.text);
   }
-  common::CatTo(json, "],\"ok\":", ok, ",\"failed\":", f.results.size() - ok, "}");
+  reply.json()["ok"] = ok;
+  reply.json()["failed"] = f.results.size() - ok;
+  reply.Block([texts = std::move(texts)](const Json& d) {
+    std::string text;
+    size_t i = 0;
+    for (const Json& n : d["nodes"]) {
+      const std::string& t = texts[i++];
+      common::CatTo(text, "== ", CellText(n, "node"), " (", CellText(n, "kind"),
+                    "): ", n["ok"].get<bool>() ? "ok" : "error", "\n", t,
+                    t.empty() || t.back() == '\n' ? "" : "\n");
+    }
+    return text;
+  });
   // Some nodes failed: weirctl prints every node's result and exits 1.
   ++counters.requests[{"node-control", ok == f.results.size()}];
   Conn& c = ctl->second;
-  c.out += Encode(Message{MsgType::kReply,
-                          {ok == f.results.size() ? "ok" : "partial", std::move(text), std::move(json)}});
+  c.out += Encode(Message{
+      MsgType::kReply, {ok == f.results.size() ? "ok" : "partial", reply.RenderText(), reply.RenderJson()}});
   c.close_after_write = true;
   Flush(c);
 }

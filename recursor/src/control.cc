@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
 #include "weir/common/text.h"
 
 namespace weir::recursor {
@@ -10,16 +12,17 @@ using common::Cat;
 
 namespace {
 
-// ,"tcp_connections":N,"tcp_accepted":N,"tcp_closed_<reason>":N... (the
-// front's connection table; docs/metrics.md).
-std::string TcpStatsJson(const net::TcpConnectionTable::Stats& st) {
-  std::string out = Cat(",\"tcp_connections\":", st.open.load(std::memory_order_relaxed),
-                        ",\"tcp_accepted\":", st.accepted.load(std::memory_order_relaxed));
+using Json = nlohmann::ordered_json;
+
+// "tcp_connections", "tcp_accepted", "tcp_closed_<reason>"... (the front's
+// connection table; docs/metrics.md).
+void AddTcpStats(Json& out, const net::TcpConnectionTable::Stats& st) {
+  out["tcp_connections"] = st.open.load(std::memory_order_relaxed);
+  out["tcp_accepted"] = st.accepted.load(std::memory_order_relaxed);
   for (size_t r = 0; r < st.closed.size(); ++r) {
-    out += Cat(",\"tcp_closed_", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r)),
-               "\":", st.closed[r].load(std::memory_order_relaxed));
+    out[Cat("tcp_closed_", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r)))] =
+        st.closed[r].load(std::memory_order_relaxed);
   }
-  return out;
 }
 
 }  // namespace
@@ -39,40 +42,69 @@ std::string Control::StatsJson() const {
   const ZoneCutFinder::Stats& z = p_.cuts->stats();
   const WaitStats& ow = o.wait;
   const WaitStats& tw = t.wait;
-  return Cat(
-      "{\"queries\":", q.queries, ",\"udp\":", f.udp, ",\"tcp\":", f.tcp, ",\"refused_acl\":", q.refused_acl,
-      ",\"formerr\":", q.formerr, ",\"dropped\":", q.dropped, ",\"notimp\":", q.notimp,
-      ",\"ordinary_hits\":", ow.hits, ",\"ordinary_misses\":", ow.misses, ",\"tagged_hits\":", tw.hits,
-      ",\"tagged_misses\":", tw.misses, ",\"coalesced\":", ow.coalesced + tw.coalesced,
-      ",\"stale_served\":", ow.stale_served + tw.stale_served,
-      ",\"prefetches\":", ow.prefetches + tw.prefetches, ",\"servfail\":", p_.replies->servfail(),
-      ",\"learned_tagged\":", o.learned_tagged, ",\"ub_queries\":", o.resolver_queries + z.resolver_queries,
-      ",\"ub_restarts\":", p_.ub != nullptr ? p_.ub->restarts() : 0, ",\"cut_lookups\":", z.lookups,
-      ",\"cut_cache_hits\":", z.cache_hits, ",\"upstream_queries\":", t.upstream_queries,
-      ",\"upstream_tcp\":", l.upstream_tcp, ",\"upstream_timeouts\":", t.upstream_timeouts,
-      ",\"ecs_sent\":", t.ecs_sent, ",\"ecs_retry_without\":", t.ecs_retry_without,
-      ",\"ecs_forged\":", t.ecs_forged, ",\"ecs_unsolicited\":", t.ecs_unsolicited,
-      ",\"spoofed_dropped\":", l.spoofed_dropped, ",\"malformed_replies\":", l.malformed_replies,
-      ",\"unwanted_case\":", l.unwanted[2], ",\"unwanted_cookie\":", l.unwanted[3],
-      ",\"unwanted_reactions\":", l.reactions[0] + l.reactions[1] + l.reactions[2] + l.reactions[3],
-      ",\"case_fallbacks\":", l.case_fallbacks, ",\"cookies_sent\":", l.cookies_sent,
-      ",\"out_of_bailiwick\":", t.out_of_bailiwick, ",\"truncated\":", l.truncated,
-      ",\"weights_invalid\":", t.weights_invalid, ",\"referrals\":", t.referrals,
-      ",\"inflight_limited\":", ow.inflight_limited + tw.inflight_limited,
-      ",\"control_refused\":", f.control_refused, ",\"accept_paused\":", f.accept_paused,
-      ",\"tcp_reads_paused\":", f.tcp_reads_paused, ",\"tcp_unsent_closed\":", f.tcp_unsent_closed,
-      ",\"tcp_unsent_bytes\":", p_.front->unsent_bytes(), TcpStatsJson(p_.front->tcp_stats()),
-      ",\"tagged_names\":", p_.tagged->tagged_names(), ",\"plain_entries\":", p_.ordinary->entries(),
-      ",\"zero_source_entries\":", p_.tagged->zero_source_entries(), ",\"zone_cuts\":", p_.cuts->size(),
-      ",\"evictions\":", p_.ordinary->evictions() + p_.tagged->evictions() + p_.cuts->evictions(),
-      ",\"in_flight\":", p_.ordinary->in_flight() + p_.tagged->in_flight(),
-      ",\"cname_loops\":", t.cname_loops, ",\"cname_chain_too_long\":", t.cname_chain_too_long,
-      ",\"deadline_servfail\":", ow.deadline_servfail + tw.deadline_servfail,
-      ",\"deadline_stale\":", ow.deadline_stale + tw.deadline_stale,
-      ",\"negative_uncached\":", ow.negative_uncached + tw.negative_uncached,
-      ",\"cut_failures\":", z.failures, ",\"log_suppressed\":", p_.log->suppressed(),
-      ",\"dnstap_sent\":", tap.sent, ",\"dnstap_dropped\":", tap.dropped,
-      ",\"dnstap_sampled_out\":", tap.sampled_out, "}");
+  Json j;
+  j["queries"] = q.queries;
+  j["udp"] = f.udp;
+  j["tcp"] = f.tcp;
+  j["refused_acl"] = q.refused_acl;
+  j["formerr"] = q.formerr;
+  j["dropped"] = q.dropped;
+  j["notimp"] = q.notimp;
+  j["ordinary_hits"] = ow.hits;
+  j["ordinary_misses"] = ow.misses;
+  j["tagged_hits"] = tw.hits;
+  j["tagged_misses"] = tw.misses;
+  j["coalesced"] = ow.coalesced + tw.coalesced;
+  j["stale_served"] = ow.stale_served + tw.stale_served;
+  j["prefetches"] = ow.prefetches + tw.prefetches;
+  j["servfail"] = p_.replies->servfail();
+  j["learned_tagged"] = o.learned_tagged;
+  j["ub_queries"] = o.resolver_queries + z.resolver_queries;
+  j["ub_restarts"] = p_.ub != nullptr ? p_.ub->restarts() : 0;
+  j["cut_lookups"] = z.lookups;
+  j["cut_cache_hits"] = z.cache_hits;
+  j["upstream_queries"] = t.upstream_queries;
+  j["upstream_tcp"] = l.upstream_tcp;
+  j["upstream_timeouts"] = t.upstream_timeouts;
+  j["ecs_sent"] = t.ecs_sent;
+  j["ecs_retry_without"] = t.ecs_retry_without;
+  j["ecs_forged"] = t.ecs_forged;
+  j["ecs_unsolicited"] = t.ecs_unsolicited;
+  j["spoofed_dropped"] = l.spoofed_dropped;
+  j["malformed_replies"] = l.malformed_replies;
+  j["unwanted_case"] = l.unwanted[2];
+  j["unwanted_cookie"] = l.unwanted[3];
+  j["unwanted_reactions"] = l.reactions[0] + l.reactions[1] + l.reactions[2] + l.reactions[3];
+  j["case_fallbacks"] = l.case_fallbacks;
+  j["cookies_sent"] = l.cookies_sent;
+  j["out_of_bailiwick"] = t.out_of_bailiwick;
+  j["truncated"] = l.truncated;
+  j["weights_invalid"] = t.weights_invalid;
+  j["referrals"] = t.referrals;
+  j["inflight_limited"] = ow.inflight_limited + tw.inflight_limited;
+  j["control_refused"] = f.control_refused;
+  j["accept_paused"] = f.accept_paused;
+  j["tcp_reads_paused"] = f.tcp_reads_paused;
+  j["tcp_unsent_closed"] = f.tcp_unsent_closed;
+  j["tcp_unsent_bytes"] = p_.front->unsent_bytes();
+  AddTcpStats(j, p_.front->tcp_stats());
+  j["tagged_names"] = p_.tagged->tagged_names();
+  j["plain_entries"] = p_.ordinary->entries();
+  j["zero_source_entries"] = p_.tagged->zero_source_entries();
+  j["zone_cuts"] = p_.cuts->size();
+  j["evictions"] = p_.ordinary->evictions() + p_.tagged->evictions() + p_.cuts->evictions();
+  j["in_flight"] = p_.ordinary->in_flight() + p_.tagged->in_flight();
+  j["cname_loops"] = t.cname_loops;
+  j["cname_chain_too_long"] = t.cname_chain_too_long;
+  j["deadline_servfail"] = ow.deadline_servfail + tw.deadline_servfail;
+  j["deadline_stale"] = ow.deadline_stale + tw.deadline_stale;
+  j["negative_uncached"] = ow.negative_uncached + tw.negative_uncached;
+  j["cut_failures"] = z.failures;
+  j["log_suppressed"] = p_.log->suppressed();
+  j["dnstap_sent"] = tap.sent;
+  j["dnstap_dropped"] = tap.dropped;
+  j["dnstap_sampled_out"] = tap.sampled_out;
+  return j.dump();
 }
 
 std::string Control::Handle(const std::string& line) {

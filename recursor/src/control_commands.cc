@@ -14,15 +14,18 @@
 #include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/dns/wire.h"
+#include "weir/mgmt/structured_reply.h"
 
 namespace weir::recursor {
 
 using common::Cat;
 using common::CatTo;
-using common::JsonString;
 using common::ToStd;
 using mgmt::AddressText;
+using mgmt::CellText;
 using mgmt::ControlReply;
+using mgmt::Json;
+using mgmt::StructuredReply;
 
 namespace {
 
@@ -164,18 +167,19 @@ ControlReply ControlCommands::Handle(const mgmt::ControlRequest& r) {
   if (r.verb == "cache-stats") return no_args().value_or(CacheStats());
   if (r.verb == "stats") {
     if (auto e = no_args()) return *e;
-    auto text = d_.render_metrics();
-    if (!text.ok()) return ErrorOf(text.status());
-    return {true, mgmt::MetricsAsTable(*text), mgmt::MetricsAsJson(*text)};
+    auto samples = d_.metric_samples();
+    if (!samples.ok()) return ErrorOf(samples.status());
+    return mgmt::MetricsReply(*samples).Render();
   }
   if (r.verb == "reload") {
     if (auto e = no_args()) return *e;
     const absl::Status st = d_.reload();
     common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
     if (!st.ok()) return ErrorOf(st);
-    return {true,
-            Cat("reloaded the tags (", d_.cfg->tags_path.empty() ? "no tag file" : d_.cfg->tags_path, ")\n"),
-            "{\"reloaded\":true}"};
+    return StructuredReply(Json{{"reloaded", true}})
+        .Text(
+            Cat("reloaded the tags (", d_.cfg->tags_path.empty() ? "no tag file" : d_.cfg->tags_path, ")\n"))
+        .Render();
   }
   if (r.verb == "upstreams") return no_args().value_or(Upstreams());
   if (r.verb == "partitions") return no_args().value_or(Partitions());
@@ -220,13 +224,21 @@ ControlReply ControlCommands::Flush(const mgmt::ControlRequest& r) {
   if (a->Has("partition")) CatTo(what, " partition ", a->Get("partition"));
   common::LogInfo("control", "cache flush of ", what, " by ", r.actor, ": ", n, " entries (tagged ", tagged,
                   ", /0 ", zero_source, ", ordinary ", ordinary, ", zone cuts ", cuts, ")");
-  std::string text = Cat("flushed ", n, " entries (", what, "): tagged answers ", tagged, ", /0 answers ",
-                         zero_source, ", ordinary answers ", ordinary, ", zone cuts ", cuts, "\n");
-  if (ordinary > 0 || cuts > 0) CatTo(text, "note: ", kLibunboundNote, "\n");
-  return {true, std::move(text),
-          Cat("{\"flushed\":", n, ",\"tagged\":", tagged, ",\"zero_source\":", zero_source,
-              ",\"ordinary\":", ordinary, ",\"zone_cuts\":", cuts,
-              ",\"libunbound_keeps_ordinary\":", ordinary > 0 || cuts > 0 ? "true" : "false", "}")};
+  StructuredReply reply(Json{{"flushed", n},
+                             {"tagged", tagged},
+                             {"zero_source", zero_source},
+                             {"ordinary", ordinary},
+                             {"zone_cuts", cuts},
+                             {"libunbound_keeps_ordinary", ordinary > 0 || cuts > 0}});
+  reply.Block([what](const Json& d) {
+    std::string text =
+        Cat("flushed ", CellText(d, "flushed"), " entries (", what, "): tagged answers ",
+            CellText(d, "tagged"), ", /0 answers ", CellText(d, "zero_source"), ", ordinary answers ",
+            CellText(d, "ordinary"), ", zone cuts ", CellText(d, "zone_cuts"), "\n");
+    if (d["libunbound_keeps_ordinary"].get<bool>()) CatTo(text, "note: ", kLibunboundNote, "\n");
+    return text;
+  });
+  return reply.Render();
 }
 
 ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
@@ -242,7 +254,8 @@ ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
 
   struct Row {
     std::string name, type, scope, cache, kind, origin;
-    std::string ttl;   // "-" for a zone cut
+    std::string ttl;  // "-" for a zone cut
+    uint32_t ttl_seconds = 0;
     int64_t left = 0;  // negative: stale for that long
     bool weighted = false;
     std::vector<std::string> addresses;
@@ -264,6 +277,7 @@ ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
     row.cache = cache;
     row.kind = KindOf(ans, qtype);
     row.ttl = Cat(ans.ttl);
+    row.ttl_seconds = ans.ttl;
     row.left = static_cast<int64_t>(ans.fresh_until) - static_cast<int64_t>(now);
     // A tagged answer for a name no tag covers: the front marked it (with
     // ECS) or a CNAME chain led from an ordinary name into a tagged suffix.
@@ -329,46 +343,66 @@ ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
     return std::tie(x.name, x.type, x.cache, x.scope) < std::tie(y.name, y.type, y.cache, y.scope);
   });
 
-  std::string text = Cat("# ", rows.size(), truncated ? "+" : "", " entries at clock ", now,
-                         "; LEFT: seconds of TTL left, or how long the answer has been stale (RFC 8767)\n");
-  std::vector<std::vector<std::string>> table = {
-      {"NAME", "TYPE", "SCOPE", "CACHE", "KIND", "TTL", "LEFT", "ORIGIN"}};
-  std::string json = "{\"entries\":[";
-  std::string details;
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const Row& row = rows[k];
-    table.push_back({row.name, row.type, row.scope, row.cache, row.kind, row.ttl,
-                     row.left > 0 ? Cat(row.left) : Cat("stale ", -row.left, "s"), row.origin});
-    CatTo(json, k ? "," : "", "{\"name\":", JsonString(row.name), ",\"type\":", JsonString(row.type),
-          ",\"scope\":", JsonString(row.scope), ",\"cache\":", JsonString(row.cache),
-          ",\"kind\":", JsonString(row.kind), ",\"ttl\":", row.ttl == "-" ? "null" : row.ttl,
-          ",\"ttl_left\":", std::max<int64_t>(row.left, 0),
-          ",\"stale_for\":", std::max<int64_t>(-row.left, 0), ",\"origin\":", JsonString(row.origin),
-          ",\"weighted\":", row.weighted ? "true" : "false", ",\"addresses\":[");
+  StructuredReply reply;
+  Json& entries = reply.json()["entries"] = Json::array();
+  for (const Row& row : rows) {
+    Json& e = entries.emplace_back(Json{{"name", row.name},
+                                        {"type", row.type},
+                                        {"scope", row.scope},
+                                        {"cache", row.cache},
+                                        {"kind", row.kind},
+                                        {"ttl", row.ttl == "-" ? Json(nullptr) : Json(row.ttl_seconds)},
+                                        {"ttl_left", std::max<int64_t>(row.left, 0)},
+                                        {"stale_for", std::max<int64_t>(-row.left, 0)},
+                                        {"origin", row.origin},
+                                        {"weighted", row.weighted},
+                                        {"addresses", Json::array()}});
     for (size_t i = 0; i < row.addresses.size(); ++i) {
-      CatTo(json, i ? "," : "", "{\"address\":", JsonString(row.addresses[i]));
-      if (row.weights[i] >= 0) CatTo(json, ",\"weight\":", row.weights[i]);
-      json += "}";
-    }
-    json += "]}";
-    if (row.addresses.empty()) continue;
-    CatTo(details, row.name, " ", row.type, " ", row.scope,
-          row.cache == "zone-cut" ? " (zone cut servers)"
-          : row.weighted          ? " (weights from upstream)"
-                                  : " (no weights: equal)",
-          "\n");
-    for (size_t i = 0; i < row.addresses.size(); ++i) {
-      CatTo(details, "  ", row.addresses[i], row.weights[i] >= 0 ? Cat(" weight ", row.weights[i]) : "",
-            "\n");
+      Json& a = e["addresses"].emplace_back(Json{{"address", row.addresses[i]}});
+      if (row.weights[i] >= 0) a["weight"] = row.weights[i];
     }
   }
-  CatTo(json, "],\"count\":", rows.size(), ",\"truncated\":", truncated ? "true" : "false",
-        ",\"clock\":", now, "}");
-  text += mgmt::TextTable(table);
-  if (!details.empty()) text += "\n" + details;
-  if (truncated)
-    CatTo(text, "# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n");
-  return {true, std::move(text), std::move(json)};
+  reply.json()["count"] = rows.size();
+  reply.json()["truncated"] = truncated;
+  reply.json()["clock"] = now;
+  reply.Block([](const Json& d) {
+    return Cat("# ", CellText(d, "count"), d["truncated"].get<bool>() ? "+" : "", " entries at clock ",
+               CellText(d, "clock"),
+               "; LEFT: seconds of TTL left, or how long the answer has been stale (RFC 8767)\n");
+  });
+  reply.Table("/entries", {StructuredReply::Field("NAME", "name"),
+                           StructuredReply::Field("TYPE", "type"),
+                           StructuredReply::Field("SCOPE", "scope"),
+                           StructuredReply::Field("CACHE", "cache"),
+                           StructuredReply::Field("KIND", "kind"),
+                           StructuredReply::Field("TTL", "ttl"),
+                           {"LEFT",
+                            [](const Json& e) {
+                              return e["ttl_left"].get<int64_t>() > 0
+                                         ? CellText(e, "ttl_left")
+                                         : Cat("stale ", CellText(e, "stale_for"), "s");
+                            }},
+                           StructuredReply::Field("ORIGIN", "origin")});
+  reply.Block([](const Json& d) {
+    std::string details;
+    for (const Json& e : d["entries"]) {
+      if (e["addresses"].empty()) continue;
+      CatTo(details, CellText(e, "name"), " ", CellText(e, "type"), " ", CellText(e, "scope"),
+            e["cache"] == "zone-cut"    ? " (zone cut servers)"
+            : e["weighted"].get<bool>() ? " (weights from upstream)"
+                                        : " (no weights: equal)",
+            "\n");
+      for (const Json& a : e["addresses"]) {
+        CatTo(details, "  ", CellText(a, "address"),
+              a.contains("weight") ? Cat(" weight ", CellText(a, "weight")) : "", "\n");
+      }
+    }
+    return details.empty() ? details : "\n" + details;
+  });
+  if (truncated) {
+    reply.Text(Cat("# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n"));
+  }
+  return reply.Render();
 }
 
 ControlReply ControlCommands::CacheStats() const {
@@ -413,40 +447,41 @@ ControlReply ControlCommands::CacheStats() const {
     lines.push_back(
         {"zone cuts", c.size(), c.size(), bytes, c.capacity(), c.inserts(), c.evictions(), c.flushed()});
   }
-  std::vector<std::vector<std::string>> table = {
-      {"CACHE", "ENTRIES", "ANSWERS", "BYTES", "CAPACITY", "INSERTS", "EVICTIONS", "FLUSHED"}};
-  std::string json = "{\"caches\":[";
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const Line& l = lines[i];
-    table.push_back({l.name, Cat(l.entries), Cat(l.answers), Cat(l.bytes), Cat(l.capacity), Cat(l.inserts),
-                     Cat(l.evictions), Cat(l.flushed)});
-    CatTo(json, i ? "," : "", "{\"cache\":", JsonString(l.name), ",\"entries\":", l.entries,
-          ",\"answers\":", l.answers, ",\"bytes\":", l.bytes, ",\"capacity\":", l.capacity,
-          ",\"inserts\":", l.inserts, ",\"evictions\":", l.evictions, ",\"flushed\":", l.flushed, "}");
+  StructuredReply reply(Json{{"caches", Json::array()}});
+  for (const Line& l : lines) {
+    reply.json()["caches"].push_back(Json{{"cache", l.name},
+                                          {"entries", l.entries},
+                                          {"answers", l.answers},
+                                          {"bytes", l.bytes},
+                                          {"capacity", l.capacity},
+                                          {"inserts", l.inserts},
+                                          {"evictions", l.evictions},
+                                          {"flushed", l.flushed}});
   }
-  std::string text = Cat(
-      mgmt::TextTable(table),
+  reply.Table(
+      "/caches",
+      {StructuredReply::Field("CACHE", "cache"), StructuredReply::Field("ENTRIES", "entries"),
+       StructuredReply::Field("ANSWERS", "answers"), StructuredReply::Field("BYTES", "bytes"),
+       StructuredReply::Field("CAPACITY", "capacity"), StructuredReply::Field("INSERTS", "inserts"),
+       StructuredReply::Field("EVICTIONS", "evictions"), StructuredReply::Field("FLUSHED", "flushed")});
+  reply.Text(
       "\nENTRIES: names (tagged: per name and type, with ANSWERS answers by ECS scope); BYTES: records and "
       "keys, "
       "roughly (not the hash index); CAPACITY: entries ([cache] max_entries, max_tagged_names, "
       "max_zero_source_entries, max_zone_cuts); INSERTS: new entries; FLUSHED: by weirctl (tagged: answers)\n"
       "libunbound's own caches (ordinary names, the NS records behind the zone cuts) are not in this "
       "table\n");
-  return {true, std::move(text), json + "]}"};
+  return reply.Render();
 }
 
 ControlReply ControlCommands::Upstreams() const {
   const Control::Parts& p = *d_.parts;
   const RecursorConfig& cfg = *d_.cfg;
-  std::vector<std::vector<std::string>> table = {{"GROUP", "UPSTREAM", "STATE", "DETAIL"}};
-  std::string json = "{\"upstreams\":[";
-  bool first = true;
+  StructuredReply reply(Json{{"upstreams", Json::array()}});
   auto add = [&](const std::string& group, const std::string& upstream, const std::string& state,
                  const std::string& detail) {
-    table.push_back({group, upstream, state, detail});
-    CatTo(json, first ? "" : ",", "{\"group\":", JsonString(group), ",\"upstream\":", JsonString(upstream),
-          ",\"state\":", JsonString(state), ",\"detail\":", JsonString(detail), "}");
-    first = false;
+    reply.json()["upstreams"].push_back(
+        Json{{"group", group}, {"upstream", upstream}, {"state", state}, {"detail", detail}});
   };
   for (const common::SocketAddress& f : cfg.forwarders)
     add("libunbound forwarder", f.ToString(), "-", "libunbound keeps no per-server counters weir can read");
@@ -490,25 +525,35 @@ ControlReply ControlCommands::Upstreams() const {
                   b < UpstreamLatency::kBounds.size() ? UpstreamLatency::kBounds[b] * 1000 : 5000.0);
     p99 = Cat(b < UpstreamLatency::kBounds.size() ? "<=" : ">", bound);
   }
-  char mean[32] = "-";
-  if (count > 0)
-    std::snprintf(mean, sizeof(mean), "%.2fms", sum_seconds * 1000.0 / static_cast<double>(count));
   const OrdinaryResolver::Stats& o = p.ordinary->stats();
   const ZoneCutFinder::Stats& z = p.cuts->stats();
-  std::string text = Cat(
-      mgmt::TextTable(table), "\nlast hop (weir's own queries for tagged names, every server together):\n",
-      "  queries ", t.upstream_queries, ", timeouts ", t.upstream_timeouts, ", over TCP ", l.upstream_tcp,
-      ", answers timed ", count, ", mean latency ", mean, ", p99 ", p99, "\n",
-      "  servers tried last now: ", avoided,
-      "\nlibunbound (ordinary names and zone cuts): ", o.resolver_queries + z.resolver_queries,
-      " resolutions asked, ", p.ordinary->in_flight(), " ordinary and ", p.tagged->in_flight(),
-      " tagged in flight\n");
-  CatTo(json, "],\"last_hop\":{\"queries\":", t.upstream_queries, ",\"timeouts\":", t.upstream_timeouts,
-        ",\"tcp\":", l.upstream_tcp, ",\"latency_count\":", count,
-        ",\"latency_mean_seconds\":", count > 0 ? sum_seconds / static_cast<double>(count) : 0,
-        ",\"servers_tried_last\":", avoided,
-        "},\"libunbound_resolutions\":", o.resolver_queries + z.resolver_queries, "}");
-  return {true, std::move(text), std::move(json)};
+  reply.json()["last_hop"] =
+      Json{{"queries", t.upstream_queries},
+           {"timeouts", t.upstream_timeouts},
+           {"tcp", l.upstream_tcp},
+           {"latency_count", count},
+           {"latency_mean_seconds", count > 0 ? sum_seconds / static_cast<double>(count) : 0.0},
+           {"servers_tried_last", avoided}};
+  reply.json()["libunbound_resolutions"] = o.resolver_queries + z.resolver_queries;
+  reply.Table("/upstreams",
+              {StructuredReply::Field("GROUP", "group"), StructuredReply::Field("UPSTREAM", "upstream"),
+               StructuredReply::Field("STATE", "state"), StructuredReply::Field("DETAIL", "detail")});
+  // The p99 and what is in flight are the text's alone.
+  reply.Block([p99, ordinary_in_flight = p.ordinary->in_flight(),
+               tagged_in_flight = p.tagged->in_flight()](const Json& d) {
+    const Json& h = d["last_hop"];
+    char mean[32] = "-";
+    if (h["latency_count"].get<uint64_t>() > 0)
+      std::snprintf(mean, sizeof(mean), "%.2fms", h["latency_mean_seconds"].get<double>() * 1000.0);
+    return Cat("\nlast hop (weir's own queries for tagged names, every server together):\n", "  queries ",
+               CellText(h, "queries"), ", timeouts ", CellText(h, "timeouts"), ", over TCP ",
+               CellText(h, "tcp"), ", answers timed ", CellText(h, "latency_count"), ", mean latency ", mean,
+               ", p99 ", p99, "\n", "  servers tried last now: ", CellText(h, "servers_tried_last"),
+               "\nlibunbound (ordinary names and zone cuts): ", CellText(d, "libunbound_resolutions"),
+               " resolutions asked, ", ordinary_in_flight, " ordinary and ", tagged_in_flight,
+               " tagged in flight\n");
+  });
+  return reply.Render();
 }
 
 ControlReply ControlCommands::Partitions() const {
@@ -531,25 +576,20 @@ ControlReply ControlCommands::Partitions() const {
     return true;
   });
   const size_t zero = d_.parts->tagged->zero_source_cache().size();
-  std::vector<std::vector<std::string>> table = {{"SCOPE", "ANSWERS", "NAMES"}};
-  std::string json = "{\"city_map\":false,\"scopes\":[";
-  bool first = true;
+  StructuredReply reply(Json{{"city_map", false}, {"scopes", Json::array()}});
   for (const auto& [scope, c] : scopes) {
-    table.push_back({scope, Cat(c.answers), Cat(c.names)});
-    CatTo(json, first ? "" : ",", "{\"scope\":", JsonString(scope), ",\"answers\":", c.answers,
-          ",\"names\":", c.names, "}");
-    first = false;
+    reply.json()["scopes"].push_back(Json{{"scope", scope}, {"answers", c.answers}, {"names", c.names}});
   }
-  if (zero > 0) {
-    table.push_back({"/0", Cat(zero), Cat(zero)});
-    CatTo(json, first ? "" : ",", "{\"scope\":\"/0\",\"answers\":", zero, ",\"names\":", zero, "}");
-  }
-  std::string text =
+  if (zero > 0) reply.json()["scopes"].push_back(Json{{"scope", "/0"}, {"answers", zero}, {"names", zero}});
+  reply.Text(
       Cat("weir-recursor has no city map (weir-fastpath maps clients to partitions: ask it for hits per "
           "partition).\n"
           "Tagged answers are cached per ECS scope (RFC 7871 7.3); ",
-          scopes.size(), " scopes cached (hits are not counted per scope):\n\n", mgmt::TextTable(table));
-  return {true, std::move(text), json + "]}"};
+          scopes.size(), " scopes cached (hits are not counted per scope):\n\n"));
+  reply.Table("/scopes",
+              {StructuredReply::Field("SCOPE", "scope"), StructuredReply::Field("ANSWERS", "answers"),
+               StructuredReply::Field("NAMES", "names")});
+  return reply.Render();
 }
 
 }  // namespace weir::recursor

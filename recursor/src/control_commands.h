@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "control.h"
 #include "weir/common/clock.h"
+#include "weir/common/prometheus.h"
 #include "weir/mgmt/control.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/tagged_resolver.h"
@@ -34,8 +36,8 @@ class ControlCommands {
     const common::Clock* clock = nullptr;  // the TTL clock
     const TaggedResolver::Tags* tags = nullptr;
     const Control::Parts* parts = nullptr;
-    // The Prometheus text of the daemon (on the loop thread).
-    std::function<absl::StatusOr<std::string>()> render_metrics;
+    // The daemon's metric samples, as its Prometheus families hold them (on the loop thread).
+    std::function<absl::StatusOr<std::vector<common::MetricSample>>()> metric_samples;
     // What SIGHUP does: re-read the tag file (an error when tags come from weir-mgmt).
     std::function<absl::Status()> reload;
   };

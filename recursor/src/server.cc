@@ -143,7 +143,7 @@ struct Server::Impl {
                   .clock = &clock,
                   .tags = &tags,
                   .parts = &control.parts(),
-                  .render_metrics = [this] { return RenderMetricsOnLoop(); },
+                  .metric_samples = [this] { return MetricSamplesOnLoop(); },
                   .reload = [this] { return ReloadOnLoop(); }}) {
     last_hop.SetSink(&last_hop_sinks);
     front.SetHandlers(&router, [this](const std::string& line) { return control.Handle(line); });
@@ -182,8 +182,8 @@ struct Server::Impl {
   void Sweep();
   // The metrics server's render callback, on its threads.
   absl::StatusOr<std::string> RenderMetrics();
-  // The same on the loop thread (weirctl stats).
-  absl::StatusOr<std::string> RenderMetricsOnLoop();
+  // The same samples on the loop thread (weirctl stats).
+  absl::StatusOr<std::vector<common::MetricSample>> MetricSamplesOnLoop();
   // What the loop thread does not own: the mgmt client's atomics, /proc.
   void WriteOtherMetrics(common::PrometheusWriter& w);
   // A control request from weir-mgmt's stream (weirctl --all), on the
@@ -210,11 +210,11 @@ absl::StatusOr<std::string> Server::Impl::RenderMetrics() {
   return w.Render();
 }
 
-absl::StatusOr<std::string> Server::Impl::RenderMetricsOnLoop() {
+absl::StatusOr<std::vector<common::MetricSample>> Server::Impl::MetricSamplesOnLoop() {
   common::PrometheusWriter w;
   WriteRecursorMetrics(control.parts(), w);
   WriteOtherMetrics(w);
-  return w.Render();
+  return w.Samples();
 }
 
 void Server::Impl::WriteOtherMetrics(common::PrometheusWriter& w) {

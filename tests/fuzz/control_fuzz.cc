@@ -1,7 +1,9 @@
 // Fuzzes what the control channel parses (docs/operator-guide.md#cache-control):
 // a request's key=value arguments (ControlArgs, as every node command reads
-// them), the metrics text `weirctl stats` turns into a table and JSON, and
-// the type mnemonics of `--type`. Byte 0 picks the parser.
+// them), a node's reply JSON as weir-mgmt embeds it in `weirctl --all`'s
+// (ParseNodeJson), with the metric samples `weirctl stats` shows as a table
+// and JSON, and the type mnemonics of `--type`. Byte 0 picks the parser.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,8 +11,10 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "weir/common/prometheus.h"
 #include "weir/dns/message.h"
 #include "weir/mgmt/control.h"
+#include "weir/mgmt/structured_reply.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -40,10 +44,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 1: {
-      const std::string json = weir::mgmt::MetricsAsJson(in);
-      FUZZ_CHECK(json.size() >= 2 && json.front() == '[' && json.back() == ']');
-      const std::string table = weir::mgmt::MetricsAsTable(in);
-      FUZZ_CHECK(table.rfind("METRIC", 0) == 0);
+      using weir::mgmt::Json;
+      // A node's reply: a document or null; what weir-mgmt writes of it
+      // reads back the same.
+      const Json doc = weir::mgmt::ParseNodeJson(in);
+      const Json back =
+          weir::mgmt::ParseNodeJson(weir::mgmt::StructuredReply::DumpJson(Json{{"result", doc}}));
+      FUZZ_CHECK(back.is_object() && back["result"] == doc);
+      // The same bytes as samples, one a line: NAME[ LABEL_VALUE]. A sample
+      // the writer refuses (an invalid name) fails the whole set.
+      weir::common::PrometheusWriter w;
+      size_t start = 0;
+      while (start < in.size()) {
+        const size_t nl = std::min(in.find('\n', start), in.size());
+        const std::string_view line = in.substr(start, nl - start);
+        const size_t space = std::min(line.find(' '), line.size());
+        const std::string_view value = space < line.size() ? line.substr(space + 1) : std::string_view();
+        w.Gauge(line.substr(0, space), "fuzz").Add({{"label", value}}, static_cast<double>(line.size()) / 3);
+        start = nl + 1;
+      }
+      auto samples = w.Samples();
+      auto text = w.Render();
+      FUZZ_CHECK(samples.ok() == text.ok());
+      if (samples.ok()) {
+        const weir::mgmt::ControlReply r = weir::mgmt::MetricsReply(*samples).Render();
+        FUZZ_CHECK(r.ok && r.text.rfind("METRIC", 0) == 0);
+        const Json rows = weir::mgmt::ParseNodeJson(r.json);
+        FUZZ_CHECK(rows.is_array() && rows.size() == samples->size());
+        for (size_t i = 0; i < samples->size(); ++i) FUZZ_CHECK(rows[i]["name"] == (*samples)[i].name);
+      }
       break;
     }
     case 2: {

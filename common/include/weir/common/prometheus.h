@@ -16,6 +16,9 @@
 // reads back to the same value ("0.0005", "1e-07"), NaN, +Inf and -Inf as
 // Prometheus spells them.
 //
+// The samples are kept as values (Samples()): weirctl's `stats` shows them
+// as a table and JSON without parsing the exposition back.
+//
 // Threading: none; one writer per rendering.
 #pragma once
 
@@ -28,6 +31,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +44,15 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 struct MetricLabel {
   std::string_view name;
   std::string_view value;
+};
+
+// One sample as the exposition writes it: `name` is the family's, with
+// `_bucket`, `_sum` or `_count` for a histogram's series; a bucket's `le`
+// is its last label.
+struct MetricSample {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::variant<uint64_t, int64_t, double> value;
 };
 
 // A borrowed list of labels, for a call's arguments only: a braced list
@@ -92,15 +106,15 @@ class PrometheusWriter {
     void AddSigned(MetricLabels labels, int64_t v);
     void AddUnsigned(MetricLabels labels, uint64_t v);
     void AddDouble(MetricLabels labels, double v);
-    // Appends `<name><suffix>{labels[,le="..."]} ` to samples_; false (and
-    // the writer's error set) when a label name is invalid.
+    // Appends a sample `<name><suffix>{labels[,le="..."]}` (its value 0) to
+    // samples_; false (and the writer's error set) when a label name is invalid.
     bool BeginSample(std::string_view suffix, MetricLabels labels, std::string_view le);
 
     PrometheusWriter& writer_;
     std::string name_;
     std::string help_;
     MetricType type_;
-    std::string samples_;
+    std::vector<MetricSample> samples_;
   };
 
   PrometheusWriter() = default;
@@ -121,6 +135,8 @@ class PrometheusWriter {
 
   // The exposition, or the first error met while it was built.
   absl::StatusOr<std::string> Render() const;
+  // The same samples in the same order, or that error.
+  absl::StatusOr<std::vector<MetricSample>> Samples() const;
 
  private:
   Family& Declare(std::string_view name, std::string_view help, MetricType type);

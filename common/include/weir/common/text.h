@@ -52,24 +52,6 @@ std::string Cat(const A&... a) {
   return s;
 }
 
-// A JSON string literal of `s`: quotes, backslashes and control characters
-// escaped. Bytes from 0x7f up pass through (UTF-8 text stays readable) unless
-// `escape_non_ascii`, for byte strings that are not UTF-8 (DNS names).
-inline std::string JsonString(std::string_view s, bool escape_non_ascii = false) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || (escape_non_ascii && c >= 0x7f)) {
-      absl::StrAppend(&out, "\\u", absl::Hex(c, absl::kZeroPad4));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 // `s` without leading and trailing spaces, tabs and carriage returns.
 inline std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);

@@ -76,6 +76,8 @@ class Node {
   // The Prometheus text of every counter, the backend's families after the
   // node's; an error only when a family is rendered inconsistently (a bug).
   absl::StatusOr<std::string> RenderMetrics() const;
+  // The same families into `w` (weirctl stats reads them as samples).
+  void WriteMetrics(common::PrometheusWriter& w) const;
   // The backend's own families (set before Start; called on the metrics threads).
   void SetBackendMetrics(std::function<void(common::PrometheusWriter&)> render) {
     backend_metrics_ = std::move(render);

@@ -46,6 +46,9 @@ struct ControlRequest {
   std::vector<std::string> args;  // key=value
 };
 
+// A reply as the wire carries it. A handler builds its reply as one
+// StructuredReply (structured_reply.h) and renders both texts from it;
+// an error is its message alone.
 struct ControlReply {
   bool ok = true;
   std::string text;  // what weirctl prints
@@ -172,16 +175,5 @@ class ControlServer {
   std::atomic<uint64_t> refused_{0};
   common::RateLimitedLog log_{{.component = "control"}};
 };
-
-// ---- Helpers for the handlers' replies.
-
-// A table: columns padded to their widest cell, the first row a header.
-std::string TextTable(const std::vector<std::vector<std::string>>& rows);
-
-// The Prometheus text exposition `text` as a table (name{labels} value) or as
-// JSON: [{"name": ..., "labels": {...}, "value": ...}, ...]. Comment lines
-// are skipped. Used for `weirctl stats`.
-std::string MetricsAsTable(std::string_view text);
-std::string MetricsAsJson(std::string_view text);
 
 }  // namespace weir::mgmt
