@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -66,6 +67,39 @@ absl::Status ParseCidr(std::string_view text, Cidr* out) {
   if (!c.ok()) return c.status();
   *out = *c;
   return absl::OkStatus();
+}
+
+template <typename T>
+void CidrSet::Merge(std::vector<std::pair<T, T>>& ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  size_t n = 0;
+  for (const auto& r : ranges) {
+    // Overlapping or adjacent (the last one ends right before r starts).
+    if (n > 0 && (ranges[n - 1].second >= r.first || ranges[n - 1].second + 1 == r.first)) {
+      ranges[n - 1].second = std::max(ranges[n - 1].second, r.second);
+    } else {
+      ranges[n++] = r;
+    }
+  }
+  ranges.resize(n);
+}
+
+CidrSet::CidrSet(std::span<const Cidr> networks) {
+  for (const Cidr& c : networks) {
+    if (c.address.family == 4) {
+      const unsigned host = 32 - std::min<unsigned>(c.prefix, 32);
+      const uint32_t mask = host == 32 ? ~uint32_t{0} : (uint32_t{1} << host) - 1;
+      const uint32_t first = c.address.v4() & ~mask;
+      v4_.emplace_back(first, first | mask);
+    } else if (c.address.family == 6) {
+      const unsigned host = 128 - std::min<unsigned>(c.prefix, 128);
+      const U128 mask = host == 128 ? ~U128{0} : (U128{1} << host) - 1;
+      const U128 first = V6Value(c.address) & ~mask;
+      v6_.emplace_back(first, first | mask);
+    }
+  }
+  Merge(v4_);
+  Merge(v6_);
 }
 
 }  // namespace weir::common

@@ -41,12 +41,46 @@ ParseError ResponseWriter::Begin(uint16_t id, uint16_t flags, std::span<const ui
   return ParseError::kOk;
 }
 
-ParseError ResponseWriter::BeginResponse(std::span<const uint8_t> query_pkt, const Query& q, Rcode rcode,
-                                         bool ra) {
-  uint16_t flags = static_cast<uint16_t>(flag::kQr | (q.flags & (flag::kOpcodeMask | flag::kRd | flag::kCd)) |
-                                         (static_cast<uint16_t>(rcode) & flag::kRcodeMask));
-  if (ra) flags |= flag::kRa;
-  return Begin(q.id, flags, query_pkt.subspan(kHeaderSize, q.qname.len), q.qtype, q.qclass);
+size_t WriteHeaderOnly(std::span<const uint8_t> query, Rcode rcode, bool ra, uint8_t* out, size_t cap) {
+  if (query.size() < kOffFlags + 2 || cap < kHeaderSize) return 0;
+  const uint16_t flags =
+      static_cast<uint16_t>(flag::kQr | (ra ? flag::kRa : 0) |
+                            (Load16(query.data() + kOffFlags) & (flag::kOpcodeMask | flag::kRd)) |
+                            (static_cast<uint16_t>(rcode) & flag::kRcodeMask));
+  std::memset(out, 0, kHeaderSize);
+  SetId(out, Load16(query.data() + kOffId));
+  Store16(out + kOffFlags, flags);
+  return kHeaderSize;
+}
+
+size_t EncodeRecord(std::span<const uint8_t> owner_wire, uint16_t type, uint16_t klass, uint32_t ttl,
+                    std::span<const uint8_t> rdata, uint8_t* out, size_t cap) {
+  const size_t n = owner_wire.size() + 10 + rdata.size();
+  if (n > cap || rdata.size() > 0xFFFF) return 0;
+  std::memcpy(out, owner_wire.data(), owner_wire.size());
+  out += owner_wire.size();
+  Store16(out, type);
+  Store16(out + 2, klass);
+  Store32(out + 4, ttl);
+  Store16(out + 8, static_cast<uint16_t>(rdata.size()));
+  if (!rdata.empty()) std::memcpy(out + 10, rdata.data(), rdata.size());
+  return n;
+}
+
+void SetTrailingOption(std::vector<uint8_t>& msg, size_t opt_rdlen_at, size_t* option_at, uint16_t code,
+                       std::span<const uint8_t> data) {
+  uint16_t rdlen = Load16(msg.data() + opt_rdlen_at);
+  if (*option_at != 0) {
+    rdlen = static_cast<uint16_t>(rdlen - (msg.size() - *option_at));
+    msg.resize(*option_at);
+  }
+  const size_t at = msg.size();
+  msg.resize(at + 4 + data.size());
+  Store16(msg.data() + at, code);
+  Store16(msg.data() + at + 2, static_cast<uint16_t>(data.size()));
+  if (!data.empty()) std::memcpy(msg.data() + at + 4, data.data(), data.size());
+  Store16(msg.data() + opt_rdlen_at, static_cast<uint16_t>(rdlen + 4 + data.size()));
+  *option_at = at;
 }
 
 ParseError ResponseWriter::AppendRecords(Section section, std::span<const uint8_t> blob, uint16_t count,
@@ -61,16 +95,8 @@ ParseError ResponseWriter::AppendRecords(Section section, std::span<const uint8_
 
 ParseError ResponseWriter::AppendRecord(Section section, std::span<const uint8_t> owner_wire, uint16_t type,
                                         uint16_t klass, uint32_t ttl, std::span<const uint8_t> rdata) {
-  const size_t n = owner_wire.size() + 10 + rdata.size();
-  if (Reserve(n) != ParseError::kOk || rdata.size() > 0xFFFF) return ParseError::kBufferTooSmall;
-  uint8_t* o = buf_ + len_;
-  std::memcpy(o, owner_wire.data(), owner_wire.size());
-  o += owner_wire.size();
-  Store16(o, type);
-  Store16(o + 2, klass);
-  Store32(o + 4, ttl);
-  Store16(o + 8, static_cast<uint16_t>(rdata.size()));
-  if (!rdata.empty()) std::memcpy(o + 10, rdata.data(), rdata.size());
+  const size_t n = EncodeRecord(owner_wire, type, klass, ttl, rdata, buf_ + len_, cap_ - len_);
+  if (n == 0) return ParseError::kBufferTooSmall;
   len_ += n;
   Bump(CountOffset(section), 1);
   section_ = static_cast<int>(section);

@@ -48,66 +48,65 @@ QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, W
     : options_(options),
       shared_(shared),
       counters_(counters),
+      allow_(options.allow),
+      trusted_forwarders_(options.trusted_forwarders),
       limiter_(options.rate_limit),
       swrr_(options.swrr_states),
       prefetched_(1024, {0, 0}) {
   parse_options_.weight_option_code = options.weight_option_code;
 }
 
-bool QueryHandler::Allowed(const common::IpAddress& a) const {
-  for (const auto& c : options_.allow) {
-    if (c.Contains(a)) return true;
-  }
-  return false;
-}
-
-bool QueryHandler::Trusted(const common::IpAddress& a) const {
-  for (const auto& c : options_.trusted_forwarders) {
-    if (c.Contains(a)) return true;
-  }
-  return false;
-}
-
-size_t QueryHandler::WriteError(const uint8_t* pkt, size_t len, const dns::Query* q, dns::Rcode rcode,
-                                uint8_t* out, size_t out_cap) {
+size_t QueryHandler::WriteError(QueryContext& c, bool parsed, dns::Rcode rcode, uint8_t* out,
+                                size_t out_cap) {
+  if (!parsed) return dns::WriteHeaderOnly({c.pkt, c.len}, rcode, /*ra=*/true, out, out_cap);
+  const dns::Query& q = c.query;
   dns::ResponseWriter w(out, out_cap);
   const uint16_t code = static_cast<uint16_t>(rcode);
-  if (q != nullptr) {
-    if (w.BeginResponse({pkt, len}, *q, static_cast<dns::Rcode>(code & 0xf)) != dns::ParseError::kOk)
-      return 0;
-    if (q->edns.present || code > 15) {
-      w.BeginOpt(options_.edns_udp_size, q->edns.do_bit, static_cast<uint8_t>(code >> 4));
-    }
-    return w.Finish(response_limit_ != 0 ? response_limit_ : q->udp_limit());
+  if (w.BeginResponse({c.pkt, c.len}, q, static_cast<dns::Rcode>(code & 0xf)) != dns::ParseError::kOk)
+    return 0;
+  if (q.edns.present || code > 15) {
+    w.BeginOpt(options_.edns_udp_size, q.edns.do_bit, static_cast<uint8_t>(code >> 4));
   }
-  // Header only: the question could not be read.
-  if (len < 4 || out_cap < dns::kHeaderSize) return 0;
-  const uint16_t qflags = dns::Load16(pkt + 2);
-  const uint16_t flags = static_cast<uint16_t>(
-      dns::flag::kQr | (qflags & (dns::flag::kOpcodeMask | dns::flag::kRd)) | dns::flag::kRa | (code & 0xf));
-  dns::Store16(out, dns::Load16(pkt));
-  dns::Store16(out + 2, flags);
-  for (size_t i = 4; i < dns::kHeaderSize; ++i) out[i] = 0;
-  return dns::kHeaderSize;
+  return w.Finish(c.response_limit);
 }
 
-size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q,
-                                 const partitions::CacheEntry& e, const partitions::Tag* tag,
-                                 partitions::Partition partition, uint64_t entry_hash, bool trusted_ecs,
-                                 partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap) {
-  dns::ResponseWriter w(out, out_cap);
-  const uint16_t rcode = static_cast<uint16_t>(e.rcode());
-  const uint16_t flags =
-      static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
-                            (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-                            (q.flags & dns::flag::kAd ? e.flags() & dns::flag::kAd : 0) | (rcode & 0xf));
-  if (w.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) !=
-      dns::ParseError::kOk) {
-    return 0;
+// Inlined into each writer: the hit path pays no call for it.
+[[gnu::always_inline]] inline size_t QueryHandler::FinishAnswer(dns::ResponseWriter& w, QueryContext& c,
+                                                                bool fits, std::span<const uint8_t> weights) {
+  const dns::Query& q = c.query;
+  if (q.edns.present) {
+    w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
+    if (q.edns.has_ecs) {
+      // Echo the client's subnet; the scope says how far the answer applies
+      // (0 when the subnet did not choose it: RFC 7871 7.2.1). A trusted
+      // forwarder's subnet chose the partition: the answer holds for its
+      // whole source prefix (the city or subnet behind it), no wider.
+      dns::ClientSubnet ecs = q.edns.ecs;
+      ecs.scope_prefix = c.trusted_ecs ? ecs.source_prefix : 0;
+      w.AddEcs(ecs);
+    }
+    // To a client that asked: the weights, or length 0 (supported, not
+    // weighted; docs/behaviour.md#the-weight-option).
+    if (q.edns.has_weight)
+      w.AddWeights(options_.weight_option_code, fits ? weights : std::span<const uint8_t>());
   }
-  (void)len;
+  // Larger than the client's buffer (or than ours), or than its source's
+  // byte budget: TC, the client retries over TCP.
+  c.unlimited_size = w.size();
+  const size_t n = w.Finish(fits ? c.answer_limit() : dns::kHeaderSize);
+  if (n != c.unlimited_size || !fits) counters_->truncated.Add();
+  return n;
+}
+
+size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap) {
+  const dns::Query& q = c.query;
+  const partitions::CacheEntry& e = *c.entry;
+  dns::ResponseWriter w(out, out_cap);
+  if (w.BeginResponse({c.pkt, c.len}, q, e.rcode()) != dns::ParseError::kOk) return 0;
+  if (e.flags() & dns::flag::kAd && dns::AdAllowed(q)) w.AddFlags(dns::flag::kAd);
   // A client that asks for weights gets every address and the weights
   // (docs/behaviour.md#the-weight-option); otherwise tagged names are answered by SWRR.
+  const partitions::Tag* tag = c.tag;
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   uint8_t weights[dns::kMaxWeightedAddresses];
@@ -117,111 +116,56 @@ size_t QueryHandler::WriteCached(const uint8_t* pkt, size_t len, const dns::Quer
     w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
     w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
     if (tag != nullptr && tag->weight && e.address_count() > 0 && mode != partitions::AnswerMode::kAll) {
-      // The picked record's RDATA: owner pointer (2) + type, class, TTL,
-      // RDLENGTH (10), then the address.
-      const uint8_t* rec = e.records().data() + e.chain_bytes() + size_t{aw.picked} * e.address_record_size();
-      answers_.Count(entry_hash, partition, q.qname.span(), rec + 12,
-                     static_cast<uint8_t>(e.address_record_size() - 12));
+      const std::span<const uint8_t> picked = e.address(aw.picked);
+      answers_.Count(c.hash, c.partition, q.qname.span(), picked.data(), static_cast<uint8_t>(picked.size()));
     }
   }
-  if (q.edns.present) {
-    w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
-    if (q.edns.has_ecs) {
-      // Echo the client's subnet; the scope says how far the answer applies
-      // (0 when the subnet did not choose it: RFC 7871 7.2.1).
-      dns::ClientSubnet ecs = q.edns.ecs;
-      // A trusted forwarder's subnet chose the partition: the answer holds for
-      // its whole source prefix (the city or subnet behind it), no wider.
-      ecs.scope_prefix = trusted_ecs ? ecs.source_prefix : 0;
-      w.AddEcs(ecs);
-    }
-    if (q.edns.has_weight) {
-      if (e.has_weights() && fits) {
-        w.AddWeights(options_.weight_option_code, {weights, aw.weight_count});
-      } else {
-        w.AddWeights(options_.weight_option_code, {});  // supported, not weighted
-      }
-    }
-  }
-  // Larger than the client's buffer (or than ours), or than its source's
-  // byte budget: TC, the client retries over TCP.
-  const size_t whole = w.size();
-  unlimited_size_ = whole;
-  const size_t n = w.Finish(fits ? AnswerLimit() : dns::kHeaderSize);
-  if (n != whole || !fits) counters_->truncated.Add();
-  if (n != 0) counters_->Response(tcp_, rcode);
-  return n;
+  return FinishAnswer(
+      w, c, fits,
+      e.has_weights() ? std::span<const uint8_t>(weights, aw.weight_count) : std::span<const uint8_t>());
 }
 
-size_t QueryHandler::WriteRelayed(const uint8_t* pkt, const Work& w, const RelayedAnswer& r, uint8_t* out,
-                                  size_t out_cap) {
-  const dns::Query& q = w.query;
-  dns::ResponseWriter wr(out, out_cap);
-  const uint16_t flags =
-      static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
-                            (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd | dns::flag::kCd)) |
-                            (r.flags & dns::flag::kRcodeMask) |
-                            // AD only to clients that asked for it (RFC 6840 5.8).
-                            ((q.edns.do_bit || (q.flags & dns::flag::kAd)) ? r.flags & dns::flag::kAd : 0));
-  if (wr.Begin(q.id, flags, {pkt + dns::kHeaderSize, q.qname.len}, q.qtype, q.qclass) !=
+size_t QueryHandler::WriteRelayed(QueryContext& c, const RelayedAnswer& r, uint8_t* out, size_t out_cap) {
+  const dns::Query& q = c.query;
+  dns::ResponseWriter w(out, out_cap);
+  if (w.BeginResponse({c.pkt, c.len}, q, static_cast<dns::Rcode>(r.flags & dns::flag::kRcodeMask)) !=
       dns::ParseError::kOk) {
     return 0;
   }
-  const bool fits = !r.too_big && r.body.size() <= wr.room();
+  if (r.flags & dns::flag::kAd && dns::AdAllowed(q)) w.AddFlags(dns::flag::kAd);
+  const bool fits = !r.too_big && r.body.size() <= w.room();
   if (fits) {
-    std::copy(r.body.begin(), r.body.end(), wr.tail());
-    wr.Commit(dns::Section::kAnswer, r.body.size(), r.counts[0]);
-    wr.Commit(dns::Section::kAuthority, 0, r.counts[1]);
-    wr.Commit(dns::Section::kAdditional, 0, r.counts[2]);
+    std::copy(r.body.begin(), r.body.end(), w.tail());
+    w.Commit(dns::Section::kAnswer, r.body.size(), r.counts[0]);
+    w.Commit(dns::Section::kAuthority, 0, r.counts[1]);
+    w.Commit(dns::Section::kAdditional, 0, r.counts[2]);
   }
-  if (q.edns.present) {
-    // The same OPT as a cached answer's: our buffer size, the client's DO,
-    // its subnet echoed with the partition's scope, weights only to a
-    // client that asked (the recursor's, or length 0).
-    wr.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
-    if (q.edns.has_ecs) {
-      dns::ClientSubnet ecs = q.edns.ecs;
-      ecs.scope_prefix = w.trusted_ecs ? ecs.source_prefix : 0;
-      wr.AddEcs(ecs);
-    }
-    if (q.edns.has_weight) {
-      wr.AddWeights(options_.weight_option_code,
-                    r.has_weight && fits ? std::span<const uint8_t>(r.weight) : std::span<const uint8_t>());
-    }
-  }
-  const size_t whole = wr.size();
-  unlimited_size_ = whole;
-  const size_t n = wr.Finish(fits ? AnswerLimit() : dns::kHeaderSize);
-  if (n != whole || !fits) counters_->truncated.Add();
-  if (n != 0) counters_->Response(tcp_, r.flags & dns::flag::kRcodeMask);
-  return n;
+  // The weights the recursor sent, if any.
+  return FinishAnswer(w, c, fits,
+                      r.has_weight ? std::span<const uint8_t>(r.weight) : std::span<const uint8_t>());
 }
 
-size_t QueryHandler::WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap) {
+size_t QueryHandler::WriteMinimalAny(QueryContext& c, uint8_t* out, size_t out_cap) {
   dns::ResponseWriter w(out, out_cap);
-  const uint16_t flags = static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
-                                               (q.flags & (dns::flag::kOpcodeMask | dns::flag::kRd)));
-  const std::span<const uint8_t> qname{pkt + dns::kHeaderSize, q.qname.len};
-  if (w.Begin(q.id, flags, qname, q.qtype, q.qclass) != dns::ParseError::kOk) return 0;
+  if (w.BeginResponse({c.pkt, c.len}, c.query, dns::Rcode::kNoError) != dns::ParseError::kOk) return 0;
   // HINFO "RFC8482" "", with the TTL RFC 8482 suggests (one hour or more).
   static constexpr uint8_t kRdata[] = {7, 'R', 'F', 'C', '8', '4', '8', '2', 0};
-  w.AppendRecord(dns::Section::kAnswer, qname, dns::type::kHinfo, dns::klass::kIn, kMinimalAnyTtl, kRdata);
-  if (q.edns.present) w.BeginOpt(options_.edns_udp_size, q.edns.do_bit);
-  unlimited_size_ = w.size();
-  const size_t n = w.Finish(AnswerLimit());
-  if (n != unlimited_size_) counters_->truncated.Add();
-  return n;
+  const bool fits = w.AppendRecord(dns::Section::kAnswer, c.qname_wire(), dns::type::kHinfo, dns::klass::kIn,
+                                   kMinimalAnyTtl, kRdata) == dns::ParseError::kOk;
+  return FinishAnswer(w, c, fits, {});
 }
 
-void QueryHandler::BudgetBytes(Work* w, uint32_t now) {
-  byte_budget_ = limiter_.ByteAllowance(&w->source_slot, w->source_generation, *w->source, now);
-}
-
-void QueryHandler::ChargeBytes(Work* w, size_t sent) {
-  byte_budget_ = SIZE_MAX;
-  limiter_.TakeBytes(w->source_slot, static_cast<uint32_t>(sent));
+template <typename Write>
+size_t QueryHandler::WriteBudgeted(QueryContext* c, uint32_t now, Write write) {
+  if (!limiter_.limits_bytes() || c->tcp) [[likely]]
+    return write();
+  c->byte_budget = limiter_.ByteAllowance(&c->source_slot, c->source_generation, *c->source, now);
+  const size_t n = write();
+  c->byte_budget = SIZE_MAX;
+  limiter_.TakeBytes(c->source_slot, static_cast<uint32_t>(n));
   // Sent with TC because of the budget only (it fitted the client's size).
-  if (unlimited_size_ > sent && unlimited_size_ <= response_limit_) counters_->rate_limited_bytes.Add();
+  if (c->unlimited_size > n && c->unlimited_size <= c->response_limit) counters_->rate_limited_bytes.Add();
+  return n;
 }
 
 Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
@@ -233,22 +177,21 @@ Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const Clien
   if (v != Verdict::kMiss) return v;  // it did not parse, or did not fit
   // Not in the cache: the upstream's answer as it came (DNSSEC-aware
   // queries, REFUSED, uncacheable), or SERVFAIL when every upstream failed.
+  QueryContext& c = single_;
+  unsigned rcode;
   if (relay != nullptr) {
-    const bool charged = ByteLimited(single_);
-    if (charged) BudgetBytes(&single_, now);
-    *out_len = WriteRelayed(pkt, single_, *relay, out, out_cap);
-    if (charged) ChargeBytes(&single_, *out_len);
+    *out_len = WriteBudgeted(&c, now, [&] { return WriteRelayed(c, *relay, out, out_cap); });
+    rcode = relay->flags & dns::flag::kRcodeMask;
   } else {
-    *out_len = WriteError(pkt, len, &single_.query, dns::Rcode::kServFail, out, out_cap);
-    if (*out_len != 0) {
-      counters_->Error(ErrorReason::kUpstreamFailure);
-      counters_->Response(tcp_, static_cast<unsigned>(dns::Rcode::kServFail));
-    }
+    *out_len = WriteError(c, /*parsed=*/true, dns::Rcode::kServFail, out, out_cap);
+    rcode = static_cast<unsigned>(dns::Rcode::kServFail);
+    if (*out_len != 0) counters_->Error(ErrorReason::kUpstreamFailure);
   }
   if (*out_len == 0) {
     counters_->Drop(DropReason::kNoRoom);
     return Verdict::kDrop;
   }
+  counters_->Response(c.tcp, rcode);
   return Verdict::kReply;
 }
 
@@ -263,7 +206,8 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
 }
 
 bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
-                         size_t out_cap, size_t* out_len, HandleMode mode, Work* w, Verdict* verdict) {
+                         size_t out_cap, size_t* out_len, HandleMode mode, QueryContext* c,
+                         Verdict* verdict) {
   if (mode == HandleMode::kNormal) (client.tcp ? counters_->queries_tcp : counters_->queries_udp).Add();
   *verdict = Verdict::kDrop;
   // Garbage: too short for a header, or a response (answering responses
@@ -272,29 +216,29 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     counters_->Drop(DropReason::kGarbage);
     return false;
   }
+  c->pkt = pkt;
+  c->len = len;
   if (limiter_.enabled()) [[unlikely]] {
-    w->source = &client.addr;
-    w->source_slot = RateLimiter::kNoSlot;
+    c->source = &client.addr;
+    c->source_slot = RateLimiter::kNoSlot;
     // Queries returned from the upstream side were counted when they came.
     if (mode == HandleMode::kNormal) {
-      w->source_slot = limiter_.Track(client.addr, now);
-      w->source_generation = limiter_.generation();
-      if (!limiter_.TakeQuery(w->source_slot)) {
+      c->source_slot = limiter_.Track(client.addr, now);
+      c->source_generation = limiter_.generation();
+      if (!limiter_.TakeQuery(c->source_slot)) {
         counters_->Drop(DropReason::kRateLimited);
         return false;
       }
     }
   }
-  dns::Query& query = w->query;
+  dns::Query& query = c->query;
   const dns::ParseError err = dns::ParseQuery({pkt, len}, parse_options_, &query);
   // Over TCP the whole answer goes (RFC 7766); over UDP the client's limit.
   // Over UDP at most our own EDNS size (kEdnsUdpSize): larger datagrams fragment.
-  response_limit_ = client.tcp
-                        ? std::min<size_t>(out_cap, 65535)
-                        : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
-  w->response_limit = response_limit_;
-  w->tcp = client.tcp;
-  tcp_ = client.tcp;
+  c->response_limit =
+      client.tcp ? std::min<size_t>(out_cap, 65535)
+                 : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
+  c->tcp = client.tcp;
   // An answer from here: counted by its RCODE (and `why` when it is an
   // error), or a drop when not even the header could be written.
   auto reply = [&](size_t n, dns::Rcode rcode, std::optional<ErrorReason> why) {
@@ -308,28 +252,28 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     }
     return false;
   };
-  if (!Allowed(client.addr)) {
+  if (!allow_.Contains(client.addr)) {
     if (err != dns::ParseError::kOk && err != dns::ParseError::kBadEdnsVersion) {
       counters_->Drop(DropReason::kAcl);  // nothing readable to refuse
       return false;
     }
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
+    return reply(WriteError(*c, true, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
                  ErrorReason::kAcl);
   }
   if (err == dns::ParseError::kBadEdnsVersion) {
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kBadVers, out, out_cap), dns::Rcode::kBadVers,
+    return reply(WriteError(*c, true, dns::Rcode::kBadVers, out, out_cap), dns::Rcode::kBadVers,
                  ErrorReason::kBadVers);
   }
   if (err != dns::ParseError::kOk) {
-    return reply(WriteError(pkt, len, nullptr, dns::Rcode::kFormErr, out, out_cap), dns::Rcode::kFormErr,
+    return reply(WriteError(*c, false, dns::Rcode::kFormErr, out, out_cap), dns::Rcode::kFormErr,
                  ErrorReason::kFormErr);
   }
   if (query.opcode() != 0) {
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kNotImp, out, out_cap), dns::Rcode::kNotImp,
+    return reply(WriteError(*c, true, dns::Rcode::kNotImp, out, out_cap), dns::Rcode::kNotImp,
                  ErrorReason::kNotImpl);
   }
   if (query.qclass != dns::klass::kIn) {
-    return reply(WriteError(pkt, len, &query, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
+    return reply(WriteError(*c, true, dns::Rcode::kRefused, out, out_cap), dns::Rcode::kRefused,
                  ErrorReason::kClass);
   }
   if (query.qtype == dns::type::kAny && !client.tcp) {
@@ -337,55 +281,51 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
     // (RFC 8482 4.2) from here, never the upstream's whole name. Over TCP
     // (no spoofed sources) it is resolved as any other type.
     counters_->any_minimal.Add();
-    const bool charged = ByteLimited(*w);
-    if (charged) BudgetBytes(w, now);
-    const size_t n = WriteMinimalAny(pkt, query, out, out_cap);
-    if (charged) ChargeBytes(w, n);
-    return reply(n, dns::Rcode::kNoError, std::nullopt);
+    return reply(WriteBudgeted(c, now, [&] { return WriteMinimalAny(*c, out, out_cap); }),
+                 dns::Rcode::kNoError, std::nullopt);
   }
   return true;
 }
 
-void QueryHandler::Classify(const ClientInfo& client, uint32_t now, Work* w) {
-  const dns::Query& query = w->query;
-  // The tag (w->tag, from the tag table), then the partition: the packet
+void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext* c) {
+  const dns::Query& query = c->query;
+  // The tag (c->tag, from the tag table), then the partition: the packet
   // source picks the city, or the ECS address when a trusted forwarder sent
   // one.
-  if (w->tag == nullptr) {
+  if (c->tag == nullptr) {
     const LearnedTags* learned = shared_->learned.Get();
-    if (learned != nullptr) w->tag = learned->Lookup(query.qname.span(), now);
+    if (learned != nullptr) c->tag = learned->Lookup(query.qname.span(), now);
   }
-  w->who = client.addr;
+  c->who = client.addr;
   // A /0 source says "do not use my address" (RFC 7871 7.1.2): not a subnet.
-  w->trusted_ecs = query.edns.has_ecs && query.edns.ecs.source_prefix > 0 && Trusted(client.addr);
-  if (w->trusted_ecs) {
-    w->who.family = query.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
-    w->who.bytes = query.edns.ecs.address;
+  c->trusted_ecs =
+      query.edns.has_ecs && query.edns.ecs.source_prefix > 0 && trusted_forwarders_.Contains(client.addr);
+  if (c->trusted_ecs) {
+    c->who.family = query.edns.ecs.family == dns::kEcsFamilyIpv4 ? 4 : 6;
+    c->who.bytes = query.edns.ecs.address;
   }
-  w->partition = partitions::kCommonPartition;
-  w->city = nullptr;
-  if (w->tag != nullptr && w->tag->level != partitions::CacheLevel::kGlobal) {
+  c->partition = partitions::kCommonPartition;
+  c->city = nullptr;
+  if (c->tag != nullptr && c->tag->level != partitions::CacheLevel::kGlobal) {
     const partitions::CityMap* cm = shared_->citymap.Get();
-    const partitions::PartitionId id = cm != nullptr ? cm->Lookup(w->who) : 0;
-    if (cm != nullptr) w->city = &cm->city(id);
-    w->partition = partitions::PartitionKey(w->tag->level, id, w->who);
+    const partitions::PartitionId id = cm != nullptr ? cm->Lookup(c->who) : 0;
+    if (cm != nullptr) c->city = &cm->city(id);
+    c->partition = partitions::PartitionKey(c->tag->level, id, c->who);
   }
   // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
   // does not keep: they are coalesced and relayed, never answered from or
   // written to the cache.
-  w->dnssec = query.edns.do_bit || query.cd();
-  w->hash = partitions::HashCacheKey(w->key());
+  c->dnssec = query.edns.do_bit || query.cd();
+  c->hash = partitions::HashCacheKey(c->key());
 }
 
-Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8_t* out, size_t out_cap,
-                             size_t* out_len, MissRequest* miss, HandleMode mode, Work* w) {
-  const dns::Query& query = w->query;
-  response_limit_ = w->response_limit;
-  tcp_ = w->tcp;
-  const partitions::Tag* tag = w->tag;
-  const partitions::Partition partition = w->partition;
-  const partitions::CacheEntry* e = w->entry;
-  const partitions::Freshness fresh = w->fresh;
+Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
+                             MissRequest* miss, HandleMode mode) {
+  const dns::Query& query = c->query;
+  const partitions::Tag* tag = c->tag;
+  const partitions::Partition partition = c->partition;
+  const partitions::CacheEntry* e = c->entry;
+  const partitions::Freshness fresh = c->fresh;
   if (mode == HandleMode::kNormal) {
     const size_t slot = PartitionSlot(partition);
     lookups_[slot].Add();
@@ -410,16 +350,12 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
-      const bool charged = ByteLimited(*w);
-      if (charged) [[unlikely]]
-        BudgetBytes(w, now);
-      *out_len = WriteCached(pkt, len, query, *e, tag, partition, w->hash, w->trusted_ecs, ttl, out, out_cap);
-      if (charged) [[unlikely]]
-        ChargeBytes(w, *out_len);
+      *out_len = WriteBudgeted(c, now, [&] { return WriteCached(*c, ttl, out, out_cap); });
       if (*out_len == 0) {
         counters_->Drop(DropReason::kNoRoom);
         return Verdict::kDrop;
       }
+      counters_->Response(c->tcp, static_cast<unsigned>(e->rcode()));
       if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
         // Fill `miss` below and let the caller refresh the entry.
       } else {
@@ -441,11 +377,11 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
   miss->send_ecs = false;
   if (tag != nullptr && tag->ecs) {
     if (tag->level == partitions::CacheLevel::kSubnet) {
-      miss->ecs = partitions::SubnetEcs(w->who);
+      miss->ecs = partitions::SubnetEcs(c->who);
       miss->send_ecs = true;
-    } else if (tag->level == partitions::CacheLevel::kCity && w->city != nullptr) {
+    } else if (tag->level == partitions::CacheLevel::kCity && c->city != nullptr) {
       // The city's own ECS source: subscriber addresses never leave weir.
-      miss->ecs = w->city->EcsFor(w->who.family);
+      miss->ecs = c->city->EcsFor(c->who.family);
       miss->send_ecs = miss->ecs.family != 0;
     }
   }
@@ -457,16 +393,16 @@ Verdict QueryHandler::Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8
 Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
                              uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss,
                              HandleMode mode) {
-  Work* w = &single_;
+  QueryContext* c = &single_;
   Verdict v;
-  if (!Begin(pkt, len, client, now, out, out_cap, out_len, mode, w, &v)) return v;
+  if (!Begin(pkt, len, client, now, out, out_cap, out_len, mode, c, &v)) return v;
   const partitions::TagTable* tags = shared_->tags.Get();
-  w->tag = tags != nullptr ? tags->Lookup(w->query.qname.span(), w->query.qname_labels.span()) : nullptr;
-  Classify(client, now, w);
-  w->entry = nullptr;
-  w->fresh = partitions::Freshness::kMiss;
-  if (!w->dnssec) w->entry = shared_->cache->Find(w->key(), w->hash, now, &w->fresh);
-  return Finish(pkt, len, now, out, out_cap, out_len, miss, mode, w);
+  c->tag = tags != nullptr ? tags->Lookup(c->query.qname.span(), c->query.qname_labels.span()) : nullptr;
+  Classify(client, now, c);
+  c->entry = nullptr;
+  c->fresh = partitions::Freshness::kMiss;
+  if (!c->dnssec) c->entry = shared_->cache->Find(c->key(), c->hash, now, &c->fresh);
+  return Finish(c, now, out, out_cap, out_len, miss, mode);
 }
 
 void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {
@@ -505,14 +441,14 @@ void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {
     size_t cached[kMaxBurst];
     size_t c = 0;
     for (size_t j = 0; j < k; ++j) {
-      Work* w = &burst_[live[j]];
-      w->tag = tag[j];
-      Classify(b[live[j]].client, now, w);
-      w->entry = nullptr;
-      w->fresh = partitions::Freshness::kMiss;
-      if (!w->dnssec) {
-        keys[c] = w->key();
-        hashes[c] = w->hash;
+      QueryContext* ctx = &burst_[live[j]];
+      ctx->tag = tag[j];
+      Classify(b[live[j]].client, now, ctx);
+      ctx->entry = nullptr;
+      ctx->fresh = partitions::Freshness::kMiss;
+      if (!ctx->dnssec) {
+        keys[c] = ctx->key();
+        hashes[c] = ctx->hash;
         cached[c++] = live[j];
       }
     }
@@ -523,8 +459,8 @@ void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {
     }
     for (size_t j = 0; j < k; ++j) {
       const size_t i = live[j];
-      b[i].verdict = Finish(b[i].pkt, b[i].len, now, b[i].out, b[i].out_cap, &b[i].out_len, b[i].miss,
-                            HandleMode::kNormal, &burst_[i]);
+      b[i].verdict =
+          Finish(&burst_[i], now, b[i].out, b[i].out_cap, &b[i].out_len, b[i].miss, HandleMode::kNormal);
     }
   }
 }

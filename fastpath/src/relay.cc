@@ -44,16 +44,10 @@ bool StripDnssec(const dns::Message& up, uint16_t qtype, size_t records_end, Rel
           rdlen > kMaxMessage) {
         continue;
       }
-      const size_t at = out->body.size();
-      out->body.resize(at + owner.len + 10 + rdlen);
-      uint8_t* w = out->body.data() + at;
-      std::memcpy(w, owner.bytes.data(), owner.len);
-      w += owner.len;
-      dns::Store16(w, rr.type);
-      dns::Store16(w + 2, rr.klass);
-      dns::Store32(w + 4, rr.ttl);
-      dns::Store16(w + 8, static_cast<uint16_t>(rdlen));
-      std::memcpy(w + 10, rdata.data(), rdlen);
+      const size_t at = out->body.size(), n = owner.len + 10 + rdlen;
+      out->body.resize(at + n);
+      dns::EncodeRecord(owner.span(), rr.type, rr.klass, rr.ttl, {rdata.data(), rdlen}, out->body.data() + at,
+                        n);
       ++out->counts[s];
     }
   }

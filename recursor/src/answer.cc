@@ -70,8 +70,7 @@ size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64
     return 0;
   }
   const dns::Query& q = *ctx.query;
-  // RFC 6840 5.7/5.8: AD only to a client that set DO or AD in its query.
-  if (a.ad && (q.edns.do_bit || (q.flags & dns::flag::kAd))) out[3] |= static_cast<uint8_t>(dns::flag::kAd);
+  if (a.ad && dns::AdAllowed(q)) w.AddFlags(dns::flag::kAd);
   // RFC 4035 3.2.1: DNSSEC records only to a client that set DO (or asked
   // for that type by name).
   auto shown = [&](const CachedRecord& r) {

@@ -137,9 +137,8 @@ void ForwarderRelay::OnReply(uint64_t token, const dns::Message& reply) {
   for (const Asker& a : p->askers) {
     // The transport checked that the question is this one: only the ID and
     // the spelling (libunbound's own 0x20) are libunbound's again.
-    if (out.size() < dns::kHeaderSize + a.qname_wire.size()) continue;
-    dns::Store16(out.data(), a.id);
-    std::copy(a.qname_wire.begin(), a.qname_wire.end(), out.begin() + dns::kHeaderSize);
+    if (!dns::SetQuestionSpelling(out, a.qname_wire)) continue;
+    dns::SetId(out.data(), a.id);
     SendTo(p->forwarder, a.from, out);
   }
   stats_.answered += p->askers.size();

@@ -9,7 +9,7 @@ namespace weir::recursor {
 
 QueryRouter::QueryRouter(const RecursorConfig& cfg, const TaggedResolver::Tags& tags, FrontReplies& replies,
                          OrdinaryResolver& ordinary, TaggedResolver& tagged)
-    : cfg_(cfg), tags_(tags), replies_(replies), ordinary_(ordinary), tagged_(tagged) {
+    : cfg_(cfg), allow_(cfg.allow), tags_(tags), replies_(replies), ordinary_(ordinary), tagged_(tagged) {
   parse_options_.weight_option_code = cfg.weight_option_code;
 }
 
@@ -19,9 +19,7 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
   w.to = to;
   w.received = pkt;
   const dns::ParseError err = dns::ParseQuery(pkt, parse_options_, &w.q);
-  bool allowed = false;
-  const common::IpAddress source = IpOf(w.to.peer);
-  for (const common::Cidr& c : cfg_.allow) allowed = allowed || c.Contains(source);
+  const bool allowed = allow_.Contains(IpOf(w.to.peer));
   if (err != dns::ParseError::kOk) {
     uint8_t* out = replies_.buffer();
     if (err == dns::ParseError::kBadEdnsVersion) {
@@ -46,11 +44,8 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
       return;
     }
     ++stats_.formerr;
-    std::memset(out, 0, dns::kHeaderSize);
-    std::memcpy(out, pkt.data(), 2);
-    out[2] = static_cast<uint8_t>(0x80 | (pkt[2] & 0x79));
-    out[3] = static_cast<uint8_t>(dns::Rcode::kFormErr);
-    replies_.Send(to, dns::kHeaderSize, dns::Rcode::kFormErr);
+    replies_.Send(to, dns::WriteHeaderOnly(pkt, dns::Rcode::kFormErr, /*ra=*/false, out, dns::kHeaderSize),
+                  dns::Rcode::kFormErr);
     return;
   }
   if (!allowed) {

@@ -13,6 +13,7 @@
 
 #include "front.h"
 #include "ordinary_resolver.h"
+#include "weir/common/ip.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/config.h"
 #include "weir/recursor/tagged_resolver.h"
@@ -34,6 +35,7 @@ class QueryRouter {
 
  private:
   const RecursorConfig& cfg_;
+  const common::CidrSet allow_;  // cfg_.allow
   dns::ParseOptions parse_options_;
   const TaggedResolver::Tags& tags_;
   FrontReplies& replies_;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "weir/dns/writer.h"
 #include "weir/recursor/cache_policy.h"
 
 namespace weir::recursor {
@@ -102,7 +103,7 @@ LastHopTransport::SendResult SocketLastHop::SendUdp(uint64_t token, Query& q) {
     return SendResult::kNoSocket;
   }
   q.q.id = random_.Next16();
-  dns::Store16(q.wire.data(), q.q.id);
+  dns::SetId(q.wire.data(), q.q.id);
   if (q.opt_rdlen_at != 0) {
     sockaddr_storage local{};
     socklen_t ll = sizeof(local);
@@ -128,21 +129,10 @@ LastHopTransport::SendResult SocketLastHop::SendUdp(uint64_t token, Query& q) {
 
 // Writes (or rewrites) the COOKIE option at the end of the query's OPT.
 void SocketLastHop::SetCookie(Query& q, const common::SocketAddress& local) {
-  uint16_t rdlen = dns::Load16(q.wire.data() + q.opt_rdlen_at);
-  if (q.cookie_at != 0) {
-    rdlen = static_cast<uint16_t>(rdlen - (q.wire.size() - q.cookie_at + 4));
-    q.wire.resize(q.cookie_at - 4);
-  }
   q.client_cookie = cookies_.ClientCookie(local, q.q.server);
   uint8_t data[dns::CookieJar::kMaxOption] = {};
   const size_t n = cookies_.OptionData(q.client_cookie, q.q.server, data);
-  const size_t at = q.wire.size();
-  q.wire.resize(at + 4 + n);
-  dns::Store16(q.wire.data() + at, dns::option::kCookie);
-  dns::Store16(q.wire.data() + at + 2, static_cast<uint16_t>(n));
-  std::memcpy(q.wire.data() + at + 4, data, n);
-  dns::Store16(q.wire.data() + q.opt_rdlen_at, static_cast<uint16_t>(rdlen + 4 + n));
-  q.cookie_at = at + 4;
+  dns::SetTrailingOption(q.wire, q.opt_rdlen_at, &q.cookie_at, dns::option::kCookie, {data, n});
   q.cookie = true;
 }
 
@@ -336,7 +326,13 @@ void SocketLastHop::ToTcp(uint64_t token, Query& q) {
   if (q.fd < 0) return Fail(token, Failure::kFailed);
   int one = 1;
   setsockopt(q.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  connect(q.fd, q.q.server.sa(), q.q.server.len);
+  // Non-blocking: EINPROGRESS is the normal answer; anything else (no
+  // route, no local port) fails the query now rather than at its timeout.
+  if (connect(q.fd, q.q.server.sa(), q.q.server.len) != 0 && errno != EINPROGRESS) {
+    close(q.fd);
+    q.fd = -1;
+    return Fail(token, Failure::kFailed);
+  }
   q.tcp = true;
   q.tcp_sent = 0;
   q.tcp_in.Clear();

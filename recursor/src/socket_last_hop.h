@@ -91,7 +91,7 @@ class SocketLastHop final : public LastHopTransport {
     LastHopQuery q;                // `message` unused: `wire` holds it; `id` is wire's
     uint8_t qname_len = 0;         // the question name at offset 12 of `wire`
     bool caps = false;             // the name went out in random case
-    // The COOKIE option: our client cookie, where its data sits in `wire`
+    // The COOKIE option: our client cookie, where the option starts in `wire`
     // (0: none) and where the OPT's RDLENGTH is (0: no OPT, no cookie).
     bool cookie = false;
     dns::CookieJar::ClientCookieBytes client_cookie{};

@@ -389,6 +389,91 @@ TEST(ResponseWriter, HeaderFlagsAndQuestionCase) {
   EXPECT_EQ(Load16(buf + 2) & (flag::kRa | flag::kRcodeMask), 2);
 }
 
+TEST(ResponseWriter, AdOnlyToClientsThatAsk) {
+  for (const bool ad_bit : {false, true}) {
+    for (const bool do_bit : {false, true}) {
+      QuerySpec spec;
+      spec.flags = static_cast<uint16_t>(flag::kRd | (ad_bit ? flag::kAd : 0));
+      spec.do_bit = do_bit;
+      const Bytes query = MakeQuery(spec);
+      Query q;
+      ASSERT_EQ(ParseQuery(query, ParseOptions{}, &q), ParseError::kOk);
+      EXPECT_EQ(AdAllowed(q), ad_bit || do_bit) << ad_bit << do_bit;
+      uint8_t buf[512];
+      ResponseWriter w(buf, sizeof buf);
+      ASSERT_EQ(w.BeginResponse(query, q, Rcode::kNoError), ParseError::kOk);
+      w.AddFlags(flag::kAd);
+      EXPECT_EQ(Load16(buf + kOffFlags), flag::kQr | flag::kRd | flag::kRa | flag::kAd);
+    }
+  }
+}
+
+TEST(WriteHeaderOnly, KeepsIdOpcodeAndRd) {
+  // An unparsable query: ID, opcode 4 (NOTIFY), RD and AD, garbage after.
+  const Bytes query = {0x12, 0x34, 0x21, 0x20, 0xff, 0xff, 0xff};
+  uint8_t buf[kHeaderSize + 4];
+  std::memset(buf, 0xaa, sizeof buf);
+  ASSERT_EQ(WriteHeaderOnly(query, Rcode::kFormErr, /*ra=*/true, buf, sizeof buf), kHeaderSize);
+  EXPECT_EQ(Load16(buf), 0x1234);
+  EXPECT_EQ(Load16(buf + kOffFlags), flag::kQr | (4u << 11) | flag::kRd | flag::kRa | 1u);
+  for (size_t i = 4; i < kHeaderSize; ++i) EXPECT_EQ(buf[i], 0) << i;
+  EXPECT_EQ(buf[kHeaderSize], 0xaa) << "nothing written past the header";
+  ASSERT_EQ(WriteHeaderOnly(query, Rcode::kServFail, /*ra=*/false, buf, sizeof buf), kHeaderSize);
+  EXPECT_EQ(Load16(buf + kOffFlags), flag::kQr | (4u << 11) | flag::kRd | 2u);
+  EXPECT_EQ(WriteHeaderOnly({query.data(), 3}, Rcode::kFormErr, true, buf, sizeof buf), 0u);
+  EXPECT_EQ(WriteHeaderOnly(query, Rcode::kFormErr, true, buf, kHeaderSize - 1), 0u);
+}
+
+TEST(EncodeRecord, WritesOneUncompressedRecord) {
+  const Bytes owner = WireName("a.example");
+  const Bytes rdata = {192, 0, 2, 7};
+  uint8_t buf[64];
+  const size_t n = EncodeRecord(owner, type::kA, klass::kIn, 3600, rdata, buf, sizeof buf);
+  ASSERT_EQ(n, owner.size() + 10 + 4);
+  EXPECT_EQ(Bytes(buf, buf + owner.size()), owner);
+  EXPECT_EQ(Load16(buf + owner.size()), type::kA);
+  EXPECT_EQ(Load16(buf + owner.size() + 2), klass::kIn);
+  EXPECT_EQ(Load32(buf + owner.size() + 4), 3600u);
+  EXPECT_EQ(Load16(buf + owner.size() + 8), 4);
+  EXPECT_EQ(Bytes(buf + owner.size() + 10, buf + n), rdata);
+  EXPECT_EQ(EncodeRecord(owner, type::kA, klass::kIn, 1, rdata, buf, n - 1), 0u);
+}
+
+TEST(SetTrailingOption, WritesThenReplacesTheLastOption) {
+  QuerySpec spec;
+  spec.nsid = true;
+  Bytes msg = MakeQuery(spec);
+  Query q;
+  ASSERT_EQ(ParseQuery(msg, ParseOptions{}, &q), ParseError::kOk);
+  const size_t rdlen_at = q.edns.rdata_offset - 2u;
+  const size_t before = msg.size();
+  size_t at = 0;
+  const Bytes first(8, 0x11), second(24, 0x22);
+  SetTrailingOption(msg, rdlen_at, &at, option::kCookie, first);
+  EXPECT_EQ(at, before);
+  ASSERT_EQ(ParseQuery(msg, ParseOptions{}, &q), ParseError::kOk);
+  EXPECT_TRUE(q.edns.has_cookie);
+  EXPECT_EQ(msg.size(), before + 4 + 8);
+  // A retry with a server cookie learnt: the option replaced, not added.
+  SetTrailingOption(msg, rdlen_at, &at, option::kCookie, second);
+  EXPECT_EQ(at, before);
+  EXPECT_EQ(msg.size(), before + 4 + 24);
+  ASSERT_EQ(ParseQuery(msg, ParseOptions{}, &q), ParseError::kOk);
+  EXPECT_TRUE(q.edns.has_cookie);
+  EXPECT_EQ(Bytes(msg.end() - 24, msg.end()), second);
+  EXPECT_EQ(Load16(msg.data() + rdlen_at), 4 + 4 + 24) << "NSID (empty) + COOKIE";
+}
+
+TEST(SetQuestionSpelling, RewritesTheCaseOnly) {
+  Bytes msg = MakeQuery({});
+  const Bytes upper = WireName("WWW.EXAMPLE.COM");
+  ASSERT_TRUE(SetQuestionSpelling(msg, upper));
+  EXPECT_EQ(Bytes(msg.begin() + kHeaderSize, msg.begin() + kHeaderSize + upper.size()), upper);
+  Bytes tiny(kHeaderSize + 3, 0);
+  EXPECT_FALSE(SetQuestionSpelling(tiny, upper));
+  EXPECT_EQ(tiny, Bytes(kHeaderSize + 3, 0));
+}
+
 TEST(ResponseWriter, AppendRecordsAgesTtls) {
   const Bytes query = MakeQuery({});
   Query q;

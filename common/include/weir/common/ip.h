@@ -6,8 +6,11 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,5 +75,45 @@ struct Cidr {
 };
 // Cidr::Parse, writing into `out`.
 absl::Status ParseCidr(std::string_view text, Cidr* out);
+
+// A set of networks for membership tests on every packet (ACLs, trusted
+// forwarders): the networks merged into disjoint, sorted address ranges per
+// family, found by binary search, so a carrier's hundreds of subscriber
+// prefixes cost a few comparisons. IPv4-mapped IPv6 addresses are IPv6 here,
+// as for Cidr::Contains.
+class CidrSet {
+ public:
+  CidrSet() = default;
+  explicit CidrSet(std::span<const Cidr> networks);
+
+  bool Contains(const IpAddress& a) const {
+    if (a.family == 4) return In(v4_, a.v4());
+    return a.family == 6 && In(v6_, V6Value(a));
+  }
+  bool empty() const { return v4_.empty() && v6_.empty(); }
+  // Disjoint ranges after merging (tests and diagnostics).
+  size_t ranges() const { return v4_.size() + v6_.size(); }
+
+ private:
+  using U128 = unsigned __int128;
+  static U128 V6Value(const IpAddress& a) {
+    U128 v = 0;
+    for (uint8_t b : a.bytes) v = v << 8 | b;
+    return v;
+  }
+  template <typename T>
+  static bool In(const std::vector<std::pair<T, T>>& ranges, T x) {
+    // The first range that ends at or after x; x is in the set when that
+    // range starts at or before it.
+    auto it = std::lower_bound(ranges.begin(), ranges.end(), x,
+                               [](const std::pair<T, T>& r, T v) { return r.second < v; });
+    return it != ranges.end() && it->first <= x;
+  }
+  template <typename T>
+  static void Merge(std::vector<std::pair<T, T>>& ranges);
+
+  std::vector<std::pair<uint32_t, uint32_t>> v4_;  // [first, last]
+  std::vector<std::pair<U128, U128>> v6_;
+};
 
 }  // namespace weir::common

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
@@ -39,6 +40,38 @@ inline void AgeTtlsInPlace(uint8_t* records, std::span<const uint16_t> ttl_offse
 
 inline void SetId(uint8_t* msg, uint16_t id) { Store16(msg + kOffId, id); }
 
+// Writes `qname_wire` over the question name of `msg`: another spelling of
+// the same name (0x20), so of the same length. False, `msg` unchanged, when
+// `msg` is too short to hold it.
+inline bool SetQuestionSpelling(std::span<uint8_t> msg, std::span<const uint8_t> qname_wire) {
+  if (msg.size() < kHeaderSize + qname_wire.size()) return false;
+  std::memcpy(msg.data() + kHeaderSize, qname_wire.data(), qname_wire.size());
+  return true;
+}
+
+// RFC 6840 5.7/5.8: a response carries AD only to a client that set DO or
+// AD in its query. Both tiers, cached and relayed answers alike.
+inline bool AdAllowed(const Query& q) { return q.edns.do_bit || (q.flags & flag::kAd) != 0; }
+
+// The response to a message whose question could not be read: its header
+// only, with its ID, opcode and RD, QR set, RA when `ra`, and `rcode`.
+// Returns kHeaderSize, or 0 when `query` is shorter than the ID and flags
+// or `cap` than a header.
+size_t WriteHeaderOnly(std::span<const uint8_t> query, Rcode rcode, bool ra, uint8_t* out, size_t cap);
+
+// One record, owner and RDATA uncompressed, at `out`. Returns its size, or 0
+// when it does not fit `cap` or the RDATA is longer than 65535 bytes.
+size_t EncodeRecord(std::span<const uint8_t> owner_wire, uint16_t type, uint16_t klass, uint32_t ttl,
+                    std::span<const uint8_t> rdata, uint8_t* out, size_t cap);
+
+// For a query whose OPT record is the message's last record: writes the
+// EDNS option `code` with `data` at the OPT's end, replacing the one
+// written by the previous call. `opt_rdlen_at` is the offset of the OPT's
+// RDLENGTH; `*option_at` the offset of the option written before (0: none)
+// and then of this one. A retry with a new cookie calls it again.
+void SetTrailingOption(std::vector<uint8_t>& msg, size_t opt_rdlen_at, size_t* option_at, uint16_t code,
+                       std::span<const uint8_t> data);
+
 class ResponseWriter {
  public:
   ResponseWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}
@@ -49,7 +82,14 @@ class ResponseWriter {
                    uint16_t qclass);
   // Begins the response to a parsed query: ID, opcode, RD and CD copied, QR
   // and RA set, RCODE's low 4 bits set, question copied from the query bytes.
-  ParseError BeginResponse(std::span<const uint8_t> query_pkt, const Query& q, Rcode rcode, bool ra = true);
+  ParseError BeginResponse(std::span<const uint8_t> query_pkt, const Query& q, Rcode rcode, bool ra = true) {
+    const uint16_t flags = static_cast<uint16_t>(flag::kQr | (ra ? flag::kRa : 0) |
+                                                 (q.flags & (flag::kOpcodeMask | flag::kRd | flag::kCd)) |
+                                                 (static_cast<uint16_t>(rcode) & flag::kRcodeMask));
+    return Begin(q.id, flags, query_pkt.subspan(kHeaderSize, q.qname.len), q.qtype, q.qclass);
+  }
+  // Sets `flags` (e.g. flag::kAd) in the header written by Begin.
+  void AddFlags(uint16_t flags) { Store16(buf_ + kOffFlags, Load16(buf_ + kOffFlags) | flags); }
 
   // Appends `count` pre-encoded records to `section` (sections in order).
   ParseError AppendRecords(Section section, std::span<const uint8_t> blob, uint16_t count,

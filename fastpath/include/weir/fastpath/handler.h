@@ -19,6 +19,7 @@
 
 #include "weir/common/clock.h"
 #include "weir/dns/message.h"
+#include "weir/dns/writer.h"
 #include "weir/fastpath/learned_tags.h"
 #include "weir/fastpath/metrics.h"
 #include "weir/fastpath/rate_limiter.h"
@@ -166,11 +167,6 @@ class QueryHandler {
                          HandleMode mode, const RelayedAnswer* relay, uint8_t* out, size_t out_cap,
                          size_t* out_len, MissRequest* miss);
 
-  // Writes the error response for `rcode` to a query that parsed (question
-  // echoed) or, with q == nullptr, a header-only one from the raw ID/opcode.
-  size_t WriteError(const uint8_t* pkt, size_t len, const dns::Query* q, dns::Rcode rcode, uint8_t* out,
-                    size_t out_cap);
-
   const AnswerCounters& answer_counters() const { return answers_; }
   const RateLimiter& rate_limiter() const { return limiter_; }
   // Cache lookups and hits per partition slot: 0 the common partition,
@@ -194,18 +190,23 @@ class QueryHandler {
   uint64_t partition_hits(size_t slot) const { return hits_[slot].Read(); }
 
  private:
-  bool Allowed(const common::IpAddress& a) const;
-  bool Trusted(const common::IpAddress& a) const;
-  // One query between the stages of Handle / HandleBurst.
-  struct Work {
+  // One query from its arrival to its answer: what Begin reads from the
+  // packet, what the stages add (tag, partition, cache entry) and what the
+  // writers need (the answer's size limits). No handler member holds a
+  // query's state: Handle uses one context, HandleBurst one per packet.
+  struct QueryContext {
+    const uint8_t* pkt = nullptr;  // the query as received
+    size_t len = 0;
     dns::Query query;
-    size_t response_limit = 0;
-    const partitions::Tag* tag = nullptr;
-    common::IpAddress who;                        // the address that picks the partition
     bool tcp = false;                             // the client's transport
+    size_t response_limit = 0;                    // the transport's / client's answer size
+    size_t byte_budget = SIZE_MAX;                // its source's UDP bytes left (SIZE_MAX: no limit)
+    size_t unlimited_size = 0;                    // the answer's size before any truncation
     const common::IpAddress* source = nullptr;    // the packet's source (rate limiting)
     uint32_t source_slot = RateLimiter::kNoSlot;  // its rate limiter slot
     uint32_t source_generation = 0;               // the limiter's generation then
+    const partitions::Tag* tag = nullptr;
+    common::IpAddress who;  // the address that picks the partition
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;
@@ -213,42 +214,56 @@ class QueryHandler {
     uint64_t hash = 0;  // of key()
     const partitions::CacheEntry* entry = nullptr;
     partitions::Freshness fresh = partitions::Freshness::kMiss;
+
     partitions::CacheKey key() const { return {partition, query.qname.span(), query.qtype, query.qclass}; }
+    // The question's name as the client spelled it (its 0x20 case).
+    std::span<const uint8_t> qname_wire() const { return {pkt + dns::kHeaderSize, query.qname.len}; }
+    // The limit a writer gives ResponseWriter::Finish: the transport's and
+    // the source's byte budget.
+    size_t answer_limit() const { return std::min(response_limit, byte_budget); }
   };
   // Counts, checks and parses; false when the packet is done (*verdict
   // says how: a drop, or an error response in out).
   bool Begin(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
-             size_t out_cap, size_t* out_len, HandleMode mode, Work* w, Verdict* verdict);
-  // Given w->tag from the tag table: learned tags, partition, cache key hash.
-  void Classify(const ClientInfo& client, uint32_t now, Work* w);
-  // Given w->entry / w->fresh from the cache: the answer or the miss.
-  Verdict Finish(const uint8_t* pkt, size_t len, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
-                 MissRequest* miss, HandleMode mode, Work* w);
-  size_t WriteCached(const uint8_t* pkt, size_t len, const dns::Query& q, const partitions::CacheEntry& e,
-                     const partitions::Tag* tag, partitions::Partition partition, uint64_t entry_hash,
-                     bool trusted_ecs, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap);
-  // Whether w's answer is charged to its source's byte budget
-  // (rate_limit.bytes_per_second): UDP only, TCP cannot be spoofed.
-  bool ByteLimited(const Work& w) const { return limiter_.limits_bytes() && !w.tcp; }
-  // Sets byte_budget_ for the UDP answer about to be written to w's source,
-  // and charges what was sent (byte_budget_ back to SIZE_MAX).
-  void BudgetBytes(Work* w, uint32_t now);
-  void ChargeBytes(Work* w, size_t sent);
-  // The limit a writer gives ResponseWriter::Finish: the transport's and
-  // the source's byte budget; `whole` is the answer's size before it.
-  size_t AnswerLimit() const { return std::min(response_limit_, byte_budget_); }
+             size_t out_cap, size_t* out_len, HandleMode mode, QueryContext* c, Verdict* verdict);
+  // Given c->tag from the tag table: learned tags, partition, cache key hash.
+  void Classify(const ClientInfo& client, uint32_t now, QueryContext* c);
+  // Given c->entry / c->fresh from the cache: the answer or the miss.
+  Verdict Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
+                 MissRequest* miss, HandleMode mode);
+
+  // The writers. Each returns the answer's length (0: not even the header
+  // fitted `out_cap`).
+  // The error response for `rcode`: the question echoed when it parsed
+  // (`parsed`), else the header only.
+  size_t WriteError(QueryContext& c, bool parsed, dns::Rcode rcode, uint8_t* out, size_t out_cap);
+  // c's cache entry, its TTLs as `ttl` says.
+  size_t WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap);
+  // The relayed upstream answer for c's query.
+  size_t WriteRelayed(QueryContext& c, const RelayedAnswer& r, uint8_t* out, size_t out_cap);
   // The RFC 8482 answer to ANY over UDP.
   static constexpr uint32_t kMinimalAnyTtl = 3600;
-  size_t WriteMinimalAny(const uint8_t* pkt, const dns::Query& q, uint8_t* out, size_t out_cap);
-  // The relayed upstream answer for the query of `w`.
-  size_t WriteRelayed(const uint8_t* pkt, const Work& w, const RelayedAnswer& r, uint8_t* out,
-                      size_t out_cap);
+  size_t WriteMinimalAny(QueryContext& c, uint8_t* out, size_t out_cap);
+  // The end every answer shares, after its records (`fits`: they fitted the
+  // buffer): the OPT when the query had one (our UDP size, the client's DO,
+  // its subnet echoed at the partition's scope, to a client that asked the
+  // weight option with `weights`, length 0 when the answer has none), then
+  // TC when the answer is over c's answer limit. Counts truncations; sets
+  // c.unlimited_size.
+  size_t FinishAnswer(dns::ResponseWriter& w, QueryContext& c, bool fits, std::span<const uint8_t> weights);
+  // Runs `write` (one of the writers) for c, charging what it wrote to the
+  // source's byte budget when that is limited (rate_limit.bytes_per_second,
+  // UDP only: TCP cannot be spoofed); the answer is cut to the budget.
+  template <typename Write>
+  size_t WriteBudgeted(QueryContext* c, uint32_t now, Write write);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
 
   HandlerOptions options_;
   dns::ParseOptions parse_options_;
   SharedState* shared_;
   WorkerCounters* counters_;
+  common::CidrSet allow_;               // options_.allow
+  common::CidrSet trusted_forwarders_;  // options_.trusted_forwarders
   RateLimiter limiter_;
   partitions::SwrrTable swrr_;
   AnswerCounters answers_;
@@ -259,12 +274,8 @@ class QueryHandler {
   std::vector<std::pair<uint64_t, uint32_t>> prefetched_;
   // Reused per packet: no allocation. single_ for Handle, burst_ for the
   // slots of HandleBurst.
-  Work single_;
-  std::unique_ptr<Work[]> burst_{new Work[kMaxBurst]};
-  size_t response_limit_ = dns::kMaxUdpWithoutEdns;  // of the query being answered
-  size_t byte_budget_ = SIZE_MAX;                    // its source's UDP bytes left (SIZE_MAX: no limit)
-  size_t unlimited_size_ = 0;                        // the last answer's size before any truncation
-  bool tcp_ = false;                                 // its transport, for the response counters
+  QueryContext single_;
+  std::unique_ptr<QueryContext[]> burst_{new QueryContext[kMaxBurst]};
 };
 
 }  // namespace weir::fastpath

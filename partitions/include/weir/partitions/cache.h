@@ -181,6 +181,12 @@ class CacheEntry {
   // Bytes and records of the CNAME chain before the address records.
   uint16_t chain_bytes() const { return meta().chain_bytes; }
   uint8_t chain_count() const { return meta().chain_count; }
+  // The address (the RDATA) of address record `i` in cached order. The
+  // records are laid out as sent: owner pointer (2), type, class, TTL,
+  // RDLENGTH (10), then the 4 or 16 address bytes.
+  std::span<const uint8_t> address(size_t i) const {
+    return records().subspan(chain_bytes() + i * address_record_size() + 12, address_record_size() - 12u);
+  }
   // One weight (1..255) per address record in cached order; all 1 when the
   // upstream sent none or invalid ones.
   std::span<const uint8_t> weights() const { return {tail() + meta().weights_off, meta().address_count}; }
