@@ -9,18 +9,20 @@
 #      tests with the real binaries
 #   4. one clang build with ASan+UBSan and libFuzzer's coverage hooks: the
 #      unit tests under the sanitizers, and the libFuzzer targets from the
-#      same objects
+#      same objects; then clang-tidy (.clang-tidy's checks, scripts/tidy.sh)
+#      on the .cc files changed since origin/main (else HEAD~1), with that
+#      build's compile_commands.json
 #   5. ThreadSanitizer build; the concurrency stress tests under it
 #   6. every fuzz target for WEIR_FUZZ_SECONDS each
 #
-# Environment: WEIR_FUZZ_SECONDS (default 25), WEIR_STRESS_SECONDS (default 10),
+# Environment: WEIR_FUZZ_SECONDS (default 15), WEIR_STRESS_SECONDS (default 10),
 # WEIR_REQUIRE_ALL (default 1: skips for a missing tool or privilege fail),
 # WEIR_JOBS (default: nproc), WEIR_BUILD_ROOT (default: ./build-ci).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 JOBS=${WEIR_JOBS:-$(nproc)}
-FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-25}
+FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-15}
 export WEIR_STRESS_SECONDS=${WEIR_STRESS_SECONDS:-10}
 # Every tool is installed and the suite runs as root: a test that would be
 # skipped for a missing tool or privilege fails (weirtest.requires).
@@ -81,7 +83,8 @@ stage "sanitizer build (clang, ASan+UBSan): unit tests and libFuzzer targets"
 # shellcheck disable=SC2086
 # Debug at -O1: assertions on, for the tests and the fuzzers alike.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_ROOT/fuzz" -G Ninja "${CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DWEIR_FUZZ=ON -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON >/dev/null &&
+  -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DWEIR_FUZZ=ON -DWEIR_BUILD_BENCH=OFF -DWEIR_BUILD_TESTS=ON \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null &&
   cmake --build "$BUILD_ROOT/fuzz" -j "$JOBS" --target $unit_targets $fuzz_targets
 fuzz_build=$?
 record "sanitizer build" $fuzz_build
@@ -89,6 +92,9 @@ if [ $fuzz_build -eq 0 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$BUILD_ROOT/fuzz" --output-on-failure -j "$JOBS" -L unit -E 'node_links_without_sqlite|bench_smoke'
   record "unit tests under ASan+UBSan" $?
+  stage "clang-tidy on the changed files"
+  WEIR_TIDY_BUILD_DIR="$BUILD_ROOT/fuzz" WEIR_JOBS="$JOBS" bash scripts/tidy.sh
+  record "clang-tidy" $?
 fi
 
 stress_tests=$(cd tests && ls */*stress_test.cc 2>/dev/null | sed -E 's|^([a-z]+)/([a-z_]+)\.cc$|\1_\2|')

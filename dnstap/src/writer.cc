@@ -71,7 +71,7 @@ void Producer::Send(const Message& m) {
   // On success fstrm owns the buffer and frees it with free() once written.
   if (fstrm_iothr_submit(iothr_, queue_, payload.get(), len, fstrm_free_wrapper, nullptr) ==
       fstrm_res_success) {
-    payload.release();
+    static_cast<void>(payload.release());  // fstrm frees it
     sent_.Add();
   } else {
     dropped_.Add();  // fstrm_res_again: the queue is full

@@ -556,7 +556,8 @@ void ForwarderCore::Reply(PendingClient& c, HandleMode mode, std::shared_ptr<con
     return;
   }
   // The worker's ring is full: hold the return (in order) until it has room.
-  overflow_[w].push_back(std::move(r));
+  // Push moves r only when it succeeds, so r is intact here.
+  overflow_[w].push_back(std::move(r));  // NOLINT(bugprone-use-after-move)
 }
 
 HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
