@@ -392,25 +392,15 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   reply.json()["workers_answered"] = probe.items.empty() ? 0 : workers_answered;
   reply.json()["swrr_rows"] = probed.size();
 
-  reply.Block([](const Json& doc) {
-    return Cat("# ", CellText(doc, "count"), doc["truncated"].get<bool>() ? "+" : "", " entries at clock ",
-               CellText(doc, "clock"),
-               "; swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
-               "has not answered it)\n");
-  });
-  reply.Table("/entries", {StructuredReply::Field("NAME", "name"),
-                           StructuredReply::Field("TYPE", "type"),
-                           StructuredReply::Field("PARTITION", "partition"),
-                           StructuredReply::Field("LEVEL", "level"),
-                           StructuredReply::Field("KIND", "kind"),
-                           StructuredReply::Field("TTL", "ttl"),
-                           {"LEFT",
-                            [](const Json& e) {
-                              return e["ttl_left"].get<int64_t>() > 0
-                                         ? CellText(e, "ttl_left")
-                                         : Cat("stale ", CellText(e, "stale_for"), "s");
-                            }},
-                           StructuredReply::Field("ORIGIN", "origin")});
+  mgmt::CacheDumpHeading(
+      reply,
+      "swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
+      "has not answered it)");
+  reply.Table("/entries",
+              {StructuredReply::Field("NAME", "name"), StructuredReply::Field("TYPE", "type"),
+               StructuredReply::Field("PARTITION", "partition"), StructuredReply::Field("LEVEL", "level"),
+               StructuredReply::Field("KIND", "kind"), StructuredReply::Field("TTL", "ttl"),
+               mgmt::TtlLeftColumn(), StructuredReply::Field("ORIGIN", "origin")});
   // Each entry's addresses, weights and SWRR positions (w<slot>=value).
   reply.Block([](const Json& doc) {
     std::string details;
@@ -436,10 +426,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
                  " weighted entries: narrow the dump for the others\n");
     });
   }
-  if (truncated) {
-    reply.Text(Cat("# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n"));
-  }
-  return reply.Render();
+  return mgmt::CacheDumpLimitHint(reply, truncated, *limit).Render();
 }
 
 ControlReply Node::CacheStatsReply() {

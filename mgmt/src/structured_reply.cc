@@ -54,6 +54,26 @@ std::string CellText(const Json& v) {
   return StructuredReply::DumpJson(v);
 }
 
+StructuredReply& CacheDumpHeading(StructuredReply& reply, std::string note) {
+  return reply.Block([note = std::move(note)](const Json& doc) {
+    return common::Cat("# ", CellText(doc, "count"), doc.value("truncated", false) ? "+" : "",
+                       " entries at clock ", CellText(doc, "clock"), "; ", note, "\n");
+  });
+}
+
+StructuredReply::Column TtlLeftColumn() {
+  return {"LEFT", [](const Json& e) {
+            return e.value("ttl_left", int64_t{0}) > 0 ? CellText(e, "ttl_left")
+                                                       : common::Cat("stale ", CellText(e, "stale_for"), "s");
+          }};
+}
+
+StructuredReply& CacheDumpLimitHint(StructuredReply& reply, bool truncated, size_t limit) {
+  if (!truncated) return reply;
+  return reply.Text(
+      common::Cat("# more entries match: raise --limit (", limit, ") or narrow with --name/--partition\n"));
+}
+
 std::string CellText(const Json& object, const std::string& key) {
   auto it = object.find(key);
   return it == object.end() ? std::string("-") : CellText(*it);

@@ -365,24 +365,12 @@ ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
   reply.json()["count"] = rows.size();
   reply.json()["truncated"] = truncated;
   reply.json()["clock"] = now;
-  reply.Block([](const Json& d) {
-    return Cat("# ", CellText(d, "count"), d["truncated"].get<bool>() ? "+" : "", " entries at clock ",
-               CellText(d, "clock"),
-               "; LEFT: seconds of TTL left, or how long the answer has been stale (RFC 8767)\n");
-  });
-  reply.Table("/entries", {StructuredReply::Field("NAME", "name"),
-                           StructuredReply::Field("TYPE", "type"),
-                           StructuredReply::Field("SCOPE", "scope"),
-                           StructuredReply::Field("CACHE", "cache"),
-                           StructuredReply::Field("KIND", "kind"),
-                           StructuredReply::Field("TTL", "ttl"),
-                           {"LEFT",
-                            [](const Json& e) {
-                              return e["ttl_left"].get<int64_t>() > 0
-                                         ? CellText(e, "ttl_left")
-                                         : Cat("stale ", CellText(e, "stale_for"), "s");
-                            }},
-                           StructuredReply::Field("ORIGIN", "origin")});
+  mgmt::CacheDumpHeading(reply,
+                         "LEFT: seconds of TTL left, or how long the answer has been stale (RFC 8767)");
+  reply.Table("/entries", {StructuredReply::Field("NAME", "name"), StructuredReply::Field("TYPE", "type"),
+                           StructuredReply::Field("SCOPE", "scope"), StructuredReply::Field("CACHE", "cache"),
+                           StructuredReply::Field("KIND", "kind"), StructuredReply::Field("TTL", "ttl"),
+                           mgmt::TtlLeftColumn(), StructuredReply::Field("ORIGIN", "origin")});
   reply.Block([](const Json& d) {
     std::string details;
     for (const Json& e : d["entries"]) {
@@ -399,10 +387,7 @@ ControlReply ControlCommands::Dump(const mgmt::ControlRequest& r) {
     }
     return details.empty() ? details : "\n" + details;
   });
-  if (truncated) {
-    reply.Text(Cat("# more entries match: raise --limit (", *limit, ") or narrow with --name/--partition\n"));
-  }
-  return reply.Render();
+  return mgmt::CacheDumpLimitHint(reply, truncated, *limit).Render();
 }
 
 ControlReply ControlCommands::CacheStats() const {

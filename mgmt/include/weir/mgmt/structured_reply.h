@@ -76,6 +76,15 @@ std::string CellText(const Json& v);
 // The same of member `key` of `object`; "-" when it has none.
 std::string CellText(const Json& object, const std::string& key);
 
+// The pieces a cache dump's text shares in both daemons (`cache dump`): the
+// heading "# N[+] entries at clock T; <note>" from the document's "count",
+// "truncated" and "clock"; the LEFT column (an entry's "ttl_left", or
+// "stale <stale_for>s" once expired); the closing hint when --limit cut the
+// dump. The caller adds them to its reply in that order.
+StructuredReply& CacheDumpHeading(StructuredReply& reply, std::string note);
+StructuredReply::Column TtlLeftColumn();
+StructuredReply& CacheDumpLimitHint(StructuredReply& reply, bool truncated, size_t limit);
+
 // A table: columns padded to their widest cell, the first row a header.
 std::string TextTable(const std::vector<std::vector<std::string>>& rows);
 
