@@ -2,7 +2,8 @@
 """The offline demo: gslb-sim -> weir-recursor -> weir-fastpath, the city map
 and tags pushed with weirctl through weir-mgmt to both nodes, a
 short load from each city's subscriber range, and each city's answer shares
-printed against the CDN's weights.
+printed against the CDN's weights; then the same cities over DNS over TLS and
+DNS over HTTPS (a CA made for the demo), their shares printed per transport.
 
 Everything runs on loopback; every process is started here and stopped by PID.
 """
@@ -19,6 +20,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import weirtest  # noqa: E402
+from weirtest import tls as wtls  # noqa: E402
 
 # city -> (a subscriber source address, the CDN's weights per address)
 CITIES = {
@@ -32,6 +34,28 @@ NAME = "video.shop.example"
 def metrics(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         return r.read().decode()
+
+
+def encrypted_shares(fp_lines, certs, per_city=900):
+    """Each city's answers to NAME over DoT and DoH (HTTP/2): {transport: {city: [addresses]}}."""
+    dot = re.search(r"^listening dot (\S+):(\d+)$", "\n".join(fp_lines), re.M)
+    doh = re.search(r"^listening doh (\S+):(\d+)$", "\n".join(fp_lines), re.M)
+    out = {"DoT": {}, "DoH": {}}
+    for city, (src, _) in CITIES.items():
+        c = wtls.DotClient(dot.group(1), int(dot.group(2)), certs, source=src)
+        for i in range(per_city):
+            c.send(wtls.query_wire(NAME, qid=i))
+        out["DoT"][city] = [a for _ in range(per_city) for a in wtls.addresses(c.recv())]
+        c.close()
+        h = wtls.DohClient(doh.group(1), int(doh.group(2)), certs, source=src)
+        got = []
+        for start in range(0, per_city, 100):
+            for status, _, body in h.request([("POST", "/dns-query", wtls.query_wire(NAME))] * 100):
+                if status == 200:
+                    got += wtls.addresses(body)
+        out["DoH"][city] = got
+        h.close()
+    return out
 
 
 def main():
@@ -59,6 +83,10 @@ def main():
             up = f"{rec.host}:{rec.port}"
             conf = open(os.path.join(demo, "fastpath.toml")).read().replace("@RECURSOR@", up)
             conf = conf.replace("@MGMT@", mgmt.address)
+            certs = wtls.Certs(work)
+            conf = (conf.replace("@DOT_PORT@", str(weirtest.free_port(udp_and_tcp=False)))
+                    .replace("@DOH_PORT@", str(weirtest.free_port(udp_and_tcp=False)))
+                    .replace("@TLS_CHAIN@", certs.chain).replace("@TLS_KEY@", certs.key))
             conf_path = os.path.join(work, "fastpath.toml")
             open(conf_path, "w").write(conf)
             fp_bin = weirtest.binary(args.build_dir, "fastpath/weir-fastpath")
@@ -110,6 +138,27 @@ def main():
                         print(f"    ERROR: answers from another city: {sorted(foreign)}")
                     if total == 0:
                         ok = False
+                enc = encrypted_shares(fp.lines, certs)
+                dot = re.search(r"^listening dot (\S+)$", "\n".join(fp.lines), re.M).group(1)
+                ca_copy = os.path.join(os.path.abspath(args.build_dir), "demo-ca.pem")
+                shutil.copy(certs.ca, ca_copy)
+                print(f"\nthe same name over DNS over TLS and HTTPS ({dot.replace(':', ' port ')} DoT; the demo's CA: "
+                      f"{ca_copy}, e.g. kdig @127.0.0.1 -p {dot.rsplit(':', 1)[1]} +tls-ca={ca_copy} "
+                      f"+tls-hostname=localhost {NAME}):")
+                for city, (_, weights) in CITIES.items():
+                    wsum = sum(weights.values())
+                    print(f"  {city}")
+                    for addr, w in weights.items():
+                        cells = []
+                        for transport in ("DoT", "DoH"):
+                            got = enc[transport][city]
+                            cells.append(f"{transport} {got.count(addr) / len(got) if got else 0:6.1%}")
+                        print(f"    {addr:<12} want {w / wsum:6.1%}  " + "  ".join(cells))
+                    for transport in ("DoT", "DoH"):
+                        got = enc[transport][city]
+                        if not got or set(got) - set(weights):
+                            ok = False
+                            print(f"    ERROR: {transport}: {len(got)} answers, foreign: {sorted(set(got) - set(weights))}")
                 log = [q for q in gslb.log(1000) if q["qname"].rstrip(".") == "x.cdn-gslb.example" and q["qtype"] == "A"]
                 ecs = sorted(f'{q["ecs"]["address"]}/{q["ecs"]["source"]}' for q in log if q["ecs"])
                 print(f"\nA queries the CDN's GSLB saw for x.cdn-gslb.example: {len(log)} "

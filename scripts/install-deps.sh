@@ -16,12 +16,19 @@ PKGS=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libunbound-dev libjemalloc-dev liburcu-dev libsqlite3-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev
+  # the encrypted front: TLS (OpenSSL 3), HTTP/2 (nghttp2), HTTP/1.1 request parsing
+  libssl-dev libnghttp2-dev libhttp-parser-dev
   # dnstap (Frame Streams + protobuf-c, protoc-c at build time) and the journal
   libfstrm-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
   libdpdk-dev libbpf-dev linux-libc-dev
   # test peers and clients
   knot-dnsutils bind9-dnsutils fstrm-bin dnsperf unbound dnsdist ldnsutils tshark
+  # DoT/DoH clients and a PROXY-protocol v2 sender: curl, h2load (nghttp2-client),
+  # openssl s_client, haproxy
+  curl nghttp2-client openssl haproxy
   iproute2 procps python3 python3-dnspython
+  # raw HTTP/2 frames for the DoH abuse tests (floods, rapid reset)
+  python3-h2
   # bench/peers.py: the other resolvers it compares weir with, weir-bench's
   # plots (gnuplot) and a Prometheus to scrape weir's metrics (its promtool
   # checks the exposition in tests/integration/test_metrics.py)
@@ -55,8 +62,8 @@ $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 # unbound, dnsdist, pdns-recursor, knot-resolver (kresd.target, kresd@N and its
 # cache garbage collector) and prometheus enable system services; tests and
 # benchmarks start their own instances on ports they pick, so the services stay off.
-SYSTEMD_UNITS=(unbound dnsdist pdns-recursor kresd.target kres-cache-gc prometheus)
-INIT_SCRIPTS=(unbound dnsdist pdns-recursor kresd prometheus)
+SYSTEMD_UNITS=(unbound dnsdist pdns-recursor kresd.target kres-cache-gc prometheus haproxy)
+INIT_SCRIPTS=(unbound dnsdist pdns-recursor kresd prometheus haproxy)
 # /run/systemd/system exists iff systemd is PID 1 (is-system-running fails when "degraded").
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   for unit in "${SYSTEMD_UNITS[@]}"; do

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "sender.h"
+#include "stream_engine.h"
 #include "weir/common/hash.h"
 #include "weir/common/text.h"
 #include "weir/dns/writer.h"
@@ -25,80 +27,14 @@
 namespace weir::bench {
 namespace {
 
-constexpr size_t kQueryCap = 512;
-constexpr size_t kAnswerCap = 4096;
 constexpr uint32_t kIds = 65536;
 constexpr uint64_t kTcpBit = uint64_t{1} << 32;
 // Segments per UDP GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more).
 constexpr uint32_t kMaxGsoSegments = 64;
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
+}  // namespace
 
-std::string Errno(const char* what) { return common::Cat(what, ": ", std::strerror(errno)); }
-
-// A UDP socket bound to `source` (any port) and connected to `server`, so
-// that only the server's answers reach it and ICMP errors are reported.
-absl::StatusOr<int> ConnectedSocket(const Source& source, const common::SocketAddress& server, int type,
-                                    bool nonblocking) {
-  const int fd = socket(server.family(), type | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
-  if (fd < 0) return absl::InternalError(Errno("socket"));
-  if (type == SOCK_DGRAM) {
-    const int size = 4 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
-  }
-  if (bind(fd, source.address.sa(), source.address.len) != 0) {
-    const std::string why = Errno(common::Cat("bind to source ", source.text).c_str());
-    close(fd);
-    return absl::InternalError(
-        common::Cat(why, " (a source must be a local address: on loopback any 127.x.y.z)"));
-  }
-  if (connect(fd, server.sa(), server.len) != 0 && errno != EINPROGRESS) {
-    const std::string why = Errno(common::Cat("connect to ", server.ToString()).c_str());
-    close(fd);
-    return absl::InternalError(why);
-  }
-  return fd;
-}
-
-// The canonical key of a unique miss name: "<seq>-<thread>.miss.<zone>".
-void MissName(uint64_t seq, uint32_t thread, const dns::NameKey& zone, dns::NameKey* out) {
-  char label[40];
-  const int n = std::snprintf(label, sizeof label, "%llx-%x", static_cast<unsigned long long>(seq), thread);
-  out->bytes[0] = static_cast<uint8_t>(n);
-  std::memcpy(out->bytes.data() + 1, label, static_cast<size_t>(n));
-  std::memcpy(out->bytes.data() + 1 + n, zone.bytes.data(), zone.len);
-  out->len = static_cast<uint8_t>(1 + n + zone.len);
-}
-
-// The first A or AAAA record of the answer section, if any.
-bool FirstAddress(const dns::Message& m, common::IpAddress* out) {
-  dns::Message::Iterator it = m.Records(dns::Section::kAnswer);
-  dns::RrView rr;
-  while (it.Next(&rr)) {
-    if (rr.type == dns::type::kA && rr.rdlength == 4) {
-      out->family = 4;
-      std::memcpy(out->bytes.data(), m.bytes().data() + rr.rdata_offset, 4);
-      return true;
-    }
-    if (rr.type == dns::type::kAaaa && rr.rdlength == 16) {
-      *out = common::IpAddress::V6(m.bytes().data() + rr.rdata_offset);
-      return true;
-    }
-  }
-  return false;
-}
-
-// One question sent before the run (preflight, probes, warm-up).
-struct Planned {
-  dns::NameKey qname;
-  uint16_t qtype = 1;
-  QueryOptions qo;
-};
+namespace {
 
 // Sends `plan` from `source` with up to 256 queries outstanding, each
 // retried until `tries` are used, and returns the answers in plan order
@@ -177,41 +113,14 @@ struct Sock {
   net::DnsTcpReader reader;
 };
 
-struct Counters {
-  uint64_t sent = 0, sent_tcp = 0, answered = 0, timeouts = 0, mismatched = 0, truncated = 0, send_errors = 0,
-           tcp_errors = 0;
-  uint64_t rcodes[33] = {};  // [32]: anything above 31
-  void Add(const Counters& o) {
-    sent += o.sent;
-    sent_tcp += o.sent_tcp;
-    answered += o.answered;
-    timeouts += o.timeouts;
-    mismatched += o.mismatched;
-    truncated += o.truncated;
-    send_errors += o.send_errors;
-    tcp_errors += o.tcp_errors;
-    for (int i = 0; i < 33; ++i) rcodes[i] += o.rcodes[i];
-  }
-};
-
-struct Engine::Thread {
-  uint32_t index = 0;
-  const Options* o = nullptr;
-  const QueryMix* mix = nullptr;
-  const Sources* sources = nullptr;
-  const std::vector<uint8_t>* tracked = nullptr;
+// The UDP (and --tcp-fraction TCP) sender.
+struct Engine::Thread final : Sender {
   std::vector<Sock> socks;
   std::vector<std::vector<uint32_t>> socks_of_city;
   std::vector<uint32_t> city_rr;
   std::vector<double> city_owed;  // queries each city is owed (PickSocket)
-  std::mt19937_64 rng;
-  uint64_t cursor = 0;
-  uint64_t miss_seq = 0;
-  uint64_t count_limit = 0;  // 0: none
   int ep = -1;
   uint32_t inflight = 0;
-  uint64_t send_end_ns = 0;
-  dns::ParseOptions popts;
   bool gso = true;  // UDP GSO for groups of equal-length queries (cleared if the kernel refuses it)
   // Scratch of SendUdp, sized once.
   std::vector<uint32_t> order, singles;
@@ -219,15 +128,7 @@ struct Engine::Thread {
   std::vector<iovec> gso_iov;
   std::vector<mmsghdr> single_msgs;
 
-  // Guarded by shares.mutex(): what the reporter reads.
-  ShareCounter shares;
-  Counters c;
-  LatencyHistogram latency, interval;
-
-  std::thread th;
-  std::atomic<bool> done{false};
-
-  ~Thread() {
+  ~Thread() override {
     for (Sock& s : socks) {
       if (s.fd >= 0) close(s.fd);
       if (s.tcp_fd >= 0) close(s.tcp_fd);
@@ -235,7 +136,8 @@ struct Engine::Thread {
     if (ep >= 0) close(ep);
   }
 
-  absl::Status Open(const common::SocketAddress& server) {
+  absl::Status Open() override {
+    const common::SocketAddress& server = o->server;
     ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return absl::InternalError(Errno("epoll_create1"));
     socks_of_city.resize(sources->cities().size());
@@ -304,19 +206,7 @@ struct Engine::Thread {
   }
 
   size_t Write(const Sock& s, uint16_t id, const Draw& d, uint8_t* out) const {
-    QueryOptions qo;
-    qo.edns = d.edns;
-    qo.edns_size = o->edns_size;
-    qo.ecs = d.ecs ? &sources->sources()[s.source].ecs : nullptr;
-    qo.weight = d.weight;
-    qo.weight_option_code = o->weight_option_code;
-    if (d.question == kMiss) {
-      dns::NameKey name;
-      MissName(s.slots[id].miss_seq, index, mix->miss_zone(), &name);
-      return WriteQuery(id, name.span(), mix->miss_qtype(), qo, out, kQueryCap);
-    }
-    const Question& q = mix->questions()[d.question];
-    return WriteQuery(id, q.qname.span(), q.qtype, qo, out, kQueryCap);
+    return WriteDraw(id, d, s.source, s.slots[id].miss_seq, out);
   }
 
   // Sends up to `budget` queries on one socket; returns how many were sent
@@ -551,34 +441,16 @@ struct Engine::Thread {
       ++c.mismatched;
       return;
     }
-    if (slot.question == kMiss) {
-      dns::NameKey name;
-      MissName(slot.miss_seq, index, mix->miss_zone(), &name);
-      if (!(m.qname() == name) || m.qtype() != mix->miss_qtype()) {
-        ++c.mismatched;
-        return;
-      }
-    } else {
-      const Question& q = mix->questions()[slot.question];
-      if (!(m.qname() == q.qname) || m.qtype() != q.qtype) {
-        ++c.mismatched;
-        return;
-      }
+    if (!SameQuestion(m.qname(), m.qtype(), slot.question, slot.miss_seq)) {
+      ++c.mismatched;
+      return;
     }
     const uint64_t lat = now > slot.sent_ns ? now - slot.sent_ns : 0;
     const uint32_t question = slot.question;
     const bool weight = slot.weight;
     Release(s, id);
-    ++c.answered;
-    const uint16_t rcode = m.rcode();
-    ++c.rcodes[rcode < 32 ? rcode : 32];
-    if (m.flags() & dns::flag::kTc) ++c.truncated;
-    latency.Record(lat);
-    interval.Record(lat);
-    if (question != kMiss && (*tracked)[question] && !weight && rcode == 0) {
-      common::IpAddress a;
-      if (FirstAddress(m, &a)) shares.Count(question, s.city, a);
-    }
+    CountAnswer(m.rcode(), (m.flags() & dns::flag::kTc) != 0, lat, question, weight, s.city,
+                [&m](common::IpAddress* a) { return FirstAddress(m, a); });
   }
 
   void ReceiveUdp(Sock& s, uint8_t (*bufs)[kAnswerCap], mmsghdr* msgs, iovec* iov) {
@@ -626,7 +498,7 @@ struct Engine::Thread {
     return r * (t - o->ramp_s / 2);
   }
 
-  void Loop(uint64_t start, uint64_t end, const std::atomic<bool>& stop) {
+  void Loop(uint64_t start, uint64_t end, const std::atomic<bool>& stop) override {
     std::vector<uint8_t> mem(size_t{o->batch} * (kQueryCap + kAnswerCap));
     auto* qbufs = reinterpret_cast<uint8_t(*)[kQueryCap]>(mem.data());
     auto* abufs = reinterpret_cast<uint8_t(*)[kAnswerCap]>(mem.data() + size_t{o->batch} * kQueryCap);
@@ -709,8 +581,18 @@ Engine::Engine(const Options& options, const QueryMix& mix, const Sources& sourc
     : o_(options), mix_(mix), sources_(sources) {}
 Engine::~Engine() = default;
 
+absl::StatusOr<std::vector<std::vector<uint8_t>>> Engine::Ask(uint32_t source,
+                                                              const std::vector<Planned>& plan, int tries,
+                                                              bool json) const {
+  if (o_.transport == Transport::kUdp) {
+    return Exchange(sources_.sources()[source], o_.server, plan, o_.timeout_ms, tries, o_.weight_option_code);
+  }
+  return StreamExchange(o_, mix_, sources_, source, plan, tries, json);
+}
+
 absl::Status Engine::Preflight() {
-  const Source& src = sources_.sources()[sources_.cities()[0].sources[0]];
+  const uint32_t source = sources_.cities()[0].sources[0];
+  const Source& src = sources_.sources()[source];
   Planned p;
   if (mix_.questions().empty()) {
     MissName(0, 0xffff, mix_.miss_zone(), &p.qname);
@@ -724,11 +606,16 @@ absl::Status Engine::Preflight() {
   p.qo.edns = true;
   p.qo.weight = true;
   p.qo.weight_option_code = o_.weight_option_code;
-  auto answers = Exchange(src, o_.server, {p}, o_.timeout_ms, 3, o_.weight_option_code);
+  // The JSON form cannot carry the option: its preflight is a plain JSON
+  // query, the run's own kind.
+  const bool json = o_.transport == Transport::kDohJson;
+  auto answers = Ask(source, {p}, 3, json);
   if (!answers.ok()) return answers.status();
   if ((*answers)[0].empty()) {
+    const std::string over =
+        o_.transport == Transport::kUdp ? "" : common::Cat(" over ", TransportName(o_.transport));
     return absl::UnavailableError(common::Cat(
-        "no answer from ", o_.server.ToString(), " to ", dns::NameKeyToText(p.qname.span()), " from ",
+        "no answer from ", o_.server.ToString(), over, " to ", dns::NameKeyToText(p.qname.span()), " from ",
         src.text, " in 3 tries of ", o_.timeout_ms, " ms (is the server running and reachable?)"));
   }
   return absl::OkStatus();
@@ -753,8 +640,7 @@ absl::Status Engine::Probe(ExpectedWeights* expected) {
     }
     if (plan.empty()) return absl::OkStatus();
     const BenchCity& city = sources_.cities()[c];
-    auto answers = Exchange(sources_.sources()[city.sources[0]], o_.server, plan, o_.timeout_ms, 3,
-                            o_.weight_option_code);
+    auto answers = Ask(city.sources[0], plan, 3, false);
     if (!answers.ok()) return answers.status();
     for (size_t i = 0; i < plan.size(); ++i) {
       if (expected->Find(qs[i], c) != nullptr) continue;  // from --weights
@@ -816,8 +702,7 @@ absl::Status Engine::Warmup() {
       plan.push_back(p);
     }
     if (plan.empty()) return absl::OkStatus();
-    auto answers = Exchange(sources_.sources()[city.sources[0]], o_.server, plan, o_.timeout_ms, 2,
-                            o_.weight_option_code);
+    auto answers = Ask(city.sources[0], plan, 2, false);
     if (!answers.ok()) return answers.status();
     size_t missing = 0;
     for (const auto& a : *answers) missing += a.empty();
@@ -837,9 +722,16 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
     for (uint32_t c = 0; c < sources_.cities().size() && !tracked[q]; ++c)
       tracked[q] = expected.Find(q, c) != nullptr;
   }
-  std::vector<std::unique_ptr<Thread>> threads;
+  std::vector<std::unique_ptr<Sender>> threads;
   for (uint32_t i = 0; i < o_.threads; ++i) {
-    auto t = std::make_unique<Thread>();
+    std::unique_ptr<Sender> t;
+    if (o_.transport == Transport::kUdp) {
+      auto udp = std::make_unique<Thread>();
+      udp->gso = o_.gso;
+      t = std::move(udp);
+    } else {
+      t = MakeStreamSender();
+    }
     t->index = i;
     t->o = &o_;
     t->mix = &mix_;
@@ -847,10 +739,9 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
     t->tracked = &tracked;
     t->rng.seed(o_.seed * common::kGolden64 + i);  // one stream per thread
     t->popts.weight_option_code = o_.weight_option_code;
-    t->gso = o_.gso;
     if (o_.count != 0) t->count_limit = o_.count / o_.threads + (i < o_.count % o_.threads ? 1 : 0);
     if (o_.count != 0 && t->count_limit == 0) continue;
-    if (absl::Status st = t->Open(o_.server); !st.ok()) return st;
+    if (absl::Status st = t->Open(); !st.ok()) return st;
     threads.push_back(std::move(t));
   }
 
@@ -864,6 +755,28 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
                                  o_.ramp_s > 0 ? fmt::format(", ramp {:g} s", o_.ramp_s) : "")
                    : fmt::format("closed loop, {} outstanding per thread", o_.outstanding);
   r.threads = static_cast<unsigned>(threads.size());
+  r.transport = TransportName(o_.transport);
+  if (o_.transport != Transport::kUdp) {
+    r.stream = true;
+    StreamFigures& f = r.connections;
+    f.detail = o_.transport == Transport::kDohJson ? "GET " + o_.doh_json_path
+               : o_.transport == Transport::kDoh
+                   ? (o_.doh_method == DohMethod::kGet ? "GET " : "POST ") + o_.doh_path
+                   : "";
+    f.queries_per_connection = o_.queries_per_connection;
+    f.connections_per_thread = StreamConnectionsPerThread(o_, sources_);
+    f.tls_resume = o_.tls_resume;
+    if (o_.new_connections_per_second) {
+      f.new_connections_per_second = *o_.new_connections_per_second;
+      r.mode = fmt::format(
+          "open loop of connections, {:g} new per second, {} quer{} each, {} open at most per thread",
+          f.new_connections_per_second, o_.queries_per_connection,
+          o_.queries_per_connection == 1 ? "y" : "ies", f.connections_per_thread);
+    } else {
+      r.mode += fmt::format(", {} connection{} per thread", f.connections_per_thread,
+                            f.connections_per_thread == 1 ? "" : "s");
+    }
+  }
 
   std::atomic<bool> stop{false};
   const uint64_t start = NowNs();
@@ -935,6 +848,8 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
   for (auto& t : threads) {
     total.Add(t->c);
     r.latency.Merge(t->latency);
+    r.connections.handshake.Merge(t->handshake);
+    if (r.connections.first_error.empty()) r.connections.first_error = t->first_error;
     MergeTallies(t->shares.tallies(), &tallies);
   }
   r.duration_s = static_cast<double>(send_end - start) / 1e9;
@@ -946,6 +861,22 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
   r.truncated = total.truncated;
   r.send_errors = total.send_errors;
   r.tcp_errors = total.tcp_errors;
+  if (r.stream) {
+    StreamFigures& f = r.connections;
+    f.opened = total.connections_opened;
+    f.connect_failures = total.connect_failures;
+    f.handshakes_full = total.handshakes_full;
+    f.handshakes_resumed = total.handshakes_resumed;
+    f.handshake_failures = total.handshake_failures;
+    f.connection_errors = total.connection_errors;
+    f.server_closes = total.server_closes;
+    f.skipped = total.connections_skipped;
+    f.http_errors = total.http_errors;
+    f.stream_resets = total.stream_resets;
+    for (size_t i = 0; i < total.http_status.size(); ++i) {
+      if (total.http_status[i] != 0) f.http_status[static_cast<int>(i)] = total.http_status[i];
+    }
+  }
   for (int i = 0; i < 33; ++i) {
     if (total.rcodes[i] != 0)
       r.rcodes[i < 32 ? RcodeName(static_cast<uint16_t>(i)) : "OTHER"] += total.rcodes[i];

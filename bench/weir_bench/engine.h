@@ -1,12 +1,17 @@
-// The load engine: sender threads, each with its own UDP sockets (one or
-// more per client address, connected to the server) and TCP connections,
-// sending in sendmmsg batches and reading in recvmmsg batches, open loop at
-// a rate or closed loop with K outstanding, matching every answer to its
-// query by socket, ID and question, expiring the unanswered ones.
+// The load engine: sender threads, open loop at a rate or closed loop with
+// K outstanding, matching every answer to its query, expiring the
+// unanswered ones. The transport picks the sender once per thread:
+//  * udp: each thread has its own UDP sockets (one or more per client
+//    address, connected to the server) and TCP connections, sending in
+//    sendmmsg batches and reading in recvmmsg batches (this file);
+//  * dot, doh, doh-json: TLS connections bound to the same client addresses,
+//    queries pipelined (DoT) or as HTTP/2 streams (DoH) (stream_engine.h).
 //
 // Before the measured run: a preflight query (a clear error when the server
-// does not answer), the weight-option probes that learn each (tagged name,
-// city)'s weights, and the optional warm-up.
+// does not answer, or its TLS handshake fails), the weight-option probes
+// that learn each (tagged name, city)'s weights, and the optional warm-up,
+// all over the run's transport (doh-json: probes and warm-up in DoH's wire
+// form, which can carry the weight option).
 //
 // Threading: Run() starts the sender threads and returns when they are done;
 // the progress callback runs on the caller's thread once a second.
@@ -15,8 +20,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "options.h"
 #include "query_mix.h"
 #include "report.h"
@@ -24,6 +31,8 @@
 #include "sources.h"
 
 namespace weir::bench {
+
+struct Planned;
 
 class Engine {
  public:
@@ -51,6 +60,11 @@ class Engine {
 
  private:
   struct Thread;
+  // Sends `plan` from source `source` over the run's transport (doh-json:
+  // as JSON queries when `json`, else in DoH's wire form) and returns the
+  // answers in plan order, empty where none came.
+  absl::StatusOr<std::vector<std::vector<uint8_t>>> Ask(uint32_t source, const std::vector<Planned>& plan,
+                                                        int tries, bool json) const;
   const Options& o_;
   const QueryMix& mix_;
   const Sources& sources_;

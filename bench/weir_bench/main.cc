@@ -78,6 +78,14 @@ int Main(int argc, char** argv) {
     notes.push_back(
         common::Cat("cities without sources (no prefix of the server's family, or no share): ", list));
   }
+  if (o.transport != Transport::kUdp && !o.new_connections_per_second && o.connections != 0 &&
+      o.connections < sources->cities().size()) {
+    return Fail(
+        2, absl::InvalidArgumentError(common::Cat(
+               "--connections ", o.connections, " cannot carry the load of ", sources->cities().size(),
+               " cities: each connection is bound to one city's address; give ", sources->cities().size(),
+               " or more")));
+  }
   ExpectedWeights expected;
   if (!o.weights_file.empty()) {
     if (absl::Status st = LoadWeights(o, *mix, *sources, &expected); !st.ok()) return Fail(2, st);

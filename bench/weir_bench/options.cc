@@ -13,7 +13,8 @@ const char kDescription[] = R"(weir-bench: DNS load generator and weight-share m
 
 Sends queries from many client addresses per city (from the same city-map CSV
 weir uses), open loop at a rate or closed loop with K outstanding, over UDP
-(sendmmsg/recvmmsg batches) and optionally TCP, and reports QPS, loss, rcodes,
+(sendmmsg/recvmmsg batches) and optionally TCP, or over DNS over TLS or DNS
+over HTTPS (wire or JSON form), and reports QPS, loss, rcodes,
 latency quantiles, and for weighted names the observed share of each address
 per city against the weights: max deviation in percentage points, the longest
 run of one address, and cross-city leaks (a subscriber given an address of
@@ -36,17 +37,32 @@ std::string CheckFraction(const std::string& s) {
 
 }  // namespace
 
+const char* TransportName(Transport t) {
+  switch (t) {
+    case Transport::kUdp:
+      return "udp";
+    case Transport::kDot:
+      return "dot";
+    case Transport::kDoh:
+      return "doh";
+    case Transport::kDohJson:
+      return "doh-json";
+  }
+  return "udp";
+}
+
 std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   Options o;
   CLI::App app{kDescription, "weir-bench"};
   app.get_formatter()->column_width(34);
   app.set_version_flag("--version", common::VersionLine("weir-bench"),
                        "print the version, commit and build, and exit");
-  std::string tagged_fraction, progress = "auto", city_share;
-  double rate = 0;
+  std::string tagged_fraction, progress = "auto", city_share, transport = "udp", doh_method = "post";
+  double rate = 0, new_connections = 0;
 
   app.add_option("-s,--server", o.server_text,
-                 "server to load, ADDR:PORT or [IPv6]:PORT (default 127.0.0.1:53)")
+                 "server to load, ADDR[:PORT] or [IPv6]:PORT (default 127.0.0.1; port 53, 853 for dot, 443 "
+                 "for doh and doh-json)")
       ->type_name("ADDR:PORT");
 
   auto* mix = "Query mix (a file, or generated names)";
@@ -184,6 +200,64 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
       ->group(load);
   app.add_option("--seed", o.seed, "seed of the query mix's random choices (default 1)")->group(load);
 
+  auto* tr = "Transport (DNS over TLS, DNS over HTTPS)";
+  app.add_option("--transport", transport,
+                 "udp (with --tcp-fraction over TCP), dot (DNS over TLS, RFC 7858), doh (DNS over HTTPS, "
+                 "RFC 8484, HTTP/2), doh-json (the JSON form: GET --doh-json-path?name=&type=) (default udp)")
+      ->type_name("TRANSPORT")
+      ->check(CLI::IsMember({"udp", "dot", "doh", "doh-json"}))
+      ->group(tr);
+  app.add_option("--queries-per-connection", o.queries_per_connection,
+                 "close a connection once it carried this many queries (after their answers) and open "
+                 "another; 0: never (default 100; 1 with --new-connections-per-second)")
+      ->type_name("N")
+      ->check(CLI::Range(0u, 4000000000u))
+      ->group(tr);
+  app.add_option("--connections", o.connections,
+                 "connections per thread, each from a source of one city, queries pipelined (dot) or as "
+                 "concurrent streams (doh) (default: one per 100 outstanding queries, one per city at least; "
+                 "with --new-connections-per-second: the most open at once, default 1000)")
+      ->type_name("C")
+      ->check(CLI::Range(1u, 1000000u))
+      ->group(tr);
+  app.add_option("--new-connections-per-second", new_connections,
+                 "open loop of connections: open this many new connections per second in all, each carrying "
+                 "--queries-per-connection queries and closed after their answers; reports the TLS "
+                 "handshakes completed per second, full and resumed")
+      ->type_name("R")
+      ->check(CLI::Range(0.1, 1e7))
+      ->group(tr);
+  app.add_flag("--tls-resume,!--no-tls-resume", o.tls_resume,
+               "offer the session ticket of an earlier connection when opening another (SSL_set_session), "
+               "and count the handshakes that resumed (default on)")
+      ->group(tr);
+  app.add_option("--tls-ca", o.tls_ca,
+                 "verify the server's certificate chain against the CAs in this PEM file (default: the "
+                 "system's CA store)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile)
+      ->group(tr);
+  app.add_option("--tls-name", o.tls_name,
+                 "server name sent as SNI (and as :authority) and required in its certificate (default: "
+                 "the certificate must carry the server's IP address)")
+      ->type_name("NAME")
+      ->group(tr);
+  app.add_flag("--tls-insecure", o.tls_insecure,
+               "do not verify the server's certificate (a benchmark against a test certificate)")
+      ->group(tr);
+  app.add_option("--doh-path", o.doh_path, "doh: the path of RFC 8484 queries (default /dns-query)")
+      ->type_name("PATH")
+      ->group(tr);
+  app.add_option("--doh-method", doh_method,
+                 "doh: post (the query as an application/dns-message body) or get (?dns=<base64url>) "
+                 "(default post)")
+      ->type_name("METHOD")
+      ->check(CLI::IsMember({"get", "post"}))
+      ->group(tr);
+  app.add_option("--doh-json-path", o.doh_json_path, "doh-json: the path of JSON queries (default /resolve)")
+      ->type_name("PATH")
+      ->group(tr);
+
   auto* out = "Output";
   app.add_option("--json", o.json_file, "write every figure of the run to this JSON file")
       ->type_name("FILE")
@@ -220,9 +294,55 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
     return std::nullopt;
   };
 
-  auto server = common::SocketAddress::Parse(o.server_text, 53);
+  o.transport = transport == "dot"        ? Transport::kDot
+                : transport == "doh"      ? Transport::kDoh
+                : transport == "doh-json" ? Transport::kDohJson
+                                          : Transport::kUdp;
+  o.doh_method = doh_method == "get" ? DohMethod::kGet : DohMethod::kPost;
+  const bool stream = o.transport != Transport::kUdp;
+  const int default_port = o.transport == Transport::kDot ? 853 : stream ? 443 : 53;
+  if (app.count("--server") == 0) o.server_text = "127.0.0.1";
+  auto server = common::SocketAddress::Parse(o.server_text, default_port);
   if (!server.ok()) return fail("--server: " + std::string(server.status().message()));
   o.server = *server;
+  o.server_text = o.server.ToString();
+  if (!stream) {
+    for (const char* opt :
+         {"--queries-per-connection", "--connections", "--new-connections-per-second", "--tls-resume",
+          "--tls-ca", "--tls-name", "--tls-insecure", "--doh-path", "--doh-method", "--doh-json-path"}) {
+      if (app.count(opt) > 0) return fail(std::string(opt) + " needs --transport dot, doh or doh-json");
+    }
+  } else {
+    if (o.tcp_fraction > 0)
+      return fail("--tcp-fraction is for --transport udp (DoT and DoH are all over TCP)");
+    if (o.transport == Transport::kDot) {
+      for (const char* opt : {"--doh-path", "--doh-method", "--doh-json-path"}) {
+        if (app.count(opt) > 0) return fail(std::string(opt) + " needs --transport doh or doh-json");
+      }
+    }
+    if (o.transport == Transport::kDohJson) {
+      if (app.count("--doh-method") > 0)
+        return fail("--doh-method is for --transport doh (the JSON form is GET)");
+      if (o.edns_fraction > 0 || o.weight_fraction > 0) {
+        return fail(
+            "--edns-fraction and --weight-fraction need a DNS message: the JSON form (--transport doh-json) "
+            "carries no EDNS option but ECS (--ecs-fraction)");
+      }
+    }
+    if (o.tls_insecure && !o.tls_ca.empty()) return fail("--tls-insecure and --tls-ca exclude each other");
+    for (const std::string* path : {&o.doh_path, &o.doh_json_path}) {
+      if (path->empty() || (*path)[0] != '/' || path->find_first_of("?# ") != std::string::npos)
+        return fail("--doh-path and --doh-json-path must be an absolute path without a query: " + *path);
+    }
+    if (app.count("--new-connections-per-second") > 0) {
+      o.new_connections_per_second = new_connections;
+      if (app.count("--rate") > 0 || app.count("--outstanding") > 0)
+        return fail("--new-connections-per-second sets the load: not with --rate or --outstanding");
+      if (app.count("--queries-per-connection") == 0) o.queries_per_connection = 1;
+      if (o.queries_per_connection == 0)
+        return fail("--new-connections-per-second needs --queries-per-connection of 1 or more");
+    }
+  }
   o.probe = !no_probe;
   o.gso = !no_gso;
   if (app.count("--rate") > 0) o.rate = rate;

@@ -16,9 +16,19 @@ namespace weir::bench {
 
 enum class Progress : uint8_t { kAuto, kAlways, kNever };
 
+// How queries reach the server: plain DNS (UDP, and TCP for --tcp-fraction),
+// DNS over TLS (RFC 7858), DNS over HTTPS (RFC 8484, HTTP/2) in wire form,
+// or the JSON form of DoH (application/dns-json, Google's schema).
+enum class Transport : uint8_t { kUdp, kDot, kDoh, kDohJson };
+enum class DohMethod : uint8_t { kGet, kPost };
+
+// "udp", "dot", "doh", "doh-json".
+const char* TransportName(Transport t);
+
 struct Options {
   common::SocketAddress server;
-  std::string server_text = "127.0.0.1:53";
+  std::string server_text = "127.0.0.1:53";  // the port defaults by transport: 53, 853 (dot), 443 (doh)
+  Transport transport = Transport::kUdp;
 
   // Query mix: a file, or generated names.
   std::string queries_file;
@@ -60,6 +70,18 @@ struct Options {
   double duration_s = 10;
   uint64_t count = 0;  // stop after this many queries (0: by duration)
   uint64_t seed = 1;
+
+  // DoT and DoH (stream transports).
+  uint32_t queries_per_connection = 100;  // then the connection is closed and another opened; 0: unlimited
+  uint32_t connections = 0;               // per thread; 0: enough for --outstanding, one per city at least
+  std::optional<double> new_connections_per_second;  // open-loop new-connection mode (handshake rate)
+  bool tls_resume = true;                            // offer the last session ticket on reconnects
+  std::string tls_ca;                                // CA file to verify the server against
+  std::string tls_name;       // SNI and the name the certificate must carry (else its IP address)
+  bool tls_insecure = false;  // no verification at all
+  std::string doh_path = "/dns-query";
+  DohMethod doh_method = DohMethod::kPost;
+  std::string doh_json_path = "/resolve";
 
   // Output.
   std::string json_file;

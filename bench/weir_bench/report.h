@@ -56,10 +56,36 @@ struct NameCityShare {
   std::vector<AddressShare> addresses;  // the city's set first, then others
 };
 
+// DoT and DoH: the connections and TLS handshakes behind the queries.
+struct StreamFigures {
+  std::string detail;                     // "POST /dns-query", "GET /resolve", "" for DoT
+  uint32_t queries_per_connection = 0;    // 0: unlimited
+  uint32_t connections_per_thread = 0;    // in new-connection mode: the most open at once
+  double new_connections_per_second = 0;  // 0: not the new-connection mode
+  bool tls_resume = true;
+
+  uint64_t opened = 0;            // connects started
+  uint64_t connect_failures = 0;  // refused, unreachable, not connected within the timeout
+  uint64_t handshakes_full = 0;
+  uint64_t handshakes_resumed = 0;      // SSL_session_reused
+  uint64_t handshake_failures = 0;      // TLS error, verification failure, timeout, no h2 over ALPN
+  uint64_t connection_errors = 0;       // reset, failed, or closed by the server with answers owed
+  uint64_t server_closes = 0;           // closed by the server with nothing owed
+  uint64_t skipped = 0;                 // new-connection mode: due while --connections were open
+  LatencyHistogram handshake;           // from connect() to the TLS handshake's end
+  std::map<int, uint64_t> http_status;  // DoH: responses per :status
+  uint64_t http_errors = 0;             // DoH: responses that were not a DNS answer
+  uint64_t stream_resets = 0;           // DoH: streams the server reset
+  std::string first_error;              // the first connection or handshake failure, verbatim
+
+  uint64_t handshakes() const { return handshakes_full + handshakes_resumed; }
+};
+
 struct Report {
   // The run as configured (shown in the text and JSON output).
   std::string server;
-  std::string mode;  // "closed loop, 256 outstanding" / "open loop, 20000 qps"
+  std::string transport = "udp";  // "udp", "dot", "doh", "doh-json"
+  std::string mode;               // "closed loop, 256 outstanding" / "open loop, 20000 qps"
   unsigned threads = 0;
   double duration_s = 0;  // measured run, warm-up and probes excluded
 
@@ -72,6 +98,12 @@ struct Report {
   uint64_t send_errors = 0;
   uint64_t tcp_errors = 0;                 // connections refused or reset
   std::map<std::string, uint64_t> rcodes;  // "NOERROR" -> answers
+
+  bool stream = false;  // DoT or DoH: `connections` holds their figures
+  StreamFigures connections;
+  double handshakes_per_s() const {
+    return duration_s > 0 ? static_cast<double>(connections.handshakes()) / duration_s : 0;
+  }
 
   double qps_sent() const { return duration_s > 0 ? sent / duration_s : 0; }
   double qps_answered() const { return duration_s > 0 ? answered / duration_s : 0; }

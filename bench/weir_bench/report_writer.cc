@@ -25,14 +25,57 @@ nlohmann::ordered_json Num(double v) {
   return rounded;
 }
 
+// "DoT", "DoH (POST /dns-query)", "DoH JSON (GET /resolve)".
+std::string TransportTitle(const Report& r) {
+  if (r.transport == "dot") return "DoT";
+  if (r.transport == "doh") return fmt::format("DoH ({})", r.connections.detail);
+  if (r.transport == "doh-json") return fmt::format("DoH JSON ({})", r.connections.detail);
+  return r.transport;
+}
+
+// The connections' and handshakes' lines of a DoT or DoH run.
+std::string StreamText(const Report& r) {
+  const StreamFigures& f = r.connections;
+  std::string s;
+  s += fmt::format(
+      "  connections {:>12}  opened ({} per connection), {} connect failures, {} errors, {} closed by "
+      "the server{}\n",
+      f.opened,
+      f.queries_per_connection == 0
+          ? std::string("no query limit")
+          : fmt::format("{} quer{}", f.queries_per_connection, f.queries_per_connection == 1 ? "y" : "ies"),
+      f.connect_failures, f.connection_errors, f.server_closes,
+      f.skipped > 0 ? fmt::format(", {} not opened (--connections open)", f.skipped) : "");
+  s += fmt::format("  handshakes  {:>12}  ({} full, {} resumed{}), {:.1f}/s, {} failed\n", f.handshakes(),
+                   f.handshakes_full, f.handshakes_resumed, f.tls_resume ? "" : ", --no-tls-resume",
+                   r.handshakes_per_s(), f.handshake_failures);
+  if (f.handshake.count() > 0) {
+    s += fmt::format("  handshake us  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}  max {:.1f}  mean {:.1f}\n",
+                     f.handshake.QuantileUs(0.5), f.handshake.QuantileUs(0.9), f.handshake.QuantileUs(0.99),
+                     static_cast<double>(f.handshake.max_ns()) / 1000.0, f.handshake.MeanUs());
+  }
+  if (r.transport != "dot") {
+    s += "  http status";
+    for (const auto& [status, n] : f.http_status) s += fmt::format(" {} {}", status, n);
+    s += fmt::format("  ({} not a DNS answer, {} streams reset)\n", f.http_errors, f.stream_resets);
+  }
+  if (!f.first_error.empty()) s += fmt::format("  first error: {}\n", f.first_error);
+  return s;
+}
+
 }  // namespace
 
 std::string ReportText(const Report& r, const std::vector<std::string>& notes) {
   std::string s;
-  s += fmt::format("weir-bench: {}, {}, {} thread{}, {:.2f} s\n", r.server, r.mode, r.threads,
-                   r.threads == 1 ? "" : "s", r.duration_s);
+  s += fmt::format("weir-bench: {}{}, {}, {} thread{}, {:.2f} s\n", r.server,
+                   r.stream ? " over " + TransportTitle(r) : "", r.mode, r.threads, r.threads == 1 ? "" : "s",
+                   r.duration_s);
   for (const std::string& n : notes) s += fmt::format("  note: {}\n", n);
-  s += fmt::format("  sent        {:>12}  ({} over TCP)\n", r.sent, r.sent_tcp);
+  if (r.stream) {
+    s += fmt::format("  sent        {:>12}  (over {})\n", r.sent, TransportTitle(r));
+  } else {
+    s += fmt::format("  sent        {:>12}  ({} over TCP)\n", r.sent, r.sent_tcp);
+  }
   s += fmt::format("  answered    {:>12}  ({:.2f} % of sent)\n", r.answered,
                    r.sent ? 100.0 * static_cast<double>(r.answered) / static_cast<double>(r.sent) : 0.0);
   s += fmt::format("  lost        {:>12}  ({:.3f} %, no answer within the timeout)\n", r.timeouts,
@@ -52,6 +95,7 @@ std::string ReportText(const Report& r, const std::vector<std::string>& notes) {
   s += "  rcodes     ";
   for (const auto& [name, n] : r.rcodes) s += fmt::format(" {} {}", name, n);
   s += "\n";
+  if (r.stream) s += StreamText(r);
   if (!r.shares.empty()) {
     s += fmt::format("shares: worst deviation {:.2f} pp, {} leaked answers (another city's address)\n",
                      r.worst_deviation_pp, r.leaked_answers);
@@ -110,35 +154,68 @@ std::string ReportJson(const Report& r, const std::vector<std::string>& notes) {
                           {"leaked_answers", row.leaked_answers},
                           {"addresses", std::move(addresses)}});
   }
-  const Json doc{{"server", r.server},
-                 {"mode", r.mode},
-                 {"threads", r.threads},
-                 {"duration_s", Num(r.duration_s)},
-                 {"notes", notes},
-                 {"sent", r.sent},
-                 {"sent_tcp", r.sent_tcp},
-                 {"answered", r.answered},
-                 {"timeouts", r.timeouts},
-                 {"mismatched", r.mismatched},
-                 {"truncated", r.truncated},
-                 {"send_errors", r.send_errors},
-                 {"tcp_errors", r.tcp_errors},
-                 {"qps_sent", Num(r.qps_sent())},
-                 {"qps_answered", Num(r.qps_answered())},
-                 {"loss_pct", Num(r.loss_pct())},
-                 {"rcodes", std::move(rcodes)},
-                 {"latency_us", Json{{"count", r.latency.count()},
-                                     {"mean", Num(r.latency.MeanUs())},
-                                     {"p50", Num(r.latency.QuantileUs(0.5))},
-                                     {"p90", Num(r.latency.QuantileUs(0.9))},
-                                     {"p99", Num(r.latency.QuantileUs(0.99))},
-                                     {"p999", Num(r.latency.QuantileUs(0.999))},
-                                     {"max", Num(static_cast<double>(r.latency.max_ns()) / 1000.0)}}},
-                 {"latency_histogram_us", std::move(histogram)},
-                 {"timeline", std::move(timeline)},
-                 {"worst_deviation_pp", Num(r.worst_deviation_pp)},
-                 {"leaked_answers", r.leaked_answers},
-                 {"shares", std::move(shares)}};
+  Json doc{{"server", r.server},
+           {"transport", r.transport},
+           {"mode", r.mode},
+           {"threads", r.threads},
+           {"duration_s", Num(r.duration_s)},
+           {"notes", notes},
+           {"sent", r.sent},
+           {"sent_tcp", r.sent_tcp},
+           {"answered", r.answered},
+           {"timeouts", r.timeouts},
+           {"mismatched", r.mismatched},
+           {"truncated", r.truncated},
+           {"send_errors", r.send_errors},
+           {"tcp_errors", r.tcp_errors},
+           {"qps_sent", Num(r.qps_sent())},
+           {"qps_answered", Num(r.qps_answered())},
+           {"loss_pct", Num(r.loss_pct())},
+           {"rcodes", std::move(rcodes)},
+           {"latency_us", Json{{"count", r.latency.count()},
+                               {"mean", Num(r.latency.MeanUs())},
+                               {"p50", Num(r.latency.QuantileUs(0.5))},
+                               {"p90", Num(r.latency.QuantileUs(0.9))},
+                               {"p99", Num(r.latency.QuantileUs(0.99))},
+                               {"p999", Num(r.latency.QuantileUs(0.999))},
+                               {"max", Num(static_cast<double>(r.latency.max_ns()) / 1000.0)}}},
+           {"latency_histogram_us", std::move(histogram)},
+           {"timeline", std::move(timeline)},
+           {"worst_deviation_pp", Num(r.worst_deviation_pp)},
+           {"leaked_answers", r.leaked_answers},
+           {"shares", std::move(shares)}};
+  if (r.stream) {
+    const StreamFigures& f = r.connections;
+    Json status = Json::object();
+    for (const auto& [code, n] : f.http_status) status[std::to_string(code)] = n;
+    doc["connections"] = Json{{"detail", f.detail},
+                              {"queries_per_connection", f.queries_per_connection},
+                              {"per_thread", f.connections_per_thread},
+                              {"new_per_second", Num(f.new_connections_per_second)},
+                              {"opened", f.opened},
+                              {"connect_failures", f.connect_failures},
+                              {"errors", f.connection_errors},
+                              {"closed_by_server", f.server_closes},
+                              {"skipped", f.skipped},
+                              {"first_error", f.first_error}};
+    doc["handshakes"] =
+        Json{{"tls_resume", f.tls_resume},
+             {"full", f.handshakes_full},
+             {"resumed", f.handshakes_resumed},
+             {"failed", f.handshake_failures},
+             {"per_s", Num(r.handshakes_per_s())},
+             {"latency_us", Json{{"count", f.handshake.count()},
+                                 {"mean", Num(f.handshake.MeanUs())},
+                                 {"p50", Num(f.handshake.QuantileUs(0.5))},
+                                 {"p90", Num(f.handshake.QuantileUs(0.9))},
+                                 {"p99", Num(f.handshake.QuantileUs(0.99))},
+                                 {"max", Num(static_cast<double>(f.handshake.max_ns()) / 1000.0)}}}};
+    if (r.transport != "dot") {
+      doc["http_status"] = std::move(status);
+      doc["http_errors"] = f.http_errors;
+      doc["stream_resets"] = f.stream_resets;
+    }
+  }
   // Invalid UTF-8 (a name is bytes) replaced rather than thrown on.
   return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

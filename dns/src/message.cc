@@ -426,6 +426,8 @@ ParseError ParseOpt(std::span<const uint8_t> msg, const RrView& rr, bool in_quer
       }
     } else if (code == option::kNsid) {
       edns->has_nsid = true;
+    } else if (code == option::kPadding) {
+      edns->has_padding = true;
     } else if (code == option::kCookie) {
       edns->has_cookie = true;
       edns->cookie_offset = data_off;

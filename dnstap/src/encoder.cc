@@ -48,8 +48,20 @@ EncodedPayload Encode(const Message& m, std::string_view identity, std::string_v
     msg.socket_family = family == 4 ? DNSTAP__SOCKET_FAMILY__INET : DNSTAP__SOCKET_FAMILY__INET6;
   }
   msg.has_socket_protocol = true;
-  msg.socket_protocol =
-      m.protocol == Protocol::kTcp ? DNSTAP__SOCKET_PROTOCOL__TCP : DNSTAP__SOCKET_PROTOCOL__UDP;
+  switch (m.protocol) {
+    case Protocol::kUdp:
+      msg.socket_protocol = DNSTAP__SOCKET_PROTOCOL__UDP;
+      break;
+    case Protocol::kTcp:
+      msg.socket_protocol = DNSTAP__SOCKET_PROTOCOL__TCP;
+      break;
+    case Protocol::kDot:
+      msg.socket_protocol = DNSTAP__SOCKET_PROTOCOL__DOT;
+      break;
+    case Protocol::kDoh:
+      msg.socket_protocol = DNSTAP__SOCKET_PROTOCOL__DOH;
+      break;
+  }
   SetEndpoint(m.query_address, &msg.has_query_address, &msg.query_address, &msg.has_query_port,
               &msg.query_port);
   SetEndpoint(m.response_address, &msg.has_response_address, &msg.response_address, &msg.has_response_port,

@@ -160,6 +160,69 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
   for (const auto& e : *arr) one_port(e);
 }
 
+void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
+  c.OnlyKeys(t, "tls",
+             {"certificate", "dot_port", "doh_port", "min_version", "session_tickets", "ticket_rotation_s",
+              "handshake_timeout_ms", "handshakes_per_second_per_source", "max_connections",
+              "max_connections_per_source", "source_prefix_v4", "source_prefix_v6", "idle_timeout_ms",
+              "lifetime_ms", "connection_buffer_bytes", "padding", "doh_path", "json_path", "http_max_streams",
+              "http_max_header_bytes", "http_max_body_bytes", "proxy_protocol_from"});
+  if (const toml::node* certs = t.get("certificate")) {
+    const toml::array* arr = certs->as_array();
+    if (arr == nullptr) {
+      c.Fail(certs->source(), "'certificate' must be an array of tables ([[tls.certificate]])");
+    } else {
+      for (const toml::node& e : *arr) {
+        const toml::table* ct = e.as_table();
+        if (ct == nullptr) {
+          c.Fail(e.source(), "each [[tls.certificate]] must be a table");
+          continue;
+        }
+        c.OnlyKeys(*ct, "tls.certificate", {"chain", "key"});
+        TlsConfig::Certificate cert;
+        c.String(*ct, "chain", &cert.chain);
+        c.String(*ct, "key", &cert.key);
+        if (cert.chain.empty() || cert.key.empty()) {
+          c.Fail(ct->source(), "[[tls.certificate]] needs 'chain' (PEM certificate chain) and 'key' (PEM key)");
+          continue;
+        }
+        tls->certificates.push_back(std::move(cert));
+      }
+      if (tls->certificates.size() > 2)
+        c.Fail(certs->source(), "at most two [[tls.certificate]]: one ECDSA and one RSA chain");
+    }
+  }
+  c.Int(t, "dot_port", &tls->dot_port, 0, 65535);
+  c.Int(t, "doh_port", &tls->doh_port, 0, 65535);
+  if (tls->dot_port != 0 && tls->dot_port == tls->doh_port)
+    c.Fail(t.get("doh_port")->source(), "'dot_port' and 'doh_port' must differ");
+  if (c.String(t, "min_version", &tls->min_version) && tls->min_version != "1.2" && tls->min_version != "1.3") {
+    c.Fail(t.get("min_version")->source(),
+           Cat("'min_version' is \"1.2\" or \"1.3\", not \"", tls->min_version, "\""));
+  }
+  c.Bool(t, "session_tickets", &tls->session_tickets);
+  c.Int(t, "ticket_rotation_s", &tls->ticket_rotation_s, 60, 7 * 86400);
+  c.Int(t, "handshake_timeout_ms", &tls->handshake_timeout_ms, 100, 60000);
+  c.Int(t, "handshakes_per_second_per_source", &tls->handshakes_per_second_per_source, 0, 1000000);
+  net::ParseTcpLimits(c, t, &tls->limits, "");
+  c.Int(t, "connection_buffer_bytes", &tls->connection_buffer_bytes, 16384, 16 << 20);
+  c.Bool(t, "padding", &tls->padding);
+  for (const char* key : {"doh_path", "json_path"}) {
+    std::string* out = std::string_view(key) == "doh_path" ? &tls->doh_path : &tls->json_path;
+    if (c.String(t, key, out) && (out->empty() || (*out)[0] != '/' || out->find_first_of("?# ") != std::string::npos)) {
+      c.Fail(t.get(key)->source(), Cat("'", key, "' must be a path: starting with '/', without '?', '#' or spaces"));
+    }
+  }
+  if (tls->doh_path == tls->json_path) c.Fail(t.source(), "'doh_path' and 'json_path' must differ");
+  c.Int(t, "http_max_streams", &tls->http_max_streams, 1, 10000);
+  c.Int(t, "http_max_header_bytes", &tls->http_max_header_bytes, 1024, 1 << 20);
+  c.Int(t, "http_max_body_bytes", &tls->http_max_body_bytes, 512, 65535);
+  c.List(t, "proxy_protocol_from", &tls->proxy_protocol_from, common::Cidr::Parse);
+  if (tls->certificates.empty() && (tls->dot_port != 0 || tls->doh_port != 0)) {
+    c.Fail(t.source(), "[tls] needs a [[tls.certificate]] (or set dot_port = 0 and doh_port = 0)");
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& AllBackends() {
@@ -177,7 +240,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   cfg.path = name;
   c.OnlyKeys(root, "top level",
              {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "control", "dpdk",
-              "dnstap", "log"});
+              "tls", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
   mgmt::ParseControlTable(c, root, "fastpath", &cfg.control);
   common::ParseLogTable(c, root, &cfg.log);
@@ -299,6 +362,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Bool(*s, "cookies", &cfg.upstream_cookies);
   }
   if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
+  if (const toml::table* s = SubTable(c, root, "tls")) ParseTls(c, *s, &cfg.tls);
   dnstap::ParseConfig(c, root, &cfg.dnstap);
 
   // Whole-file rules, reported at line 1 since they involve several keys.
@@ -336,6 +400,9 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path, const std::ve
   common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file,
                                    &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
                                    &cfg->control.socket_path, &cfg->control.token_file});
+  for (TlsConfig::Certificate& cert : cfg->tls.certificates) {
+    common::ResolveRelativeTo(path, {&cert.chain, &cert.key});
+  }
   return cfg;
 }
 

@@ -8,6 +8,7 @@
 #include "weir/common/text.h"
 #include "weir/fastpath/config.h"
 #include "weir/mgmt/node_config.h"
+#include "weir/net/tls.h"
 #include "weir/partitions/citymap.h"
 
 namespace weir::fastpath {
@@ -59,6 +60,16 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path,
         // its own files are not read then.
         const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
         CheckPartitionFiles(c, root, path, !from_snapshot);
+        // The certificates and keys as the encrypted front loads them:
+        // unreadable, expired, not yet valid, a key not the certificate's.
+        if (cfg.ok() && !cfg->tls.certificates.empty()) {
+          net::TlsServerOptions o;
+          for (const TlsConfig::Certificate& cert : cfg->tls.certificates) o.certificates.push_back({cert.chain, cert.key});
+          if (auto infos = net::TlsServerContext::Check(o); !infos.ok()) {
+            const toml::node* n = root.at_path("tls.certificate").node();
+            c.Fail(n != nullptr ? n->source() : root.source(), Cat("[tls] ", ToStd(infos.status().message())));
+          }
+        }
       });
   if (!all.ok()) return all;
   return cfg;

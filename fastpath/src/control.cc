@@ -209,14 +209,15 @@ ControlReply Node::Control(const ControlRequest& r) {
   } else if (r.verb == "reload") {
     if (no_args()) {
       absl::Status st;
+      std::string what;
       {
         common::RcuOfflineScope offline;  // a reload waits for the other readers
-        st = Reload();
+        st = Reload(&what);
       }
       common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
       reply =
           st.ok()
-              ? StructuredReply(Json{{"reloaded", true}}).Text("reloaded the city map and tags\n").Render()
+              ? StructuredReply(Json{{"reloaded", true}, {"what", what}}).Text(Cat("reloaded ", what, "\n")).Render()
               : ControlReply::Error(std::string(ToStd(st.message())));
     }
   } else if (r.verb == "upstreams") {
@@ -333,8 +334,11 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   // current[row][worker]: the values, empty when that worker holds none.
   std::vector<std::vector<std::vector<int16_t>>> current(raws.size());
   std::vector<int> workers;  // the slots that run a worker
+  // Slots: the workers, then the TCP thread's, then the encrypted front's.
+  const int tls_slot = config_.tls.enabled() ? slots() - 1 : -1;
+  const int tcp_slot = slots() - 1 - (tls_slot >= 0 ? 1 : 0);
   for (int w = 0; w < slots(); ++w) {
-    if (w < slots() - 1 || config_.tcp) workers.push_back(w);  // the last slot is the TCP thread's
+    if (w < tcp_slot || (w == tcp_slot && config_.tcp) || w == tls_slot) workers.push_back(w);
   }
   size_t workers_answered = 0;
   if (!probe.items.empty()) {

@@ -113,11 +113,22 @@ void Node::Stop() {
   dnstap_.reset();  // nothing taps any more: the rest is written out
 }
 
-absl::Status Node::Reload() {
+absl::Status Node::Reload(std::string* what) {
+  std::string done;
+  if (backend_reload_ && config_.tls.enabled()) {
+    if (absl::Status st = backend_reload_(); !st.ok()) return st;
+    done = "the TLS certificates";
+  }
   if (mgmt_client_) {
+    if (!done.empty()) {
+      if (what != nullptr) *what = done + " (tags and city map come from weir-mgmt)";
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
   }
-  return LoadPartitions();
+  if (absl::Status st = LoadPartitions(); !st.ok()) return st;
+  if (what != nullptr) *what = done.empty() ? "the city map and tags" : done + ", the city map and tags";
+  return absl::OkStatus();
 }
 
 absl::Status Node::LoadPartitions() {

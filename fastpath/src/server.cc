@@ -119,14 +119,16 @@ absl::Status Server::Start() {
   s.backend = std::move(*backend);
   if (absl::Status st = s.backend->Init(); !st.ok()) return fail(st);
   if (absl::Status st = s.Bind(); !st.ok()) return fail(st);
-  // Slots 0..workers-1 are the backend's workers, slot `workers` its TCP server.
+  // Slots 0..workers-1 are the backend's workers, slot `workers` its TCP
+  // server, slot `workers + 1` its encrypted front when [tls] is set.
   const int workers = s.backend->workers();
   s.node = std::make_unique<Node>(s.config, s.test_clock);
-  if (absl::Status st = s.node->Prepare(workers + 1); !st.ok()) return fail(st);
+  if (absl::Status st = s.node->Prepare(workers + 1 + (s.backend->serves_tls() ? 1 : 0)); !st.ok()) return fail(st);
   if (absl::Status st = s.backend->Attach(*s.node); !st.ok()) return fail(st);
   s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
     if (s.backend) s.backend->RenderMetrics(w);
   });
+  s.node->SetBackendReload([&s] { return s.backend ? s.backend->Reload() : absl::OkStatus(); });
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {
@@ -187,10 +189,13 @@ std::vector<common::NamedHeart> Server::Hearts() const {
   std::vector<common::NamedHeart> out;
   const Impl& s = *impl_;
   if (!s.node) return out;
-  // Slots 0..n-1 are the UDP (or poll-mode) workers, slot n the TCP thread.
-  const int workers = s.node->slots() - 1;
+  // Slots 0..n-1 are the UDP (or poll-mode) workers, slot n the TCP
+  // thread, slot n+1 the encrypted front's.
+  const bool tls = s.backend && s.backend->serves_tls();
+  const int workers = s.node->slots() - 1 - (tls ? 1 : 0);
   for (int i = 0; i < workers; ++i) out.push_back({Cat("worker ", i), &s.node->core(i).heartbeat()});
   if (s.backend && s.backend->serves_tcp()) out.push_back({"tcp thread", &s.node->core(workers).heartbeat()});
+  if (tls) out.push_back({"tls thread", &s.node->core(workers + 1).heartbeat()});
   out.push_back({"forwarder", s.node->forwarder_heartbeat()});
   return out;
 }

@@ -24,12 +24,25 @@ dnstap::Endpoint EndpointOf(const ClientInfo& c) {
 
 bool Answered(Verdict v) { return v == Verdict::kReply || v == Verdict::kReplyAndPrefetch; }
 
+dnstap::Protocol ProtocolOf(const ClientInfo& client) {
+  if (!client.tcp) return dnstap::Protocol::kUdp;
+  switch (client.stream) {
+    case StreamKind::kDot:
+      return dnstap::Protocol::kDot;
+    case StreamKind::kDoh:
+      return dnstap::Protocol::kDoh;
+    case StreamKind::kTcp:
+      break;
+  }
+  return dnstap::Protocol::kTcp;
+}
+
 }  // namespace
 
 void WorkerCore::TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at) {
   dnstap::Message m;
   m.type = dnstap::MessageType::kClientQuery;
-  m.protocol = client.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.protocol = ProtocolOf(client);
   m.query_address = EndpointOf(client);
   m.query_time = at;
   m.query_message = query;
@@ -40,7 +53,7 @@ void WorkerCore::TapResponse(std::span<const uint8_t> response, const ClientInfo
                              const timespec& query_at) {
   dnstap::Message m;
   m.type = dnstap::MessageType::kClientResponse;
-  m.protocol = client.tcp ? dnstap::Protocol::kTcp : dnstap::Protocol::kUdp;
+  m.protocol = ProtocolOf(client);
   m.query_address = EndpointOf(client);
   m.query_time = query_at;
   m.response_time = dnstap::Now();

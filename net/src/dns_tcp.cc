@@ -8,6 +8,14 @@
 
 namespace weir::net {
 
+ssize_t DnsTcpStream::RecvSome(void* buf, size_t len) {
+  return io_ != nullptr ? io_->Recv(buf, len) : recv(fd_, buf, len, 0);
+}
+
+ssize_t DnsTcpStream::SendSome(const void* buf, size_t len) {
+  return io_ != nullptr ? io_->Send(buf, len) : send(fd_, buf, len, MSG_NOSIGNAL);
+}
+
 DnsTcpStream::Status DnsTcpStream::Read(Clock::time_point) {
   if (read_closed_ || paused()) return Status::kOpen;
   // Compact once the parsed part dominates, so `in_` holds at most what is
@@ -24,7 +32,7 @@ DnsTcpStream::Status DnsTcpStream::Read(Clock::time_point) {
   const size_t room = std::min(sizeof(buf), 2 + kMaxDnsMessage - have);
   ssize_t n;
   do {
-    n = recv(fd_, buf, room, 0);
+    n = RecvSome(buf, room);
   } while (n < 0 && errno == EINTR);
   if (n > 0) in_.insert(in_.end(), buf, buf + n);
   if (n == 0) {
@@ -68,7 +76,7 @@ DnsTcpStream::Status DnsTcpStream::Answer(std::span<const uint8_t> answer) {
 DnsTcpStream::Status DnsTcpStream::Flush() {
   size_t sent = 0;
   while (sent < out_.size()) {
-    const ssize_t n = send(fd_, out_.data() + sent, out_.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = SendSome(out_.data() + sent, out_.size() - sent);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n <= 0) return Status::kClose;

@@ -201,6 +201,76 @@ TEST_F(OptionsTest, UsageErrors) {
   ExpectUsageError({"--no-such-option"});
 }
 
+TEST_F(OptionsTest, TransportDefaultsAndPorts) {
+  const Parsed udp = Parse({});
+  ASSERT_TRUE(udp.options.has_value());
+  EXPECT_EQ(udp.options->transport, Transport::kUdp);
+  const Parsed dot = Parse({"--transport", "dot"});
+  ASSERT_TRUE(dot.options.has_value());
+  EXPECT_EQ(dot.options->transport, Transport::kDot);
+  EXPECT_EQ(dot.options->server.ToString(), "127.0.0.1:853");
+  EXPECT_EQ(dot.options->queries_per_connection, 100u);
+  EXPECT_EQ(dot.options->connections, 0u);
+  EXPECT_TRUE(dot.options->tls_resume);
+  EXPECT_FALSE(dot.options->tls_insecure);
+  EXPECT_FALSE(dot.options->new_connections_per_second.has_value());
+  const Parsed doh = Parse({"--transport", "doh", "--server", "192.0.2.1"});
+  ASSERT_TRUE(doh.options.has_value());
+  EXPECT_EQ(doh.options->server.ToString(), "192.0.2.1:443");
+  EXPECT_EQ(doh.options->doh_path, "/dns-query");
+  EXPECT_EQ(doh.options->doh_method, DohMethod::kPost);
+  EXPECT_EQ(doh.options->doh_json_path, "/resolve");
+  const Parsed json = Parse({"--transport", "doh-json", "--server", "[::1]:8443"});
+  ASSERT_TRUE(json.options.has_value());
+  EXPECT_EQ(json.options->transport, Transport::kDohJson);
+  EXPECT_EQ(json.options->server.ToString(), "[::1]:8443");
+}
+
+TEST_F(OptionsTest, TransportValuesAreTaken) {
+  const Parsed p =
+      Parse({"--transport", "doh", "--doh-method", "get", "--doh-path", "/q", "--queries-per-connection", "0",
+             "--connections", "8", "--no-tls-resume", "--tls-insecure", "--tls-name", "dns.example"});
+  ASSERT_TRUE(p.options.has_value());
+  const Options& o = *p.options;
+  EXPECT_EQ(o.doh_method, DohMethod::kGet);
+  EXPECT_EQ(o.doh_path, "/q");
+  EXPECT_EQ(o.queries_per_connection, 0u);
+  EXPECT_EQ(o.connections, 8u);
+  EXPECT_FALSE(o.tls_resume);
+  EXPECT_TRUE(o.tls_insecure);
+  EXPECT_EQ(o.tls_name, "dns.example");
+  // The new-connection mode: one query per connection unless told.
+  const Parsed n = Parse({"--transport", "dot", "--new-connections-per-second", "500"});
+  ASSERT_TRUE(n.options.has_value());
+  EXPECT_EQ(n.options->new_connections_per_second, 500.0);
+  EXPECT_EQ(n.options->queries_per_connection, 1u);
+  const Parsed n4 =
+      Parse({"--transport", "dot", "--new-connections-per-second", "5", "--queries-per-connection", "4"});
+  ASSERT_TRUE(n4.options.has_value());
+  EXPECT_EQ(n4.options->queries_per_connection, 4u);
+}
+
+TEST_F(OptionsTest, TransportUsageErrors) {
+  ExpectUsageError({"--transport", "quic"});
+  ExpectUsageError({"--tls-insecure"});  // needs a stream transport
+  ExpectUsageError({"--queries-per-connection", "5"});
+  ExpectUsageError({"--transport", "dot", "--tcp-fraction", "0.5"});
+  ExpectUsageError({"--transport", "dot", "--doh-path", "/x"});
+  ExpectUsageError({"--transport", "doh", "--doh-method", "put"});
+  ExpectUsageError({"--transport", "doh", "--doh-path", "dns-query"});
+  ExpectUsageError({"--transport", "doh", "--doh-path", "/dns-query?x=1"});
+  ExpectUsageError({"--transport", "doh-json", "--doh-method", "get"});
+  ExpectUsageError({"--transport", "doh-json", "--weight-fraction", "0.1"});
+  ExpectUsageError({"--transport", "doh-json", "--edns-fraction", "0.1"});
+  ExpectUsageError({"--transport", "dot", "--tls-insecure", "--tls-ca", map_});
+  ExpectUsageError({"--transport", "dot", "--tls-ca", (tmp_ / "missing.pem").string()});
+  ExpectUsageError({"--transport", "dot", "--new-connections-per-second", "5", "--rate", "100"});
+  ExpectUsageError({"--transport", "dot", "--new-connections-per-second", "5", "--outstanding", "10"});
+  ExpectUsageError(
+      {"--transport", "dot", "--new-connections-per-second", "5", "--queries-per-connection", "0"});
+  ExpectUsageError({"--transport", "dot", "--connections", "0"});
+}
+
 TEST_F(OptionsTest, HelpExitsZero) {
   ::testing::internal::CaptureStdout();
   const Parsed p = Parse({"--help"});

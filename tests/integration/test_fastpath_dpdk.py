@@ -6,7 +6,8 @@ kernel keeps all but UDP to port 53). From the client namespace, on both:
 ping and ping -6 (the kernel), dig/kdig over UDP (the poll-mode workers:
 weighted per-city answers with exact shares, misses resolved through
 gslb-sim), DNS over TCP (the kernel's stack), IPv6, and a VLAN-tagged query
-answered with its tag. Plus a start refused with the device's name when the
+answered with its tag, and DNS over TLS and HTTPS (the kernel's TCP, weir's
+encrypted front on the same address). Plus a start refused with the device's name when the
 port cannot open.
 
 Needs root (namespaces, af_packet, tap, af_xdp). Addresses: 198.18.0.0/15
@@ -21,10 +22,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest import tls as wtls  # noqa: E402
 from weirtest.netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402
 from weirtest.zones import gslb_name, no_empty_weight_option, record, swrr_sequence, view, zone  # noqa: E402
 
@@ -59,7 +62,7 @@ def toml_list(values):
     return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
-def dpdk_config(upstream, citymap, tags, device, prefix, exception="tap"):
+def dpdk_config(upstream, citymap, tags, device, prefix, exception="tap", certs=None):
     eal = ["-l", "0,1", "--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--no-telemetry",
            "--log-level=error", f"--file-prefix={prefix}"]
     return f"""
@@ -84,7 +87,14 @@ idle_sleep_us = 50
 device = "{device}"
 addresses = ["{OWNED_V4}/16", "{OWNED_V6}/64"]
 exception = "{exception}"
-"""
+""" + (f"""
+[tls]
+dot_port = 853
+doh_port = 443
+[[tls.certificate]]
+chain = "{certs.chain}"
+key = "{certs.key}"
+""" if certs else "")
 
 
 def remove_runtime_dir(prefix):
@@ -101,6 +111,8 @@ class _DpdkCases:
     def setUpClass(cls):
         weirtest.require_tools("dig", "kdig", "ping", "ip", "ethtool")
         cls.files = weirtest.PartitionFiles(CITYMAP, TAGS)
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.certs = wtls.Certs(cls.tmp.name)
         cls.pair = NetnsPair(client_v4=[CITY_A_CLIENT, CITY_B_CLIENT])
         cls.prefix = f"weir-it-{os.getpid()}-{cls.__name__}"
         try:
@@ -120,6 +132,7 @@ class _DpdkCases:
         cls.pair.close()
         remove_runtime_dir(cls.prefix)
         cls.files.cleanup()
+        cls.tmp.cleanup()
 
     def metrics(self):
         with self.pair.enter_server():
@@ -187,6 +200,24 @@ class _DpdkCases:
         self.assertEqual(r.addresses(), ["192.0.2.7"])
         self.assertGreaterEqual(self.metrics().value("weir_queries_total", transport="tcp"), 1)
 
+    def test_dot_and_doh_are_served_by_the_kernel_on_the_same_address(self):
+        # TLS and HTTP are TCP: they reach the kernel through the exception
+        # path, and the encrypted front answers them from the same cache and
+        # SWRR as the poll-mode workers.
+        for mode, port in (("+tls", 853), ("+https", 443), ("+https-get", 443)):
+            argv = ["kdig", f"@{OWNED_V4}", "-p", str(port), f"+tls-ca={self.certs.ca}", "+tls-hostname=localhost",
+                    mode, "-b", CITY_A_CLIENT, "+short", "tcp.example.com", "A"]
+            out = subprocess.run(weirtest.netns_argv(self.pair.client_ns, argv), capture_output=True, text=True,
+                                 timeout=20)
+            self.assertEqual(out.stdout.split(), ["192.0.2.7"], f"{mode}: {out.stdout}{out.stderr}")
+            argv[-2] = "x.cdn.example.net"
+            out = subprocess.run(weirtest.netns_argv(self.pair.client_ns, argv), capture_output=True, text=True,
+                                 timeout=20)
+            self.assertIn(out.stdout.strip(), CITY_A, f"{mode}: a city A address expected, got {out.stdout!r}")
+        m = self.metrics()
+        self.assertGreaterEqual(m.value("weir_tls_queries_total", transport="dot"), 2)
+        self.assertGreaterEqual(m.value("weir_tls_queries_total", transport="doh"), 4)
+
     def test_ipv6_queries_are_answered(self):
         r = self.dig(OWNED_V6, "v6.example.com")
         self.assertEqual(r.status, "NOERROR", r.text)
@@ -222,7 +253,7 @@ class AfPacketTapTest(_DpdkCases, unittest.TestCase):
     @classmethod
     def start(cls, upstream):
         config = dpdk_config(upstream, cls.files.citymap, cls.files.tags,
-                             f"net_af_packet0,iface={cls.pair.server_if}", cls.prefix)
+                             f"net_af_packet0,iface={cls.pair.server_if}", cls.prefix, certs=cls.certs)
         return weirtest.Fastpath(BUILD_DIR, config, timeout=30)
 
 
@@ -257,7 +288,8 @@ class AfXdpSplitTest(_DpdkCases, unittest.TestCase):
                      ["ip", "addr", "add", f"{OWNED_V6}/64", "dev", dev, "nodad"]):
             subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True, timeout=10)
         config = dpdk_config(upstream, cls.files.citymap, cls.files.tags,
-                             f"net_af_xdp0,iface={dev},xdp_prog={XDP_PROGRAM}", cls.prefix, exception="kernel")
+                             f"net_af_xdp0,iface={dev},xdp_prog={XDP_PROGRAM}", cls.prefix, exception="kernel",
+                             certs=cls.certs)
         return weirtest.Fastpath(BUILD_DIR, config, timeout=30)
 
 

@@ -19,6 +19,7 @@
 #include "dpdk/port.h"
 #include "dpdk/worker.h"
 #include "kernel/tcp_front.h"
+#include "tls/tls_front.h"
 #include "weir/common/text.h"
 
 namespace weir::fastpath::dpdk {
@@ -91,6 +92,7 @@ struct Backend::Impl {
   FastpathConfig config;
   bool eal_up = false;
   kernel::TcpFront tcp;  // DNS over TCP is the kernel's, through the exception interfaces
+  std::unique_ptr<tls::TlsFront> tls;  // DoT and DoH too
   std::vector<unsigned> lcores;
   rte_mempool* pool = nullptr;
 
@@ -183,7 +185,8 @@ absl::Status Backend::Init() {
 }
 
 absl::Status Backend::Impl::BindTcp() {
-  if (!config.tcp) return absl::OkStatus();
+  tls = std::make_unique<tls::TlsFront>(config.tls);
+  if (!config.tcp && !tls->enabled()) return absl::OkStatus();
   std::vector<common::IpAddress> bound;  // an address on two ports (anycast) is bound once
   for (const DpdkPortConfig& port : config.dpdk.ports) {
     if (port.exception == "none") continue;  // no kernel path to reach a listener
@@ -194,7 +197,12 @@ absl::Status Backend::Impl::BindTcp() {
       auto addr =
           common::SocketAddress::Parse(a.address.family == 6 ? Cat("[", ip, "]") : ip, config.dpdk.dns_port);
       if (!addr.ok()) return addr.status();
-      if (absl::Status st = tcp.Listen(*addr, /*freebind=*/true); !st.ok()) return st;
+      if (config.tcp) {
+        if (absl::Status st = tcp.Listen(*addr, /*freebind=*/true); !st.ok()) return st;
+      }
+      if (tls->enabled()) {
+        if (absl::Status st = tls->Listen(*addr, /*freebind=*/true); !st.ok()) return st;
+      }
     }
   }
   return absl::OkStatus();
@@ -253,9 +261,16 @@ int Backend::workers() const { return static_cast<int>(impl_->lcores.size()); }
 
 bool Backend::serves_tcp() const { return impl_->config.tcp; }
 
+bool Backend::serves_tls() const { return impl_->tls && impl_->tls->enabled(); }
+
+absl::Status Backend::Reload() { return impl_->tls ? impl_->tls->Reload() : absl::OkStatus(); }
+
 absl::Status Backend::Attach(Node& node) {
   if (absl::Status st = impl_->OpenPorts(node); !st.ok()) return st;
-  if (impl_->config.tcp) return impl_->tcp.Attach(node, workers());
+  if (impl_->config.tcp) {
+    if (absl::Status st = impl_->tcp.Attach(node, workers()); !st.ok()) return st;
+  }
+  if (serves_tls()) return impl_->tls->Attach(node, workers() + 1);
   return absl::OkStatus();
 }
 
@@ -368,6 +383,7 @@ absl::Status Backend::Impl::OpenPorts(Node& node) {
 absl::Status Backend::Launch(const std::atomic<bool>& running) {
   Impl& s = *impl_;
   s.tcp.Launch(running);
+  if (s.tls) s.tls->Launch(running);
   s.launch.clear();
   for (auto& w : s.workers) s.launch.push_back({w.get(), &running});
   for (size_t w = 0; w < s.workers.size(); ++w) {
@@ -389,6 +405,7 @@ absl::Status Backend::Launch(const std::atomic<bool>& running) {
 void Backend::Wait() {
   Impl& s = *impl_;
   s.tcp.Wait();
+  if (s.tls) s.tls->Wait();
   if (!s.launched) return;
   for (unsigned l : s.lcores) rte_eal_wait_lcore(l);
   s.launched = false;
@@ -410,12 +427,14 @@ std::string Backend::Describe() const {
       out += Cat("listening udp ", hostport, has_tcp ? Cat(" tcp ", hostport) : std::string(), "\n");
     }
   }
+  if (s.tls) out += s.tls->Describe();
   return out;
 }
 
 void Backend::RenderMetrics(common::PrometheusWriter& w) const {
   const Impl& s = *impl_;
   s.tcp.RenderMetrics(w);
+  if (s.tls) s.tls->RenderMetrics(w);
   struct Family {
     const char* name;
     const char* help;

@@ -34,6 +34,9 @@ class Backend final : public fastpath::Backend {
   absl::Status Init() override;
   int workers() const override;
   bool serves_tcp() const override;
+  // DoT and DoH on the exception interfaces' addresses, as DNS over TCP.
+  bool serves_tls() const override;
+  absl::Status Reload() override;
   // Probes, checks and starts every port and its exception tap, then makes
   // one worker per lcore over node.core(0..workers-1), and the TCP server.
   // On error every port opened so far is closed again.

@@ -10,7 +10,7 @@ namespace weir::fastpath::kernel {
 
 using common::Cat;
 
-SocketBackend::SocketBackend(const FastpathConfig& config) : config_(config) {}
+SocketBackend::SocketBackend(const FastpathConfig& config) : config_(config), tls_(config.tls) {}
 
 SocketBackend::~SocketBackend() {
   Wait();
@@ -59,6 +59,12 @@ absl::Status SocketBackend::Init() {
           return st;
         }
       }
+      if (tls_.enabled()) {
+        if (absl::Status st = tls_.Listen(addr); !st.ok()) {
+          CloseUdp();
+          return st;
+        }
+      }
       bound_.push_back(addr);
       break;
     }
@@ -68,13 +74,17 @@ absl::Status SocketBackend::Init() {
 
 absl::Status SocketBackend::Attach(Node& node) {
   for (int w = 0; w < workers(); ++w) udp_.push_back(std::make_unique<UdpWorker>(node, w, worker_fds_[w]));
-  if (config_.tcp) return tcp_.Attach(node, workers());
+  if (config_.tcp) {
+    if (absl::Status st = tcp_.Attach(node, workers()); !st.ok()) return st;
+  }
+  if (tls_.enabled()) return tls_.Attach(node, workers() + 1);
   return absl::OkStatus();
 }
 
 absl::Status SocketBackend::Launch(const std::atomic<bool>& running) {
   for (auto& u : udp_) threads_.emplace_back([&running, w = u.get()] { w->Run(running); });
   tcp_.Launch(running);
+  tls_.Launch(running);
   return absl::OkStatus();
 }
 
@@ -82,6 +92,7 @@ void SocketBackend::Wait() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   tcp_.Wait();
+  tls_.Wait();
 }
 
 std::string SocketBackend::Describe() const {
@@ -90,9 +101,12 @@ std::string SocketBackend::Describe() const {
     out +=
         Cat("listening udp ", a.ToString(), config_.tcp ? Cat(" tcp ", a.ToString()) : std::string(), "\n");
   }
-  return out;
+  return out + tls_.Describe();
 }
 
-void SocketBackend::RenderMetrics(common::PrometheusWriter& w) const { tcp_.RenderMetrics(w); }
+void SocketBackend::RenderMetrics(common::PrometheusWriter& w) const {
+  tcp_.RenderMetrics(w);
+  tls_.RenderMetrics(w);
+}
 
 }  // namespace weir::fastpath::kernel

@@ -12,6 +12,7 @@
 
 #include "kernel/tcp_front.h"
 #include "kernel/udp_worker.h"
+#include "tls/tls_front.h"
 #include "weir/common/socket_address.h"
 #include "weir/fastpath/backend.h"
 
@@ -25,6 +26,8 @@ class SocketBackend final : public Backend {
   absl::Status Init() override;
   int workers() const override { return static_cast<int>(worker_fds_.size()); }
   bool serves_tcp() const override { return config_.tcp; }
+  bool serves_tls() const override { return tls_.enabled(); }
+  absl::Status Reload() override { return tls_.Reload(); }
   std::string Describe() const override;
   void RenderMetrics(common::PrometheusWriter& w) const override;
   absl::Status Attach(Node& node) override;
@@ -38,6 +41,7 @@ class SocketBackend final : public Backend {
   std::vector<std::vector<int>> worker_fds_;  // [worker][listen address]
   std::vector<common::SocketAddress> bound_;  // port 0 resolved
   TcpFront tcp_;
+  tls::TlsFront tls_;
   std::vector<std::unique_ptr<UdpWorker>> udp_;
   std::vector<std::thread> threads_;
 };

@@ -210,6 +210,13 @@ class Fastpath(_Daemon):
 
     RELPATH = "fastpath/weir-fastpath"
     READY = r"^metrics http "
+    dot = None  # (host, port) of the first DoT listener ([tls]), from "listening dot ADDR"
+    doh = None  # and of the first DoH listener
+
+    def _on_line(self, line: str) -> None:
+        m = re.match(r"^listening (dot|doh) (\S+)$", line)
+        if m and getattr(self, m.group(1)) is None:
+            setattr(self, m.group(1), split_hostport(m.group(2)))
 
     def advance_clock(self, seconds: int) -> str:
         """Moves the --test-clock TTL clock forward; returns the server's reply."""

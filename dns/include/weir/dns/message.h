@@ -134,6 +134,7 @@ struct Edns {
   uint16_t weight_offset = 0;  // option data, relative to the message start
   uint16_t weight_len = 0;
   bool has_nsid = false;
+  bool has_padding = false;  // RFC 7830: the client pads (answer it padded, RFC 8467)
   bool has_cookie = false;
   uint16_t cookie_offset = 0;
   uint16_t cookie_len = 0;

@@ -72,6 +72,15 @@ size_t EncodeRecord(std::span<const uint8_t> owner_wire, uint16_t type, uint16_t
 void SetTrailingOption(std::vector<uint8_t>& msg, size_t opt_rdlen_at, size_t* option_at, uint16_t code,
                        std::span<const uint8_t> data);
 
+// RFC 7830 padding with RFC 8467's block-length policy: appends a Padding
+// option to `msg`'s OPT record, which must be its last record, so that the
+// message is a multiple of `block` bytes long (468 for a response). False,
+// and `msg` unchanged, when it has no OPT at its end, is already padded,
+// does not parse, or would grow past `max`.
+bool PadToBlock(std::vector<uint8_t>& msg, size_t block, size_t max = 65535);
+// The block RFC 8467 section 4.1 recommends for responses.
+inline constexpr size_t kResponsePaddingBlock = 468;
+
 class ResponseWriter {
  public:
   ResponseWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}

@@ -48,7 +48,7 @@ enum class MessageType : uint8_t {
   kForwarderResponse = 8,
 };
 
-enum class Protocol : uint8_t { kUdp = 1, kTcp = 2 };
+enum class Protocol : uint8_t { kUdp = 1, kTcp = 2, kDot = 3, kDoh = 4 };
 
 // One end of the exchange; family 0 leaves address and port out.
 struct Endpoint {

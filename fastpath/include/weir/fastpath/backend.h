@@ -2,7 +2,8 @@
 // (cache, handler, forwarder, worker cores) is the same for every backend;
 // a backend owns receive, transmit and its address data, and drives
 // node.core(0..workers()-1), plus node.core(workers()) for its DNS-over-TCP
-// server when it has one.
+// server when it has one and node.core(workers() + 1) for the encrypted
+// front (DoT, DoH) when [tls] is configured.
 //
 // The server calls, from the main thread, in this order: Init (before the
 // node exists), Attach (the node prepared for workers() + 1 slots), Launch,
@@ -40,6 +41,11 @@ class Backend {
   virtual int workers() const = 0;
   // Whether it runs a DNS-over-TCP server (on slot workers()).
   virtual bool serves_tcp() const = 0;
+  // Whether it runs the encrypted front (on slot workers() + 1).
+  virtual bool serves_tls() const = 0;
+  // What a reload re-reads that the backend holds: the TLS certificates.
+  // On error what was in use stays.
+  virtual absl::Status Reload() = 0;
   // The per-worker objects, ports and the TCP server over `node`.
   virtual absl::Status Attach(Node& node) = 0;
   // Starts every worker; they run until `running` turns false. An error
@@ -47,8 +53,9 @@ class Backend {
   virtual absl::Status Launch(const std::atomic<bool>& running) = 0;
   // Waits for every worker to return (after `running` turned false).
   virtual void Wait() = 0;
-  // The start-up lines: "listening udp ADDR [tcp ADDR]" per address, and
-  // the backend's own (DPDK: one line per port).
+  // The start-up lines: "listening udp ADDR [tcp ADDR]" per address,
+  // "listening dot|doh ADDR" per encrypted listener, and the backend's own
+  // (DPDK: one line per port).
   virtual std::string Describe() const = 0;
   // The backend's own metric families (docs/metrics.md).
   virtual void RenderMetrics(common::PrometheusWriter& w) const = 0;

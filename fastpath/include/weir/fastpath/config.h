@@ -63,6 +63,45 @@ struct DpdkConfig {
   std::vector<DpdkPortConfig> ports;
 };
 
+// [tls]: DNS over TLS and DNS over HTTPS (docs/encrypted.md). Off while
+// no certificate is configured.
+struct TlsConfig {
+  struct Certificate {
+    std::string chain;  // PEM, leaf first
+    std::string key;    // PEM, unencrypted
+  };
+  std::vector<Certificate> certificates;  // [[tls.certificate]]: at most one per key type
+  uint16_t dot_port = 853;                // on every address DNS is served on; 0: no DoT
+  uint16_t doh_port = 443;                // 0: no DoH
+  std::string min_version = "1.2";        // "1.2" or "1.3"
+  bool session_tickets = true;
+  int ticket_rotation_s = 3600;  // a ticket key seals for this long, opens for twice it
+  int handshake_timeout_ms = 5000;
+  // New TLS connections per second one source prefix may start (the
+  // prefixes of `limits`); past it they are closed at accept. 0: no limit.
+  uint32_t handshakes_per_second_per_source = 100;
+  // Who may hold encrypted connections, and for how long (max_connections,
+  // max_connections_per_source, idle_timeout_ms, lifetime_ms...).
+  net::TcpConnectionLimits limits{.max_connections = 20000,
+                                  .max_per_source = 64,
+                                  .idle_timeout = std::chrono::milliseconds(30000),
+                                  .lifetime = std::chrono::milliseconds(600000)};
+  // Answer bytes a connection may leave unread before it is not read from
+  // (four times it: closed).
+  int connection_buffer_bytes = 65536;
+  bool padding = true;  // RFC 8467 block padding of answers to padded queries
+  std::string doh_path = "/dns-query";
+  std::string json_path = "/resolve";
+  int http_max_streams = 100;
+  int http_max_header_bytes = 8192;
+  int http_max_body_bytes = 65535;
+  // Peers whose connections start with a PROXY protocol v2 header naming
+  // the client (a TLS-terminating or TCP load balancer); from any other
+  // peer such a header is a protocol error.
+  std::vector<common::Cidr> proxy_protocol_from;
+  bool enabled() const { return !certificates.empty() && (dot_port != 0 || doh_port != 0); }
+};
+
 struct FastpathConfig {
   // [server]
   std::string backend = "kernel";     // "kernel" (sockets) or "dpdk"
@@ -149,6 +188,8 @@ struct FastpathConfig {
   double ring_load_factor = 1.25;  // bounded-load consistent hashing (c)
 
   DpdkConfig dpdk;
+
+  TlsConfig tls;
 
   // [dnstap]: client queries and responses, and the queries to the recursors.
   dnstap::Options dnstap;

@@ -42,10 +42,14 @@ struct SharedState {
   partitions::CacheLimits limits;
 };
 
+// How a stream client reached us (dnstap's socket protocol; the metrics).
+enum class StreamKind : uint8_t { kTcp, kDot, kDoh };
+
 struct ClientInfo {
   common::IpAddress addr;
-  bool tcp = false;
+  bool tcp = false;  // any stream transport: no truncation, no UDP limits
   uint16_t port = 0;  // the source port, for dnstap only
+  StreamKind stream = StreamKind::kTcp;  // which one, when `tcp`
 };
 
 enum class Verdict : uint8_t {

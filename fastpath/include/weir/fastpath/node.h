@@ -60,8 +60,11 @@ class Node {
   // Stops the forwarder, then writes out and closes the dnstap output; the
   // backend's loops must have stopped first.
   void Stop();
-  // Re-reads the city map and tag files (refused when mgmt owns them).
-  absl::Status Reload();
+  // Re-reads the TLS certificates (the backend's reload, when set) and the
+  // city map and tag files (refused when mgmt owns them and there are no
+  // certificates to reload). `what`, when given: what was reloaded, for the
+  // operator ("the TLS certificates, the city map and tags").
+  absl::Status Reload(std::string* what = nullptr);
 
   int slots() const { return static_cast<int>(cores_.size()); }
   // The forwarder's loop heartbeat (null before Start).
@@ -82,6 +85,9 @@ class Node {
   void SetBackendMetrics(std::function<void(common::PrometheusWriter&)> render) {
     backend_metrics_ = std::move(render);
   }
+  // What the backend re-reads on a reload (set before Start; runs on the
+  // thread that reloads: the main thread on SIGHUP, the control thread).
+  void SetBackendReload(std::function<absl::Status()> reload) { backend_reload_ = std::move(reload); }
 
   // One weirctl request from the control channel or weir-mgmt
   // (docs/operator-guide.md#cache-control): cache flush / dump / stats, stats,
@@ -118,6 +124,7 @@ class Node {
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
   std::function<void(common::PrometheusWriter&)> backend_metrics_;
+  std::function<absl::Status()> backend_reload_;
   // The weight-conformance window, advanced by scrapes (which may run concurrently).
   mutable std::mutex conformance_mu_;
   mutable ConformanceWindow conformance_;

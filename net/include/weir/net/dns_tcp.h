@@ -16,6 +16,9 @@
 // holds. Who may stay connected and for how long (per-source limits, idle
 // and lifetime timeouts) is net::TcpConnectionTable's (tcp_connections.h).
 //
+// The bytes come from the socket, or from a StreamIo in between (DNS over
+// TLS: net::TlsStreamIo decrypts), so the framing is the same for both.
+//
 // DnsTcpReader is the client side for one answer: it never takes more bytes
 // off the socket than the message it is reading, so a peer that keeps
 // sending cannot grow the buffer past 2 + 65535 bytes.
@@ -29,9 +32,24 @@
 #include <span>
 #include <vector>
 
+#include <sys/types.h>
+
 namespace weir::net {
 
 inline constexpr size_t kMaxDnsMessage = 65535;
+
+// What a DnsTcpStream reads from and writes to when it is not the socket
+// itself: recv()/send() semantics (>0 bytes, 0 at EOF, -1 with errno set;
+// EAGAIN when it would block).
+class StreamIo {
+ public:
+  virtual ~StreamIo() = default;
+  virtual ssize_t Recv(void* buf, size_t len) = 0;
+  virtual ssize_t Send(const void* buf, size_t len) = 0;
+  // Bytes already read off the socket and not yet returned by Recv(): the
+  // owner reads again without waiting for the socket.
+  virtual bool HasBuffered() const { return false; }
+};
 
 class DnsTcpStream {
  public:
@@ -41,9 +59,10 @@ class DnsTcpStream {
   enum class Status : uint8_t { kOpen, kClose, kOverflow };
 
   // `fd`: a connected, non-blocking stream socket; not owned (the caller
-  // closes it).
-  DnsTcpStream(int fd, size_t max_unsent, Clock::time_point now)
-      : fd_(fd), max_unsent_(max_unsent), last_(now) {}
+  // closes it). `io`: what to read and write through instead of the
+  // socket (not owned; null: the socket).
+  DnsTcpStream(int fd, size_t max_unsent, Clock::time_point now, StreamIo* io = nullptr)
+      : fd_(fd), max_unsent_(max_unsent), last_(now), io_(io) {}
 
   int fd() const { return fd_; }
 
@@ -82,10 +101,13 @@ class DnsTcpStream {
 
  private:
   void Queued(bool was_paused);
+  ssize_t RecvSome(void* buf, size_t len);
+  ssize_t SendSome(const void* buf, size_t len);
 
   int fd_;
   size_t max_unsent_;
   Clock::time_point last_;
+  StreamIo* io_;
   Clock::time_point paused_since_{};
   std::vector<uint8_t> in_;
   size_t in_off_ = 0;  // start of the first unparsed byte in `in_`

@@ -1,0 +1,658 @@
+#include "tls/tls_server.h"
+
+#include <openssl/err.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "kernel/socket_util.h"
+#include "weir/common/log.h"
+#include "weir/common/rcu.h"
+#include "weir/common/text.h"
+#include "weir/dns/doh.h"
+#include "weir/dns/message.h"
+#include "weir/dns/writer.h"
+#include "weir/net/proxy_protocol.h"
+
+namespace weir::fastpath::tls {
+namespace {
+
+using common::Cat;
+
+constexpr size_t Index(Listener k) { return static_cast<size_t>(k); }
+
+uint64_t Token(uint32_t conn, uint32_t stream) { return (uint64_t{conn} << 32) | stream; }
+
+// The largest PROXY v2 header accepted: 16 bytes, IPv6 addresses and ports,
+// and room for TLVs (net::ParseProxyV2's own cap).
+constexpr size_t kMaxProxyHeader = 16 + 536;
+
+RateLimitOptions HandshakeLimits(const TlsServerOptions& o) {
+  RateLimitOptions r;
+  r.qps = o.handshakes_per_second_per_source;
+  r.burst = o.handshakes_per_second_per_source;
+  r.ipv4_prefix = static_cast<uint8_t>(o.limits.source_prefix_v4);
+  r.ipv6_prefix = static_cast<uint8_t>(o.limits.source_prefix_v6);
+  r.table_size = 65536;
+  return r;
+}
+
+}  // namespace
+
+TlsServer::TlsServer(Node& node, int slot, std::vector<ListenFd> listen_fds, TlsServerOptions options,
+                     std::shared_ptr<const net::TlsServerContext> context, net::TicketKeyRing* tickets)
+    : node_(node),
+      core_(node.core(slot)),
+      slot_(slot),
+      listen_fds_(std::move(listen_fds)),
+      options_(std::move(options)),
+      context_(std::move(context)),
+      tickets_(tickets),
+      table_(options_.limits),
+      handshake_limiter_(HandshakeLimits(options_)),
+      out_(65535 + 2) {}
+
+TlsServer::~TlsServer() {
+  for (auto& [id, c] : conns_) {
+    if (c->ssl != nullptr) SSL_free(c->ssl);
+    close(c->fd);
+  }
+}
+
+absl::Status TlsServer::Init() {
+  if (absl::Status st = loop_.Init(); !st.ok()) return st;
+  node_.channel(slot_).wake_worker = [this] { loop_.Wake(); };
+  loop_.SetWakeHandler([this] {
+    mailbox_.RunPending();
+    now_ = std::chrono::steady_clock::now();
+    core_.DrainReturns(node_.NowSeconds(), *this);
+  });
+  return absl::OkStatus();
+}
+
+TlsServer::Conn* TlsServer::Find(uint32_t id) {
+  auto it = conns_.find(id);
+  return it == conns_.end() ? nullptr : it->second.get();
+}
+
+// ---------------------------------------------------------------- accept
+
+void TlsServer::Listen(int lfd, Listener kind) {
+  loop_.Watch(lfd, EPOLLIN, [this, lfd, kind](uint32_t) { OnAccept(lfd, kind); });
+}
+
+void TlsServer::OnAccept(int lfd, Listener kind) {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    const int cfd = accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (cfd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        table_.AcceptPaused();
+        static common::RateLimitedLog accept_log({.component = "tls"});
+        accept_log("TLS accept: ", std::strerror(errno), " (pausing accepts for 100 ms)");
+        loop_.Unwatch(lfd);
+        loop_.After(std::chrono::milliseconds(100), [this, lfd, kind] { Listen(lfd, kind); });
+      }
+      return;
+    }
+    now_ = std::chrono::steady_clock::now();
+    const common::SocketAddress peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
+    // The handshake budget of the peer's prefix first (a proxy's
+    // connections share the proxy's: limit the clients on the proxy): a
+    // refused one costs a close, and is counted there only, not as a
+    // connection accepted.
+    const common::IpAddress peer_ip = kernel::ClientAddress(ss);
+    if (handshake_limiter_.enabled()) {
+      const uint32_t slot = handshake_limiter_.Track(peer_ip, node_.NowSeconds());
+      if (!handshake_limiter_.TakeQuery(slot)) {
+        ++stats_.handshakes_rate_limited[Index(kind)];
+        close(cfd);
+        continue;
+      }
+    }
+    const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
+    if (!a.admitted) {
+      static common::RateLimitedLog limit_log({.component = "tls"});
+      limit_log("TLS connection from ", peer.ToString(), " refused: ",
+                a.refused == net::TcpCloseReason::kPerSourceLimit ? "tls.max_connections_per_source reached"
+                                                                  : "tls.max_connections reached and none idle");
+      close(cfd);
+      continue;
+    }
+    if (a.evict) Close(static_cast<uint32_t>(*a.evict), net::TcpCloseReason::kPressure);
+    uint32_t id = next_conn_++;
+    while (id == 0 || conns_.contains(id)) id = next_conn_++;
+    auto c = std::make_unique<Conn>();
+    c->id = id;
+    c->fd = cfd;
+    c->kind = kind;
+    c->peer = peer;
+    c->client = peer_ip;
+    c->port = kernel::ClientPort(ss);
+    c->handle = table_.Add(id, peer, now_);
+    bool proxied = false;
+    for (const common::Cidr& from : options_.proxy_protocol_from) proxied = proxied || from.Contains(peer_ip);
+    c->phase = proxied ? Phase::kProxy : Phase::kHandshake;
+    c->handshake_timer = loop_.After(options_.handshake_timeout, [this, id] {
+      Conn* t = Find(id);
+      if (t == nullptr) return;
+      t->handshake_timer = 0;
+      if (t->phase == Phase::kProxy || t->phase == Phase::kHandshake) {
+        ++stats_.handshakes_timed_out[Index(t->kind)];
+        Close(id, net::TcpCloseReason::kIdle);
+      }
+    });
+    c->events = EPOLLIN;
+    conns_[id] = std::move(c);
+    loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnEvent(id, ev); });
+  }
+}
+
+// ---------------------------------------------------------------- phases
+
+bool TlsServer::ReadProxyHeader(Conn& c) {
+  // Peek, then take exactly the header: the TLS ClientHello behind it stays
+  // in the socket for OpenSSL.
+  uint8_t buf[kMaxProxyHeader];
+  ssize_t n;
+  do {
+    n = recv(c.fd, buf, sizeof(buf), MSG_PEEK);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+  if (n < 0) return true;
+  net::ProxyHeader header;
+  switch (net::ParseProxyV2({buf, static_cast<size_t>(n)}, &header)) {
+    case net::ProxyParse::kNeedMore:
+      if (static_cast<size_t>(n) >= sizeof(buf)) break;
+      return true;
+    case net::ProxyParse::kDone: {
+      ssize_t taken;
+      do {
+        taken = recv(c.fd, buf, header.length, 0);
+      } while (taken < 0 && errno == EINTR);
+      if (taken != static_cast<ssize_t>(header.length)) return false;
+      if (!header.local) {
+        c.client = kernel::ClientAddress(header.source.storage);
+        c.port = header.source.port();
+      }
+      c.phase = Phase::kHandshake;
+      return Handshake(c);
+    }
+    case net::ProxyParse::kInvalid:
+      break;
+  }
+  ++stats_.proxy_headers_invalid[Index(c.kind)];
+  static common::RateLimitedLog proxy_log({.component = "tls"});
+  proxy_log("TLS connection from ", c.peer.ToString(), ": no valid PROXY protocol v2 header (closed)");
+  return false;
+}
+
+bool TlsServer::Handshake(Conn& c) {
+  if (c.ssl == nullptr) {
+    c.ssl = context_->NewConnection(c.fd, c.kind == Listener::kDot ? net::kAlpnDot : net::kAlpnDoh);
+    if (c.ssl == nullptr) return false;
+  }
+  ERR_clear_error();
+  const int ret = SSL_do_handshake(c.ssl);
+  if (ret != 1) {
+    switch (SSL_get_error(c.ssl, ret)) {
+      case SSL_ERROR_WANT_READ:
+        c.events = EPOLLIN;
+        return true;
+      case SSL_ERROR_WANT_WRITE:
+        c.events = EPOLLOUT;
+        return true;
+      default: {
+        ++stats_.handshakes_failed[Index(c.kind)];
+        static common::RateLimitedLog hs_log({.component = "tls"});
+        hs_log("TLS handshake with ", c.peer.ToString(), " failed: ", net::TlsErrors());
+        return false;
+      }
+    }
+  }
+  (SSL_session_reused(c.ssl) == 1 ? stats_.handshakes_resumed : stats_.handshakes_full)[Index(c.kind)]++;
+  if (c.handshake_timer != 0) loop_.Cancel(c.handshake_timer);
+  c.handshake_timer = 0;
+  if (c.kind == Listener::kDot) {
+    c.phase = Phase::kDot;
+    c.io = std::make_unique<net::TlsStreamIo>(c.ssl);
+    c.dot = std::make_unique<net::DnsTcpStream>(c.fd, options_.connection_buffer_bytes, now_, c.io.get());
+    return ServeDot(c, EPOLLIN);
+  }
+  c.phase = Phase::kHttp;
+  const uint32_t id = c.id;
+  auto on_request = [this, id](net::HttpRequest&& r) { OnHttpRequest(id, std::move(r)); };
+  if (net::NegotiatedAlpn(c.ssl) == "h2") {
+    ++stats_.http2_connections;
+    c.http = net::MakeHttp2Session(options_.http, &stats_.http, on_request);
+  } else {  // "http/1.1", or no ALPN: HTTP/2 over TLS needs ALPN (RFC 9113 3.2)
+    ++stats_.http1_connections;
+    c.http = net::MakeHttp1Session(options_.http, &stats_.http, on_request);
+  }
+  // The server's SETTINGS go first, then whatever the client already sent.
+  if (!FlushHttp(c)) return false;
+  return ServeHttp(c, EPOLLIN);
+}
+
+// ---------------------------------------------------------------- DoT
+
+void TlsServer::NotePadding(Conn& c, std::span<const uint8_t> query) {
+  if (!options_.padding || c.pads) return;
+  dns::Query q;
+  if (dns::ParseQuery(query, dns::ParseOptions{}, &q) == dns::ParseError::kOk && q.edns.has_padding) c.pads = true;
+}
+
+std::span<const uint8_t> TlsServer::MaybePad(const Conn& c, std::span<const uint8_t> answer) {
+  if (!c.pads || answer.empty()) return answer;
+  pad_.assign(answer.begin(), answer.end());
+  if (!dns::PadToBlock(pad_, dns::kResponsePaddingBlock)) return answer;
+  return pad_;
+}
+
+bool TlsServer::AnswerDot(Conn& c, std::span<const uint8_t> answer) {
+  table_.QueryDone(c.handle, now_);
+  switch (c.dot->Answer(MaybePad(c, answer))) {
+    case net::DnsTcpStream::Status::kOverflow:
+      Close(c.id, net::TcpCloseReason::kUnsent);
+      return false;
+    case net::DnsTcpStream::Status::kClose:
+      Close(c.id, net::TcpCloseReason::kClient);
+      return false;
+    case net::DnsTcpStream::Status::kOpen:
+      break;
+  }
+  if (c.dot->Done()) {
+    Close(c.id, net::TcpCloseReason::kClient);
+    return false;
+  }
+  return true;
+}
+
+bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
+  const uint32_t id = c.id;
+  using Status = net::DnsTcpStream::Status;
+  if ((ev & EPOLLOUT) && c.dot->Flush() != Status::kOpen) return false;
+  if ((ev & (EPOLLHUP | EPOLLERR)) && c.dot->read_closed()) return false;
+  const ClientInfo client{c.client, true, c.port, StreamKind::kDot};
+  const ClientRoute route{slot_, Transport::kTcp, Token(id, 0)};
+  // OpenSSL may hold decrypted bytes the socket will not signal again:
+  // read on while it does (bounded, so one client cannot hold the thread).
+  for (int round = 0; round < 64; ++round) {
+    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLOUT)) && c.dot->Read(now_) != Status::kOpen) return false;
+    std::span<const uint8_t> query;
+    while (c.dot->NextQuery(&query, now_)) {
+      table_.QueryRead(c.handle, now_);
+      ++stats_.queries[Index(Listener::kDot)];
+      msg_.assign(query.begin(), query.end());
+      NotePadding(c, msg_);
+      size_t out_len = 0;
+      bool dropped = false;
+      if (core_.HandleOne(msg_, client, route, node_.NowSeconds(), out_.data(), out_.size(), &out_len,
+                          &dropped)) {
+        if (!AnswerDot(c, {out_.data(), out_len})) return true;  // closed
+      } else if (dropped) {
+        if (!AnswerDot(c, {})) return true;
+      }
+      if (Find(id) == nullptr) return true;
+    }
+    if (!c.io->HasBuffered() || c.dot->paused() || c.dot->read_closed()) break;
+    ev = EPOLLIN;
+  }
+  if (c.dot->Done()) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- DoH
+
+void TlsServer::OnHttpRequest(uint32_t id, net::HttpRequest&& request) {
+  Conn* c = Find(id);
+  if (c == nullptr) return;
+  dns::doh::Paths paths{options_.doh_path, options_.json_path};
+  const dns::doh::Request r =
+      dns::doh::FromHttp(request.method, request.target, request.content_type, request.body, paths);
+  if (r.status != 200) return RespondError(*c, request.id, r.status, r.error);
+  if (r.json) ++stats_.doh_json_requests;
+  ++stats_.queries[Index(Listener::kDoh)];
+  table_.QueryRead(c->handle, now_);
+  c->streams[request.id] = Stream{r.json};
+  NotePadding(*c, r.query);
+  msg_.assign(r.query.begin(), r.query.end());
+  const ClientInfo client{c->client, true, c->port, StreamKind::kDoh};
+  const ClientRoute route{slot_, Transport::kTcp, Token(id, request.id)};
+  size_t out_len = 0;
+  bool dropped = false;
+  if (core_.HandleOne(msg_, client, route, node_.NowSeconds(), out_.data(), out_.size(), &out_len, &dropped)) {
+    RespondDns(*c, request.id, {out_.data(), out_len});
+  } else if (dropped) {
+    RespondDns(*c, request.id, {});
+  }  // else the answer comes back through SendHeld
+}
+
+void TlsServer::RespondError(Conn& c, uint32_t stream, int status, std::string_view why) {
+  const std::string body = Cat(why, "\n");
+  net::HttpResponse resp;
+  resp.status = status;
+  resp.content_type = "text/plain; charset=utf-8";
+  resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
+  c.http->Respond(stream, resp);
+}
+
+void TlsServer::RespondDns(Conn& c, uint32_t stream, std::span<const uint8_t> answer) {
+  auto it = c.streams.find(stream);
+  if (it == c.streams.end()) return;
+  const bool json = it->second.json;
+  c.streams.erase(it);
+  table_.QueryDone(c.handle, now_);
+  if (answer.empty()) {  // dropped (rate limit, a query not worth an answer)
+    return RespondError(c, stream, 429, "query refused by the server's rate limit or policy");
+  }
+  const std::string cache_control = Cat("max-age=", dns::doh::MaxAge(answer));
+  net::HttpResponse resp;
+  std::string body;
+  if (json) {
+    body = dns::doh::ToJson(answer);
+    resp.content_type = "application/dns-json";
+    resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
+  } else {
+    resp.content_type = "application/dns-message";
+    resp.body = MaybePad(c, answer);
+  }
+  resp.cache_control = cache_control;
+  c.http->Respond(stream, resp);
+}
+
+bool TlsServer::FlushHttp(Conn& c) {
+  c.http->TakeOutput(&c.out);
+  c.want_write = false;
+  while (c.out_off < c.out.size()) {
+    size_t n = 0;
+    ERR_clear_error();
+    const int ret = SSL_write_ex(c.ssl, c.out.data() + c.out_off, c.out.size() - c.out_off, &n);
+    if (ret == 1) {
+      c.out_off += n;
+      continue;
+    }
+    const int e = SSL_get_error(c.ssl, ret);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+      c.want_write = e == SSL_ERROR_WANT_WRITE;
+      break;
+    }
+    ERR_clear_error();
+    return false;
+  }
+  if (c.out_off == c.out.size()) {
+    c.out.clear();
+    c.out_off = 0;
+  } else if (c.out_off * 2 >= c.out.size()) {
+    c.out.erase(c.out.begin(), c.out.begin() + static_cast<ptrdiff_t>(c.out_off));
+    c.out_off = 0;
+  }
+  // A client that does not read its answers: bounded like DoT's.
+  return c.out.size() - c.out_off <= 4 * options_.connection_buffer_bytes;
+}
+
+bool TlsServer::ServeHttp(Conn& c, uint32_t ev) {
+  const uint32_t id = c.id;
+  if ((ev & EPOLLOUT) && !FlushHttp(c)) return false;
+  uint8_t buf[16384];
+  for (int round = 0; round < 64; ++round) {
+    const size_t unsent = c.out.size() - c.out_off;
+    if (unsent >= options_.connection_buffer_bytes || !c.http->WantsRead()) break;
+    size_t n = 0;
+    ERR_clear_error();
+    const int ret = SSL_read_ex(c.ssl, buf, sizeof(buf), &n);
+    if (ret != 1) {
+      const int e = SSL_get_error(c.ssl, ret);
+      if (e == SSL_ERROR_WANT_READ) break;
+      if (e == SSL_ERROR_WANT_WRITE) {
+        c.want_write = true;
+        break;
+      }
+      ERR_clear_error();
+      // close_notify or EOF: answer what is pending, then close. A
+      // reset: close now.
+      if (e == SSL_ERROR_ZERO_RETURN) {
+        c.http->Shutdown();
+        break;
+      }
+      return false;
+    }
+    const bool ok = c.http->Receive({buf, n}, now_);
+    if (Find(id) == nullptr) return true;
+    if (!FlushHttp(c)) return false;
+    if (!ok) {
+      c.http->Shutdown();
+      return c.out_off < c.out.size();  // the last bytes (GOAWAY, a 400) go out, then it closes
+    }
+    if (SSL_has_pending(c.ssl) != 1 && n < sizeof(buf)) break;
+  }
+  if (!FlushHttp(c)) return false;
+  return !(c.http->Done() && c.out_off == c.out.size());
+}
+
+// ---------------------------------------------------------------- events
+
+void TlsServer::OnEvent(uint32_t id, uint32_t ev) {
+  Conn* c = Find(id);
+  if (c == nullptr) return;
+  now_ = std::chrono::steady_clock::now();
+  bool open = true;
+  switch (c->phase) {
+    case Phase::kProxy:
+      open = ReadProxyHeader(*c);
+      break;
+    case Phase::kHandshake:
+      open = Handshake(*c);
+      break;
+    case Phase::kDot:
+      open = ServeDot(*c, ev);
+      break;
+    case Phase::kHttp:
+      open = ServeHttp(*c, ev);
+      break;
+  }
+  c = Find(id);
+  if (c == nullptr) return;
+  if (!open) return Close(id, Overflowed(*c) ? net::TcpCloseReason::kUnsent : net::TcpCloseReason::kClient);
+  Watch(*c);
+}
+
+bool TlsServer::Paused(const Conn& c) const {
+  if (c.phase == Phase::kDot) return c.dot->paused();
+  if (c.phase == Phase::kHttp) return c.out.size() - c.out_off >= options_.connection_buffer_bytes;
+  return false;
+}
+
+bool TlsServer::Overflowed(const Conn& c) const {
+  return c.phase == Phase::kHttp && c.out.size() - c.out_off > 4 * options_.connection_buffer_bytes;
+}
+
+void TlsServer::Watch(Conn& c) {
+  uint32_t want = 0;
+  switch (c.phase) {
+    case Phase::kProxy:
+      want = EPOLLIN;
+      break;
+    case Phase::kHandshake:
+      want = c.events;
+      break;
+    case Phase::kDot:
+      want = c.dot->WantedEvents() | (c.io->wants_write() ? uint32_t{EPOLLOUT} : 0u);
+      break;
+    case Phase::kHttp: {
+      const bool unsent = c.out_off < c.out.size();
+      if (unsent || c.want_write) want |= EPOLLOUT;
+      if (c.out.size() - c.out_off < options_.connection_buffer_bytes && c.http->WantsRead()) want |= EPOLLIN;
+      break;
+    }
+  }
+  if (want == c.events && c.phase != Phase::kHandshake) return;
+  c.events = want;
+  loop_.Modify(c.fd, want);
+}
+
+void TlsServer::Close(uint32_t id, net::TcpCloseReason why) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  table_.Remove(c.handle, why);
+  if (c.handshake_timer != 0) loop_.Cancel(c.handshake_timer);
+  loop_.Unwatch(c.fd);
+  if (c.ssl != nullptr) {
+    // A close_notify when the session got that far; never waits for the
+    // client's (the socket closes right after).
+    if (c.phase == Phase::kDot || c.phase == Phase::kHttp) {
+      SSL_set_quiet_shutdown(c.ssl, 0);
+      SSL_shutdown(c.ssl);
+    }
+    ERR_clear_error();
+    SSL_free(c.ssl);
+  }
+  close(c.fd);
+  conns_.erase(it);
+}
+
+void TlsServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) {
+  const auto id = static_cast<uint32_t>(route.token >> 32);
+  const auto stream = static_cast<uint32_t>(route.token & 0xffffffffu);
+  Conn* c = Find(id);
+  if (c == nullptr) return;  // the client went away
+  if (c->phase == Phase::kDot) {
+    if (AnswerDot(*c, answer)) Watch(*c);
+    return;
+  }
+  if (c->phase != Phase::kHttp) return;
+  RespondDns(*c, stream, answer);
+  if (!FlushHttp(*c)) return Close(id, net::TcpCloseReason::kUnsent);
+  if (c->http->Done() && c->out_off == c->out.size()) return Close(id, net::TcpCloseReason::kClient);
+  Watch(*c);
+}
+
+void TlsServer::CloseExpired() {
+  now_ = std::chrono::steady_clock::now();
+  expired_.clear();
+  table_.Expired(now_, &expired_);
+  for (const auto& e : expired_) {
+    Conn* c = Find(static_cast<uint32_t>(e.id));
+    if (c == nullptr) continue;
+    if (!e.drain || (c->phase != Phase::kDot && c->phase != Phase::kHttp)) {
+      // Idle only because it stopped reading its answers (it is not read
+      // from until it does): the answers it left are why it goes.
+      Close(c->id, e.reason == net::TcpCloseReason::kIdle && Paused(*c) ? net::TcpCloseReason::kUnsent : e.reason);
+      continue;
+    }
+    if (c->phase == Phase::kDot) {
+      c->dot->StopReading();
+      if (c->dot->Done()) {
+        Close(c->id, e.reason);
+        continue;
+      }
+    } else {
+      c->http->Shutdown();
+      if (!FlushHttp(*c) || (c->http->Done() && c->out_off == c->out.size())) {
+        Close(c->id, e.reason);
+        continue;
+      }
+    }
+    Watch(*c);
+  }
+}
+
+// ---------------------------------------------------------------- control
+
+bool TlsServer::SwapContext(std::shared_ptr<const net::TlsServerContext> context) {
+  return mailbox_.Call(
+      [this, &context] {
+        context_ = std::move(context);
+        ++stats_.context_generation;
+      },
+      std::chrono::milliseconds(2000));
+}
+
+TlsStats TlsServer::Snapshot() const {
+  TlsStats copy;
+  auto* self = const_cast<TlsServer*>(this);
+  self->mailbox_.Call(
+      [&] {
+        copy = stats_;
+        const net::TcpConnectionTable::Stats& st = table_.stats();
+        copy.open = st.open.load(std::memory_order_relaxed);
+        copy.accepted = st.accepted.load(std::memory_order_relaxed);
+        for (size_t r = 0; r < copy.closed.size(); ++r) copy.closed[r] = st.closed[r].load(std::memory_order_relaxed);
+      },
+      std::chrono::milliseconds(1000));
+  return copy;
+}
+
+void TlsServer::RenderMetrics(common::PrometheusWriter& w) const {
+  const TlsStats s = Snapshot();
+  const char* kinds[] = {"dot", "doh"};
+  auto per_kind = [&](const char* name, const char* help, const std::array<uint64_t, TlsStats::kKinds>& v) {
+    auto& f = w.Counter(name, help);
+    for (size_t k = 0; k < TlsStats::kKinds; ++k) f.Add({{"transport", kinds[k]}}, v[k]);
+  };
+  auto& hs = w.Counter("weir_tls_handshakes_total",
+                       "TLS handshakes by transport and result (full, resumed, failed, timeout, rate_limited).");
+  for (size_t k = 0; k < TlsStats::kKinds; ++k) {
+    hs.Add({{"transport", kinds[k]}, {"result", "full"}}, s.handshakes_full[k]);
+    hs.Add({{"transport", kinds[k]}, {"result", "resumed"}}, s.handshakes_resumed[k]);
+    hs.Add({{"transport", kinds[k]}, {"result", "failed"}}, s.handshakes_failed[k]);
+    hs.Add({{"transport", kinds[k]}, {"result", "timeout"}}, s.handshakes_timed_out[k]);
+    hs.Add({{"transport", kinds[k]}, {"result", "rate_limited"}}, s.handshakes_rate_limited[k]);
+  }
+  per_kind("weir_tls_queries_total", "DNS queries received over TLS, by transport.", s.queries);
+  per_kind("weir_tls_proxy_header_invalid_total",
+           "Connections from a PROXY protocol peer closed for a missing or invalid header.", s.proxy_headers_invalid);
+  w.Counter("weir_tls_connections_accepted_total", "Encrypted-front connections accepted (refused ones included).")
+      .Add({}, s.accepted);
+  auto& closed = w.Counter("weir_tls_connections_closed_total",
+                           "Encrypted-front connections closed or refused at accept, by reason (docs/metrics.md).");
+  for (size_t r = 0; r < s.closed.size(); ++r) {
+    closed.Add({{"reason", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r))}}, s.closed[r]);
+  }
+  w.Gauge("weir_tls_connections", "Encrypted-front connections open.").Add({}, s.open);
+  auto& http = w.Counter("weir_doh_connections_total", "DoH connections by HTTP version.");
+  http.Add({{"version", "2"}}, s.http2_connections);
+  http.Add({{"version", "1.1"}}, s.http1_connections);
+  w.Counter("weir_doh_requests_total", "DoH requests received (both forms).").Add({}, s.http.requests);
+  w.Counter("weir_doh_json_requests_total", "DoH requests in the JSON form.").Add({}, s.doh_json_requests);
+  auto& resp = w.Counter("weir_doh_responses_total", "DoH responses by HTTP status class.");
+  resp.Add({{"status", "2xx"}}, s.http.responses_2xx);
+  resp.Add({{"status", "4xx"}}, s.http.responses_4xx);
+  resp.Add({{"status", "5xx"}}, s.http.responses_5xx);
+  w.Counter("weir_doh_streams_reset_total", "HTTP/2 streams the client reset before their response.")
+      .Add({}, s.http.streams_reset_by_client);
+  auto& hclosed = w.Counter("weir_doh_sessions_closed_total",
+                            "DoH sessions the server ended for abuse or errors, by reason.");
+  hclosed.Add({{"reason", "rapid_reset"}}, s.http.closed_rapid_reset);
+  hclosed.Add({{"reason", "control_flood"}}, s.http.closed_control_flood);
+  hclosed.Add({{"reason", "protocol_error"}}, s.http.closed_protocol_error);
+  hclosed.Add({{"reason", "limit"}}, s.http.closed_limit);
+  w.Counter("weir_tls_certificate_reloads_total", "Certificate sets the front switched to after a reload.")
+      .Add({}, s.context_generation);
+}
+
+// ---------------------------------------------------------------- loop
+
+void TlsServer::Run(const std::atomic<bool>& running) {
+  common::RcuThread rcu;
+  loop_.SetWaitHooks([&rcu] { rcu.Offline(); }, [&rcu] { rcu.Online(); });
+  for (const ListenFd& l : listen_fds_) Listen(l.fd, l.kind);
+  while (running.load(std::memory_order_relaxed)) {
+    core_.Turn();
+    loop_.RunOnce(std::chrono::milliseconds(100));
+    CloseExpired();
+    if (tickets_ != nullptr) tickets_->Rotate(std::chrono::steady_clock::now());
+    rcu.Quiescent();
+  }
+  for (const ListenFd& l : listen_fds_) loop_.Unwatch(l.fd);
+}
+
+}  // namespace weir::fastpath::tls
