@@ -23,6 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest import tls as wtls  # noqa: E402
 from weirtest.zones import default, gslb_name, record, view  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
@@ -75,6 +76,62 @@ def read_dnstap(path: str) -> list:
             msg["version"] = top.get("version", "")
             messages.append(msg)
     return messages
+
+
+def _protobuf_fields(data: bytes):
+    """(field number, value) of a protobuf message: varints as int, length-delimited as bytes."""
+    i = 0
+
+    def varint():
+        nonlocal i
+        v, shift = 0, 0
+        while True:
+            b = data[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+    while i < len(data):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            yield field, varint()
+        elif wire == 2:
+            n = varint()
+            yield field, data[i:i + n]
+            i += n
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
+def raw_client_messages(path: str) -> list:
+    """(type, socket protocol, query address) of each CLIENT_QUERY and
+    CLIENT_RESPONSE in a dnstap file (Frame Streams, dnstap.proto), read
+    without dnstap-read."""
+    types = {5: "CLIENT_QUERY", 6: "CLIENT_RESPONSE"}
+    protocols = {1: "UDP", 2: "TCP", 3: "DOT", 4: "DOH", 5: "DNSCryptUDP", 6: "DNSCryptTCP", 7: "DOQ"}
+    data = open(path, "rb").read()
+    out, i = [], 0
+    while i + 4 <= len(data):
+        n = int.from_bytes(data[i:i + 4], "big")
+        i += 4
+        if n == 0:  # a control frame: its own length, then the frame
+            n = int.from_bytes(data[i:i + 4], "big")
+            i += 4 + n
+            continue
+        frame, i = data[i:i + n], i + n
+        for field, value in _protobuf_fields(frame):
+            if field != 14:  # Dnstap.message
+                continue
+            m = dict(_protobuf_fields(value))
+            if m.get(1) in types:
+                out.append((types[m[1]], protocols.get(m.get(3), str(m.get(3))), socket.inet_ntoa(m[4])))
+    return out
 
 
 def of_type(messages: list, t: str) -> list:
@@ -196,6 +253,27 @@ class DnstapTest(unittest.TestCase):
         self.assertEqual(len(of_type(rec_msgs, "CLIENT_RESPONSE")), len(rq))
         self.assertEqual(rec_stats["dnstap_sent"], len(rec_msgs))
         self.assertEqual(rec_stats["dnstap_dropped"], 0)
+
+    def test_encrypted_transports_are_tapped_as_dot_and_doh(self):
+        fp_file = self.path("fastpath.dnstap")
+        certs = wtls.Certs(self.dir)
+        tls = (f"\n[tls]\ndot_port = {weirtest.free_port(udp_and_tcp=False)}\n"
+               f"doh_port = {weirtest.free_port(udp_and_tcp=False)}\n"
+               f'[[tls.certificate]]\nchain = "{certs.chain}"\nkey = "{certs.key}"\n')
+        fp = self.fastpath(self.plain, dnstap_table(file=fp_file) + tls)
+        try:
+            for source, mode, port in (("127.0.0.41", "+tls", fp.dot[1]), ("127.0.0.42", "+https", fp.doh[1])):
+                out = subprocess.run(["kdig", "@127.0.0.1", "-p", str(port), mode, f"+tls-ca={certs.ca}",
+                                      "+tls-hostname=localhost", "-b", source, "+short", "www.shop.example", "A"],
+                                     capture_output=True, text=True, timeout=20)
+                self.assertEqual(out.stdout.split(), ["192.0.2.1"], out.stderr)
+        finally:
+            self.assertEqual(fp.stop(), 0)
+        # BIND 9.18's dnstap-read knows only UDP and TCP (it shows DOT and DOH
+        # as UDP): the socket protocol is read from the file directly.
+        protocols = {(t, addr): proto for t, proto, addr in raw_client_messages(fp_file)}
+        self.assertEqual(protocols, {("CLIENT_QUERY", "127.0.0.41"): "DOT", ("CLIENT_RESPONSE", "127.0.0.41"): "DOT",
+                                     ("CLIENT_QUERY", "127.0.0.42"): "DOH", ("CLIENT_RESPONSE", "127.0.0.42"): "DOH"})
 
     def test_sample_two_taps_every_other_query(self):
         fp_file = self.path("fastpath.dnstap")

@@ -530,6 +530,10 @@ void TlsServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answ
   }
   if (c->phase != Phase::kHttp) return;
   RespondDns(*c, stream, answer);
+  // HTTP/1.1 answers in order and holds the pipelined requests behind a
+  // full window: with room again, it parses them (no socket event will).
+  if (c->http->WantsRead() && !c->http->Receive({}, now_)) c->http->Shutdown();
+  if (Find(id) == nullptr) return;
   if (!FlushHttp(*c)) return Close(id, net::TcpCloseReason::kUnsent);
   if (c->http->Done() && c->out_off == c->out.size()) return Close(id, net::TcpCloseReason::kClient);
   Watch(*c);
