@@ -221,7 +221,8 @@ bool ParseSubnet(std::string_view text, ClientSubnet* out) {
   uint32_t prefix = max_bits;
   if (slash != std::string_view::npos) {
     const std::string_view p = text.substr(slash + 1);
-    if (!AllDigits(p) || p.size() > 3 || !absl::SimpleAtoi(Absl(p), &prefix) || prefix > max_bits) return false;
+    if (!AllDigits(p) || p.size() > 3 || !absl::SimpleAtoi(Absl(p), &prefix) || prefix > max_bits)
+      return false;
   }
   return MakeClientSubnet({ip.bytes.data(), ip.family == 4 ? 4u : 16u}, static_cast<uint8_t>(prefix), out);
 }
@@ -260,7 +261,8 @@ Request FromJsonGet(std::string_view query) {
   p = FindParam(query, "edns_client_subnet", &value);
   if (p == Param::kBadEncoding) return Error(400, "edns_client_subnet parameter: invalid percent-encoding");
   if (p == Param::kFound && !value.empty()) {
-    if (!ParseSubnet(value, &subnet)) return Error(400, "edns_client_subnet parameter: not an address/prefix");
+    if (!ParseSubnet(value, &subnet))
+      return Error(400, "edns_client_subnet parameter: not an address/prefix");
     ecs = true;
   }
 
@@ -287,7 +289,8 @@ Request FromHttp(std::string_view method, std::string_view target, std::string_v
                  std::span<const uint8_t> body, const Paths& paths) {
   const size_t qmark = target.find('?');
   const std::string_view path = target.substr(0, qmark);
-  const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
+  const std::string_view query =
+      qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
   const bool get = method == "GET" || method == "HEAD";
   bool wire = path == paths.dns_query;
   if (wire && path == paths.json) {

@@ -289,7 +289,8 @@ std::string Render(std::span<const uint8_t> answer) {
       if (rr.type == type::kOpt) continue;
       std::string owner;
       if (!AppendName(msg, rr.name_offset, &owner, &end)) continue;  // Parse checked it: cannot happen
-      records.push_back(Json{{"name", owner}, {"type", rr.type}, {"TTL", rr.ttl}, {"data", RdataText(msg, rr)}});
+      records.push_back(
+          Json{{"name", owner}, {"type", rr.type}, {"TTL", rr.ttl}, {"data", RdataText(msg, rr)}});
     }
     if (!records.empty()) j[key] = std::move(records);
   }

@@ -129,7 +129,9 @@ http_parser_settings Http1Session::MakeSettings() {
 const http_parser_settings Http1Session::kSettings = MakeSettings();
 
 Http1Session::Http1Session(const HttpLimits& limits, HttpCounters* counters, RequestHandler handler)
-    : limits_(limits), counters_(counters != nullptr ? counters : &own_counters_), handler_(std::move(handler)) {
+    : limits_(limits),
+      counters_(counters != nullptr ? counters : &own_counters_),
+      handler_(std::move(handler)) {
   limits_.max_concurrent_streams = std::max<uint32_t>(limits_.max_concurrent_streams, 1);
   http_parser_init(&parser_, HTTP_REQUEST);
   parser_.data = this;

@@ -103,7 +103,8 @@ class Http2Session final : public HttpSession {
   size_t pending() const override { return pending_; }
   void Shutdown() override;
   bool Done() const override {
-    return closing_ || (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0);
+    return closing_ ||
+           (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0);
   }
   bool WantsRead() const override { return !closing_ && nghttp2_session_want_read(session_) != 0; }
 
@@ -130,8 +131,7 @@ class Http2Session final : public HttpSession {
                          size_t len, void* user_data);
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data);
   static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user_data);
-  static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
-                           void* user_data);
+  static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t error_code, void* user_data);
   static ssize_t ReadBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
                           uint32_t* data_flags, nghttp2_data_source* source, void* user_data);
 
@@ -164,7 +164,7 @@ class Http2Session final : public HttpSession {
   std::vector<uint8_t> out_;
   Clock::time_point now_{};
   bool in_recv_ = false;
-  bool closing_ = false;   // the connection ends (counted once in close_counted_)
+  bool closing_ = false;  // the connection ends (counted once in close_counted_)
   bool close_counted_ = false;
   bool shutdown_ = false;
   uint8_t last_recv_type_ = 0xff;
@@ -223,8 +223,8 @@ Http2Session::Http2Session(const HttpLimits& limits, HttpCounters* counters, Req
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
 
-  const uint32_t window = static_cast<uint32_t>(
-      std::min<size_t>(limits_.max_body_bytes + 1, NGHTTP2_MAX_WINDOW_SIZE));
+  const uint32_t window =
+      static_cast<uint32_t>(std::min<size_t>(limits_.max_body_bytes + 1, NGHTTP2_MAX_WINDOW_SIZE));
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window},

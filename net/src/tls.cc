@@ -66,7 +66,8 @@ namespace {
 bool InitMac(EVP_MAC_CTX* mac, const std::array<unsigned char, 32>& key) {
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, const_cast<unsigned char*>(key.data()), key.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, const_cast<unsigned char*>(key.data()),
+                                        key.size()),
       OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
       OSSL_PARAM_construct_end(),
   };
@@ -169,7 +170,8 @@ absl::Status LoadPair(const TlsCertificateFiles& files, std::unique_ptr<X509, X5
   ERR_clear_error();
   std::unique_ptr<BIO, BioFree> cb(BIO_new_file(files.chain.c_str(), "r"));
   if (!cb) {
-    return absl::InvalidArgumentError(Cat(files.chain, ": cannot read the certificate chain: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        Cat(files.chain, ": cannot read the certificate chain: ", std::strerror(errno)));
   }
   leaf->reset(PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr));
   if (!*leaf) {
@@ -178,7 +180,8 @@ absl::Status LoadPair(const TlsCertificateFiles& files, std::unique_ptr<X509, X5
   }
   std::unique_ptr<BIO, BioFree> kb(BIO_new_file(files.key.c_str(), "r"));
   if (!kb) {
-    return absl::InvalidArgumentError(Cat(files.key, ": cannot read the private key: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        Cat(files.key, ": cannot read the private key: ", std::strerror(errno)));
   }
   // No passphrase callback: an encrypted key fails here instead of prompting.
   char empty[] = "";
@@ -238,7 +241,7 @@ absl::StatusOr<std::vector<TlsCertificateInfo>> TlsServerContext::Check(const Tl
 }
 
 absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(const TlsServerOptions& options,
-                                                                          TicketKeyRing* tickets) {
+                                                                           TicketKeyRing* tickets) {
   std::unique_ptr<TlsServerContext> c(new TlsServerContext());
   if (absl::Status st = CheckAll(options, &c->certs_); !st.ok()) return st;
   ERR_clear_error();
@@ -250,8 +253,8 @@ absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(const
   // An idle connection keeps no read or write buffer (10,000 idle clients
   // cost their SSL state, not 2 x 16 KiB each); writes may be partial and
   // retried from a buffer that moved (DnsTcpStream compacts its own).
-  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
-                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_mode(
+      ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_max_early_data(ctx, 0);
   for (const TlsCertificateFiles& f : options.certificates) {
     if (SSL_CTX_use_certificate_chain_file(ctx, f.chain.c_str()) != 1 ||

@@ -14,6 +14,7 @@
 #include "query_router.h"
 #include "weir/common/log.h"
 #include "weir/common/text.h"
+#include "weir/net/acceptor.h"
 #include "weir/net/socket.h"
 
 namespace weir::recursor {
@@ -58,7 +59,16 @@ void Front::CloseAll() {
 
 void Front::WatchListener(int fd, bool tcp, bool control) {
   if (!tcp) return loop_.Watch(fd, EPOLLIN, [this, fd](uint32_t) { OnUdp(fd); });
-  loop_.Watch(fd, EPOLLIN, [this, fd, control](uint32_t) { OnAccept(fd, control); });
+  net::WatchListener(
+      loop_, fd,
+      {.on_connection = [this, control](const net::AcceptedConnection& c) { OnAccept(c, control); },
+       .on_pause =
+           [this, control](int err) {
+             ++stats_.accept_paused;
+             static common::RateLimitedLog accept_log({.component = "accept"});
+             accept_log(control ? "control" : "TCP", " accept: ", std::strerror(err), " (pausing accepts)");
+           },
+       .backoff = kAcceptBackoff});
 }
 
 absl::Status Front::Listen() {
@@ -161,64 +171,49 @@ void Front::OnUdp(int fd) {
   }
 }
 
-void Front::OnAccept(int fd, bool control) {
-  for (;;) {
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    const int c = accept4(fd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // The connection stays in the backlog and the listener stays
-        // readable: polling it now would spin. Look again after a pause.
-        ++stats_.accept_paused;
-        static common::RateLimitedLog accept_log({.component = "accept"});
-        accept_log(control ? "control" : "TCP", " accept: ", std::strerror(errno), " (pausing accepts)");
-        loop_.Unwatch(fd);
-        loop_.After(kAcceptBackoff, [this, fd, control] { WatchListener(fd, true, control); });
-      }
+void Front::OnAccept(const net::AcceptedConnection& ac, bool control) {
+  const int c = ac.fd;
+  const sockaddr_storage& ss = ac.peer;
+  const socklen_t sl = ac.peer_len;
+  const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&ss), sl);
+  if (control) {
+    bool allowed = false;
+    for (const common::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
+    if (!allowed) {
+      ++stats_.control_refused;
+      static common::RateLimitedLog refused_log({.component = "control"});
+      refused_log(peer.ToString(), ": refused (not in server.control_allow)");
+      close(c);
       return;
     }
-    const SocketAddress peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
-    if (control) {
-      bool allowed = false;
-      for (const common::Cidr& a : cfg_.control_allow) allowed = allowed || a.Contains(IpOf(peer));
-      if (!allowed) {
-        ++stats_.control_refused;
-        static common::RateLimitedLog refused_log({.component = "control"});
-        refused_log(peer.ToString(), ": refused (not in server.control_allow)");
-        close(c);
-        continue;
-      }
-    }
-    std::optional<uint64_t> evict;
-    if (!control) {
-      const net::TcpConnectionTable::Admission a = table_.Admit(peer, SteadyClock::now());
-      if (!a.admitted) {
-        static common::RateLimitedLog limit_log({.component = "accept"});
-        limit_log(peer.ToString(), ": refused (",
-                  a.refused == net::TcpCloseReason::kPerSourceLimit
-                      ? "server.tcp_max_connections_per_source reached)"
-                      : "server.tcp_max_connections reached and none idle)");
-        close(c);
-        continue;
-      }
-      evict = a.evict;
-    }
-    if (evict) CloseConn(*evict, net::TcpCloseReason::kPressure);
-    const uint64_t id = next_conn_++;
-    Conn& conn = conns_[id];
-    conn.fd = c;
-    conn.control = control;
-    conn.peer = peer;
-    conn.last = SteadyClock::now();
-    conn.events = EPOLLIN;
-    if (!control) {
-      conn.stream.emplace(c, static_cast<size_t>(cfg_.tcp_max_unsent_bytes), conn.last);
-      conn.handle = table_.Add(id, peer, conn.last);
-    }
-    loop_.Watch(c, EPOLLIN, [this, id](uint32_t events) { OnConn(id, events); });
   }
+  std::optional<uint64_t> evict;
+  if (!control) {
+    const net::TcpConnectionTable::Admission a = table_.Admit(peer, SteadyClock::now());
+    if (!a.admitted) {
+      static common::RateLimitedLog limit_log({.component = "accept"});
+      limit_log(peer.ToString(), ": refused (",
+                a.refused == net::TcpCloseReason::kPerSourceLimit
+                    ? "server.tcp_max_connections_per_source reached)"
+                    : "server.tcp_max_connections reached and none idle)");
+      close(c);
+      return;
+    }
+    evict = a.evict;
+  }
+  if (evict) CloseConn(*evict, net::TcpCloseReason::kPressure);
+  const uint64_t id = next_conn_++;
+  Conn& conn = conns_[id];
+  conn.fd = c;
+  conn.control = control;
+  conn.peer = peer;
+  conn.last = SteadyClock::now();
+  conn.events = EPOLLIN;
+  if (!control) {
+    conn.stream.emplace(c, static_cast<size_t>(cfg_.tcp_max_unsent_bytes), conn.last);
+    conn.handle = table_.Add(id, peer, conn.last);
+  }
+  loop_.Watch(c, EPOLLIN, [this, id](uint32_t events) { OnConn(id, events); });
 }
 
 void Front::CloseConn(uint64_t id, net::TcpCloseReason why) {

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "weir/dns/wire.h"
 #include "weir/dnstap/dnstap.h"
+#include "weir/net/acceptor.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/tcp_connections.h"
@@ -92,7 +93,7 @@ class Front {
   };
   void WatchListener(int fd, bool tcp, bool control);
   void OnUdp(int fd);
-  void OnAccept(int fd, bool control);
+  void OnAccept(const net::AcceptedConnection& c, bool control);
   void OnConn(uint64_t id, uint32_t events);
   void OnControl(uint64_t id, Conn* c, uint32_t events);
   // `why`: for a DNS connection, counted in the table (control ones are not).

@@ -48,19 +48,19 @@ Bytes Hex(std::string_view hex) {
 }
 
 // RFC 8484 4.1.1: the query for www.example.com IN A, ID 0, RD.
-const Bytes kRfcQuery = Hex(
-    "00 00 01 00 00 01 00 00  00 00 00 00 03 77 77 77"
-    "07 65 78 61 6d 70 6c 65  03 63 6f 6d 00 00 01 00"
-    "01");
+const Bytes kRfcQuery =
+    Hex("00 00 01 00 00 01 00 00  00 00 00 00 03 77 77 77"
+        "07 65 78 61 6d 70 6c 65  03 63 6f 6d 00 00 01 00"
+        "01");
 constexpr std::string_view kRfcGet = "/dns-query?dns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB";
 
 // RFC 8484 4.2.2: the answer for www.example.com IN AAAA, the owner
 // compressed, TTL 3709.
-const Bytes kRfcAnswer = Hex(
-    "00 00 81 80 00 01 00 01  00 00 00 00 03 77 77 77"
-    "07 65 78 61 6d 70 6c 65  03 63 6f 6d 00 00 1c 00"
-    "01 c0 0c 00 1c 00 01 00  00 0e 7d 00 10 20 01 0d"
-    "b8 ab cd 00 12 00 01 00  02 00 03 00 04");
+const Bytes kRfcAnswer =
+    Hex("00 00 81 80 00 01 00 01  00 00 00 00 03 77 77 77"
+        "07 65 78 61 6d 70 6c 65  03 63 6f 6d 00 00 1c 00"
+        "01 c0 0c 00 1c 00 01 00  00 0e 7d 00 10 20 01 0d"
+        "b8 ab cd 00 12 00 01 00  02 00 03 00 04");
 
 const Paths kPaths;
 
@@ -102,9 +102,9 @@ TEST(DohRequest, Rfc8484PostExample) {
 // The example RFC 8484 gives for the base64url alphabet: a 62-octet label
 // encodes to '-' where standard base64 has '+'.
 TEST(DohRequest, Rfc8484Base64urlExample) {
-  const Request r = Get(
-      "/dns-query?dns=AAABAAABAAAAAAAAAWE-NjJjaGFyYWN0ZXJsYWJlbC1tYWtlcy1iYXNlNjR1"
-      "cmwtZGlzdGluY3QtZnJvbS1zdGFuZGFyZC1iYXNlNjQHZXhhbXBsZQNjb20AAAEAAQ");
+  const Request r =
+      Get("/dns-query?dns=AAABAAABAAAAAAAAAWE-NjJjaGFyYWN0ZXJsYWJlbC1tYWtlcy1iYXNlNjR1"
+          "cmwtZGlzdGluY3QtZnJvbS1zdGFuZGFyZC1iYXNlNjQHZXhhbXBsZQNjb20AAAEAAQ");
   ASSERT_EQ(r.status, 200) << r.error;
   Query q;
   ASSERT_EQ(ParseQuery(r.query, ParseOptions{}, &q), ParseError::kOk);
@@ -113,9 +113,9 @@ TEST(DohRequest, Rfc8484Base64urlExample) {
 }
 
 TEST(DohRequest, ToleratesPaddingAndTheStandardAlphabet) {
-  const Request plain = Get(
-      "/dns-query?dns=AAABAAABAAAAAAAAAWE-NjJjaGFyYWN0ZXJsYWJlbC1tYWtlcy1iYXNlNjR1"
-      "cmwtZGlzdGluY3QtZnJvbS1zdGFuZGFyZC1iYXNlNjQHZXhhbXBsZQNjb20AAAEAAQ");
+  const Request plain =
+      Get("/dns-query?dns=AAABAAABAAAAAAAAAWE-NjJjaGFyYWN0ZXJsYWJlbC1tYWtlcy1iYXNlNjR1"
+          "cmwtZGlzdGluY3QtZnJvbS1zdGFuZGFyZC1iYXNlNjQHZXhhbXBsZQNjb20AAAEAAQ");
   ASSERT_EQ(plain.status, 200) << plain.error;
   for (const std::string_view padded : {"==", "%3D%3D", "%3d%3d", "=", "==="}) {
     const std::string t = std::string(
@@ -151,9 +151,9 @@ TEST(DohRequest, HeadIsAnsweredLikeGet) {
 }
 
 TEST(DohRequest, FindsDnsAmongOtherParameters) {
-  const Request r = Get(
-      "/dns-query?ct=application/dns-message&%64ns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB"
-      "&dns=AAAB&x");
+  const Request r =
+      Get("/dns-query?ct=application/dns-message&%64ns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB"
+          "&dns=AAAB&x");
   ASSERT_EQ(r.status, 200) << r.error;  // the first dns counts, its name percent-encoded
   EXPECT_EQ(r.query, kRfcQuery);
 }
@@ -193,8 +193,8 @@ TEST(DohRequest, LargestMessageIsAccepted) {
 // ---------------------------------------------------------------- errors
 
 TEST(DohRequest, UnknownPathIs404) {
-  for (const std::string_view t : {"/", "/dns", "/dns-query/", "/DNS-QUERY?dns=AAAB", "/dns-query2", "dns-query",
-                                   "/resolve/x?name=a", "https://h/dns-query?dns=AAAB", ""}) {
+  for (const std::string_view t : {"/", "/dns", "/dns-query/", "/DNS-QUERY?dns=AAAB", "/dns-query2",
+                                   "dns-query", "/resolve/x?name=a", "https://h/dns-query?dns=AAAB", ""}) {
     ExpectError(Get(t), 404);
   }
   ExpectError(FromHttp("POST", "/other", kDnsMessageType, kRfcQuery, kPaths), 404);
@@ -216,10 +216,10 @@ TEST(DohRequest, PostWithoutTheDnsMessageTypeIs415) {
 }
 
 TEST(DohRequest, MissingOrBadDnsParameterIs400) {
-  for (const std::string_view t : {"/dns-query", "/dns-query?", "/dns-query?dns", "/dns-query?dns=",
-                                   "/dns-query?dns==", "/dns-query?name=example.com", "/dns-query?dns=%",
-                                   "/dns-query?dns=AA%4", "/dns-query?dns=AA%G0AA", "/dns-query?dns=!!!!",
-                                   "/dns-query?dns=A", "/dns-query?dns=AA=A"}) {
+  for (const std::string_view t : {"/dns-query", "/dns-query?", "/dns-query?dns",
+                                   "/dns-query?dns=", "/dns-query?dns==", "/dns-query?name=example.com",
+                                   "/dns-query?dns=%", "/dns-query?dns=AA%4", "/dns-query?dns=AA%G0AA",
+                                   "/dns-query?dns=!!!!", "/dns-query?dns=A", "/dns-query?dns=AA=A"}) {
     ExpectError(Get(t), 400);
   }
 }
@@ -314,9 +314,9 @@ TEST(DohJsonRequest, Names) {
 
   for (const std::string_view t :
        {"/resolve", "/resolve?type=A", "/resolve?name=", "/resolve?name", "/resolve?name=.example.com",
-        "/resolve?name=example..com", "/resolve?name=example.com..", "/resolve?name=..", "/resolve?name=a%20b",
-        "/resolve?name=a%00b", "/resolve?name=%C3%A9t%C3%A9", "/resolve?name=a%5C", "/resolve?name=a%5C25",
-        "/resolve?name=a%5C256", "/resolve?name=a%5C2x5", "/resolve?name=%zz"}) {
+        "/resolve?name=example..com", "/resolve?name=example.com..", "/resolve?name=..",
+        "/resolve?name=a%20b", "/resolve?name=a%00b", "/resolve?name=%C3%A9t%C3%A9", "/resolve?name=a%5C",
+        "/resolve?name=a%5C25", "/resolve?name=a%5C256", "/resolve?name=a%5C2x5", "/resolve?name=%zz"}) {
     ExpectError(Get(t), 400);
   }
 }
@@ -344,7 +344,8 @@ TEST(DohJsonRequest, DoAndCd) {
   EXPECT_TRUE(JsonQuery("/resolve?name=example.com&cd=1").cd());
   EXPECT_TRUE(JsonQuery("/resolve?name=example.com&cd=true").cd());
   EXPECT_FALSE(JsonQuery("/resolve?name=example.com&cd=0").cd());
-  const Query both = JsonQuery("/resolve?name=example.com&cd=1&do=1&ct=application/dns-json&random_padding=xxxx");
+  const Query both =
+      JsonQuery("/resolve?name=example.com&cd=1&do=1&ct=application/dns-json&random_padding=xxxx");
   EXPECT_TRUE(both.cd());
   EXPECT_TRUE(both.edns.do_bit);
   ExpectError(Get("/resolve?name=example.com&do=yes"), 400);
@@ -466,10 +467,11 @@ json Parsed(std::span<const uint8_t> answer) {
 
 TEST(DohJson, Rfc8484ResponseExample) {
   const std::string text = ToJson(kRfcAnswer);
-  EXPECT_EQ(text,
-            R"({"Status":0,"TC":false,"RD":true,"RA":true,"AD":false,"CD":false,)"
-            R"("Question":[{"name":"www.example.com.","type":28}],)"
-            R"("Answer":[{"name":"www.example.com.","type":28,"TTL":3709,"data":"2001:db8:abcd:12:1:2:3:4"}]})");
+  EXPECT_EQ(
+      text,
+      R"({"Status":0,"TC":false,"RD":true,"RA":true,"AD":false,"CD":false,)"
+      R"("Question":[{"name":"www.example.com.","type":28}],)"
+      R"("Answer":[{"name":"www.example.com.","type":28,"TTL":3709,"data":"2001:db8:abcd:12:1:2:3:4"}]})");
   EXPECT_EQ(MaxAge(kRfcAnswer), 3709u);  // RFC 8484 4.2.2's cache-control
 }
 
@@ -540,18 +542,18 @@ TEST(DohJson, TxtStringsQuotedAndEscaped) {
   AnswerSpec s;
   s.qtype = type::kTxt;
   s.answer = {{"example.com", type::kTxt, 300,
-               Cat({CharString("v=spf1 -all"), CharString("say \"hi\" \\ o/"), CharString(std::string("\x01\xff", 2)),
-                    CharString("")})}};
-  EXPECT_EQ(Parsed(MakeAnswer(s))["Answer"][0]["data"],
-            R"("v=spf1 -all" "say \"hi\" \\ o/" "\001\255" "")");
+               Cat({CharString("v=spf1 -all"), CharString("say \"hi\" \\ o/"),
+                    CharString(std::string("\x01\xff", 2)), CharString("")})}};
+  EXPECT_EQ(Parsed(MakeAnswer(s))["Answer"][0]["data"], R"("v=spf1 -all" "say \"hi\" \\ o/" "\001\255" "")");
 }
 
 TEST(DohJson, SrvCaaHinfo) {
   AnswerSpec s;
   s.qtype = type::kAny;
-  s.answer = {{"_sip._udp.example.com", 33, 60, Cat({U16(10), U16(60), U16(5060), WireName("sip.example.com")})},
-              {"example.com", 257, 60, Cat({{0}, CharString("issue"), Str("letsencrypt.org")})},
-              {"example.com", type::kHinfo, 60, Cat({CharString("RFC8482"), CharString("")})}};
+  s.answer = {
+      {"_sip._udp.example.com", 33, 60, Cat({U16(10), U16(60), U16(5060), WireName("sip.example.com")})},
+      {"example.com", 257, 60, Cat({{0}, CharString("issue"), Str("letsencrypt.org")})},
+      {"example.com", type::kHinfo, 60, Cat({CharString("RFC8482"), CharString("")})}};
   const json j = Parsed(MakeAnswer(s));
   EXPECT_EQ(j["Answer"][0]["data"], "10 60 5060 sip.example.com.");
   EXPECT_EQ(j["Answer"][0]["name"], "_sip._udp.example.com.");
@@ -564,11 +566,11 @@ TEST(DohJson, UnknownTypesAndMalformedRdataInRfc3597Form) {
   s.qtype = 65280;
   s.answer = {{"example.com", 65280, 60, {0x0a, 0x0b, 0xfc}},
               {"example.com", 65280, 60, {}},
-              {"example.com", type::kA, 60, {192, 0, 2}},                            // 3-byte A
-              {"example.com", type::kMx, 60, {0, 10, 3, 'a', 'b'}},                  // name cut short
-              {"example.com", type::kCname, 60, Cat({WireName("a.example"), {0}})},  // a byte after the name
-              {"example.com", type::kTxt, 60, {}},                                   // no string
-              {"example.com", type::kTxt, 60, {5, 'a'}},                             // string overruns
+              {"example.com", type::kA, 60, {192, 0, 2}},                             // 3-byte A
+              {"example.com", type::kMx, 60, {0, 10, 3, 'a', 'b'}},                   // name cut short
+              {"example.com", type::kCname, 60, Cat({WireName("a.example"), {0}})},   // a byte after the name
+              {"example.com", type::kTxt, 60, {}},                                    // no string
+              {"example.com", type::kTxt, 60, {5, 'a'}},                              // string overruns
               {"example.com", 257, 60, Cat({{0}, CharString("is-sue"), Str("x")})}};  // tag not alphanumeric
   const json j = Parsed(MakeAnswer(s));
   ASSERT_EQ(j["Answer"].size(), 8u);
@@ -587,11 +589,13 @@ TEST(DohJson, NamesEscaped) {
   AnswerSpec s;
   s.qname = "";  // the root
   s.qtype = type::kNs;
-  const Bytes odd_owner = Cat({{3, 'a', '.', 'b'}, {4, 'x', ' ', 0x01, '"'}, {2, 0xc3, 0xa9}, WireName("example")});
+  const Bytes odd_owner =
+      Cat({{3, 'a', '.', 'b'}, {4, 'x', ' ', 0x01, '"'}, {2, 0xc3, 0xa9}, WireName("example")});
   Bytes a = MakeAnswer(s);
   // One NS record, its owner written by hand: labels with a dot, a space, a
   // control byte, a quote, and UTF-8.
-  const Bytes rr = Cat({odd_owner, U16(type::kNs), U16(klass::kIn), U32(60), U16(12), WireName("ns.example")});
+  const Bytes rr =
+      Cat({odd_owner, U16(type::kNs), U16(klass::kIn), U32(60), U16(12), WireName("ns.example")});
   a.insert(a.end(), rr.begin(), rr.end());
   a[kOffAncount + 1] = 1;
   const json j = Parsed(a);
@@ -611,8 +615,9 @@ TEST(DohJson, Flags) {
   EXPECT_EQ(j["AD"], true);
   EXPECT_EQ(j["CD"], true);
   // The members in the public APIs' order.
-  EXPECT_EQ(ToJson(MakeAnswer(s)).rfind(R"({"Status":0,"TC":true,"RD":false,"RA":false,"AD":true,"CD":true,)", 0),
-            0u);
+  EXPECT_EQ(
+      ToJson(MakeAnswer(s)).rfind(R"({"Status":0,"TC":true,"RD":false,"RA":false,"AD":true,"CD":true,)", 0),
+      0u);
 }
 
 TEST(DohJson, ClientSubnetEcho) {
@@ -677,7 +682,8 @@ TEST(DohJson, UnparseableIsServfailWithAComment) {
 
 TEST(DohMaxAge, SmallestTtlOfAnswerAndAuthority) {
   AnswerSpec s;
-  s.answer = {{"example.com", type::kA, 600, {192, 0, 2, 1}}, {"example.com", type::kA, 30, {192, 0, 2, 2}},
+  s.answer = {{"example.com", type::kA, 600, {192, 0, 2, 1}},
+              {"example.com", type::kA, 30, {192, 0, 2, 2}},
               {"example.com", type::kA, 300, {192, 0, 2, 3}}};
   EXPECT_EQ(MaxAge(MakeAnswer(s)), 30u);  // RFC 8484 5.1's own example
   s.authority = {{"example.com", type::kNs, 10, WireName("ns.example.com")}};

@@ -39,8 +39,8 @@ void Check(const doh::Request& r) {
   FUZZ_CHECK(Load16(r.query.data() + kOffQdcount) == 1);
   Query q;
   const ParseError e = ParseQuery(r.query, ParseOptions{}, &q);
-  FUZZ_CHECK(e != ParseError::kTruncatedHeader && e != ParseError::kNotAQuery && e != ParseError::kNoQuestion &&
-             e != ParseError::kMultipleQuestions);
+  FUZZ_CHECK(e != ParseError::kTruncatedHeader && e != ParseError::kNotAQuery &&
+             e != ParseError::kNoQuestion && e != ParseError::kMultipleQuestions);
   if (r.json) {
     FUZZ_CHECK(e == ParseError::kOk);
     FUZZ_CHECK(q.id == 0 && q.rd() && q.qclass == klass::kIn && q.qtype != 0 && q.edns.present);

@@ -97,8 +97,8 @@ class ResponseCheck {
 
   void Feed(const std::vector<uint8_t>& out, size_t from) {
     if (from == out.size()) return;
-    const size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char*>(out.data() + from),
-                                         out.size() - from);
+    const size_t n = http_parser_execute(&parser_, &settings_,
+                                         reinterpret_cast<const char*>(out.data() + from), out.size() - from);
     FUZZ_CHECK(HTTP_PARSER_ERRNO(&parser_) == HPE_OK);
     FUZZ_CHECK(n == out.size() - from);
   }

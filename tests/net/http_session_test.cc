@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <list>
 #include <map>
@@ -33,10 +32,11 @@ struct Server {
       requests.push_back(r);
       if (answer_now) answer_now(requests.back());
     };
-    session = http2 ? MakeHttp2Session(limits, &counters, handler) : MakeHttp1Session(limits, &counters, handler);
+    session =
+        http2 ? MakeHttp2Session(limits, &counters, handler) : MakeHttp1Session(limits, &counters, handler);
   }
-  void Respond(uint32_t id, int status, std::string_view body, std::string_view type = "application/dns-message",
-               std::string_view cache = "max-age=300") {
+  void Respond(uint32_t id, int status, std::string_view body,
+               std::string_view type = "application/dns-message", std::string_view cache = "max-age=300") {
     const std::vector<uint8_t> b = Bytes(body);
     HttpResponse r;
     r.status = status;
@@ -98,9 +98,10 @@ class H2Client {
   int32_t Request(std::string_view method, std::string_view path,
                   const std::vector<std::pair<std::string, std::string>>& extra = {}, std::string body = "",
                   bool hold_body = false) {
-    std::vector<std::pair<std::string, std::string>> fields = {
-        {":method", std::string(method)}, {":scheme", "https"}, {":authority", "dns.example"},
-        {":path", std::string(path)}};
+    std::vector<std::pair<std::string, std::string>> fields = {{":method", std::string(method)},
+                                                               {":scheme", "https"},
+                                                               {":authority", "dns.example"},
+                                                               {":path", std::string(path)}};
     fields.insert(fields.end(), extra.begin(), extra.end());
     std::vector<nghttp2_nv> nva;
     for (auto& [n, v] : fields) {
@@ -172,7 +173,7 @@ class H2Client {
     auto* b = static_cast<Body*>(source->ptr);
     if (b->hold) return NGHTTP2_ERR_DEFERRED;
     const size_t n = std::min(length, b->data.size() - b->off);
-    std::memcpy(buf, b->data.data() + b->off, n);
+    std::copy_n(b->data.begin() + static_cast<ptrdiff_t>(b->off), n, buf);
     b->off += n;
     if (b->off == b->data.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return static_cast<ssize_t>(n);
@@ -216,12 +217,17 @@ class H2Client {
 
 // A raw frame header (RFC 9113 4.1) and payload, for frames nghttp2's client
 // would not send the way a flood does.
-std::vector<uint8_t> Frame(uint8_t type, uint8_t flags, uint32_t stream, const std::vector<uint8_t>& payload) {
+std::vector<uint8_t> Frame(uint8_t type, uint8_t flags, uint32_t stream,
+                           const std::vector<uint8_t>& payload) {
   const size_t n = payload.size();
-  std::vector<uint8_t> f = {static_cast<uint8_t>(n >> 16),      static_cast<uint8_t>(n >> 8),
-                            static_cast<uint8_t>(n),            type,
-                            flags,                              static_cast<uint8_t>(stream >> 24),
-                            static_cast<uint8_t>(stream >> 16), static_cast<uint8_t>(stream >> 8),
+  std::vector<uint8_t> f = {static_cast<uint8_t>(n >> 16),
+                            static_cast<uint8_t>(n >> 8),
+                            static_cast<uint8_t>(n),
+                            type,
+                            flags,
+                            static_cast<uint8_t>(stream >> 24),
+                            static_cast<uint8_t>(stream >> 16),
+                            static_cast<uint8_t>(stream >> 8),
                             static_cast<uint8_t>(stream)};
   f.insert(f.end(), payload.begin(), payload.end());
   return f;
@@ -615,7 +621,8 @@ TEST(Http2Session, NotHttp2EndsTheSession) {
 TEST(Http2Session, ByteAtATime) {
   Server server(true);
   H2Client client;
-  const int32_t id = client.Request("POST", "/dns-query", {{"content-type", "application/dns-message"}}, "abc");
+  const int32_t id =
+      client.Request("POST", "/dns-query", {{"content-type", "application/dns-message"}}, "abc");
   const std::vector<uint8_t> up = client.Send();
   for (size_t i = 0; i < up.size(); ++i) {
     ASSERT_TRUE(server.session->Receive(std::span<const uint8_t>(&up[i], 1), kT0));
@@ -651,11 +658,12 @@ TEST(Http1Session, GetKeepAlive) {
 
 TEST(Http1Session, PipelinedRequestsAreAnsweredInOrder) {
   Server server(false);
-  ASSERT_TRUE(server.session->Receive(Bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
-                                            "POST /b HTTP/1.1\r\nHost: x\r\nContent-Type: application/dns-message\r\n"
-                                            "Content-Length: 2\r\n\r\nhi"
-                                            "GET /c HTTP/1.1\r\nHost: x\r\n\r\n"),
-                                      kT0));
+  ASSERT_TRUE(
+      server.session->Receive(Bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+                                    "POST /b HTTP/1.1\r\nHost: x\r\nContent-Type: application/dns-message\r\n"
+                                    "Content-Length: 2\r\n\r\nhi"
+                                    "GET /c HTTP/1.1\r\nHost: x\r\n\r\n"),
+                              kT0));
   ASSERT_EQ(server.requests.size(), 3u);
   EXPECT_EQ(server.requests[1].id, 2u);
   EXPECT_EQ(server.requests[1].target, "/b");
@@ -711,11 +719,12 @@ TEST(Http1Session, ExpectContinueWaitsForEarlierResponses) {
 TEST(Http1Session, BodyOverTheCapAnswers413AndCloses) {
   for (const std::string& req : std::vector<std::string>{
            "POST /dns-query HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
-        "POST /dns-query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000\r\n" +
-            std::string(65536, 'b')}) {
+           "POST /dns-query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000\r\n" +
+               std::string(65536, 'b')}) {
     Server server(false);
     EXPECT_FALSE(server.session->Receive(Bytes(req), kT0));
-    EXPECT_EQ(server.Output(), "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(server.Output(),
+              "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     EXPECT_TRUE(server.session->Done());
     EXPECT_TRUE(server.requests.empty());
     EXPECT_EQ(server.counters.closed_limit, 1u);
@@ -726,8 +735,8 @@ TEST(Http1Session, BodyOverTheCapAnswers413AndCloses) {
 
 TEST(Http1Session, TargetOverTheCapAnswers414) {
   Server server(false);
-  EXPECT_FALSE(server.session->Receive(Bytes("GET /dns-query?dns=" + std::string(5000, 'A') + " HTTP/1.1\r\n"),
-                                       kT0));
+  EXPECT_FALSE(
+      server.session->Receive(Bytes("GET /dns-query?dns=" + std::string(5000, 'A') + " HTTP/1.1\r\n"), kT0));
   EXPECT_EQ(server.Output(), "HTTP/1.1 414 URI Too Long\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(server.session->Done());
   EXPECT_EQ(server.counters.closed_limit, 1u);
@@ -753,7 +762,8 @@ TEST(Http1Session, MalformedRequestAnswers400) {
 TEST(Http1Session, MalformedRequestBehindOwedResponsesWaitsForThem) {
   Server server(false);
   // The 400 must not be taken for request 1's answer: it follows it.
-  EXPECT_TRUE(server.session->Receive(Bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\nBAD\x01 request\r\n\r\n"), kT0));
+  EXPECT_TRUE(
+      server.session->Receive(Bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\nBAD\x01 request\r\n\r\n"), kT0));
   EXPECT_EQ(server.Output(), "");
   EXPECT_FALSE(server.session->WantsRead());
   EXPECT_FALSE(server.session->Done());
@@ -794,6 +804,22 @@ TEST(Http1Session, Http10) {
     EXPECT_EQ(server.Output(), "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\na");
     EXPECT_FALSE(server.session->Done());
   }
+}
+
+TEST(Http1Session, UpgradeRequestIsTheLastOneEvenWithABodyStillComing) {
+  Server server(false);
+  ASSERT_TRUE(server.session->Receive(Bytes("POST /dns-query HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                                            "Upgrade: h2c\r\nContent-Length: 4\r\n\r\nab"),
+                                      kT0));
+  EXPECT_TRUE(server.requests.empty());
+  EXPECT_TRUE(server.session->WantsRead());
+  ASSERT_TRUE(server.session->Receive(Bytes("cdPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), kT0));
+  ASSERT_EQ(server.requests.size(), 1u);
+  EXPECT_EQ(Text(server.requests[0].body), "abcd");
+  EXPECT_FALSE(server.session->WantsRead());
+  server.Respond(1, 200, "a", "", "");
+  EXPECT_EQ(server.Output(), "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\na");
+  EXPECT_TRUE(server.session->Done());
 }
 
 TEST(Http1Session, HeadGetsNoBody) {

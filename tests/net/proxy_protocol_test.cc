@@ -34,9 +34,8 @@ Bytes Header(uint8_t ver_cmd, uint8_t fam, const Bytes& rest) {
 // 192.0.2.10:51000 -> 198.51.100.1:853
 const Bytes kInetBlock = {192, 0, 2, 10, 198, 51, 100, 1, 0xC7, 0x38, 0x03, 0x55};
 // [2001:db8::10]:51000 -> [2001:db8::1]:443
-const Bytes kInet6Block = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
-                           0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
-                           0xC7, 0x38, 0x01, 0xBB};
+const Bytes kInet6Block = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    0,    0x10, 0x20, 0x01,
+                           0x0d, 0xb8, 0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xC7, 0x38, 0x01, 0xBB};
 
 Bytes Plus(Bytes a, const Bytes& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -97,7 +96,7 @@ TEST(ProxyProtocol, Local) {
 
 TEST(ProxyProtocol, TlvsAreSkipped) {
   // ALPN "dot", AUTHORITY "dns.example", NOOP with nothing, CRC32C.
-  const Bytes tlvs = {0x01, 0x00, 0x03, 'd', 'o', 't', 0x02, 0x00, 0x0B, 'd', 'n', 's', '.', 'e', 'x',
+  const Bytes tlvs = {0x01, 0x00, 0x03, 'd', 'o', 't',  0x02, 0x00, 0x0B, 'd',  'n',  's', '.', 'e', 'x',
                       'a',  'm',  'p',  'l', 'e', 0x04, 0x00, 0x00, 0x03, 0x00, 0x04, 1,   2,   3,   4};
   ProxyHeader out;
   const Bytes v4 = Header(0x21, 0x11, Plus(kInetBlock, tlvs));
@@ -170,12 +169,12 @@ TEST(ProxyProtocol, BadVersionOrCommandIsInvalid) {
 
 TEST(ProxyProtocol, OnlyTcpOverIpv4OrIpv6IsProxied) {
   ProxyHeader out;
-  EXPECT_EQ(Parse(Header(0x21, 0x12, kInetBlock), &out), ProxyParse::kInvalid);    // UDP over IPv4
-  EXPECT_EQ(Parse(Header(0x21, 0x22, kInet6Block), &out), ProxyParse::kInvalid);   // UDP over IPv6
-  EXPECT_EQ(Parse(Header(0x21, 0x10, kInetBlock), &out), ProxyParse::kInvalid);    // UNSPEC protocol
-  EXPECT_EQ(Parse(Header(0x21, 0x00, {}), &out), ProxyParse::kInvalid);            // UNSPEC family
+  EXPECT_EQ(Parse(Header(0x21, 0x12, kInetBlock), &out), ProxyParse::kInvalid);     // UDP over IPv4
+  EXPECT_EQ(Parse(Header(0x21, 0x22, kInet6Block), &out), ProxyParse::kInvalid);    // UDP over IPv6
+  EXPECT_EQ(Parse(Header(0x21, 0x10, kInetBlock), &out), ProxyParse::kInvalid);     // UNSPEC protocol
+  EXPECT_EQ(Parse(Header(0x21, 0x00, {}), &out), ProxyParse::kInvalid);             // UNSPEC family
   EXPECT_EQ(Parse(Header(0x21, 0x31, Bytes(216, 0)), &out), ProxyParse::kInvalid);  // AF_UNIX
-  EXPECT_EQ(Parse(Header(0x21, 0x41, kInet6Block), &out), ProxyParse::kInvalid);   // no such family
+  EXPECT_EQ(Parse(Header(0x21, 0x41, kInet6Block), &out), ProxyParse::kInvalid);    // no such family
   // Refused on the family byte, before the addresses arrive.
   const Bytes udp = Header(0x21, 0x12, kInetBlock);
   EXPECT_EQ(ParseProxyV2(std::span<const uint8_t>(udp.data(), 14), &out), ProxyParse::kInvalid);

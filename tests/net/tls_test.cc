@@ -27,9 +27,7 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
-EVP_PKEY* NewKey(bool rsa) {
-  return rsa ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256");
-}
+EVP_PKEY* NewKey(bool rsa) { return rsa ? EVP_RSA_gen(2048) : EVP_EC_gen("P-256"); }
 
 // Writes a self-signed certificate for `key` valid from now + `from_s` to
 // now + `to_s` seconds, and the key, as PEM files.
@@ -41,8 +39,8 @@ void WritePair(EVP_PKEY* cert_key, EVP_PKEY* file_key, long from_s, long to_s, c
   X509_gmtime_adj(X509_getm_notAfter(x), to_s);
   X509_set_pubkey(x, cert_key);
   X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("weir unit"), -1,
-                             -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("weir unit"),
+                             -1, -1, 0);
   X509_set_issuer_name(x, name);
   X509_sign(x, cert_key, EVP_sha256());
   FILE* f = std::fopen(chain.c_str(), "w");

@@ -12,6 +12,7 @@
 #include "kernel/socket_util.h"
 #include "weir/common/log.h"
 #include "weir/common/rcu.h"
+#include "weir/net/acceptor.h"
 
 namespace weir::fastpath::kernel {
 namespace {
@@ -88,48 +89,39 @@ void TcpServer::OnConn(uint64_t id, uint32_t ev) {
   }
 }
 
-void TcpServer::OnAccept(int lfd) {
-  for (;;) {
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    const int cfd = accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (cfd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors: the connection stays in the backlog and the
-        // listener readable, so stop listening for a moment instead of
-        // spinning on it.
-        table_.AcceptPaused();
-        static common::RateLimitedLog accept_log({.component = "accept"});
-        accept_log("TCP accept: ", std::strerror(errno), " (pausing accepts for 100 ms)");
-        loop_.Unwatch(lfd);
-        loop_.After(std::chrono::milliseconds(100), [this, lfd] { Listen(lfd); });
-      }
-      return;
-    }
-    now_ = std::chrono::steady_clock::now();
-    const common::SocketAddress peer =
-        common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
-    const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
-    if (!a.admitted) {
-      static common::RateLimitedLog limit_log({.component = "accept"});
-      limit_log("TCP connection from ", peer.ToString(), " refused: ",
-                a.refused == net::TcpCloseReason::kPerSourceLimit
-                    ? "server.tcp_max_connections_per_source reached"
-                    : "server.tcp_max_connections reached and none idle");
-      close(cfd);
-      continue;
-    }
-    if (a.evict) Close(*a.evict, net::TcpCloseReason::kPressure);
-    const uint64_t id = next_conn_++;
-    conns_[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, now_), ClientAddress(ss),
-                      ClientPort(ss), EPOLLIN, table_.Add(id, peer, now_)};
-    loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnConn(id, ev); });
+void TcpServer::OnAccept(const net::AcceptedConnection& ac) {
+  const int cfd = ac.fd;
+  const sockaddr_storage& ss = ac.peer;
+  const socklen_t sl = ac.peer_len;
+  now_ = std::chrono::steady_clock::now();
+  const common::SocketAddress peer =
+      common::SocketAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&ss), sl);
+  const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
+  if (!a.admitted) {
+    static common::RateLimitedLog limit_log({.component = "accept"});
+    limit_log("TCP connection from ", peer.ToString(), " refused: ",
+              a.refused == net::TcpCloseReason::kPerSourceLimit
+                  ? "server.tcp_max_connections_per_source reached"
+                  : "server.tcp_max_connections reached and none idle");
+    close(cfd);
+    return;
   }
+  if (a.evict) Close(*a.evict, net::TcpCloseReason::kPressure);
+  const uint64_t id = next_conn_++;
+  conns_[id] = Conn{std::make_unique<net::DnsTcpStream>(cfd, kTcpOutCap, now_), ClientAddress(ss),
+                    ClientPort(ss), EPOLLIN, table_.Add(id, peer, now_)};
+  loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnConn(id, ev); });
 }
 
 void TcpServer::Listen(int lfd) {
-  loop_.Watch(lfd, EPOLLIN, [this, lfd](uint32_t) { OnAccept(lfd); });
+  net::WatchListener(loop_, lfd,
+                     {.on_connection = [this](const net::AcceptedConnection& c) { OnAccept(c); },
+                      .on_pause =
+                          [this](int err) {
+                            table_.AcceptPaused();
+                            static common::RateLimitedLog accept_log({.component = "accept"});
+                            accept_log("TCP accept: ", std::strerror(err), " (pausing accepts for 100 ms)");
+                          }});
 }
 
 bool TcpServer::Answer(uint64_t id, std::span<const uint8_t> answer) {

@@ -21,6 +21,7 @@
 #include "weir/common/prometheus.h"
 #include "weir/fastpath/node.h"
 #include "weir/fastpath/worker_core.h"
+#include "weir/net/acceptor.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/tcp_connections.h"
@@ -51,7 +52,7 @@ class TcpServer final : public AnswerSink {
     uint32_t events = 0;  // what the loop watches
     net::TcpConnectionTable::Handle handle = 0;
   };
-  void OnAccept(int lfd);
+  void OnAccept(const net::AcceptedConnection& c);
   void Listen(int lfd);
   void OnConn(uint64_t id, uint32_t events);
   // Answers one query of the connection (empty: it is dropped); closes the

@@ -45,7 +45,8 @@ absl::Status TlsFront::Listen(const common::SocketAddress& addr, bool freebind) 
     if (port == 0) continue;
     common::SocketAddress at = addr;
     at.set_port(port);
-    auto fd = net::BindSocket(at, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024, .freebind = freebind});
+    auto fd =
+        net::BindSocket(at, SOCK_STREAM, {.nonblocking = true, .listen_backlog = 1024, .freebind = freebind});
     if (!fd.ok()) return fd.status();
     fds_.push_back({*fd, kind});
     bound_.emplace_back(kind, net::LocalAddress(*fd));
@@ -81,7 +82,9 @@ void TlsFront::Wait() {
 absl::Status TlsFront::Reload() {
   if (!server_) return absl::OkStatus();
   auto ctx = net::TlsServerContext::Create(ContextOptions(config_), tickets_.get());
-  if (!ctx.ok()) return absl::InvalidArgumentError(Cat("[tls] ", ctx.status().message(), " (kept the certificates in use)"));
+  if (!ctx.ok())
+    return absl::InvalidArgumentError(
+        Cat("[tls] ", ctx.status().message(), " (kept the certificates in use)"));
   std::shared_ptr<const net::TlsServerContext> next = std::move(*ctx);
   if (!server_->SwapContext(next)) {
     return absl::UnavailableError("[tls] the encrypted front did not take the new certificates in time");

@@ -17,6 +17,7 @@
 #include "weir/dns/doh.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
+#include "weir/net/acceptor.h"
 #include "weir/net/proxy_protocol.h"
 
 namespace weir::fastpath::tls {
@@ -83,76 +84,72 @@ TlsServer::Conn* TlsServer::Find(uint32_t id) {
 // ---------------------------------------------------------------- accept
 
 void TlsServer::Listen(int lfd, Listener kind) {
-  loop_.Watch(lfd, EPOLLIN, [this, lfd, kind](uint32_t) { OnAccept(lfd, kind); });
+  net::WatchListener(loop_, lfd,
+                     {.on_connection = [this, kind](const net::AcceptedConnection& c) { OnAccept(c, kind); },
+                      .on_pause =
+                          [this](int err) {
+                            table_.AcceptPaused();
+                            static common::RateLimitedLog accept_log({.component = "tls"});
+                            accept_log("TLS accept: ", std::strerror(err), " (pausing accepts for 100 ms)");
+                          }});
 }
 
-void TlsServer::OnAccept(int lfd, Listener kind) {
-  for (;;) {
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    const int cfd = accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (cfd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        table_.AcceptPaused();
-        static common::RateLimitedLog accept_log({.component = "tls"});
-        accept_log("TLS accept: ", std::strerror(errno), " (pausing accepts for 100 ms)");
-        loop_.Unwatch(lfd);
-        loop_.After(std::chrono::milliseconds(100), [this, lfd, kind] { Listen(lfd, kind); });
-      }
+void TlsServer::OnAccept(const net::AcceptedConnection& ac, Listener kind) {
+  const int cfd = ac.fd;
+  const sockaddr_storage& ss = ac.peer;
+  const socklen_t sl = ac.peer_len;
+  now_ = std::chrono::steady_clock::now();
+  const common::SocketAddress peer =
+      common::SocketAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&ss), sl);
+  // The handshake budget of the peer's prefix first (a proxy's
+  // connections share the proxy's: limit the clients on the proxy): a
+  // refused one costs a close, and is counted there only, not as a
+  // connection accepted.
+  const common::IpAddress peer_ip = kernel::ClientAddress(ss);
+  if (handshake_limiter_.enabled()) {
+    const uint32_t slot = handshake_limiter_.Track(peer_ip, node_.NowSeconds());
+    if (!handshake_limiter_.TakeQuery(slot)) {
+      ++stats_.handshakes_rate_limited[Index(kind)];
+      close(cfd);
       return;
     }
-    now_ = std::chrono::steady_clock::now();
-    const common::SocketAddress peer = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), sl);
-    // The handshake budget of the peer's prefix first (a proxy's
-    // connections share the proxy's: limit the clients on the proxy): a
-    // refused one costs a close, and is counted there only, not as a
-    // connection accepted.
-    const common::IpAddress peer_ip = kernel::ClientAddress(ss);
-    if (handshake_limiter_.enabled()) {
-      const uint32_t slot = handshake_limiter_.Track(peer_ip, node_.NowSeconds());
-      if (!handshake_limiter_.TakeQuery(slot)) {
-        ++stats_.handshakes_rate_limited[Index(kind)];
-        close(cfd);
-        continue;
-      }
-    }
-    const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
-    if (!a.admitted) {
-      static common::RateLimitedLog limit_log({.component = "tls"});
-      limit_log("TLS connection from ", peer.ToString(), " refused: ",
-                a.refused == net::TcpCloseReason::kPerSourceLimit ? "tls.max_connections_per_source reached"
-                                                                  : "tls.max_connections reached and none idle");
-      close(cfd);
-      continue;
-    }
-    if (a.evict) Close(static_cast<uint32_t>(*a.evict), net::TcpCloseReason::kPressure);
-    uint32_t id = next_conn_++;
-    while (id == 0 || conns_.contains(id)) id = next_conn_++;
-    auto c = std::make_unique<Conn>();
-    c->id = id;
-    c->fd = cfd;
-    c->kind = kind;
-    c->peer = peer;
-    c->client = peer_ip;
-    c->port = kernel::ClientPort(ss);
-    c->handle = table_.Add(id, peer, now_);
-    bool proxied = false;
-    for (const common::Cidr& from : options_.proxy_protocol_from) proxied = proxied || from.Contains(peer_ip);
-    c->phase = proxied ? Phase::kProxy : Phase::kHandshake;
-    c->handshake_timer = loop_.After(options_.handshake_timeout, [this, id] {
-      Conn* t = Find(id);
-      if (t == nullptr) return;
-      t->handshake_timer = 0;
-      if (t->phase == Phase::kProxy || t->phase == Phase::kHandshake) {
-        ++stats_.handshakes_timed_out[Index(t->kind)];
-        Close(id, net::TcpCloseReason::kIdle);
-      }
-    });
-    c->events = EPOLLIN;
-    conns_[id] = std::move(c);
-    loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnEvent(id, ev); });
   }
+  const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
+  if (!a.admitted) {
+    static common::RateLimitedLog limit_log({.component = "tls"});
+    limit_log("TLS connection from ", peer.ToString(), " refused: ",
+              a.refused == net::TcpCloseReason::kPerSourceLimit
+                  ? "tls.max_connections_per_source reached"
+                  : "tls.max_connections reached and none idle");
+    close(cfd);
+    return;
+  }
+  if (a.evict) Close(static_cast<uint32_t>(*a.evict), net::TcpCloseReason::kPressure);
+  uint32_t id = next_conn_++;
+  while (id == 0 || conns_.contains(id)) id = next_conn_++;
+  auto c = std::make_unique<Conn>();
+  c->id = id;
+  c->fd = cfd;
+  c->kind = kind;
+  c->peer = peer;
+  c->client = peer_ip;
+  c->port = kernel::ClientPort(ss);
+  c->handle = table_.Add(id, peer, now_);
+  bool proxied = false;
+  for (const common::Cidr& from : options_.proxy_protocol_from) proxied = proxied || from.Contains(peer_ip);
+  c->phase = proxied ? Phase::kProxy : Phase::kHandshake;
+  c->handshake_timer = loop_.After(options_.handshake_timeout, [this, id] {
+    Conn* t = Find(id);
+    if (t == nullptr) return;
+    t->handshake_timer = 0;
+    if (t->phase == Phase::kProxy || t->phase == Phase::kHandshake) {
+      ++stats_.handshakes_timed_out[Index(t->kind)];
+      Close(id, net::TcpCloseReason::kIdle);
+    }
+  });
+  c->events = EPOLLIN;
+  conns_[id] = std::move(c);
+  loop_.Watch(cfd, EPOLLIN, [this, id](uint32_t ev) { OnEvent(id, ev); });
 }
 
 // ---------------------------------------------------------------- phases
@@ -246,7 +243,8 @@ bool TlsServer::Handshake(Conn& c) {
 void TlsServer::NotePadding(Conn& c, std::span<const uint8_t> query) {
   if (!options_.padding || c.pads) return;
   dns::Query q;
-  if (dns::ParseQuery(query, dns::ParseOptions{}, &q) == dns::ParseError::kOk && q.edns.has_padding) c.pads = true;
+  if (dns::ParseQuery(query, dns::ParseOptions{}, &q) == dns::ParseError::kOk && q.edns.has_padding)
+    c.pads = true;
 }
 
 std::span<const uint8_t> TlsServer::MaybePad(const Conn& c, std::span<const uint8_t> answer) {
@@ -328,7 +326,8 @@ void TlsServer::OnHttpRequest(uint32_t id, net::HttpRequest&& request) {
   const ClientRoute route{slot_, Transport::kTcp, Token(id, request.id)};
   size_t out_len = 0;
   bool dropped = false;
-  if (core_.HandleOne(msg_, client, route, node_.NowSeconds(), out_.data(), out_.size(), &out_len, &dropped)) {
+  if (core_.HandleOne(msg_, client, route, node_.NowSeconds(), out_.data(), out_.size(), &out_len,
+                      &dropped)) {
     RespondDns(*c, request.id, {out_.data(), out_len});
   } else if (dropped) {
     RespondDns(*c, request.id, {});
@@ -549,7 +548,8 @@ void TlsServer::CloseExpired() {
     if (!e.drain || (c->phase != Phase::kDot && c->phase != Phase::kHttp)) {
       // Idle only because it stopped reading its answers (it is not read
       // from until it does): the answers it left are why it goes.
-      Close(c->id, e.reason == net::TcpCloseReason::kIdle && Paused(*c) ? net::TcpCloseReason::kUnsent : e.reason);
+      Close(c->id,
+            e.reason == net::TcpCloseReason::kIdle && Paused(*c) ? net::TcpCloseReason::kUnsent : e.reason);
       continue;
     }
     if (c->phase == Phase::kDot) {
@@ -589,7 +589,8 @@ TlsStats TlsServer::Snapshot() const {
         const net::TcpConnectionTable::Stats& st = table_.stats();
         copy.open = st.open.load(std::memory_order_relaxed);
         copy.accepted = st.accepted.load(std::memory_order_relaxed);
-        for (size_t r = 0; r < copy.closed.size(); ++r) copy.closed[r] = st.closed[r].load(std::memory_order_relaxed);
+        for (size_t r = 0; r < copy.closed.size(); ++r)
+          copy.closed[r] = st.closed[r].load(std::memory_order_relaxed);
       },
       std::chrono::milliseconds(1000));
   return copy;
@@ -602,8 +603,9 @@ void TlsServer::RenderMetrics(common::PrometheusWriter& w) const {
     auto& f = w.Counter(name, help);
     for (size_t k = 0; k < TlsStats::kKinds; ++k) f.Add({{"transport", kinds[k]}}, v[k]);
   };
-  auto& hs = w.Counter("weir_tls_handshakes_total",
-                       "TLS handshakes by transport and result (full, resumed, failed, timeout, rate_limited).");
+  auto& hs =
+      w.Counter("weir_tls_handshakes_total",
+                "TLS handshakes by transport and result (full, resumed, failed, timeout, rate_limited).");
   for (size_t k = 0; k < TlsStats::kKinds; ++k) {
     hs.Add({{"transport", kinds[k]}, {"result", "full"}}, s.handshakes_full[k]);
     hs.Add({{"transport", kinds[k]}, {"result", "resumed"}}, s.handshakes_resumed[k]);
@@ -613,11 +615,14 @@ void TlsServer::RenderMetrics(common::PrometheusWriter& w) const {
   }
   per_kind("weir_tls_queries_total", "DNS queries received over TLS, by transport.", s.queries);
   per_kind("weir_tls_proxy_header_invalid_total",
-           "Connections from a PROXY protocol peer closed for a missing or invalid header.", s.proxy_headers_invalid);
-  w.Counter("weir_tls_connections_accepted_total", "Encrypted-front connections accepted (refused ones included).")
+           "Connections from a PROXY protocol peer closed for a missing or invalid header.",
+           s.proxy_headers_invalid);
+  w.Counter("weir_tls_connections_accepted_total",
+            "Encrypted-front connections accepted (refused ones included).")
       .Add({}, s.accepted);
-  auto& closed = w.Counter("weir_tls_connections_closed_total",
-                           "Encrypted-front connections closed or refused at accept, by reason (docs/metrics.md).");
+  auto& closed =
+      w.Counter("weir_tls_connections_closed_total",
+                "Encrypted-front connections closed or refused at accept, by reason (docs/metrics.md).");
   for (size_t r = 0; r < s.closed.size(); ++r) {
     closed.Add({{"reason", net::TcpCloseReasonName(static_cast<net::TcpCloseReason>(r))}}, s.closed[r]);
   }

@@ -41,6 +41,7 @@
 #include "weir/fastpath/node.h"
 #include "weir/fastpath/rate_limiter.h"
 #include "weir/fastpath/worker_core.h"
+#include "weir/net/acceptor.h"
 #include "weir/net/dns_tcp.h"
 #include "weir/net/event_loop.h"
 #include "weir/net/http_session.h"
@@ -138,7 +139,7 @@ class TlsServer final : public AnswerSink {
   };
 
   void Listen(int lfd, Listener kind);
-  void OnAccept(int lfd, Listener kind);
+  void OnAccept(const net::AcceptedConnection& c, Listener kind);
   void OnEvent(uint32_t id, uint32_t events);
   bool ReadProxyHeader(Conn& c);
   bool Handshake(Conn& c);

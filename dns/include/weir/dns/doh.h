@@ -12,6 +12,7 @@
 // They allocate (control-plane speed: one HTTP request costs far more).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,8 +41,8 @@ struct Paths {
 // What an HTTP request asks the resolver: a DNS query in wire form, or an
 // HTTP error.
 struct Request {
-  int status = 200;            // not 200: answer with this status, `error` as text/plain body, nothing is resolved
-  std::string error;           // one line, for the body and the log (empty with status 200)
+  int status = 200;   // not 200: answer with this status, `error` as text/plain body, nothing is resolved
+  std::string error;  // one line, for the body and the log (empty with status 200)
   std::vector<uint8_t> query;  // the wire-format DNS query to resolve (status 200)
   bool json = false;           // the answer goes back as application/dns-json (ToJson)
 };

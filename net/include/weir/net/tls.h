@@ -59,7 +59,7 @@ struct TlsServerOptions {
 struct TlsCertificateInfo {
   std::string file;
   std::string subject;
-  std::string key_type;  // "ECDSA P-256", "RSA 2048", ...
+  std::string key_type;   // "ECDSA P-256", "RSA 2048", ...
   int64_t not_after = 0;  // Unix seconds
 };
 
@@ -123,8 +123,16 @@ class TlsServerContext {
 };
 
 // ALPN lists in wire form.
-inline constexpr std::string_view kAlpnDot{"\x03" "dot", 4};
-inline constexpr std::string_view kAlpnDoh{"\x02" "h2" "\x08" "http/1.1", 12};
+inline constexpr std::string_view kAlpnDot{
+    "\x03"
+    "dot",
+    4};
+inline constexpr std::string_view kAlpnDoh{
+    "\x02"
+    "h2"
+    "\x08"
+    "http/1.1",
+    12};
 
 // The protocol a finished handshake agreed on ("" when none).
 std::string_view NegotiatedAlpn(const SSL* ssl);
