@@ -63,10 +63,15 @@ def exact(counts, weights):
     return total > 0 and all(abs(n / total - w / sum(weights)) <= 0.005 for n, w in zip(counts, weights))
 
 
-class FastpathTlsTest(unittest.TestCase):
+class _TlsCase(unittest.TestCase):
+    """A CA, the city map and tags per class; per test a fresh gslb-sim and
+    weir-fastpath with [tls] (start())."""
+
+    TOOLS = ("kdig", "dig", "curl", "openssl")
+
     @classmethod
     def setUpClass(cls):
-        weirtest.require_tools("kdig", "dig", "curl", "openssl")
+        weirtest.require_tools(*cls.TOOLS)
         cls.tmp = tempfile.TemporaryDirectory()
         cls.certs = wtls.Certs(cls.tmp.name)
         cls.files = weirtest.PartitionFiles(CITYMAP, TAGS)
@@ -76,17 +81,22 @@ class FastpathTlsTest(unittest.TestCase):
         cls.files.cleanup()
         cls.tmp.cleanup()
 
-    def setUp(self):
+    def start(self, doh=True, **tls_keys):
         self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, seed=1)
         self.addCleanup(self.sim.stop)
         upstream = f"{self.sim.host}:{self.sim.port}"
         config = weirtest.fastpath_config([upstream], weighted=[upstream], workers=1, citymap=self.files.citymap,
                                           tags=self.files.tags, upstream={"timeout_ms": 1500})
         config += tls_section(self.certs, weirtest.free_port(udp_and_tcp=False),
-                              weirtest.free_port(udp_and_tcp=False))
+                              weirtest.free_port(udp_and_tcp=False) if doh else 0, **tls_keys)
         self.fp = weirtest.Fastpath(BUILD_DIR, config)
         self.addCleanup(self.fp.stop)
         self.assertIsNotNone(self.fp.dot, "no 'listening dot' line")
+
+
+class FastpathTlsTest(_TlsCase):
+    def setUp(self):
+        self.start()
         self.assertIsNotNone(self.fp.doh, "no 'listening doh' line")
 
     # ------------------------------------------------------------ real clients
@@ -296,33 +306,15 @@ class FastpathTlsTest(unittest.TestCase):
         self.assertEqual(m.value("weir_doh_connections_total", version="2"), 1)
 
 
-class FastpathTlsProxyTest(unittest.TestCase):
+class FastpathTlsProxyTest(_TlsCase):
     """Behind HAProxy (TCP mode, send-proxy-v2): the PROXY header's source
     picks the city; a listed proxy without the header is closed."""
 
-    @classmethod
-    def setUpClass(cls):
-        weirtest.require_tools("haproxy")
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.certs = wtls.Certs(cls.tmp.name)
-        cls.files = weirtest.PartitionFiles(CITYMAP, TAGS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.files.cleanup()
-        cls.tmp.cleanup()
+    TOOLS = ("haproxy",)
 
     def setUp(self):
-        self.sim = weirtest.GslbSim(BUILD_DIR, config_text=ZONES, seed=1)
-        self.addCleanup(self.sim.stop)
-        upstream = f"{self.sim.host}:{self.sim.port}"
-        config = weirtest.fastpath_config([upstream], weighted=[upstream], workers=1, citymap=self.files.citymap,
-                                          tags=self.files.tags)
         # The proxy connects from 127.0.0.1; clients come from 127.1/16 and 127.2/16.
-        config += tls_section(self.certs, weirtest.free_port(udp_and_tcp=False), 0,
-                              proxy_protocol_from=["127.0.0.1/32"])
-        self.fp = weirtest.Fastpath(BUILD_DIR, config)
-        self.addCleanup(self.fp.stop)
+        self.start(doh=False, proxy_protocol_from=["127.0.0.1/32"])
         self.front = weirtest.free_port(udp_and_tcp=False)
         cfg = os.path.join(self.tmp.name, "haproxy.cfg")
         with open(cfg, "w") as f:
