@@ -70,7 +70,7 @@ DnsTcpStream::Status DnsTcpStream::Answer(std::span<const uint8_t> answer) {
   const bool was_paused = paused();
   AppendFramed(answer, &out_);
   Queued(was_paused);
-  return was_empty ? Flush() : Status::kOpen;
+  return was_empty && !corked_ ? Flush() : Status::kOpen;
 }
 
 DnsTcpStream::Status DnsTcpStream::Flush() {

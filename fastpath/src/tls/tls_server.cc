@@ -72,6 +72,7 @@ absl::Status TlsServer::Init() {
     mailbox_.RunPending();
     now_ = std::chrono::steady_clock::now();
     core_.DrainReturns(node_.NowSeconds(), *this);
+    FlushHeld();
   });
   return absl::OkStatus();
 }
@@ -282,6 +283,8 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
   const ClientRoute route{slot_, Transport::kTcp, Token(id, 0)};
   // OpenSSL may hold decrypted bytes the socket will not signal again:
   // read on while it does (bounded, so one client cannot hold the thread).
+  // The answers to what one read brought go out together.
+  c.dot->set_corked(true);
   for (int round = 0; round < 64; ++round) {
     if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLOUT)) && c.dot->Read(now_) != Status::kOpen) return false;
     std::span<const uint8_t> query;
@@ -303,6 +306,8 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
     if (!c.io->HasBuffered() || c.dot->paused() || c.dot->read_closed()) break;
     ev = EPOLLIN;
   }
+  c.dot->set_corked(false);
+  if (c.dot->Flush() != Status::kOpen) return false;
   if (c.dot->Done()) return false;
   return true;
 }
@@ -523,19 +528,47 @@ void TlsServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answ
   const auto stream = static_cast<uint32_t>(route.token & 0xffffffffu);
   Conn* c = Find(id);
   if (c == nullptr) return;  // the client went away
+  // Answers that came back together leave together: queued here, written
+  // once per connection by FlushHeld() after the batch.
   if (c->phase == Phase::kDot) {
-    if (AnswerDot(*c, answer)) Watch(*c);
+    c->dot->set_corked(true);
+    if (AnswerDot(*c, answer)) held_.push_back(id);
     return;
   }
   if (c->phase != Phase::kHttp) return;
   RespondDns(*c, stream, answer);
-  // HTTP/1.1 answers in order and holds the pipelined requests behind a
-  // full window: with room again, it parses them (no socket event will).
-  if (c->http->WantsRead() && !c->http->Receive({}, now_)) c->http->Shutdown();
-  if (Find(id) == nullptr) return;
-  if (!FlushHttp(*c)) return Close(id, net::TcpCloseReason::kUnsent);
-  if (c->http->Done() && c->out_off == c->out.size()) return Close(id, net::TcpCloseReason::kClient);
-  Watch(*c);
+  held_.push_back(id);
+}
+
+void TlsServer::FlushHeld() {
+  for (uint32_t id : held_) {
+    Conn* c = Find(id);
+    if (c == nullptr) continue;
+    if (c->phase == Phase::kDot) {
+      if (!c->dot->corked()) continue;  // flushed already (listed twice)
+      c->dot->set_corked(false);
+      if (c->dot->Flush() != net::DnsTcpStream::Status::kOpen || c->dot->Done()) {
+        Close(id, net::TcpCloseReason::kClient);
+        continue;
+      }
+      Watch(*c);
+      continue;
+    }
+    // HTTP/1.1 answers in order and holds the pipelined requests behind a
+    // full window: with room again, it parses them (no socket event will).
+    if (c->http->WantsRead() && !c->http->Receive({}, now_)) c->http->Shutdown();
+    if ((c = Find(id)) == nullptr) continue;
+    if (!FlushHttp(*c)) {
+      Close(id, net::TcpCloseReason::kUnsent);
+      continue;
+    }
+    if (c->http->Done() && c->out_off == c->out.size()) {
+      Close(id, net::TcpCloseReason::kClient);
+      continue;
+    }
+    Watch(*c);
+  }
+  held_.clear();
 }
 
 void TlsServer::CloseExpired() {

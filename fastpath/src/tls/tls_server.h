@@ -163,6 +163,8 @@ class TlsServer final : public AnswerSink {
   bool Overflowed(const Conn& c) const;
   void Close(uint32_t id, net::TcpCloseReason why);
   void CloseExpired();
+  // Writes what SendHeld queued for each connection (after a batch of returns).
+  void FlushHeld();
   Conn* Find(uint32_t id);
 
   Node& node_;
@@ -185,6 +187,7 @@ class TlsServer final : public AnswerSink {
   std::vector<uint8_t> out_;  // an answer handled now
   std::vector<uint8_t> msg_;  // a copy of the query being handled
   std::vector<uint8_t> pad_;
+  std::vector<uint32_t> held_;  // connections SendHeld queued answers for
 };
 
 }  // namespace weir::fastpath::tls

@@ -81,6 +81,10 @@ class DnsTcpStream {
   Status Answer(std::span<const uint8_t> answer);
   // Writes queued answers (on EPOLLOUT). kClose when the socket failed.
   Status Flush();
+  // Corked, Answer() only queues: the owner answers a batch, then Flush()es
+  // once (over TLS one record and one send for the batch, not one each).
+  void set_corked(bool corked) { corked_ = corked; }
+  bool corked() const { return corked_; }
 
   // EPOLLIN while reading goes on (not half-closed, not paused), EPOLLOUT
   // while answers are queued.
@@ -114,6 +118,7 @@ class DnsTcpStream {
   std::vector<uint8_t> out_;
   size_t pending_ = 0;
   bool read_closed_ = false;
+  bool corked_ = false;
 };
 
 class DnsTcpReader {
