@@ -63,6 +63,13 @@ void TicketKeyRing::Rotate(Clock::time_point now) {
 
 namespace {
 
+// The ticket cipher, fetched once (EVP_aes_256_cbc() is an implicit fetch,
+// a provider lookup per ticket sealed or opened).
+const EVP_CIPHER* TicketCipher() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-CBC", nullptr);
+  return cipher;
+}
+
 bool InitMac(EVP_MAC_CTX* mac, const std::array<unsigned char, 32>& key) {
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {
@@ -82,7 +89,7 @@ int TicketKeyRing::Seal(unsigned char name[16], unsigned char iv[16], EVP_CIPHER
   const Key& k = keys_.front();
   if (RAND_bytes(iv, 16) != 1) return -1;
   std::memcpy(name, k.name.data(), 16);
-  if (EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+  if (EVP_EncryptInit_ex(cipher, TicketCipher(), nullptr, k.aes.data(), iv) != 1) return -1;
   return InitMac(mac, k.hmac) ? 1 : -1;
 }
 
@@ -91,7 +98,7 @@ int TicketKeyRing::Open(const unsigned char name[16], const unsigned char iv[16]
   for (size_t i = 0; i < keys_.size(); ++i) {
     const Key& k = keys_[i];
     if (std::memcmp(name, k.name.data(), 16) != 0) continue;
-    if (EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+    if (EVP_DecryptInit_ex(cipher, TicketCipher(), nullptr, k.aes.data(), iv) != 1) return -1;
     if (!InitMac(mac, k.hmac)) return -1;
     return i == 0 ? 1 : 2;  // 2: opened with an older key, issue a new ticket
   }
@@ -256,6 +263,9 @@ absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(const
   SSL_CTX_set_mode(
       ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_max_early_data(ctx, 0);
+  // A burst of pipelined queries arrives as several records: read what the
+  // socket has in one read(2), not a header and then a body per record.
+  SSL_CTX_set_read_ahead(ctx, 1);
   for (const TlsCertificateFiles& f : options.certificates) {
     if (SSL_CTX_use_certificate_chain_file(ctx, f.chain.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, f.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
