@@ -162,11 +162,28 @@ void ParseDpdk(Checker& c, const toml::table& t, DpdkConfig* d) {
 
 void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
   c.OnlyKeys(t, "tls",
-             {"certificate", "dot_port", "doh_port", "min_version", "session_tickets", "ticket_rotation_s",
-              "handshake_timeout_ms", "handshakes_per_second_per_source", "max_connections",
-              "max_connections_per_source", "source_prefix_v4", "source_prefix_v6", "idle_timeout_ms",
-              "lifetime_ms", "connection_buffer_bytes", "padding", "doh_path", "json_path", "http_max_streams",
-              "http_max_header_bytes", "http_max_body_bytes", "proxy_protocol_from"});
+             {"certificate",
+              "dot_port",
+              "doh_port",
+              "min_version",
+              "session_tickets",
+              "ticket_rotation_s",
+              "handshake_timeout_ms",
+              "handshakes_per_second_per_source",
+              "max_connections",
+              "max_connections_per_source",
+              "source_prefix_v4",
+              "source_prefix_v6",
+              "idle_timeout_ms",
+              "lifetime_ms",
+              "connection_buffer_bytes",
+              "padding",
+              "doh_path",
+              "json_path",
+              "http_max_streams",
+              "http_max_header_bytes",
+              "http_max_body_bytes",
+              "proxy_protocol_from"});
   if (const toml::node* certs = t.get("certificate")) {
     const toml::array* arr = certs->as_array();
     if (arr == nullptr) {
@@ -183,7 +200,8 @@ void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
         c.String(*ct, "chain", &cert.chain);
         c.String(*ct, "key", &cert.key);
         if (cert.chain.empty() || cert.key.empty()) {
-          c.Fail(ct->source(), "[[tls.certificate]] needs 'chain' (PEM certificate chain) and 'key' (PEM key)");
+          c.Fail(ct->source(),
+                 "[[tls.certificate]] needs 'chain' (PEM certificate chain) and 'key' (PEM key)");
           continue;
         }
         tls->certificates.push_back(std::move(cert));
@@ -196,7 +214,8 @@ void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
   c.Int(t, "doh_port", &tls->doh_port, 0, 65535);
   if (tls->dot_port != 0 && tls->dot_port == tls->doh_port)
     c.Fail(t.get("doh_port")->source(), "'dot_port' and 'doh_port' must differ");
-  if (c.String(t, "min_version", &tls->min_version) && tls->min_version != "1.2" && tls->min_version != "1.3") {
+  if (c.String(t, "min_version", &tls->min_version) && tls->min_version != "1.2" &&
+      tls->min_version != "1.3") {
     c.Fail(t.get("min_version")->source(),
            Cat("'min_version' is \"1.2\" or \"1.3\", not \"", tls->min_version, "\""));
   }
@@ -209,8 +228,10 @@ void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
   c.Bool(t, "padding", &tls->padding);
   for (const char* key : {"doh_path", "json_path"}) {
     std::string* out = std::string_view(key) == "doh_path" ? &tls->doh_path : &tls->json_path;
-    if (c.String(t, key, out) && (out->empty() || (*out)[0] != '/' || out->find_first_of("?# ") != std::string::npos)) {
-      c.Fail(t.get(key)->source(), Cat("'", key, "' must be a path: starting with '/', without '?', '#' or spaces"));
+    if (c.String(t, key, out) &&
+        (out->empty() || (*out)[0] != '/' || out->find_first_of("?# ") != std::string::npos)) {
+      c.Fail(t.get(key)->source(),
+             Cat("'", key, "' must be a path: starting with '/', without '?', '#' or spaces"));
     }
   }
   if (tls->doh_path == tls->json_path) c.Fail(t.source(), "'doh_path' and 'json_path' must differ");

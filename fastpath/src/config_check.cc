@@ -64,10 +64,12 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path,
         // unreadable, expired, not yet valid, a key not the certificate's.
         if (cfg.ok() && !cfg->tls.certificates.empty()) {
           net::TlsServerOptions o;
-          for (const TlsConfig::Certificate& cert : cfg->tls.certificates) o.certificates.push_back({cert.chain, cert.key});
+          for (const TlsConfig::Certificate& cert : cfg->tls.certificates)
+            o.certificates.push_back({cert.chain, cert.key});
           if (auto infos = net::TlsServerContext::Check(o); !infos.ok()) {
             const toml::node* n = root.at_path("tls.certificate").node();
-            c.Fail(n != nullptr ? n->source() : root.source(), Cat("[tls] ", ToStd(infos.status().message())));
+            c.Fail(n != nullptr ? n->source() : root.source(),
+                   Cat("[tls] ", ToStd(infos.status().message())));
           }
         }
       });

@@ -215,10 +215,10 @@ ControlReply Node::Control(const ControlRequest& r) {
         st = Reload(&what);
       }
       common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
-      reply =
-          st.ok()
-              ? StructuredReply(Json{{"reloaded", true}, {"what", what}}).Text(Cat("reloaded ", what, "\n")).Render()
-              : ControlReply::Error(std::string(ToStd(st.message())));
+      reply = st.ok() ? StructuredReply(Json{{"reloaded", true}, {"what", what}})
+                            .Text(Cat("reloaded ", what, "\n"))
+                            .Render()
+                      : ControlReply::Error(std::string(ToStd(st.message())));
     }
   } else if (r.verb == "upstreams") {
     if (no_args()) reply = UpstreamsReply();

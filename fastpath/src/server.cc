@@ -123,7 +123,8 @@ absl::Status Server::Start() {
   // server, slot `workers + 1` its encrypted front when [tls] is set.
   const int workers = s.backend->workers();
   s.node = std::make_unique<Node>(s.config, s.test_clock);
-  if (absl::Status st = s.node->Prepare(workers + 1 + (s.backend->serves_tls() ? 1 : 0)); !st.ok()) return fail(st);
+  if (absl::Status st = s.node->Prepare(workers + 1 + (s.backend->serves_tls() ? 1 : 0)); !st.ok())
+    return fail(st);
   if (absl::Status st = s.backend->Attach(*s.node); !st.ok()) return fail(st);
   s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
     if (s.backend) s.backend->RenderMetrics(w);

@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
+from weirtest import tls as wtls  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -261,12 +262,16 @@ class ShippedExamplesTest(unittest.TestCase):
                 self.check("weir-mgmt", path)
 
     def test_demo_template_passes_check_once_filled(self):
-        # scripts/demo.py fills @RECURSOR@ and @MGMT@ with the addresses it started and runs the
-        # fastpath beside weir-mgmt's token (mgmt.token).
-        with open(os.path.join(SOURCE_DIR, "examples", "demo", "fastpath.toml")) as f:
-            text = f.read().replace("@RECURSOR@", "127.0.0.1:5353").replace("@MGMT@", "127.0.0.1:8054")
-        self.assertNotRegex(text, r"@[A-Z_]+@")
+        # scripts/demo.py fills @RECURSOR@ and @MGMT@ with the addresses it started, the DoT/DoH
+        # ports and the certificate it made, and runs the fastpath beside weir-mgmt's token
+        # (mgmt.token).
         with tempfile.TemporaryDirectory() as tmp:
+            certs = wtls.Certs(tmp)
+            with open(os.path.join(SOURCE_DIR, "examples", "demo", "fastpath.toml")) as f:
+                text = (f.read().replace("@RECURSOR@", "127.0.0.1:5353").replace("@MGMT@", "127.0.0.1:8054")
+                        .replace("@DOT_PORT@", "853").replace("@DOH_PORT@", "443")
+                        .replace("@TLS_CHAIN@", certs.chain).replace("@TLS_KEY@", certs.key))
+            self.assertNotRegex(text, r"@[A-Z_]+@")
             with open(os.path.join(tmp, "mgmt.token"), "w") as f:
                 f.write("demo-token-0123456789\n")
             self.check("weir-fastpath", weirtest.write_temp(text, directory=tmp))

@@ -91,7 +91,7 @@ std::string Strerror(int e) { return rte_strerror(e < 0 ? -e : e); }
 struct Backend::Impl {
   FastpathConfig config;
   bool eal_up = false;
-  kernel::TcpFront tcp;  // DNS over TCP is the kernel's, through the exception interfaces
+  kernel::TcpFront tcp;                // DNS over TCP is the kernel's, through the exception interfaces
   std::unique_ptr<tls::TlsFront> tls;  // DoT and DoH too
   std::vector<unsigned> lcores;
   rte_mempool* pool = nullptr;

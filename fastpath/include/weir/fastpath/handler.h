@@ -47,8 +47,8 @@ enum class StreamKind : uint8_t { kTcp, kDot, kDoh };
 
 struct ClientInfo {
   common::IpAddress addr;
-  bool tcp = false;  // any stream transport: no truncation, no UDP limits
-  uint16_t port = 0;  // the source port, for dnstap only
+  bool tcp = false;                      // any stream transport: no truncation, no UDP limits
+  uint16_t port = 0;                     // the source port, for dnstap only
   StreamKind stream = StreamKind::kTcp;  // which one, when `tcp`
 };
 
