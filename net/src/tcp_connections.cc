@@ -7,6 +7,12 @@
 
 namespace weir::net {
 
+std::string RefusalText(TcpCloseReason refused, std::string_view keys) {
+  return refused == TcpCloseReason::kPerSourceLimit
+             ? std::string(keys) + "max_connections_per_source reached"
+             : std::string(keys) + "max_connections reached and none idle";
+}
+
 std::string_view TcpCloseReasonName(TcpCloseReason r) {
   switch (r) {
     case TcpCloseReason::kIdle:

@@ -192,10 +192,7 @@ void Front::OnAccept(const net::AcceptedConnection& ac, bool control) {
     const net::TcpConnectionTable::Admission a = table_.Admit(peer, SteadyClock::now());
     if (!a.admitted) {
       static common::RateLimitedLog limit_log({.component = "accept"});
-      limit_log(peer.ToString(), ": refused (",
-                a.refused == net::TcpCloseReason::kPerSourceLimit
-                    ? "server.tcp_max_connections_per_source reached)"
-                    : "server.tcp_max_connections reached and none idle)");
+      limit_log(peer.ToString(), ": refused (", net::RefusalText(a.refused, "server.tcp_"), ")");
       close(c);
       return;
     }

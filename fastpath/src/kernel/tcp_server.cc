@@ -99,10 +99,8 @@ void TcpServer::OnAccept(const net::AcceptedConnection& ac) {
   const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
   if (!a.admitted) {
     static common::RateLimitedLog limit_log({.component = "accept"});
-    limit_log("TCP connection from ", peer.ToString(), " refused: ",
-              a.refused == net::TcpCloseReason::kPerSourceLimit
-                  ? "server.tcp_max_connections_per_source reached"
-                  : "server.tcp_max_connections reached and none idle");
+    limit_log("TCP connection from ", peer.ToString(),
+              " refused: ", net::RefusalText(a.refused, "server.tcp_"));
     close(cfd);
     return;
   }

@@ -118,10 +118,7 @@ void TlsServer::OnAccept(const net::AcceptedConnection& ac, Listener kind) {
   const net::TcpConnectionTable::Admission a = table_.Admit(peer, now_);
   if (!a.admitted) {
     static common::RateLimitedLog limit_log({.component = "tls"});
-    limit_log("TLS connection from ", peer.ToString(), " refused: ",
-              a.refused == net::TcpCloseReason::kPerSourceLimit
-                  ? "tls.max_connections_per_source reached"
-                  : "tls.max_connections reached and none idle");
+    limit_log("TLS connection from ", peer.ToString(), " refused: ", net::RefusalText(a.refused, "tls."));
     close(cfd);
     return;
   }

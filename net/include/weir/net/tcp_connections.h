@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -68,6 +69,9 @@ enum class TcpCloseReason : uint8_t {
   kCount,
 };
 std::string_view TcpCloseReasonName(TcpCloseReason r);
+// Why Admit() refused a connection, for the log, naming the limit as the
+// owner's config does: `keys` is its prefix ("server.tcp_", "tls.").
+std::string RefusalText(TcpCloseReason refused, std::string_view keys);
 
 class TcpConnectionTable {
  public:
