@@ -21,8 +21,14 @@
 #include "weir/dns/wire.h"
 #include "weir/dns/writer.h"
 
+#include "query_string.h"
+
 namespace weir::dns::doh {
 namespace {
+
+using internal::FindParam;
+using internal::Param;
+using internal::ParseFlag;
 
 // The EDNS buffer size of the JSON form's queries: the DNS flag day 2020
 // value every public resolver uses.
@@ -39,53 +45,6 @@ Request Error(int status, std::string error) {
   r.status = status;
   r.error = std::move(error);
   return r;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// RFC 3986 2.1: "%XX" is the octet XX. A '%' without two hex digits after
-// it is an error. '+' stays '+' (it means a space only in HTML forms, and
-// is a base64 character).
-bool PercentDecode(std::string_view in, std::string* out) {
-  out->clear();
-  out->reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out->push_back(in[i]);
-      continue;
-    }
-    if (in.size() - i < 3) return false;
-    const int hi = HexValue(in[i + 1]);
-    const int lo = HexValue(in[i + 2]);
-    if (hi < 0 || lo < 0) return false;
-    out->push_back(static_cast<char>(hi << 4 | lo));
-    i += 2;
-  }
-  return true;
-}
-
-enum class Param : uint8_t { kAbsent, kFound, kBadEncoding };
-
-// The first parameter named `key` in the query string `query` ("a=1&b"),
-// its name and value percent-decoded. A parameter whose name does not
-// decode is not `key`.
-Param FindParam(std::string_view query, std::string_view key, std::string* value) {
-  std::string name;
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (!PercentDecode(pair.substr(0, eq), &name) || name != key) continue;
-    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    return PercentDecode(raw, value) ? Param::kFound : Param::kBadEncoding;
-  }
-  return Param::kAbsent;
 }
 
 // The checks that make a message a DNS query worth resolving; everything
@@ -182,20 +141,6 @@ bool NameToWire(std::string_view text, std::vector<uint8_t>* wire) {
     wire->push_back(0);
   }
   return wire->size() <= kMaxNameWire;
-}
-
-// 0/1/false/true in any case; "" is false.
-bool ParseFlag(std::string_view text, bool* out) {
-  const absl::string_view t = Absl(text);
-  if (t.empty() || t == "0" || absl::EqualsIgnoreCase(t, "false")) {
-    *out = false;
-    return true;
-  }
-  if (t == "1" || absl::EqualsIgnoreCase(t, "true")) {
-    *out = true;
-    return true;
-  }
-  return false;
 }
 
 bool AllDigits(std::string_view s) {

@@ -244,6 +244,22 @@ void ParseTls(Checker& c, const toml::table& t, TlsConfig* tls) {
   }
 }
 
+void ParseHttpDns(Checker& c, const toml::table& t, HttpDnsConfig* h) {
+  c.OnlyKeys(t, "httpdns",
+             {"enabled", "http_port", "accounts_file", "anonymous", "anonymous_rps", "rps_per_source",
+              "max_batch", "max_url_bytes", "trusted_callers", "optimistic"});
+  c.Bool(t, "enabled", &h->enabled);
+  c.Int(t, "http_port", &h->http_port, 0, 65535);
+  c.String(t, "accounts_file", &h->accounts_file);
+  c.Bool(t, "anonymous", &h->anonymous);
+  c.Int(t, "anonymous_rps", &h->anonymous_rps, 0, 10000000);
+  c.Int(t, "rps_per_source", &h->rps_per_source, 0, 10000000);
+  c.Int(t, "max_batch", &h->max_batch, 1, 32);
+  c.Int(t, "max_url_bytes", &h->max_url_bytes, 256, 65536);
+  c.List(t, "trusted_callers", &h->trusted_callers, common::Cidr::Parse);
+  c.Bool(t, "optimistic", &h->optimistic);
+}
+
 }  // namespace
 
 const std::vector<std::string>& AllBackends() {
@@ -261,7 +277,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   cfg.path = name;
   c.OnlyKeys(root, "top level",
              {"server", "acl", "rate_limit", "partitions", "cache", "upstream", "mgmt", "control", "dpdk",
-              "tls", "dnstap", "log"});
+              "tls", "httpdns", "dnstap", "log"});
   mgmt::ParseNodeMgmt(c, root, "fastpath", &cfg.mgmt);
   mgmt::ParseControlTable(c, root, "fastpath", &cfg.control);
   common::ParseLogTable(c, root, &cfg.log);
@@ -384,6 +400,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
   }
   if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
   if (const toml::table* s = SubTable(c, root, "tls")) ParseTls(c, *s, &cfg.tls);
+  if (const toml::table* s = SubTable(c, root, "httpdns")) ParseHttpDns(c, *s, &cfg.httpdns);
   dnstap::ParseConfig(c, root, &cfg.dnstap);
 
   // Whole-file rules, reported at line 1 since they involve several keys.
@@ -408,6 +425,16 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
         "[server] weight_option_code collides with IANA-assigned EDNS option codes (use 65001 or another "
         "local code)");
   }
+  if (cfg.httpdns.enabled && cfg.httpdns.http_port == 0 && (!cfg.tls.enabled() || cfg.tls.doh_port == 0)) {
+    c.FailWhole(
+        "[httpdns] is served on [tls] doh_port (HTTPS) and on http_port (plain HTTP): set http_port, or "
+        "configure [tls] with a certificate and doh_port");
+  }
+  if (cfg.httpdns.enabled && cfg.httpdns.http_port != 0 &&
+      (cfg.httpdns.http_port == cfg.tls.dot_port || cfg.httpdns.http_port == cfg.tls.doh_port) &&
+      cfg.tls.enabled()) {
+    c.FailWhole("[httpdns] http_port must differ from [tls] dot_port and doh_port");
+  }
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
   if (cfg.weighted.empty()) cfg.weighted = cfg.ordinary;
   return cfg;
@@ -418,9 +445,10 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path, const std::ve
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path, built);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(path, {&cfg->citymap_path, &cfg->tags_path, &cfg->mgmt.token_file,
-                                   &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
-                                   &cfg->control.socket_path, &cfg->control.token_file});
+  common::ResolveRelativeTo(
+      path, {&cfg->citymap_path, &cfg->tags_path, &cfg->httpdns.accounts_file, &cfg->mgmt.token_file,
+             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
+             &cfg->control.socket_path, &cfg->control.token_file});
   for (TlsConfig::Certificate& cert : cfg->tls.certificates) {
     common::ResolveRelativeTo(path, {&cert.chain, &cert.key});
   }

@@ -335,7 +335,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   std::vector<std::vector<std::vector<int16_t>>> current(raws.size());
   std::vector<int> workers;  // the slots that run a worker
   // Slots: the workers, then the TCP thread's, then the encrypted front's.
-  const int tls_slot = config_.tls.enabled() ? slots() - 1 : -1;
+  const int tls_slot = config_.front_enabled() ? slots() - 1 : -1;
   const int tcp_slot = slots() - 1 - (tls_slot >= 0 ? 1 : 0);
   for (int w = 0; w < slots(); ++w) {
     if (w < tcp_slot || (w == tcp_slot && config_.tcp) || w == tls_slot) workers.push_back(w);

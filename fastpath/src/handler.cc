@@ -109,6 +109,7 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
   const partitions::Tag* tag = c.tag;
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
+  if (mode == partitions::AnswerMode::kSingle && c.ordered) mode = partitions::AnswerMode::kOrdered;
   uint8_t weights[dns::kMaxWeightedAddresses];
   partitions::AnswerWrite aw;
   const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights);
@@ -170,8 +171,8 @@ size_t QueryHandler::WriteBudgeted(QueryContext* c, uint32_t now, Write write) {
 
 Verdict QueryHandler::HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
                                      HandleMode mode, const RelayedAnswer* relay, uint8_t* out,
-                                     size_t out_cap, size_t* out_len, MissRequest* miss) {
-  const Verdict v = Handle(pkt, len, client, now, out, out_cap, out_len, miss, mode);
+                                     size_t out_cap, size_t* out_len, MissRequest* miss, AnswerInfo* info) {
+  const Verdict v = Handle(pkt, len, client, now, out, out_cap, out_len, miss, mode, info);
   if (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch) return Verdict::kReply;
   if (v == Verdict::kMiss && mode == HandleMode::kRetry) return Verdict::kMiss;
   if (v != Verdict::kMiss) return v;  // it did not parse, or did not fit
@@ -239,6 +240,9 @@ bool QueryHandler::Begin(const uint8_t* pkt, size_t len, const ClientInfo& clien
       client.tcp ? std::min<size_t>(out_cap, 65535)
                  : std::min<size_t>(query.udp_limit(), std::max<size_t>(options_.edns_udp_size, 512));
   c->tcp = client.tcp;
+  c->ordered = client.ordered;
+  c->optimistic = client.optimistic;
+  c->stale = false;
   // An answer from here: counted by its RCODE (and `why` when it is an
   // error), or a drop when not even the header could be written.
   auto reply = [&](size_t n, dns::Rcode rcode, std::optional<ErrorReason> why) {
@@ -340,6 +344,12 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
     } else if (mode == HandleMode::kAfterFill && e->expires() >= now) {
       serve = true;  // the answer just received, with a TTL of 0
       ttl = partitions::AnswerTtl::Aged(e->Age(now));
+    } else if (mode == HandleMode::kNormal && c->optimistic && fresh == partitions::Freshness::kStale) {
+      // The optimistic cache: the stale answer now, the refresh behind it.
+      serve = true;
+      ttl = partitions::AnswerTtl::Stale(options_.stale_answer_ttl);
+      counters_->stale_served.Add();
+      c->stale = true;
     } else if (mode == HandleMode::kAfterFill || mode == HandleMode::kStaleOk) {
       // An old entry: the upstream failed, or answered with something not
       // cacheable (REFUSED, TC...): RFC 8767 prefers the stale answer, every
@@ -347,6 +357,7 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
       serve = true;
       ttl = partitions::AnswerTtl::Stale(options_.stale_answer_ttl);
       counters_->stale_served.Add();
+      c->stale = true;
     }
     if (serve) {
       if (mode == HandleMode::kNormal) counters_->hits.Add();
@@ -356,7 +367,8 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
         return Verdict::kDrop;
       }
       counters_->Response(c->tcp, static_cast<unsigned>(e->rcode()));
-      if (mode == HandleMode::kNormal && fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) {
+      if (mode == HandleMode::kNormal &&
+          ((fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) || c->stale)) {
         // Fill `miss` below and let the caller refresh the entry.
       } else {
         return Verdict::kReply;
@@ -366,7 +378,7 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
     return Verdict::kMiss;  // the caller sends its fallback answer
   }
 
-  const bool prefetch = e != nullptr && fresh == partitions::Freshness::kFresh;
+  const bool prefetch = e != nullptr && (fresh == partitions::Freshness::kFresh || c->stale);
   if (!prefetch) counters_->misses.Add();
   miss->partition = partition;
   miss->qtype = query.qtype;
@@ -392,9 +404,10 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
 
 Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
                              uint8_t* out, size_t out_cap, size_t* out_len, MissRequest* miss,
-                             HandleMode mode) {
+                             HandleMode mode, AnswerInfo* info) {
   QueryContext* c = &single_;
   Verdict v;
+  if (info != nullptr) *info = AnswerInfo{};
   if (!Begin(pkt, len, client, now, out, out_cap, out_len, mode, c, &v)) return v;
   const partitions::TagTable* tags = shared_->tags.Get();
   c->tag = tags != nullptr ? tags->Lookup(c->query.qname.span(), c->query.qname_labels.span()) : nullptr;
@@ -402,7 +415,13 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   c->entry = nullptr;
   c->fresh = partitions::Freshness::kMiss;
   if (!c->dnssec) c->entry = shared_->cache->Find(c->key(), c->hash, now, &c->fresh);
-  return Finish(c, now, out, out_cap, out_len, miss, mode);
+  v = Finish(c, now, out, out_cap, out_len, miss, mode);
+  if (info != nullptr && c->entry != nullptr && (v == Verdict::kReply || v == Verdict::kReplyAndPrefetch)) {
+    info->cached = true;
+    info->stale = c->stale;
+    info->origin_ttl = c->entry->ttl();
+  }
+  return v;
 }
 
 void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {

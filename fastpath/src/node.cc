@@ -57,11 +57,16 @@ absl::Status Node::Prepare(int slots) {
     if (!n.ok()) return n.status();
     node_start_ = std::make_unique<mgmt::NodeStart>(*std::move(n));
   }
+  if (config_.mgmt.enabled && config_.httpdns.enabled && !config_.httpdns.accounts_file.empty()) {
+    common::LogWarning("httpdns", "[httpdns] accounts_file ", config_.httpdns.accounts_file,
+                       " is ignored: with [mgmt] the accounts come from weir-mgmt");
+  }
   if (node_start_ && node_start_->stored) {
     // The last snapshot mgmt pushed wins over the files: it is newer.
     const mgmt::Snapshot& snap = *node_start_->stored;
-    if (absl::Status st =
-            ApplyPartitions(snap.citymap, "stored snapshot citymap", snap.tags, "stored snapshot tags");
+    const AccountsText accounts{snap.accounts, "stored snapshot accounts"};
+    if (absl::Status st = ApplyPartitions(snap.citymap, "stored snapshot citymap", snap.tags,
+                                          "stored snapshot tags", &accounts);
         !st.ok()) {
       return st;
     }
@@ -97,7 +102,8 @@ absl::Status Node::Start() {
   mgmt_client_ = std::make_unique<mgmt::NodeClient>(
       mgmt::MakeNodeClientOptions(config_.mgmt, "fastpath", node_start_->token),
       [this](const mgmt::Snapshot& snap) {
-        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags");
+        const AccountsText accounts{snap.accounts, "accounts"};
+        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags", &accounts);
       });
   mgmt_client_->SetControlHandler([this](const mgmt::ControlRequest& r) { return Control(r); });
   return node_start_->stored ? mgmt_client_->Start(node_start_->stored->version, node_start_->stored->origin)
@@ -127,8 +133,13 @@ absl::Status Node::Reload(std::string* what) {
     return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
   }
   if (absl::Status st = LoadPartitions(); !st.ok()) return st;
-  if (what != nullptr) *what = done.empty() ? "the city map and tags" : done + ", the city map and tags";
+  const std::string files = AccountsFromFile() ? "the city map, tags and HTTPDNS accounts" : "the city map and tags";
+  if (what != nullptr) *what = done.empty() ? files : Cat(done, ", ", files);
   return absl::OkStatus();
+}
+
+bool Node::AccountsFromFile() const {
+  return !config_.mgmt.enabled && config_.httpdns.enabled && !config_.httpdns.accounts_file.empty();
 }
 
 absl::Status Node::LoadPartitions() {
@@ -149,7 +160,11 @@ absl::Status Node::LoadPartitions() {
   if (!config_.tags_path.empty()) {
     if (absl::Status st = read(config_.tags_path, &tags_text); !st.ok()) return st;
   }
-  return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path);
+  if (!AccountsFromFile()) return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path);
+  std::string accounts_text;
+  if (absl::Status st = read(config_.httpdns.accounts_file, &accounts_text); !st.ok()) return st;
+  const AccountsText accounts{accounts_text, config_.httpdns.accounts_file};
+  return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path, &accounts);
 }
 
 namespace {
@@ -191,18 +206,28 @@ absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const p
 }  // namespace
 
 absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_name,
-                                   std::string_view tags_text, std::string_view tags_name) {
+                                   std::string_view tags_text, std::string_view tags_name,
+                                   const AccountsText* accounts) {
   partitions::CityMapOptions cmo;
   if (!config_.default_city.empty()) cmo.default_city = config_.default_city;
   auto parsed = partitions::CityMap::FromCsv(csv, cmo);
   if (!parsed.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
   auto tags = partitions::TagTable::FromText(tags_text);
   if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+  std::shared_ptr<const std::vector<dns::httpdns::Account>> next_accounts;
+  if (accounts != nullptr) {
+    // ParseAccounts' errors name the line, never a secret.
+    auto a = dns::httpdns::ParseAccounts(accounts->text);
+    if (!a.ok()) return absl::InvalidArgumentError(Cat(accounts->name, ": ", ToStd(a.status().message())));
+    next_accounts = std::make_shared<const std::vector<dns::httpdns::Account>>(*std::move(a));
+  }
   std::lock_guard<std::mutex> l(apply_mu_);
   auto cm = StableCityIds(**parsed, &city_names_);
   if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
+  // Everything is valid: from here on all of it is applied.
   shared_.citymap.Publish(*std::move(cm));
   shared_.tags.Publish(*std::move(tags));
+  if (next_accounts) accounts_.store(std::move(next_accounts), std::memory_order_release);
   if (!shared_.cache) {
     partitions::CacheOptions co;
     co.byte_budget = config_.cache_bytes;

@@ -149,7 +149,8 @@ void WorkerCore::HandleBurst(QueryHandler::BurstPacket* packets, size_t n, uint3
 }
 
 bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& client, const ClientRoute& route,
-                           uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped) {
+                           uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped,
+                           AnswerInfo* info) {
   MissRequest miss;
   *dropped = false;
   const auto received = std::chrono::steady_clock::now();
@@ -158,7 +159,8 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
     tapped_at = dnstap::Now();
     TapQuery(query, client, tapped_at);
   }
-  const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss);
+  const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss,
+                                    HandleMode::kNormal, info);
   if (Answered(v) && (tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0)) [[unlikely]]
     TapResponse({out, *out_len}, client, tapped_at);
   if (v == Verdict::kMiss || v == Verdict::kReplyAndPrefetch) {
@@ -237,7 +239,7 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
     size_t len = 0;
     MissRequest again;
     const Verdict v = handler_.HandleReturned(c.query.data(), c.query.size(), c.client, now, q.mode,
-                                              q.relay.get(), out_.get(), cap, &len, &again);
+                                              q.relay.get(), out_.get(), cap, &len, &again, &held_info_);
     if (v == Verdict::kMiss) {
       // The name became tagged through its chain: ask again, as a tagged name.
       c.miss = again;
@@ -245,6 +247,7 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
       if (Submit(std::move(c), true)) {
         resubmitted = true;
       } else {
+        held_info_ = AnswerInfo{};
         io.SendHeld(route, {});
       }
       continue;

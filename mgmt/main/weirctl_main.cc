@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -208,7 +209,8 @@ std::string DefaultActor() {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "weirctl: manage weir's domain tags and city map through weir-mgmt, and control a node's cache "
+      "weirctl: manage weir's domain tags, city map and HTTPDNS accounts through weir-mgmt, and control a "
+      "node's cache "
       "(docs/operator-guide.md)"};
   app.require_subcommand(1);
   app.fallthrough();  // global options (--json, --control ...) may follow the command too
@@ -253,6 +255,8 @@ int main(int argc, char** argv) {
   tag->require_subcommand(1);
   CLI::App* cm = app.add_subcommand("citymap", "the city map (CIDR -> city)");
   cm->require_subcommand(1);
+  CLI::App* account = app.add_subcommand("account", "HTTPDNS accounts (docs/mgmt.md#httpdns-accounts)");
+  account->require_subcommand(1);
   std::array<CLI::App*, weir::mgmt::kCommands.size()> sub{};
   for (const weir::mgmt::CommandSpec& spec : weir::mgmt::kCommands) {
     if (spec.weirctl.empty()) continue;
@@ -285,6 +289,28 @@ int main(int argc, char** argv) {
   std::string rm_node;
   of(Command::kNodeRm)->add_option("node", rm_node, "its node_id")->required();
   of(Command::kAudit)->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
+  // HTTPDNS accounts. Each option is sent only when given (set changes only those).
+  std::string acc_name, acc_unsigned, acc_md5, acc_rps, acc_secret_file;
+  for (Command id : {Command::kAccountAdd, Command::kAccountRotate, Command::kAccountRetire, Command::kAccountSet,
+                     Command::kAccountRm}) {
+    of(id)->add_option("name", acc_name, "the account: 1..64 of A-Z a-z 0-9 _ . -")->required();
+  }
+  for (Command id : {Command::kAccountAdd, Command::kAccountSet}) {
+    of(id)
+        ->add_option("--unsigned", acc_unsigned, "serve requests without a signature (default off)")
+        ->check(CLI::IsMember({"on", "off"}));
+    of(id)
+        ->add_option("--legacy-md5", acc_md5, "accept the legacy md5(host-secret-t) signature (default off)")
+        ->check(CLI::IsMember({"on", "off"}));
+    of(id)
+        ->add_option("--rps", acc_rps, "requests per second for the account on each node (0, the default: no limit)")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{UINT32_MAX}));
+  }
+  for (Command id : {Command::kAccountAdd, Command::kAccountRotate}) {
+    of(id)->add_option("--secret-file", acc_secret_file,
+                       "take the secret from FILE (16..128 printable characters, no spaces; a trailing newline "
+                       "is dropped) instead of a new random one");
+  }
 
   // Node commands: answered by a node's control channel (--control), or by
   // every node through weir-mgmt (--all).
@@ -459,6 +485,28 @@ int main(int argc, char** argv) {
     case Command::kAudit:
       args = {std::to_string(limit)};
       break;
+    case Command::kAccountAdd:
+    case Command::kAccountRotate:
+    case Command::kAccountRetire:
+    case Command::kAccountSet:
+    case Command::kAccountRm: {
+      args = {acc_name};
+      if (!acc_unsigned.empty()) args.push_back("unsigned=" + acc_unsigned);
+      if (!acc_md5.empty()) args.push_back("legacy_md5=" + acc_md5);
+      if (!acc_rps.empty()) args.push_back("rps=" + acc_rps);
+      if (!acc_secret_file.empty()) {
+        std::string secret;
+        if (!ReadFile(acc_secret_file, &secret)) return Die("cannot read " + acc_secret_file);
+        if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+        if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+        if (secret.empty()) return Die(acc_secret_file + " holds no secret");
+        args.push_back("secret=" + secret);  // weir-mgmt checks it (errors never show it)
+      }
+      if (spec->id == Command::kAccountSet && args.size() == 1)
+        return Die("account set: give --unsigned, --legacy-md5 or --rps");
+      break;
+    }
+    case Command::kAccountLs:
     case Command::kTagLs:
     case Command::kCitymapLs:
     case Command::kNodes:

@@ -214,6 +214,11 @@ absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::s
     return absl::UnavailableError(
         Cat("cannot create state_dir ", config.state_dir, ": ", std::strerror(errno)));
   }
+  // A file an older version stored is group-readable; it may hold the
+  // HTTPDNS accounts' secrets (every new one is created 0600).
+  if (const std::string file = config.state_dir + "/snapshot"; chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+    common::LogWarning("mgmt", "cannot make ", file, " private: ", std::strerror(errno));
+  }
   auto stored = LoadPersistedSnapshot(config.state_dir);
   if (stored.ok()) {
     if (absl::Status v = ValidateSnapshot(*stored); v.ok()) {

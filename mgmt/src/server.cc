@@ -22,6 +22,7 @@
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
+#include "weir/mgmt/accounts.h"
 #include "weir/mgmt/commands.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
@@ -93,16 +94,6 @@ absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path) {
 }
 
 namespace {
-
-std::string TimeText(int64_t t) {
-  if (t == 0) return "-";
-  std::time_t tt = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char b[32];
-  std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
 
 // The store's own failures (SQLite), as opposed to a change it refused.
 bool IsDatabaseFailure(const absl::Status& st) {
@@ -445,7 +436,15 @@ void MgmtServer::Impl::MaybePush(Conn& c) {
   // overwrites what a node runs.
   if (store->version() == 0) return;
   if (c.sent_version == store->version() && c.sent_origin == store->snapshot().origin) return;
-  c.out = Encode(SnapshotMessage(store->snapshot()));
+  if (c.kind == "fastpath" || store->snapshot().accounts.empty()) {
+    c.out = Encode(SnapshotMessage(store->snapshot()));
+  } else {
+    // Only weir-fastpath answers HTTPDNS: no other node is given the
+    // accounts' secrets (its version is the same, without them).
+    Snapshot without = store->snapshot();
+    without.accounts.clear();
+    c.out = Encode(SnapshotMessage(without));
+  }
   ++counters.snapshots_pushed;
   c.sent_version = store->version();
   c.sent_origin = store->snapshot().origin;
@@ -603,6 +602,25 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
       return ListNodes(c);
     case Command::kAudit:
       return ListAudit(c, args);
+    case Command::kAccountAdd:
+    case Command::kAccountRotate:
+    case Command::kAccountRetire:
+    case Command::kAccountSet:
+    case Command::kAccountRm: {
+      // The reply may hold the new secret: it is never logged (nor are
+      // the request's arguments, which may hold the operator's).
+      auto change = ChangeAccount(*store, spec->id, args, actor);
+      if (!change.ok()) {
+        if (IsDatabaseFailure(change.status())) ++counters.persistence_errors;
+        common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(change.status().message()));
+        return Reply(c, false, Text(change.status().message()), "");
+      }
+      common::LogInfo("ctl", change->what, " by ", actor, ": version ", change->version);
+      PushAll();
+      return Reply(c, change->reply);
+    }
+    case Command::kAccountLs:
+      return Reply(c, ListAccounts(*store));
   }
   return Reply(c, false, Cat("unknown request '", verb, "'"), "");
 }
@@ -640,10 +658,12 @@ void MgmtServer::Impl::Status(Conn& c) {
   StructuredReply r(Json{{"version", s.version},
                          {"tags", tags},
                          {"citymap_bytes", s.citymap.size()},
+                         {"accounts", store->accounts().size()},
                          {"nodes_connected", nodes}});
   r.Block([](const Json& d) {
     return Cat("version ", CellText(d, "version"), "\ntags ", CellText(d, "tags"), "\ncitymap bytes ",
-               CellText(d, "citymap_bytes"), "\nnodes connected ", CellText(d, "nodes_connected"), "\n");
+               CellText(d, "citymap_bytes"), "\naccounts ", CellText(d, "accounts"), "\nnodes connected ",
+               CellText(d, "nodes_connected"), "\n");
   });
   return Reply(c, r);
 }
@@ -695,7 +715,7 @@ void MgmtServer::Impl::ListNodes(Conn& c) {
       common::CatTo(text, CellText(n, "node"), " kind=", CellText(n, "kind"),
                     " connected=", CellText(n, "connected"), " version=", CellText(n, "version"),
                     " state=", state, " peer=", CellText(n, "peer"),
-                    " last_seen=", TimeText(n["last_seen"].get<int64_t>()), "\n");
+                    " last_seen=", UtcTimeText(n["last_seen"].get<int64_t>()), "\n");
     }
     return text;
   });
@@ -725,7 +745,7 @@ void MgmtServer::Impl::ListAudit(Conn& c, const std::vector<std::string>& args) 
   r.Block([](const Json& d) {
     std::string text;
     for (const Json& a : d) {
-      common::CatTo(text, TimeText(a["time"].get<int64_t>()), " v", CellText(a, "version"), " ",
+      common::CatTo(text, UtcTimeText(a["time"].get<int64_t>()), " v", CellText(a, "version"), " ",
                     CellText(a, "actor"), " ", CellText(a, "action"), ": ", CellText(a, "detail"), "\n");
     }
     return text;

@@ -1,6 +1,7 @@
 #include "weir/mgmt/snapshot.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "weir/common/hash.h"
 #include "weir/common/text.h"
+#include "weir/dns/httpdns.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
 
@@ -46,16 +48,20 @@ std::string PersistedSnapshotChecksum(std::string_view body) {
 }
 
 Message SnapshotMessage(const Snapshot& s) {
-  return Message{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap, s.origin}};
+  Message m{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap, s.origin}};
+  // A node older than the accounts refuses a fifth field: without accounts
+  // (every recursor's push) the message stays the one it knows.
+  if (!s.accounts.empty()) m.fields.push_back(s.accounts);
+  return m;
 }
 
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
-  if (m.type != MsgType::kSnapshot || m.fields.size() != 4) {
-    return absl::InvalidArgumentError("a snapshot has 4 fields: version, tags, citymap, origin");
+  if (m.type != MsgType::kSnapshot || (m.fields.size() != 4 && m.fields.size() != 5)) {
+    return absl::InvalidArgumentError("a snapshot has 4 or 5 fields: version, tags, citymap, origin[, accounts]");
   }
   auto v = ParseU64(m.fields[0]);
   if (!v.ok()) return v.status();
-  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3]};
+  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3], m.fields.size() == 5 ? m.fields[4] : std::string()};
 }
 
 absl::Status ValidateSnapshot(const Snapshot& s) {
@@ -63,6 +69,8 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
   if (!tags.ok()) return absl::InvalidArgumentError(Cat("tags: ", ToStd(tags.status().message())));
   auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
   if (!cm.ok()) return absl::InvalidArgumentError(Cat("citymap: ", ToStd(cm.status().message())));
+  auto accounts = dns::httpdns::ParseAccounts(s.accounts);
+  if (!accounts.ok()) return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
   return absl::OkStatus();
 }
 
@@ -71,9 +79,12 @@ absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s) {
   const std::string data = Cat(kFileMagic, PersistedSnapshotChecksum(body), "\n", body);
   const std::string path = dir + "/snapshot";
   const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  // 0600: the file holds the HTTPDNS accounts' secrets. fchmod too, for a
+  // temporary file an older version left behind with its wider mode.
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status st = WriteAll(fd, data, tmp);
+  absl::Status st = fchmod(fd, 0600) == 0 ? absl::OkStatus() : Errno("chmod", tmp);
+  if (st.ok()) st = WriteAll(fd, data, tmp);
   if (st.ok() && fsync(fd) != 0) st = Errno("fsync", tmp);
   close(fd);
   if (!st.ok()) {

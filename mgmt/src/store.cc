@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "weir/common/text.h"
+#include "weir/dns/httpdns.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
 
@@ -24,6 +25,9 @@ CREATE TABLE IF NOT EXISTS tags(suffix TEXT PRIMARY KEY, line TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(node_id TEXT PRIMARY KEY, kind TEXT NOT NULL, peer TEXT NOT NULL,
   acked_version INTEGER NOT NULL DEFAULT 0, nack_version INTEGER NOT NULL DEFAULT 0,
   nack_reason TEXT NOT NULL DEFAULT '', last_seen INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS accounts(name TEXT PRIMARY KEY, secret TEXT NOT NULL, previous_secret TEXT,
+  allow_unsigned INTEGER NOT NULL DEFAULT 0, allow_legacy_md5 INTEGER NOT NULL DEFAULT 0,
+  rps INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL, rotated INTEGER);
 CREATE TABLE IF NOT EXISTS audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,
   actor TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta(key, value) VALUES ('version', '0');
@@ -45,6 +49,10 @@ class Stmt {
   }
   Stmt& Bind(int i, int64_t v) {
     sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& BindNull(int i) {
+    sqlite3_bind_null(s_, i);
     return *this;
   }
   // SQLITE_ROW, SQLITE_DONE or an error code.
@@ -115,7 +123,48 @@ std::vector<std::string> SplitLines(const std::string& text) {
   return out;
 }
 
+// The accounts as the snapshot carries them: the secrets newest first.
+std::string AccountsText(const std::vector<AccountRecord>& records) {
+  std::vector<dns::httpdns::Account> accounts;
+  accounts.reserve(records.size());
+  for (const AccountRecord& r : records) {
+    dns::httpdns::Account& a = accounts.emplace_back();
+    a.name = r.name;
+    a.secrets.push_back(r.secret);
+    if (!r.previous_secret.empty()) a.secrets.push_back(r.previous_secret);
+    a.allow_unsigned = r.allow_unsigned;
+    a.allow_legacy_md5 = r.allow_legacy_md5;
+    a.rps = r.rps;
+  }
+  return dns::httpdns::FormatAccounts(accounts);
+}
+
+std::string_view OnOff(bool v) { return v ? "on" : "off"; }
+
+// What an audit entry says of an account's settings.
+std::string AccountSettingsText(const AccountRecord& a) {
+  return Cat("unsigned=", OnOff(a.allow_unsigned), " legacy_md5=", OnOff(a.allow_legacy_md5), " rps=", a.rps);
+}
+
+absl::Status CheckAccountName(const std::string& name) {
+  if (dns::httpdns::IsValidAccountName(name)) return absl::OkStatus();
+  // The name is shown cut short: it may be anything a caller typed.
+  return absl::InvalidArgumentError(Cat("not an account name: '", std::string_view(name).substr(0, 80),
+                                        "' (1..64 of A-Z a-z 0-9 _ . -)"));
+}
+
 }  // namespace
+
+absl::Status CheckAccountSecret(std::string_view secret) {
+  if (secret.size() < 16 || secret.size() > 128) {
+    return absl::InvalidArgumentError(Cat("a secret has 16 to 128 characters, this one ", secret.size()));
+  }
+  for (char c : secret) {
+    if (c <= ' ' || c > '~')
+      return absl::InvalidArgumentError("a secret is printable ASCII without spaces (this one is not)");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3* db = nullptr;
@@ -175,21 +224,41 @@ absl::Status Store::LoadSnapshot() {
     if (rc != SQLITE_DONE) return q.Error();
   }
   snap.tags = JoinLines(lines);
+  std::vector<AccountRecord> accounts;
+  {
+    Stmt q(db_,
+           "SELECT name, secret, previous_secret, allow_unsigned, allow_legacy_md5, rps, created, rotated "
+           "FROM accounts ORDER BY name");
+    if (!q.ok()) return q.Error();
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      const int64_t rps = q.Int(5);
+      if (rps < 0 || rps > UINT32_MAX) return absl::DataLossError("database: accounts.rps out of range");
+      accounts.push_back(AccountRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3) != 0, q.Int(4) != 0,
+                                       static_cast<uint32_t>(rps), q.Int(6), q.Int(7)});
+    }
+    if (rc != SQLITE_DONE) return q.Error();
+  }
+  snap.accounts = AccountsText(accounts);
   if (absl::Status st = ValidateSnapshot(snap); !st.ok()) {
     return absl::DataLossError(Cat("database holds an invalid snapshot: ", ToStd(st.message())));
   }
   version_ = snap.version;
   tag_lines_ = std::move(lines);
+  accounts_ = std::move(accounts);
   snapshot_ = std::move(snap);
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::string citymap,
-                                       const std::string& actor, const std::string& action,
-                                       const std::string& detail) {
+                                       std::vector<AccountRecord> accounts, const std::string& actor,
+                                       const std::string& action, const std::string& detail) {
   std::sort(tag_lines.begin(), tag_lines.end(),
             [](const std::string& a, const std::string& b) { return SuffixOf(a) < SuffixOf(b); });
-  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap), snapshot_.origin};
+  std::sort(accounts.begin(), accounts.end(),
+            [](const AccountRecord& a, const AccountRecord& b) { return a.name < b.name; });
+  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap), snapshot_.origin,
+                AccountsText(accounts)};
   if (absl::Status st = ValidateSnapshot(next); !st.ok()) return st;
   // Nodes refuse frames above kMaxFrameBytes: never commit what none could load.
   if (const size_t bytes = Encode(SnapshotMessage(next)).size(); bytes > kMaxFrameBytes) {
@@ -206,6 +275,26 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
   for (const std::string& l : tag_lines) {
     Stmt ins(db_, "INSERT INTO tags(suffix, line) VALUES (?1, ?2)");
     if (absl::Status st = ins.Bind(1, SuffixOf(l)).Bind(2, l).Run(); !st.ok()) return fail(st);
+  }
+  if (absl::Status st = Exec("DELETE FROM accounts"); !st.ok()) return fail(st);
+  for (const AccountRecord& a : accounts) {
+    Stmt ins(db_,
+             "INSERT INTO accounts(name, secret, previous_secret, allow_unsigned, allow_legacy_md5, rps, "
+             "created, rotated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    ins.Bind(1, a.name).Bind(2, a.secret);
+    if (a.previous_secret.empty()) {
+      ins.BindNull(3);
+    } else {
+      ins.Bind(3, a.previous_secret);
+    }
+    ins.Bind(4, int64_t{a.allow_unsigned}).Bind(5, int64_t{a.allow_legacy_md5}).Bind(6, int64_t{a.rps});
+    ins.Bind(7, a.created);
+    if (a.rotated == 0) {
+      ins.BindNull(8);
+    } else {
+      ins.Bind(8, a.rotated);
+    }
+    if (absl::Status st = ins.Run(); !st.ok()) return fail(st);
   }
   {
     Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'citymap'");
@@ -224,6 +313,7 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
   if (absl::Status st = Exec("COMMIT"); !st.ok()) return fail(st);
   version_ = next.version;
   tag_lines_ = std::move(tag_lines);
+  accounts_ = std::move(accounts);
   snapshot_ = std::move(next);
   return version_;
 }
@@ -243,10 +333,10 @@ absl::StatusOr<uint64_t> Store::AddTag(const std::string& line, bool replace, co
     }
     if (*it == canonical) return absl::AlreadyExistsError(Cat(suffix, " already has exactly this tag"));
     *it = canonical;
-    return Commit(std::move(lines), snapshot_.citymap, actor, "tag replace", canonical);
+    return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag replace", canonical);
   }
   lines.push_back(canonical);
-  return Commit(std::move(lines), snapshot_.citymap, actor, "tag add", canonical);
+  return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag add", canonical);
 }
 
 absl::StatusOr<uint64_t> Store::RemoveTag(const std::string& suffix, const std::string& actor) {
@@ -261,7 +351,7 @@ absl::StatusOr<uint64_t> Store::RemoveTag(const std::string& suffix, const std::
   if (it == lines.end()) return absl::NotFoundError(Cat("no tag for ", key));
   std::string removed = *it;
   lines.erase(it);
-  return Commit(std::move(lines), snapshot_.citymap, actor, "tag rm", removed);
+  return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag rm", removed);
 }
 
 absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::string& actor) {
@@ -270,14 +360,14 @@ absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::s
   std::vector<std::string> lines;
   for (const partitions::Tag& t : (*table)->tags()) lines.push_back(partitions::FormatTag(t));
   const std::string detail = Cat(lines.size(), " tags");
-  return Commit(std::move(lines), snapshot_.citymap, actor, "tag import", detail);
+  return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag import", detail);
 }
 
 absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std::string& actor) {
   auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
   if (!cm.ok()) return cm.status();
   size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
-  return Commit(tag_lines_, csv, actor, "citymap import", Cat(lines, " lines, ", csv.size(), " bytes"));
+  return Commit(tag_lines_, csv, accounts_, actor, "citymap import", Cat(lines, " lines, ", csv.size(), " bytes"));
 }
 
 absl::StatusOr<uint64_t> Store::EditTag(const std::string& suffix, const std::vector<std::string>& changes,
@@ -322,7 +412,7 @@ absl::StatusOr<uint64_t> Store::EditTag(const std::string& suffix, const std::ve
   if (canonical == *it)
     return absl::AlreadyExistsError(Cat(key, " already has exactly this tag: ", canonical));
   *it = canonical;
-  return Commit(std::move(lines), snapshot_.citymap, actor, "tag edit", canonical);
+  return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag edit", canonical);
 }
 
 absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool replace,
@@ -353,7 +443,7 @@ absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool rep
   // The whole map must still load (a city's ECS address given twice, ...).
   auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
   if (!cm.ok()) return cm.status();
-  return Commit(tag_lines_, std::move(csv), actor, action, line);
+  return Commit(tag_lines_, std::move(csv), accounts_, actor, action, line);
 }
 
 absl::StatusOr<uint64_t> Store::RemoveCityMapping(const std::string& cidr_text, const std::string& actor) {
@@ -371,7 +461,88 @@ absl::StatusOr<uint64_t> Store::RemoveCityMapping(const std::string& cidr_text, 
   std::string csv = JoinLines(lines);
   auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
   if (!cm.ok()) return cm.status();
-  return Commit(tag_lines_, std::move(csv), actor, "citymap rm", removed);
+  return Commit(tag_lines_, std::move(csv), accounts_, actor, "citymap rm", removed);
+}
+
+absl::StatusOr<size_t> Store::FindAccount(const std::string& name) const {
+  if (absl::Status st = CheckAccountName(name); !st.ok()) return st;
+  auto it = std::find_if(accounts_.begin(), accounts_.end(),
+                         [&](const AccountRecord& a) { return a.name == name; });
+  if (it == accounts_.end()) return absl::NotFoundError(Cat("no account '", name, "'"));
+  return static_cast<size_t>(it - accounts_.begin());
+}
+
+absl::StatusOr<uint64_t> Store::AddAccount(const std::string& name, const std::string& secret,
+                                           const AccountSettings& settings, const std::string& actor) {
+  if (absl::Status st = CheckAccountName(name); !st.ok()) return st;
+  if (absl::Status st = CheckAccountSecret(secret); !st.ok()) return st;
+  if (FindAccount(name).ok()) return absl::AlreadyExistsError(Cat("account '", name, "' exists"));
+  AccountRecord a;
+  a.name = name;
+  a.secret = secret;
+  a.allow_unsigned = settings.allow_unsigned.value_or(false);
+  a.allow_legacy_md5 = settings.allow_legacy_md5.value_or(false);
+  a.rps = settings.rps.value_or(0);
+  a.created = Now();
+  const std::string detail = Cat(name, " ", AccountSettingsText(a));
+  std::vector<AccountRecord> accounts = accounts_;
+  accounts.push_back(std::move(a));
+  return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account add", detail);
+}
+
+absl::StatusOr<uint64_t> Store::RotateAccount(const std::string& name, const std::string& secret,
+                                              const std::string& actor) {
+  auto i = FindAccount(name);
+  if (!i.ok()) return i.status();
+  if (absl::Status st = CheckAccountSecret(secret); !st.ok()) return st;
+  std::vector<AccountRecord> accounts = accounts_;
+  AccountRecord& a = accounts[*i];
+  if (secret == a.secret || secret == a.previous_secret) {
+    return absl::AlreadyExistsError(Cat("account '", name, "' already has this secret: give a new one"));
+  }
+  const bool dropped = !a.previous_secret.empty();
+  a.previous_secret = std::move(a.secret);
+  a.secret = secret;
+  a.rotated = Now();
+  return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account rotate",
+                Cat(name, dropped ? " (the secret before the previous one dropped)" : ""));
+}
+
+absl::StatusOr<uint64_t> Store::RetireAccountSecret(const std::string& name, const std::string& actor) {
+  auto i = FindAccount(name);
+  if (!i.ok()) return i.status();
+  std::vector<AccountRecord> accounts = accounts_;
+  AccountRecord& a = accounts[*i];
+  if (a.previous_secret.empty()) {
+    return absl::FailedPreconditionError(Cat("account '", name, "' has one secret: nothing to retire"));
+  }
+  a.previous_secret.clear();
+  return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account retire", name);
+}
+
+absl::StatusOr<uint64_t> Store::SetAccount(const std::string& name, const AccountSettings& settings,
+                                           const std::string& actor) {
+  auto i = FindAccount(name);
+  if (!i.ok()) return i.status();
+  if (settings.empty()) return absl::InvalidArgumentError("nothing to change: give --unsigned, --legacy-md5 or --rps");
+  std::vector<AccountRecord> accounts = accounts_;
+  AccountRecord& a = accounts[*i];
+  a.allow_unsigned = settings.allow_unsigned.value_or(a.allow_unsigned);
+  a.allow_legacy_md5 = settings.allow_legacy_md5.value_or(a.allow_legacy_md5);
+  a.rps = settings.rps.value_or(a.rps);
+  if (a == accounts_[*i]) {
+    return absl::AlreadyExistsError(Cat("account '", name, "' already has exactly this: ", AccountSettingsText(a)));
+  }
+  const std::string detail = Cat(name, " ", AccountSettingsText(a));
+  return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account set", detail);
+}
+
+absl::StatusOr<uint64_t> Store::RemoveAccount(const std::string& name, const std::string& actor) {
+  auto i = FindAccount(name);
+  if (!i.ok()) return i.status();
+  std::vector<AccountRecord> accounts = accounts_;
+  accounts.erase(accounts.begin() + static_cast<ptrdiff_t>(*i));
+  return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account rm", name);
 }
 
 absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,

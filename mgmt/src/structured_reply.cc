@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <variant>
 
 namespace weir::mgmt {
@@ -77,6 +78,16 @@ StructuredReply& CacheDumpLimitHint(StructuredReply& reply, bool truncated, size
 std::string CellText(const Json& object, const std::string& key) {
   auto it = object.find(key);
   return it == object.end() ? std::string("-") : CellText(*it);
+}
+
+std::string UtcTimeText(int64_t unix_seconds) {
+  if (unix_seconds == 0) return "-";
+  const std::time_t tt = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char b[32];
+  std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
 }
 
 std::string TextTable(const std::vector<std::vector<std::string>>& rows) {

@@ -8,6 +8,24 @@
 
 namespace weir::net {
 
+ssize_t SocketStreamIo::Recv(void* buf, size_t len) {
+  wants_write_ = false;
+  ssize_t n;
+  do {
+    n = recv(fd_, buf, len, 0);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+ssize_t SocketStreamIo::Send(const void* buf, size_t len) {
+  ssize_t n;
+  do {
+    n = send(fd_, buf, len, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  wants_write_ = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  return n;
+}
+
 ssize_t DnsTcpStream::RecvSome(void* buf, size_t len) {
   return io_ != nullptr ? io_->Recv(buf, len) : recv(fd_, buf, len, 0);
 }

@@ -57,6 +57,7 @@ class Http1Session final : public HttpSession {
     int status = 0;
     std::string content_type;
     std::string cache_control;
+    std::string retry_after;
     std::vector<uint8_t> body;
   };
   enum class CloseReason : uint8_t { kProtocolError, kLimit };
@@ -361,6 +362,7 @@ void Http1Session::Respond(uint32_t id, const HttpResponse& response) {
   slot.status = response.status >= 200 && response.status <= 599 ? response.status : 500;
   if (IsValidFieldValue(response.content_type)) slot.content_type = response.content_type;
   if (IsValidFieldValue(response.cache_control)) slot.cache_control = response.cache_control;
+  if (IsValidFieldValue(response.retry_after)) slot.retry_after = response.retry_after;
   slot.body.assign(response.body.begin(), response.body.end());
   --pending_;
   counters_->CountResponse(slot.status);
@@ -387,6 +389,7 @@ void Http1Session::Write(const Slot& slot, bool last) {
   head += "\r\n";
   if (!slot.content_type.empty()) head += "Content-Type: " + slot.content_type + "\r\n";
   if (!slot.cache_control.empty()) head += "Cache-Control: " + slot.cache_control + "\r\n";
+  if (!slot.retry_after.empty()) head += "Retry-After: " + slot.retry_after + "\r\n";
   head += "Content-Length: " + std::to_string(slot.body.size()) + "\r\n";
   if (last) {
     head += "Connection: close\r\n";

@@ -486,7 +486,7 @@ void Http2Session::Respond(uint32_t id, const HttpResponse& response) {
 
   const std::string code = std::to_string(status);
   const std::string length = std::to_string(response.body.size());
-  nghttp2_nv nva[4];
+  nghttp2_nv nva[5];
   size_t n = 0;
   auto add = [&nva, &n](std::string_view name, std::string_view value) { nva[n++] = Field(name, value); };
   add(":status", code);
@@ -495,6 +495,9 @@ void Http2Session::Respond(uint32_t id, const HttpResponse& response) {
   }
   if (!response.cache_control.empty() && IsValidFieldValue(response.cache_control)) {
     add("cache-control", response.cache_control);
+  }
+  if (!response.retry_after.empty() && IsValidFieldValue(response.retry_after)) {
+    add("retry-after", response.retry_after);
   }
   add("content-length", length);
   nghttp2_data_provider body{};

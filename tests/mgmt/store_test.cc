@@ -138,6 +138,161 @@ TEST_F(StoreTest, CityMappingsAreAddedReplacedAndRemovedOneAtATime) {
   EXPECT_EQ(s->snapshot().citymap, base);
 }
 
+constexpr char kSecretA[] = "secret-a-0123456789abcdef";
+constexpr char kSecretB[] = "secret-b-0123456789abcdef";
+constexpr char kSecretC[] = "secret-c-0123456789abcdef";
+
+// No audit entry holds any of the secrets.
+void ExpectNoSecretInAudit(Store& s) {
+  auto audit = s.Audit(1000);
+  ASSERT_TRUE(audit.ok());
+  for (const AuditRecord& a : *audit) {
+    for (const char* secret : {kSecretA, kSecretB, kSecretC}) {
+      EXPECT_EQ(a.detail.find(secret), std::string::npos) << a.action << ": " << a.detail;
+      EXPECT_EQ(a.action.find(secret), std::string::npos) << a.action;
+    }
+  }
+}
+
+TEST_F(StoreTest, AccountsAreAddedRotatedRetiredSetAndRemovedAsVersions) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(s->AddTag("cdn.example weight=on", false, "alice").ok());
+    AccountSettings settings;
+    settings.allow_legacy_md5 = true;
+    settings.rps = 200;
+    auto v = s->AddAccount("acme", kSecretA, settings, "alice");
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, 2u);
+    ASSERT_EQ(s->accounts().size(), 1u);
+    const AccountRecord& a = s->accounts()[0];
+    EXPECT_EQ(a.secret, kSecretA);
+    EXPECT_EQ(a.previous_secret, "");
+    EXPECT_FALSE(a.allow_unsigned);
+    EXPECT_TRUE(a.allow_legacy_md5);
+    EXPECT_EQ(a.rps, 200u);
+    EXPECT_GT(a.created, 0);
+    EXPECT_EQ(a.rotated, 0);
+    EXPECT_EQ(s->snapshot().accounts, std::string("acme unsigned=off legacy_md5=on rps=200 secret=") + kSecretA + "\n")
+        << "the snapshot carries the FormatAccounts text";
+
+    // Rotate: two live, newest first; a second rotation drops the oldest.
+    EXPECT_EQ(*s->RotateAccount("acme", kSecretB, "bob"), 3u);
+    EXPECT_EQ(s->accounts()[0].secret, kSecretB);
+    EXPECT_EQ(s->accounts()[0].previous_secret, kSecretA);
+    EXPECT_GT(s->accounts()[0].rotated, 0);
+    EXPECT_NE(s->snapshot().accounts.find(std::string("secret=") + kSecretB + " secret=" + kSecretA),
+              std::string::npos)
+        << s->snapshot().accounts;
+    EXPECT_EQ(*s->RotateAccount("acme", kSecretC, "bob"), 4u);
+    EXPECT_EQ(s->accounts()[0].secret, kSecretC);
+    EXPECT_EQ(s->accounts()[0].previous_secret, kSecretB);
+    EXPECT_EQ(s->snapshot().accounts.find(kSecretA), std::string::npos);
+
+    // Retire: the previous one goes; once only.
+    EXPECT_EQ(*s->RetireAccountSecret("acme", "bob"), 5u);
+    EXPECT_EQ(s->accounts()[0].previous_secret, "");
+    EXPECT_EQ(s->snapshot().accounts.find(kSecretB), std::string::npos);
+    EXPECT_EQ(s->RetireAccountSecret("acme", "bob").status().code(), absl::StatusCode::kFailedPrecondition);
+
+    // Set changes only what it is given.
+    AccountSettings on;
+    on.allow_unsigned = true;
+    EXPECT_EQ(*s->SetAccount("acme", on, "carol"), 6u);
+    EXPECT_TRUE(s->accounts()[0].allow_unsigned);
+    EXPECT_TRUE(s->accounts()[0].allow_legacy_md5);
+    EXPECT_EQ(s->accounts()[0].rps, 200u);
+
+    ASSERT_TRUE(s->AddAccount("beta", kSecretA, {}, "alice").ok());
+    EXPECT_EQ(s->version(), 7u);
+  }
+  // Everything survives a reopen, the tags beside it.
+  auto s = Open();
+  EXPECT_EQ(s->version(), 7u);
+  ASSERT_EQ(s->accounts().size(), 2u);
+  EXPECT_EQ(s->accounts()[0].name, "acme");
+  EXPECT_EQ(s->accounts()[0].secret, kSecretC);
+  EXPECT_TRUE(s->accounts()[0].allow_unsigned);
+  EXPECT_EQ(s->accounts()[1].name, "beta");
+  EXPECT_EQ(s->snapshot().tags, "cdn.example. weight=on ecs=off policy=iterate answer=single level=global\n");
+  EXPECT_EQ(s->snapshot().accounts,
+            std::string("acme unsigned=on legacy_md5=on rps=200 secret=") + kSecretC +
+                "\nbeta unsigned=off legacy_md5=off rps=0 secret=" + kSecretA + "\n");
+
+  EXPECT_EQ(*s->RemoveAccount("acme", "dave"), 8u);
+  ASSERT_EQ(s->accounts().size(), 1u);
+  EXPECT_EQ(s->snapshot().accounts.find("acme"), std::string::npos);
+
+  auto audit = s->Audit(100);
+  ASSERT_TRUE(audit.ok());
+  std::vector<std::string> actions;
+  for (const AuditRecord& a : *audit) actions.push_back(a.action);
+  EXPECT_EQ(actions, (std::vector<std::string>{"tag add", "account add", "account rotate", "account rotate",
+                                               "account retire", "account set", "account add", "account rm"}));
+  for (const AuditRecord& a : *audit) {
+    if (a.action.starts_with("account")) {
+      EXPECT_TRUE(a.detail.starts_with("acme") || a.detail.starts_with("beta")) << a.detail;
+    }
+  }
+  EXPECT_EQ((*audit)[1].detail, "acme unsigned=off legacy_md5=on rps=200");
+  EXPECT_EQ((*audit)[7].actor, "dave");
+  EXPECT_EQ((*audit)[7].version, 8u);
+  ExpectNoSecretInAudit(*s);
+}
+
+TEST_F(StoreTest, RefusedAccountChangesChangeNothingAndShowNoSecret) {
+  auto s = Open();
+  ASSERT_TRUE(s->AddAccount("acme", kSecretA, {}, "a").ok());
+  const Snapshot before = s->snapshot();
+  const std::vector<AccountRecord> accounts = s->accounts();
+  std::vector<absl::Status> refused = {
+      s->AddAccount("acme", kSecretB, {}, "a").status(),                // exists
+      s->AddAccount("bad/name", kSecretB, {}, "a").status(),            // invalid name
+      s->AddAccount("", kSecretB, {}, "a").status(),                    // empty name
+      s->AddAccount(std::string(65, 'x'), kSecretB, {}, "a").status(),  // too long
+      s->AddAccount("short", "tooshort-secret", {}, "a").status(),      // 15 characters
+      s->AddAccount("long", std::string(129, 'k'), {}, "a").status(),
+      s->AddAccount("spaced", "a secret with spaces", {}, "a").status(),
+      s->AddAccount("ctl", std::string("0123456789abcdef\n"), {}, "a").status(),
+      s->RotateAccount("acme", kSecretA, "a").status(),  // the current one again
+      s->RotateAccount("nobody", kSecretB, "a").status(),
+      s->RetireAccountSecret("acme", "a").status(),  // one secret: nothing to retire
+      s->SetAccount("acme", {}, "a").status(),       // nothing given
+      s->SetAccount("acme", AccountSettings{false, false, 0}, "a").status(),  // nothing changes
+      s->SetAccount("nobody", AccountSettings{true, {}, {}}, "a").status(),
+      s->RemoveAccount("nobody", "a").status(),
+  };
+  EXPECT_EQ(refused[0].code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(refused[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused[9].code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(refused[14].code(), absl::StatusCode::kNotFound);
+  for (const absl::Status& st : refused) {
+    EXPECT_FALSE(st.ok());
+    const std::string msg(st.message());
+    for (const std::string& secret : std::vector<std::string>{kSecretA, kSecretB, "tooshort-secret",
+                                     "a secret with spaces", std::string(129, 'k')}) {
+      EXPECT_EQ(msg.find(secret), std::string::npos) << "a secret in: " << msg;
+    }
+  }
+  EXPECT_EQ(s->snapshot(), before);
+  EXPECT_EQ(s->accounts(), accounts);
+  s.reset();
+  auto again = Open();
+  EXPECT_EQ(again->snapshot(), before);
+  EXPECT_EQ(again->Audit(100)->size(), 1u);
+  ExpectNoSecretInAudit(*again);
+}
+
+TEST_F(StoreTest, TagChangesKeepTheAccounts) {
+  auto s = Open();
+  ASSERT_TRUE(s->AddAccount("acme", kSecretA, {}, "a").ok());
+  ASSERT_TRUE(s->ImportTags("a.example weight=on\n", "a").ok());
+  ASSERT_TRUE(s->ImportCitymap("10.0.0.0/8,bj,192.0.2.0/24\n", "a").ok());
+  ASSERT_EQ(s->accounts().size(), 1u);
+  EXPECT_NE(s->snapshot().accounts.find(kSecretA), std::string::npos);
+  EXPECT_EQ(s->version(), 3u);
+}
+
 TEST_F(StoreTest, NodeRegistry) {
   auto s = Open();
   ASSERT_TRUE(s->NodeSeen("fp-1", "fastpath", "127.0.0.1:4000", 0).ok());

@@ -185,7 +185,7 @@ absl::Status Backend::Init() {
 }
 
 absl::Status Backend::Impl::BindTcp() {
-  tls = std::make_unique<tls::TlsFront>(config.tls);
+  tls = std::make_unique<tls::TlsFront>(config);
   if (!config.tcp && !tls->enabled()) return absl::OkStatus();
   std::vector<common::IpAddress> bound;  // an address on two ports (anycast) is bound once
   for (const DpdkPortConfig& port : config.dpdk.ports) {

@@ -10,7 +10,7 @@ namespace weir::fastpath::kernel {
 
 using common::Cat;
 
-SocketBackend::SocketBackend(const FastpathConfig& config) : config_(config), tls_(config.tls) {}
+SocketBackend::SocketBackend(const FastpathConfig& config) : config_(config), tls_(config) {}
 
 SocketBackend::~SocketBackend() {
   Wait();

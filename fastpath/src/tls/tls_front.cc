@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "weir/common/log.h"
 #include "weir/common/text.h"
 #include "weir/net/socket.h"
@@ -37,11 +39,22 @@ absl::Status TlsFront::Load() {
 }
 
 absl::Status TlsFront::Listen(const common::SocketAddress& addr, bool freebind) {
-  if (!context_) {
+  if (!context_ && config_.enabled()) {
     if (absl::Status st = Load(); !st.ok()) return st;
   }
-  for (Listener kind : {Listener::kDot, Listener::kDoh}) {
-    const uint16_t port = kind == Listener::kDot ? config_.dot_port : config_.doh_port;
+  for (Listener kind : {Listener::kDot, Listener::kDoh, Listener::kHttp}) {
+    uint16_t port = 0;
+    switch (kind) {
+      case Listener::kDot:
+        port = config_.enabled() ? config_.dot_port : 0;
+        break;
+      case Listener::kDoh:
+        port = config_.enabled() ? config_.doh_port : 0;
+        break;
+      case Listener::kHttp:
+        port = httpdns_.enabled ? httpdns_.http_port : 0;
+        break;
+    }
     if (port == 0) continue;
     common::SocketAddress at = addr;
     at.set_port(port);
@@ -67,6 +80,12 @@ absl::Status TlsFront::Attach(Node& node, int slot) {
   o.http.max_header_bytes = static_cast<size_t>(config_.http_max_header_bytes);
   o.http.max_body_bytes = static_cast<size_t>(config_.http_max_body_bytes);
   o.proxy_protocol_from = config_.proxy_protocol_from;
+  o.httpdns = &httpdns_;
+  if (httpdns_.enabled) {
+    o.http.max_target_bytes =
+        std::max<size_t>(o.http.max_target_bytes, static_cast<size_t>(httpdns_.max_url_bytes));
+  }
+  // The plain HTTPDNS port without [tls]: its connection bounds are [tls]'s defaults.
   server_ = std::make_unique<TlsServer>(node, slot, fds_, std::move(o), context_, tickets_.get());
   return server_->Init();
 }
@@ -80,7 +99,7 @@ void TlsFront::Wait() {
 }
 
 absl::Status TlsFront::Reload() {
-  if (!server_) return absl::OkStatus();
+  if (!server_ || !config_.enabled()) return absl::OkStatus();
   auto ctx = net::TlsServerContext::Create(ContextOptions(config_), tickets_.get());
   if (!ctx.ok())
     return absl::InvalidArgumentError(
@@ -99,7 +118,8 @@ absl::Status TlsFront::Reload() {
 std::string TlsFront::Describe() const {
   std::string out;
   for (const auto& [kind, addr] : bound_) {
-    out += Cat("listening ", kind == Listener::kDot ? "dot " : "doh ", addr.ToString(), "\n");
+    const char* name = kind == Listener::kDot ? "dot " : (kind == Listener::kDoh ? "doh " : "http ");
+    out += Cat("listening ", name, addr.ToString(), "\n");
   }
   return out;
 }

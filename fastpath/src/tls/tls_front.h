@@ -30,12 +30,13 @@ net::TlsServerOptions ContextOptions(const TlsConfig& config);
 
 class TlsFront {
  public:
-  explicit TlsFront(const TlsConfig& config) : config_(config) {}
+  explicit TlsFront(const FastpathConfig& config) : config_(config.tls), httpdns_(config.httpdns) {}
   ~TlsFront();  // the thread joined, the sockets closed
   TlsFront(const TlsFront&) = delete;
   TlsFront& operator=(const TlsFront&) = delete;
 
-  bool enabled() const { return config_.enabled(); }
+  // DoT or DoH, or HTTPDNS on a plain HTTP port.
+  bool enabled() const { return config_.enabled() || (httpdns_.enabled && httpdns_.http_port != 0); }
   // Loads the certificates (a clear error naming the file otherwise) and
   // binds the DoT and DoH ports on `addr`'s address (`freebind`: one the
   // host does not have yet). The first call loads; later ones only bind.
@@ -47,7 +48,7 @@ class TlsFront {
   // Reads the certificate files again; new connections use them, open ones
   // keep theirs. On error the old ones stay.
   absl::Status Reload();
-  // "listening dot ADDR" / "listening doh ADDR" lines.
+  // "listening dot ADDR" / "listening doh ADDR" / "listening http ADDR" lines.
   std::string Describe() const;
   void RenderMetrics(common::PrometheusWriter& w) const;
 
@@ -55,6 +56,7 @@ class TlsFront {
   absl::Status Load();
 
   const TlsConfig& config_;
+  const HttpDnsConfig& httpdns_;
   std::unique_ptr<net::TicketKeyRing> tickets_;
   std::shared_ptr<const net::TlsServerContext> context_;
   std::vector<TlsServer::ListenFd> fds_;

@@ -56,7 +56,18 @@ TlsServer::TlsServer(Node& node, int slot, std::vector<ListenFd> listen_fds, Tls
       tickets_(tickets),
       table_(options_.limits),
       handshake_limiter_(HandshakeLimits(options_)),
-      out_(65535 + 2) {}
+      out_(65535 + 2) {
+  if (options_.httpdns != nullptr && options_.httpdns->enabled) {
+    httpdns_ =
+        std::make_unique<HttpDnsFront>(node_, core_, slot_, *options_.httpdns, options_.limits,
+                                       [this](uint32_t conn, uint32_t stream, const net::HttpResponse& resp) {
+                                         Conn* c = Find(conn);
+                                         if (c == nullptr || c->phase != Phase::kHttp) return;
+                                         table_.QueryDone(c->handle, now_);
+                                         c->http->Respond(stream, resp);
+                                       });
+  }
+}
 
 TlsServer::~TlsServer() {
   for (auto& [id, c] : conns_) {
@@ -135,12 +146,12 @@ void TlsServer::OnAccept(const net::AcceptedConnection& ac, Listener kind) {
   c->handle = table_.Add(id, peer, now_);
   bool proxied = false;
   for (const common::Cidr& from : options_.proxy_protocol_from) proxied = proxied || from.Contains(peer_ip);
-  c->phase = proxied ? Phase::kProxy : Phase::kHandshake;
+  c->phase = proxied ? Phase::kProxy : (kind == Listener::kHttp ? Phase::kSniff : Phase::kHandshake);
   c->handshake_timer = loop_.After(options_.handshake_timeout, [this, id] {
     Conn* t = Find(id);
     if (t == nullptr) return;
     t->handshake_timer = 0;
-    if (t->phase == Phase::kProxy || t->phase == Phase::kHandshake) {
+    if (t->phase == Phase::kProxy || t->phase == Phase::kHandshake || t->phase == Phase::kSniff) {
       ++stats_.handshakes_timed_out[Index(t->kind)];
       Close(id, net::TcpCloseReason::kIdle);
     }
@@ -176,6 +187,10 @@ bool TlsServer::ReadProxyHeader(Conn& c) {
       if (!header.local) {
         c.client = kernel::ClientAddress(header.source.storage);
         c.port = header.source.port();
+      }
+      if (c.kind == Listener::kHttp) {
+        c.phase = Phase::kSniff;
+        return Sniff(c);
       }
       c.phase = Phase::kHandshake;
       return Handshake(c);
@@ -221,18 +236,52 @@ bool TlsServer::Handshake(Conn& c) {
     c.dot = std::make_unique<net::DnsTcpStream>(c.fd, options_.connection_buffer_bytes, now_, c.io.get());
     return ServeDot(c, EPOLLIN);
   }
+  c.io = std::make_unique<net::TlsStreamIo>(c.ssl);
+  // "http/1.1", or no ALPN: HTTP/2 over TLS needs ALPN (RFC 9113 3.2).
+  return StartHttp(c, net::NegotiatedAlpn(c.ssl) == "h2", {});
+}
+
+bool TlsServer::Sniff(Conn& c) {
+  if (!c.io) c.io = std::make_unique<net::SocketStreamIo>(c.fd);
+  // HTTP/2 with prior knowledge starts with its preface (RFC 9113 3.3);
+  // anything else is HTTP/1.1. One byte apart from "POST" at the second.
+  uint8_t buf[64];
+  const ssize_t n = c.io->Recv(buf, sizeof(buf));
+  if (n == 0) return false;
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+  c.sniff.insert(c.sniff.end(), buf, buf + n);
+  constexpr size_t kPreface = 24;
+  const bool h2 = net::LooksLikeHttp2Preface(c.sniff);
+  if (h2 && c.sniff.size() < kPreface) return true;  // undecided yet
+  if (c.handshake_timer != 0) loop_.Cancel(c.handshake_timer);
+  c.handshake_timer = 0;
+  const std::vector<uint8_t> first = std::move(c.sniff);
+  c.sniff = {};
+  return StartHttp(c, h2, first);
+}
+
+bool TlsServer::StartHttp(Conn& c, bool http2, std::span<const uint8_t> first) {
   c.phase = Phase::kHttp;
   const uint32_t id = c.id;
   auto on_request = [this, id](net::HttpRequest&& r) { OnHttpRequest(id, std::move(r)); };
-  if (net::NegotiatedAlpn(c.ssl) == "h2") {
+  if (http2) {
     ++stats_.http2_connections;
     c.http = net::MakeHttp2Session(options_.http, &stats_.http, on_request);
-  } else {  // "http/1.1", or no ALPN: HTTP/2 over TLS needs ALPN (RFC 9113 3.2)
+  } else {
     ++stats_.http1_connections;
     c.http = net::MakeHttp1Session(options_.http, &stats_.http, on_request);
   }
   // The server's SETTINGS go first, then whatever the client already sent.
   if (!FlushHttp(c)) return false;
+  if (!first.empty()) {
+    const bool ok = c.http->Receive(first, now_);
+    if (Find(id) == nullptr) return true;
+    if (!FlushHttp(c)) return false;
+    if (!ok) {
+      c.http->Shutdown();
+      return c.out_off < c.out.size();
+    }
+  }
   return ServeHttp(c, EPOLLIN);
 }
 
@@ -314,6 +363,14 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
 void TlsServer::OnHttpRequest(uint32_t id, net::HttpRequest&& request) {
   Conn* c = Find(id);
   if (c == nullptr) return;
+  if (httpdns_ && dns::httpdns::IsHttpDnsTarget(request.target, options_.json_path)) {
+    table_.QueryRead(c->handle, now_);
+    httpdns_->OnRequest(id, c->client, c->port, c->kind != Listener::kHttp, request);
+    return;
+  }
+  if (c->kind == Listener::kHttp) {  // DNS over HTTPS is never served in the clear (RFC 8484 5)
+    return RespondError(*c, request.id, 404, "not found: this port serves HTTPDNS (/d, /resolve) only");
+  }
   dns::doh::Paths paths{options_.doh_path, options_.json_path};
   const dns::doh::Request r =
       dns::doh::FromHttp(request.method, request.target, request.content_type, request.body, paths);
@@ -373,19 +430,15 @@ bool TlsServer::FlushHttp(Conn& c) {
   c.http->TakeOutput(&c.out);
   c.want_write = false;
   while (c.out_off < c.out.size()) {
-    size_t n = 0;
-    ERR_clear_error();
-    const int ret = SSL_write_ex(c.ssl, c.out.data() + c.out_off, c.out.size() - c.out_off, &n);
-    if (ret == 1) {
-      c.out_off += n;
+    const ssize_t n = c.io->Send(c.out.data() + c.out_off, c.out.size() - c.out_off);
+    if (n > 0) {
+      c.out_off += static_cast<size_t>(n);
       continue;
     }
-    const int e = SSL_get_error(c.ssl, ret);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-      c.want_write = e == SSL_ERROR_WANT_WRITE;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      c.want_write = c.io->wants_write();
       break;
     }
-    ERR_clear_error();
     return false;
   }
   if (c.out_off == c.out.size()) {
@@ -406,25 +459,19 @@ bool TlsServer::ServeHttp(Conn& c, uint32_t ev) {
   for (int round = 0; round < 64; ++round) {
     const size_t unsent = c.out.size() - c.out_off;
     if (unsent >= options_.connection_buffer_bytes || !c.http->WantsRead()) break;
-    size_t n = 0;
-    ERR_clear_error();
-    const int ret = SSL_read_ex(c.ssl, buf, sizeof(buf), &n);
-    if (ret != 1) {
-      const int e = SSL_get_error(c.ssl, ret);
-      if (e == SSL_ERROR_WANT_READ) break;
-      if (e == SSL_ERROR_WANT_WRITE) {
-        c.want_write = true;
+    const ssize_t r = c.io->Recv(buf, sizeof(buf));
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (c.io->wants_write()) c.want_write = true;
         break;
       }
-      ERR_clear_error();
-      // close_notify or EOF: answer what is pending, then close. A
-      // reset: close now.
-      if (e == SSL_ERROR_ZERO_RETURN) {
-        c.http->Shutdown();
-        break;
-      }
-      return false;
+      return false;  // a reset: close now
     }
+    if (r == 0) {  // close_notify or EOF: answer what is pending, then close
+      c.http->Shutdown();
+      break;
+    }
+    const auto n = static_cast<size_t>(r);
     const bool ok = c.http->Receive({buf, n}, now_);
     if (Find(id) == nullptr) return true;
     if (!FlushHttp(c)) return false;
@@ -432,7 +479,7 @@ bool TlsServer::ServeHttp(Conn& c, uint32_t ev) {
       c.http->Shutdown();
       return c.out_off < c.out.size();  // the last bytes (GOAWAY, a 400) go out, then it closes
     }
-    if (SSL_has_pending(c.ssl) != 1 && n < sizeof(buf)) break;
+    if (!c.io->HasBuffered() && n < sizeof(buf)) break;
   }
   if (!FlushHttp(c)) return false;
   return !(c.http->Done() && c.out_off == c.out.size());
@@ -451,6 +498,9 @@ void TlsServer::OnEvent(uint32_t id, uint32_t ev) {
       break;
     case Phase::kHandshake:
       open = Handshake(*c);
+      break;
+    case Phase::kSniff:
+      open = Sniff(*c);
       break;
     case Phase::kDot:
       open = ServeDot(*c, ev);
@@ -479,6 +529,7 @@ void TlsServer::Watch(Conn& c) {
   uint32_t want = 0;
   switch (c.phase) {
     case Phase::kProxy:
+    case Phase::kSniff:
       want = EPOLLIN;
       break;
     case Phase::kHandshake:
@@ -504,6 +555,7 @@ void TlsServer::Close(uint32_t id, net::TcpCloseReason why) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   table_.Remove(c.handle, why);
+  if (httpdns_) httpdns_->ConnectionClosed(id);
   if (c.handshake_timer != 0) loop_.Cancel(c.handshake_timer);
   loop_.Unwatch(c.fd);
   if (c.ssl != nullptr) {
@@ -533,7 +585,11 @@ void TlsServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answ
     return;
   }
   if (c->phase != Phase::kHttp) return;
-  RespondDns(*c, stream, answer);
+  if (HttpDnsFront::IsSubQuery(stream)) {
+    if (httpdns_) httpdns_->OnAnswer(id, stream, answer, core_.held_answer_info());
+  } else {
+    RespondDns(*c, stream, answer);
+  }
   held_.push_back(id);
 }
 
@@ -616,6 +672,7 @@ TlsStats TlsServer::Snapshot() const {
   self->mailbox_.Call(
       [&] {
         copy = stats_;
+        if (httpdns_) copy.httpdns = httpdns_->Stats();
         const net::TcpConnectionTable::Stats& st = table_.stats();
         copy.open = st.open.load(std::memory_order_relaxed);
         copy.accepted = st.accepted.load(std::memory_order_relaxed);
@@ -628,7 +685,7 @@ TlsStats TlsServer::Snapshot() const {
 
 void TlsServer::RenderMetrics(common::PrometheusWriter& w) const {
   const TlsStats s = Snapshot();
-  const char* kinds[] = {"dot", "doh"};
+  const char* kinds[] = {"dot", "doh", "http"};
   auto per_kind = [&](const char* name, const char* help, const std::array<uint64_t, TlsStats::kKinds>& v) {
     auto& f = w.Counter(name, help);
     for (size_t k = 0; k < TlsStats::kKinds; ++k) f.Add({{"transport", kinds[k]}}, v[k]);
@@ -676,6 +733,42 @@ void TlsServer::RenderMetrics(common::PrometheusWriter& w) const {
   hclosed.Add({{"reason", "limit"}}, s.http.closed_limit);
   w.Counter("weir_tls_certificate_reloads_total", "Certificate sets the front switched to after a reload.")
       .Add({}, s.context_generation);
+  if (httpdns_) RenderHttpDnsMetrics(w, s.httpdns);
+}
+
+void TlsServer::RenderHttpDnsMetrics(common::PrometheusWriter& w, const HttpDnsStats& s) const {
+  using dns::httpdns::ErrorCode;
+  auto& req = w.Counter("weir_httpdns_requests_total",
+                        "HTTPDNS requests served (past authentication and quotas), by account and API.");
+  auto& hosts = w.Counter("weir_httpdns_hosts_total", "Hosts asked in served HTTPDNS requests, by account.");
+  auto& errors =
+      w.Counter("weir_httpdns_errors_total",
+                "HTTPDNS requests refused, by account and code (\"?\": an account weir does not know).");
+  auto& results = w.Counter("weir_httpdns_host_results_total",
+                            "HTTPDNS host answers by account and result (ok, nxdomain, no_ip...).");
+  auto& ip = w.Counter("weir_httpdns_client_ip_total",
+                       "HTTPDNS requests with ip=, by account and whether it picked the partition.");
+  auto& stale = w.Counter("weir_httpdns_stale_hosts_total",
+                          "HTTPDNS host answers served from an expired entry while it was refreshed.");
+  for (const auto& [name, a] : s.accounts) {
+    req.Add({{"account", name}, {"api", "d"}}, a.requests[0]);
+    req.Add({{"account", name}, {"api", "resolve"}}, a.requests[1]);
+    hosts.Add({{"account", name}}, a.hosts);
+    for (size_t e = 1; e < a.errors.size(); ++e) {
+      if (a.errors[e] == 0) continue;
+      errors.Add({{"account", name}, {"code", dns::httpdns::ErrorCodeName(static_cast<ErrorCode>(e))}},
+                 a.errors[e]);
+    }
+    for (const auto& [result, n] : a.results) results.Add({{"account", name}, {"result", result}}, n);
+    ip.Add({{"account", name}, {"used", "true"}}, a.ip_honoured);
+    ip.Add({{"account", name}, {"used", "false"}}, a.ip_ignored);
+    stale.Add({{"account", name}}, a.stale);
+  }
+  w.Gauge("weir_httpdns_pending_requests", "HTTPDNS requests waiting for an upstream answer.")
+      .Add({}, s.pending);
+  auto& latency = w.Histogram("weir_httpdns_request_duration_seconds",
+                              "HTTPDNS server time from the whole request to its response, by API.");
+  httpdns_->RenderLatency(latency);
 }
 
 // ---------------------------------------------------------------- loop

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tls/httpdns_front.h"
 #include "weir/common/ip.h"
 #include "weir/common/prometheus.h"
 #include "weir/fastpath/node.h"
@@ -51,12 +52,13 @@
 
 namespace weir::fastpath::tls {
 
-enum class Listener : uint8_t { kDot, kDoh };
+// kHttp: plain HTTP (HTTP/1.1, or HTTP/2 with prior knowledge) for HTTPDNS.
+enum class Listener : uint8_t { kDot, kDoh, kHttp };
 
 // What the front has done, for metrics (docs/metrics.md). Read as a copy
 // made on the front's thread.
 struct TlsStats {
-  static constexpr size_t kKinds = 2;  // Listener
+  static constexpr size_t kKinds = 3;  // Listener
   std::array<uint64_t, kKinds> handshakes_full{};
   std::array<uint64_t, kKinds> handshakes_resumed{};
   std::array<uint64_t, kKinds> handshakes_failed{};
@@ -72,6 +74,7 @@ struct TlsStats {
   std::array<uint64_t, static_cast<size_t>(net::TcpCloseReason::kCount)> closed{};
   uint64_t accepted = 0;
   uint64_t context_generation = 0;  // certificate reloads applied
+  HttpDnsStats httpdns;
 };
 
 struct TlsServerOptions {
@@ -84,6 +87,9 @@ struct TlsServerOptions {
   std::string json_path = "/resolve";
   net::HttpLimits http;
   std::vector<common::Cidr> proxy_protocol_from;
+  // [httpdns]: its API on the DoH port and the plain HTTP port (null or not
+  // enabled: those targets are DoH's or 404).
+  const HttpDnsConfig* httpdns = nullptr;
 };
 
 class TlsServer final : public AnswerSink {
@@ -112,7 +118,9 @@ class TlsServer final : public AnswerSink {
   void RenderMetrics(common::PrometheusWriter& w) const;
 
  private:
-  enum class Phase : uint8_t { kProxy, kHandshake, kDot, kHttp };
+  void RenderHttpDnsMetrics(common::PrometheusWriter& w, const HttpDnsStats& s) const;
+  // kSniff: plain HTTP, its first bytes not read yet (HTTP/1.1 or HTTP/2).
+  enum class Phase : uint8_t { kProxy, kHandshake, kSniff, kDot, kHttp };
   struct Stream {  // a DoH request waiting for its answer
     bool json = false;
   };
@@ -129,7 +137,8 @@ class TlsServer final : public AnswerSink {
     bool pads = false;  // the client pads its queries: pad the answers (RFC 8467)
     net::TcpConnectionTable::Handle handle = 0;
     net::EventLoop::TimerId handshake_timer = 0;
-    std::unique_ptr<net::TlsStreamIo> io;
+    std::unique_ptr<net::StreamIo> io;  // TLS, or the socket (plain HTTP)
+    std::vector<uint8_t> sniff;         // plain HTTP: the first bytes, until they tell the version
     std::unique_ptr<net::DnsTcpStream> dot;
     std::unique_ptr<net::HttpSession> http;
     std::unordered_map<uint32_t, Stream> streams;
@@ -144,6 +153,9 @@ class TlsServer final : public AnswerSink {
   bool ReadProxyHeader(Conn& c);
   bool Handshake(Conn& c);
   bool ServeDot(Conn& c, uint32_t events);
+  bool Sniff(Conn& c);
+  // The HTTP session, HTTP/2 or HTTP/1.1, then `first` (bytes already read).
+  bool StartHttp(Conn& c, bool http2, std::span<const uint8_t> first);
   bool ServeHttp(Conn& c, uint32_t events);
   void OnHttpRequest(uint32_t id, net::HttpRequest&& request);
   // Sends the DNS `answer` to stream `stream` of HTTP connection `c`.
@@ -188,6 +200,7 @@ class TlsServer final : public AnswerSink {
   std::vector<uint8_t> msg_;  // a copy of the query being handled
   std::vector<uint8_t> pad_;
   std::vector<uint32_t> held_;  // connections SendHeld queued answers for
+  std::unique_ptr<HttpDnsFront> httpdns_;
 };
 
 }  // namespace weir::fastpath::tls

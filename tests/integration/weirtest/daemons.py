@@ -212,9 +212,10 @@ class Fastpath(_Daemon):
     READY = r"^metrics http "
     dot = None  # (host, port) of the first DoT listener ([tls]), from "listening dot ADDR"
     doh = None  # and of the first DoH listener
+    http = None  # and of the first plain HTTP (HTTPDNS) listener
 
     def _on_line(self, line: str) -> None:
-        m = re.match(r"^listening (dot|doh) (\S+)$", line)
+        m = re.match(r"^listening (dot|doh|http) (\S+)$", line)
         if m and getattr(self, m.group(1)) is None:
             setattr(self, m.group(1), split_hostport(m.group(2)))
 

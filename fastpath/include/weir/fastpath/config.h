@@ -102,6 +102,33 @@ struct TlsConfig {
   bool enabled() const { return !certificates.empty() && (dot_port != 0 || doh_port != 0); }
 };
 
+// [httpdns]: the HTTP API app SDKs ask for addresses (docs/httpdns.md),
+// on the DoH port (HTTPS, with [tls]) and on `http_port` (plain HTTP/1.1
+// and HTTP/2 with prior knowledge) on every DNS address.
+struct HttpDnsConfig {
+  bool enabled = false;
+  uint16_t http_port = 0;  // plain HTTP; 0: HTTPS on [tls] doh_port only
+  // Accounts when no weir-mgmt pushes them (the text form of
+  // docs/httpdns.md#accounts); re-read on reload. "" with [mgmt]: from the snapshot.
+  std::string accounts_file;
+  // Requests without an account (/d, /resolve): served as the account
+  // named "-" would be, unsigned, at `anonymous_rps` (0: no limit).
+  bool anonymous = false;
+  uint32_t anonymous_rps = 0;
+  // Requests per second one source prefix ([tls] limits' prefixes) may
+  // make, over every account; 0: no limit.
+  uint32_t rps_per_source = 200;
+  int max_batch = 32;        // hosts in one /resolve request (1..32)
+  int max_url_bytes = 2048;  // the request target -> 414
+  // Callers whose ip= is honoured unsigned (an app gateway that terminates
+  // the subscribers' connections).
+  std::vector<common::Cidr> trusted_callers;
+  // An expired entry (within the cache's stale window) is answered at once,
+  // marked stale, while it is refreshed (seed 001's optimistic cache).
+  bool optimistic = true;
+  bool active() const { return enabled; }
+};
+
 struct FastpathConfig {
   // [server]
   std::string backend = "kernel";     // "kernel" (sockets) or "dpdk"
@@ -190,6 +217,9 @@ struct FastpathConfig {
   DpdkConfig dpdk;
 
   TlsConfig tls;
+  HttpDnsConfig httpdns;
+  // The encrypted front's thread runs: DoT or DoH, or HTTPDNS on plain HTTP.
+  bool front_enabled() const { return tls.enabled() || (httpdns.enabled && httpdns.http_port != 0); }
 
   // [dnstap]: client queries and responses, and the queries to the recursors.
   dnstap::Options dnstap;

@@ -50,6 +50,19 @@ struct ClientInfo {
   bool tcp = false;                      // any stream transport: no truncation, no UDP limits
   uint16_t port = 0;                     // the source port, for dnstap only
   StreamKind stream = StreamKind::kTcp;  // which one, when `tcp`
+  // HTTPDNS (docs/httpdns.md): a weighted set tagged answer=single is
+  // answered as answer=ordered (every address, the SWRR pick first), and an
+  // expired entry within the stale window is answered at once while it is
+  // refreshed (the optimistic cache), not after the upstream failed.
+  bool ordered = false;
+  bool optimistic = false;
+};
+
+// What the cache answered with (HandleOne's `info`, for HTTPDNS).
+struct AnswerInfo {
+  bool cached = false;      // answered from the cache (else relayed, or an error written here)
+  bool stale = false;       // past its TTL (RFC 8767)
+  uint32_t origin_ttl = 0;  // the TTL the entry came with (cached answers)
 };
 
 enum class Verdict : uint8_t {
@@ -141,7 +154,8 @@ class QueryHandler {
   // Handles one received message. `now` is the worker's per-burst clock
   // reading. On kReply, out[0, *out_len) is the response.
   Verdict Handle(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now, uint8_t* out,
-                 size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode = HandleMode::kNormal);
+                 size_t out_cap, size_t* out_len, MissRequest* miss, HandleMode mode = HandleMode::kNormal,
+                 AnswerInfo* info = nullptr);
 
   // A received datagram of a burst, and what Handle would say of it.
   struct BurstPacket {
@@ -169,7 +183,7 @@ class QueryHandler {
   // only (ask again, `miss` filled).
   Verdict HandleReturned(const uint8_t* pkt, size_t len, const ClientInfo& client, uint32_t now,
                          HandleMode mode, const RelayedAnswer* relay, uint8_t* out, size_t out_cap,
-                         size_t* out_len, MissRequest* miss);
+                         size_t* out_len, MissRequest* miss, AnswerInfo* info = nullptr);
 
   const AnswerCounters& answer_counters() const { return answers_; }
   const RateLimiter& rate_limiter() const { return limiter_; }
@@ -203,6 +217,9 @@ class QueryHandler {
     size_t len = 0;
     dns::Query query;
     bool tcp = false;                             // the client's transport
+    bool ordered = false;                         // ClientInfo::ordered
+    bool optimistic = false;                      // ClientInfo::optimistic
+    bool stale = false;                           // answered from a stale entry
     size_t response_limit = 0;                    // the transport's / client's answer size
     size_t byte_budget = SIZE_MAX;                // its source's UDP bytes left (SIZE_MAX: no limit)
     size_t unlimited_size = 0;                    // the answer's size before any truncation

@@ -10,6 +10,7 @@
 // renders (it reads the city map for partition names).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "weir/common/clock.h"
 #include "weir/common/prometheus.h"
+#include "weir/dns/httpdns.h"
 #include "weir/dnstap/dnstap.h"
 #include "weir/fastpath/config.h"
 #include "weir/fastpath/conformance.h"
@@ -74,6 +76,14 @@ class Node {
   const FastpathConfig& config() const { return config_; }
   uint32_t NowSeconds() const { return shared_.clock->NowSeconds(); }
   const common::Clock& clock() const { return *shared_.clock; }
+  // The HTTPDNS accounts: from weir-mgmt's snapshot with [mgmt], else from
+  // [httpdns] accounts_file. Never null (empty when there are none); an
+  // immutable vector, replaced whole when a snapshot or reload changes it,
+  // so a reader keeps a consistent set for as long as it holds the pointer.
+  // Any thread (the HTTPDNS front takes it once per request).
+  std::shared_ptr<const std::vector<dns::httpdns::Account>> accounts() const {
+    return accounts_.load(std::memory_order_acquire);
+  }
   common::FakeClock* test_clock() const { return test_clock_; }
 
   // The Prometheus text of every counter, the backend's families after the
@@ -96,10 +106,20 @@ class Node {
   mgmt::ControlReply Control(const mgmt::ControlRequest& request);
 
  private:
+  // The files: city map, tags and, standalone with [httpdns], the accounts.
   absl::Status LoadPartitions();
-  // Validates both texts, then swaps both in; names are for messages.
+  // HTTPDNS accounts to apply with the city map and tags: their text and its
+  // name for messages ("accounts", the file's path).
+  struct AccountsText {
+    std::string_view text;
+    std::string_view name;
+  };
+  // Validates every text, then swaps them all in (nothing changes on an
+  // error); names are for messages. `accounts` null: they stay as they are.
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
-                               std::string_view tags_name);
+                               std::string_view tags_name, const AccountsText* accounts = nullptr);
+  // Whether LoadPartitions reads the accounts file (standalone, [httpdns] on, a file named).
+  bool AccountsFromFile() const;
   // Control()'s commands (fastpath/src/control.cc).
   mgmt::ControlReply CacheFlush(const mgmt::ControlRequest& r);
   mgmt::ControlReply CacheDump(const mgmt::ControlRequest& r);
@@ -123,6 +143,9 @@ class Node {
   // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
+  // Written under apply_mu_, read by any thread (accounts()).
+  std::atomic<std::shared_ptr<const std::vector<dns::httpdns::Account>>> accounts_{
+      std::make_shared<const std::vector<dns::httpdns::Account>>()};
   std::function<void(common::PrometheusWriter&)> backend_metrics_;
   std::function<absl::Status()> backend_reload_;
   // The weight-conformance window, advanced by scrapes (which may run concurrently).

@@ -83,11 +83,15 @@ class alignas(64) WorkerCore {
   // `route`, answered later through SendHeld, or a drop: *out_len is 0 and
   // `dropped` says which).
   bool HandleOne(std::span<const uint8_t> query, const ClientInfo& client, const ClientRoute& route,
-                 uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped);
+                 uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len, bool* dropped,
+                 AnswerInfo* info = nullptr);
 
   // Answers every query the upstream side has handed back (through
   // io.SendHeld); returns how many. The common case, nothing, is one load.
   size_t DrainReturns(uint32_t now, AnswerSink& io);
+  // Inside AnswerSink::SendHeld: what the answer being handed over was
+  // answered from (the cache or not, stale, its original TTL).
+  const AnswerInfo& held_answer_info() const { return held_info_; }
 
   // Taps client queries and responses to `tap` (dnstap); null, the
   // default, taps nothing. Before the worker runs.
@@ -134,6 +138,7 @@ class alignas(64) WorkerCore {
   dnstap::Producer* tap_ = nullptr;
   std::function<void()> notify_upstream_;
   std::unique_ptr<MissRequest[]> misses_;
+  AnswerInfo held_info_;            // the answer SendHeld is being given
   std::unique_ptr<uint8_t[]> out_;  // answers to returned queries (any transport)
   std::atomic<SwrrProbe*> probe_{nullptr};
   void AnswerProbe();

@@ -27,6 +27,12 @@ enum class Command : uint8_t {
   kNodeRm,
   kAudit,
   kNodeControl,
+  kAccountAdd,
+  kAccountRotate,
+  kAccountRetire,
+  kAccountSet,
+  kAccountRm,
+  kAccountLs,
 };
 
 struct CommandSpec {
@@ -45,7 +51,7 @@ struct CommandSpec {
 
 inline constexpr uint8_t kAnyArgs = 255;
 
-inline constexpr std::array<CommandSpec, 14> kCommands = {{
+inline constexpr std::array<CommandSpec, 20> kCommands = {{
     {Command::kTagAdd, "tag-add", "tag add", "add a tag: SUFFIX [weight=on] [ecs=on] [policy=...] ...", 1, 2},
     {Command::kTagRm, "tag-rm", "tag rm", "remove the tag of a suffix", 1, 1},
     {Command::kTagEdit, "tag-edit", "tag set", "change keys of a suffix's tag in place: SUFFIX key=value ...",
@@ -64,6 +70,22 @@ inline constexpr std::array<CommandSpec, 14> kCommands = {{
     {Command::kAudit, "audit", "audit", "recent changes", 0, 1},
     {Command::kNodeControl, "node-control", "",
      "a node command (cache, stats, upstreams, partitions) sent to every node (weirctl --all)", 3, kAnyArgs},
+    // HTTPDNS accounts: NAME, then key=value (unsigned=on|off, legacy_md5=on|off,
+    // rps=N, secret=S). A secret travels only in add/rotate: in the request
+    // when the operator gives one, else in the reply (once).
+    {Command::kAccountAdd, "account-add", "account add",
+     "add an HTTPDNS account: NAME [--unsigned on|off] [--legacy-md5 on|off] [--rps N] [--secret-file FILE]; "
+     "prints its secret once",
+     1, 5},
+    {Command::kAccountRotate, "account-rotate", "account rotate",
+     "a new secret for an account (the old one stays live until retire): NAME [--secret-file FILE]", 1, 2},
+    {Command::kAccountRetire, "account-retire", "account retire",
+     "drop an account's previous secret (the end of a rotation): NAME", 1, 1},
+    {Command::kAccountSet, "account-set", "account set",
+     "change an account: NAME [--unsigned on|off] [--legacy-md5 on|off] [--rps N]", 2, 4},
+    {Command::kAccountRm, "account-rm", "account rm", "remove an HTTPDNS account: NAME", 1, 1},
+    {Command::kAccountLs, "account-ls", "account ls",
+     "list the HTTPDNS accounts: settings and secret fingerprints (never a secret)", 0, 0},
 }};
 
 // The `command` label of a verb no row has, and of a request too short to

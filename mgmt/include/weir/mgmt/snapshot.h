@@ -1,7 +1,7 @@
 // A versioned configuration snapshot: everything mgmt pushes to a node (the
-// tag table and the city map, in their operator text formats), and the file
-// a node keeps of the last one it applied, so it can start while mgmt is
-// down (docs/behaviour.md#management). Control plane only.
+// tag table, the city map and the HTTPDNS accounts, in their text formats),
+// and the file a node keeps of the last one it applied, so it can start while
+// mgmt is down (docs/behaviour.md#management). Control plane only.
 #pragma once
 
 #include <cstdint>
@@ -20,19 +20,29 @@ struct Snapshot {
   // The id of the mgmt database that made it: versions are only comparable
   // within one database (a restored or new database starts its own count).
   std::string origin;
+  // The HTTPDNS accounts, secrets included (dns::httpdns::FormatAccounts
+  // text). Only weir-fastpath nodes get them; a snapshot from a mgmt that
+  // predates accounts has none. (Initialised so that `Snapshot{v, tags,
+  // citymap, origin}` still names every member for -Wmissing-field-initializers.)
+  std::string accounts = {};
   friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
+// SNAPSHOT {version, tags, citymap, origin[, accounts]}: the accounts field
+// is sent only when there are accounts, so a node that predates them keeps
+// taking snapshots without any, and a message without it decodes as none.
 Message SnapshotMessage(const Snapshot& s);
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m);
 
-// Checks that both parts build (the same parsers the nodes use); errors name
-// the part and the line: "tags: line 3: ...", "citymap: line 7: ...".
+// Checks that every part builds (the same parsers the nodes use); errors
+// name the part and the line: "tags: line 3: ...", "citymap: line 7: ...",
+// "accounts: line 2: ..." (never showing a secret).
 absl::Status ValidateSnapshot(const Snapshot& s);
 
 // The node's copy: `dir`/snapshot, written to a temporary file, synced and
 // renamed over the old one, so a crash leaves the old or the new file, never
-// half of one. The file carries a checksum; a damaged file is an error.
+// half of one. The file carries a checksum; a damaged file is an error. It
+// holds the accounts' secrets: it is created with mode 0600.
 absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s);
 // NotFound when the node never stored one.
 absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir);

@@ -15,6 +15,7 @@
 // replaced (a DNS name may hold any byte).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -84,6 +85,9 @@ std::string CellText(const Json& object, const std::string& key);
 StructuredReply& CacheDumpHeading(StructuredReply& reply, std::string note);
 StructuredReply::Column TtlLeftColumn();
 StructuredReply& CacheDumpLimitHint(StructuredReply& reply, bool truncated, size_t limit);
+
+// A time as replies' text shows it: "2025-01-31T12:00:00Z" (UTC); 0 "-".
+std::string UtcTimeText(int64_t unix_seconds);
 
 // A table: columns padded to their widest cell, the first row a header.
 std::string TextTable(const std::vector<std::vector<std::string>>& rows);

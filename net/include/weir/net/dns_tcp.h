@@ -49,6 +49,23 @@ class StreamIo {
   // Bytes already read off the socket and not yet returned by Recv(): the
   // owner reads again without waiting for the socket.
   virtual bool HasBuffered() const { return false; }
+  // The last Recv or Send stopped because the socket was not writable
+  // (TLS may need to write to read): wait for EPOLLOUT too.
+  virtual bool wants_write() const { return false; }
+};
+
+// StreamIo straight on a non-blocking stream socket (not owned): recv and
+// send, EINTR retried, no SIGPIPE.
+class SocketStreamIo final : public StreamIo {
+ public:
+  explicit SocketStreamIo(int fd) : fd_(fd) {}
+  ssize_t Recv(void* buf, size_t len) override;
+  ssize_t Send(const void* buf, size_t len) override;
+  bool wants_write() const override { return wants_write_; }
+
+ private:
+  int fd_;
+  bool wants_write_ = false;
 };
 
 class DnsTcpStream {

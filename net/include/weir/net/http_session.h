@@ -96,6 +96,7 @@ struct HttpResponse {
   // Field values: one holding CR, LF or NUL is left out (IsValidFieldValue).
   std::string_view content_type;   // "" -> no content-type header
   std::string_view cache_control;  // "" -> none; e.g. "max-age=300"
+  std::string_view retry_after;    // "" -> none; e.g. "1" (a 429 or 503)
   // Copied by Respond. Content-Length is always sent; a response to HEAD
   // carries it without the body.
   std::span<const uint8_t> body;

@@ -151,7 +151,7 @@ class TlsStreamIo final : public StreamIo {
   ssize_t Send(const void* buf, size_t len) override;
   // Decrypted bytes OpenSSL holds that the socket will not signal.
   bool HasBuffered() const override { return SSL_has_pending(ssl_) == 1; }
-  bool wants_write() const { return wants_write_; }
+  bool wants_write() const override { return wants_write_; }
 
  private:
   ssize_t Fail(int ret);

@@ -1,0 +1,131 @@
+// Snapshots with HTTPDNS accounts: the message with and without them (a mgmt
+// that predates accounts), their validation, and the node's private file.
+#include "weir/mgmt/snapshot.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "weir/mgmt/protocol.h"
+
+namespace weir::mgmt {
+namespace {
+
+constexpr char kSecret[] = "s3cret-0123456789abcdef";
+constexpr char kOldSecret[] = "old-secret-0123456789";
+
+Snapshot WithAccounts() {
+  Snapshot s{7, "cdn.example weight=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n", "db-1"};
+  s.accounts = std::string("acme unsigned=off legacy_md5=on rps=50 secret=") + kSecret + " secret=" + kOldSecret +
+               "\nbeta secret=" + kSecret + "\n";
+  return s;
+}
+
+TEST(SnapshotAccounts, RoundTripWithAccounts) {
+  const Snapshot s = WithAccounts();
+  const Message m = SnapshotMessage(s);
+  ASSERT_EQ(m.fields.size(), 5u);
+  auto back = SnapshotFromMessage(m);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, s);
+  EXPECT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
+}
+
+TEST(SnapshotAccounts, NoAccountsIsTheMessageOlderNodesKnow) {
+  Snapshot s = WithAccounts();
+  s.accounts.clear();
+  const Message m = SnapshotMessage(s);
+  EXPECT_EQ(m.fields.size(), 4u) << "an older node refuses a fifth field";
+  auto back = SnapshotFromMessage(m);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->accounts, "");
+  EXPECT_EQ(*back, s);
+}
+
+TEST(SnapshotAccounts, MessageOfAnOlderMgmtDecodesWithoutAccounts) {
+  // What a mgmt that predates accounts sends: exactly four fields.
+  const Message old{MsgType::kSnapshot, {"3", "a.example weight=on\n", "", "db-old"}};
+  auto s = SnapshotFromMessage(old);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->version, 3u);
+  EXPECT_EQ(s->origin, "db-old");
+  EXPECT_TRUE(s->accounts.empty());
+  EXPECT_TRUE(ValidateSnapshot(*s).ok());
+  // Nor fewer, nor more than the accounts.
+  EXPECT_FALSE(SnapshotFromMessage(Message{MsgType::kSnapshot, {"3", "", ""}}).ok());
+  EXPECT_FALSE(SnapshotFromMessage(Message{MsgType::kSnapshot, {"3", "", "", "o", "", "x"}}).ok());
+}
+
+TEST(SnapshotAccounts, ValidationNamesThePartAndLineNeverTheSecret) {
+  struct Case {
+    std::string accounts;
+    std::string error;
+  };
+  const std::string secret = kSecret;
+  const std::vector<Case> cases = {
+      {"acme secret=" + secret + "\nacme secret=" + secret + "\n", "accounts: line 2"},  // a duplicate
+      {"# c\nbad/name secret=" + secret + "\n", "accounts: line 2"},
+      {"acme rps=many secret=" + secret + "\n", "accounts: line 1"},
+      {"acme unsigned=on\n", "accounts: line 1"},  // no secret
+      {"acme secret=short\n", "accounts: line 1"},
+      {"acme secret=" + secret + " secret=" + secret + "x secret=" + secret + "y\n", "accounts: line 1"},
+  };
+  for (const Case& c : cases) {
+    Snapshot s = WithAccounts();
+    s.accounts = c.accounts;
+    const absl::Status st = ValidateSnapshot(s);
+    ASSERT_FALSE(st.ok()) << c.accounts;
+    const std::string msg(st.message());
+    EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(secret), std::string::npos) << "an error shows a secret: " << msg;
+    EXPECT_EQ(msg.find("short"), std::string::npos) << "an error shows a secret: " << msg;
+  }
+  // The tags and the city map are still checked first, as before.
+  Snapshot bad = WithAccounts();
+  bad.tags = "x.example color=red\n";
+  EXPECT_NE(std::string(ValidateSnapshot(bad).message()).find("tags: line 1"), std::string::npos);
+}
+
+class PersistedAccounts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/weir-snapshot-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string dir_;
+};
+
+TEST_F(PersistedAccounts, FileKeepsTheAccountsAndIsPrivate) {
+  const mode_t old = umask(0);  // the mode is the file's own, not the umask's
+  const Snapshot s = WithAccounts();
+  const absl::Status st = PersistSnapshot(dir_, s);
+  umask(old);
+  ASSERT_TRUE(st.ok()) << st;
+  struct stat sb {};
+  ASSERT_EQ(stat((dir_ + "/snapshot").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  auto back = LoadPersistedSnapshot(dir_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, s);
+}
+
+TEST_F(PersistedAccounts, LeftoverTemporaryFileIsMadePrivateToo) {
+  // An older version's temporary file, group-readable, left by a crash.
+  const std::string tmp = dir_ + "/snapshot.tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  ASSERT_EQ(chmod(tmp.c_str(), 0644), 0);
+  ASSERT_TRUE(PersistSnapshot(dir_, WithAccounts()).ok());
+  struct stat sb {};
+  ASSERT_EQ(stat((dir_ + "/snapshot").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+}
+
+}  // namespace
+}  // namespace weir::mgmt
