@@ -100,6 +100,11 @@ EncodedPayload Encode(const Message& m, std::string_view identity, std::string_v
     d.has_version = true;
     d.version = Bytes(version);
   }
+  if (!m.extra.empty()) {
+    d.has_extra = true;
+    d.extra.data = reinterpret_cast<uint8_t*>(const_cast<char*>(m.extra.data()));
+    d.extra.len = m.extra.size();
+  }
   const size_t n = dnstap__dnstap__get_packed_size(&d);
   EncodedPayload out(static_cast<uint8_t*>(std::malloc(n)));
   if (out == nullptr) return nullptr;

@@ -133,7 +133,8 @@ absl::Status Node::Reload(std::string* what) {
     return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
   }
   if (absl::Status st = LoadPartitions(); !st.ok()) return st;
-  const std::string files = AccountsFromFile() ? "the city map, tags and HTTPDNS accounts" : "the city map and tags";
+  const std::string files =
+      AccountsFromFile() ? "the city map, tags and HTTPDNS accounts" : "the city map and tags";
   if (what != nullptr) *what = done.empty() ? files : Cat(done, ", ", files);
   return absl::OkStatus();
 }

@@ -39,8 +39,10 @@ dnstap::Protocol ProtocolOf(const ClientInfo& client) {
 
 }  // namespace
 
-void WorkerCore::TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at) {
+void WorkerCore::TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at,
+                          std::string_view extra) {
   dnstap::Message m;
+  m.extra = extra;
   m.type = dnstap::MessageType::kClientQuery;
   m.protocol = ProtocolOf(client);
   m.query_address = EndpointOf(client);
@@ -50,8 +52,9 @@ void WorkerCore::TapQuery(std::span<const uint8_t> query, const ClientInfo& clie
 }
 
 void WorkerCore::TapResponse(std::span<const uint8_t> response, const ClientInfo& client,
-                             const timespec& query_at) {
+                             const timespec& query_at, std::string_view extra) {
   dnstap::Message m;
+  m.extra = extra;
   m.type = dnstap::MessageType::kClientResponse;
   m.protocol = ProtocolOf(client);
   m.query_address = EndpointOf(client);
@@ -157,12 +160,12 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
   timespec tapped_at{};
   if (tap_ != nullptr && tap_->Sample()) [[unlikely]] {
     tapped_at = dnstap::Now();
-    TapQuery(query, client, tapped_at);
+    TapQuery(query, client, tapped_at, tap_extra_);
   }
   const Verdict v = handler_.Handle(query.data(), query.size(), client, now, out, out_cap, out_len, &miss,
                                     HandleMode::kNormal, info);
   if (Answered(v) && (tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0)) [[unlikely]]
-    TapResponse({out, *out_len}, client, tapped_at);
+    TapResponse({out, *out_len}, client, tapped_at, tap_extra_);
   if (v == Verdict::kMiss || v == Verdict::kReplyAndPrefetch) {
     PendingClient pc;
     pc.miss = miss;
@@ -173,6 +176,8 @@ bool WorkerCore::HandleOne(std::span<const uint8_t> query, const ClientInfo& cli
       pc.query.assign(query.begin(), query.end());
       pc.received = received;
       pc.tapped_at = tapped_at;
+      if (pc.tapped()) [[unlikely]]
+        pc.tap_extra.assign(tap_extra_);
     }
     if (Submit(std::move(pc), waits)) {
       notify_upstream_();
@@ -258,7 +263,7 @@ size_t WorkerCore::DrainReturns(uint32_t now, AnswerSink& io) {
       counters_.miss_latency.Observe(SecondsSince(c.received, answered_at));
     }
     if (v == Verdict::kReply && c.tapped() && tap_ != nullptr) [[unlikely]]
-      TapResponse({out_.get(), len}, c.client, c.tapped_at);
+      TapResponse({out_.get(), len}, c.client, c.tapped_at, c.tap_extra);
     io.SendHeld(c.route, {out_.get(), v == Verdict::kReply ? len : 0});
   }
   if (resubmitted) notify_upstream_();

@@ -11,6 +11,7 @@ files are read.
 Run: python3 tests/integration/test_dnstap.py --build-dir build
 """
 
+import json
 import os
 import re
 import shutil
@@ -109,10 +110,10 @@ def _protobuf_fields(data: bytes):
             raise ValueError(f"wire type {wire}")
 
 
-def raw_client_messages(path: str) -> list:
+def raw_client_messages(path: str, with_extra: bool = False) -> list:
     """(type, socket protocol, query address) of each CLIENT_QUERY and
     CLIENT_RESPONSE in a dnstap file (Frame Streams, dnstap.proto), read
-    without dnstap-read."""
+    without dnstap-read; `with_extra`: and Dnstap.extra (bytes, b"" when absent)."""
     types = {5: "CLIENT_QUERY", 6: "CLIENT_RESPONSE"}
     protocols = {1: "UDP", 2: "TCP", 3: "DOT", 4: "DOH", 5: "DNSCryptUDP", 6: "DNSCryptTCP", 7: "DOQ"}
     data = open(path, "rb").read()
@@ -125,12 +126,15 @@ def raw_client_messages(path: str) -> list:
             i += 4 + n
             continue
         frame, i = data[i:i + n], i + n
-        for field, value in _protobuf_fields(frame):
+        top = list(_protobuf_fields(frame))
+        extra = dict(top).get(3, b"")  # Dnstap.extra
+        for field, value in top:
             if field != 14:  # Dnstap.message
                 continue
             m = dict(_protobuf_fields(value))
             if m.get(1) in types:
-                out.append((types[m[1]], protocols.get(m.get(3), str(m.get(3))), socket.inet_ntoa(m[4])))
+                row = (types[m[1]], protocols.get(m.get(3), str(m.get(3))), socket.inet_ntoa(m[4]))
+                out.append(row + (extra,) if with_extra else row)
     return out
 
 
@@ -274,6 +278,29 @@ class DnstapTest(unittest.TestCase):
         protocols = {(t, addr): proto for t, proto, addr in raw_client_messages(fp_file)}
         self.assertEqual(protocols, {("CLIENT_QUERY", "127.0.0.41"): "DOT", ("CLIENT_RESPONSE", "127.0.0.41"): "DOT",
                                      ("CLIENT_QUERY", "127.0.0.42"): "DOH", ("CLIENT_RESPONSE", "127.0.0.42"): "DOH"})
+
+    def test_httpdns_queries_carry_the_account_never_the_secret(self):
+        fp_file = self.path("fastpath-httpdns.dnstap")
+        accounts = self.path("accounts.txt")
+        secret = "dnstap-test-secret-0123456789"
+        with open(accounts, "w") as f:
+            f.write(f"acme unsigned=on secret={secret}\n")
+        httpdns = (f"\n[httpdns]\nenabled = true\nhttp_port = {weirtest.free_port(udp_and_tcp=False)}\n"
+                   f'accounts_file = "{accounts}"\n')
+        fp = self.fastpath(self.plain, dnstap_table(file=fp_file) + httpdns)
+        try:
+            out = subprocess.run(["curl", "-s", "--interface", "127.0.0.43",
+                                  f"http://127.0.0.1:{fp.http[1]}/acme/resolve?host=www.shop.example&query=4,6"],
+                                 capture_output=True, text=True, timeout=20)
+            self.assertEqual(json.loads(out.stdout)["dns"][0]["ips"], ["192.0.2.1"], out.stdout)
+        finally:
+            self.assertEqual(fp.stop(), 0)
+        rows = [r for r in raw_client_messages(fp_file, with_extra=True) if r[2] == "127.0.0.43"]
+        # A and AAAA, each a query and a response
+        self.assertEqual(len(rows), 4, rows)
+        self.assertTrue(all(r[3] == b"httpdns account=acme api=resolve" for r in rows), rows)
+        with open(fp_file, "rb") as f:
+            self.assertNotIn(secret.encode(), f.read())
 
     def test_sample_two_taps_every_other_query(self):
         fp_file = self.path("fastpath.dnstap")

@@ -198,6 +198,9 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
   info.ordered = true;
   info.optimistic = config_.optimistic;
   const uint32_t now = node_.NowSeconds();
+  // dnstap: which account asked (never a secret).
+  tap_extra_ = Cat("httpdns account=", label, " api=", dns::httpdns::ApiName(pend.request.api));
+  core_.SetTapExtra(tap_extra_);
   for (size_t i = 0; i < pend.request.hosts.size(); ++i) {
     if (!pend.request.host_valid[i]) continue;
     for (const uint16_t qtype : {dns::type::kA, dns::type::kAaaa}) {
@@ -224,6 +227,7 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
       }
     }
   }
+  core_.SetTapExtra({});
   if (pend.outstanding == 0) Finish(key);
 }
 

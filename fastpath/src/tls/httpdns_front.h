@@ -131,6 +131,7 @@ class HttpDnsFront {
   std::unordered_map<uint32_t, std::vector<uint64_t>> by_conn_;
   uint32_t next_sub_ = 0;
   std::vector<uint8_t> out_;
+  std::string tap_extra_;  // dnstap's extra field while a request's queries are handled
   HttpDnsStats stats_;
   std::array<ResponseLatencyHistogram, 2> latency_;  // by Api
 };

@@ -71,6 +71,8 @@ struct Message {
   std::span<const uint8_t> query_message;
   std::span<const uint8_t> response_message;
   std::span<const uint8_t> query_zone;  // wire-format name
+  // Dnstap.extra: free-form context (HTTPDNS: "httpdns account=NAME api=d").
+  std::string_view extra;
 };
 
 struct FreeDeleter {

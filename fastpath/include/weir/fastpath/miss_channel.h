@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weir/fastpath/handler.h"
@@ -48,6 +49,7 @@ struct PendingClient {
   // When the worker received it, if dnstap taps this query (zero: it does
   // not); the worker then taps the answer it finally sends.
   timespec tapped_at{};
+  std::string tap_extra;  // dnstap's extra field for its answer (HTTPDNS: the account)
   bool tapped() const { return tapped_at.tv_sec != 0 || tapped_at.tv_nsec != 0; }
 };
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "weir/common/heartbeat.h"
@@ -96,6 +97,10 @@ class alignas(64) WorkerCore {
   // Taps client queries and responses to `tap` (dnstap); null, the
   // default, taps nothing. Before the worker runs.
   void SetTap(dnstap::Producer* tap) { tap_ = tap; }
+  // Dnstap's extra field for the queries HandleOne handles next, and their
+  // answers (HTTPDNS: which account asked); "" for none. Not copied: it
+  // must outlive those HandleOne calls.
+  void SetTapExtra(std::string_view extra) { tap_extra_ = extra; }
 
   // Control thread: has the worker fill `probe` at its next pass through
   // DrainReturns (`wake` wakes it); true once filled, false when the worker
@@ -128,14 +133,17 @@ class alignas(64) WorkerCore {
   // CLIENT_RESPONSE for the sampled ones answered now.
   uint64_t TapQueries(const QueryHandler::BurstPacket* b, size_t n, timespec* at);
   void TapResponses(const QueryHandler::BurstPacket* b, size_t n, uint64_t tapped, const timespec& at);
-  void TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at);
-  void TapResponse(std::span<const uint8_t> response, const ClientInfo& client, const timespec& query_at);
+  void TapQuery(std::span<const uint8_t> query, const ClientInfo& client, const timespec& at,
+                std::string_view extra = {});
+  void TapResponse(std::span<const uint8_t> response, const ClientInfo& client, const timespec& query_at,
+                   std::string_view extra = {});
 
   WorkerCounters counters_;
   QueryHandler handler_;
   int index_;
   MissChannel* channel_;
   dnstap::Producer* tap_ = nullptr;
+  std::string_view tap_extra_;
   std::function<void()> notify_upstream_;
   std::unique_ptr<MissRequest[]> misses_;
   AnswerInfo held_info_;            // the answer SendHeld is being given
