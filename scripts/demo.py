@@ -3,11 +3,14 @@
 and tags pushed with weirctl through weir-mgmt to both nodes, a
 short load from each city's subscriber range, and each city's answer shares
 printed against the CDN's weights; then the same cities over DNS over TLS and
-DNS over HTTPS (a CA made for the demo), their shares printed per transport.
+DNS over HTTPS (a CA made for the demo), their shares printed per transport;
+then an HTTPDNS account made with weirctl and a signed batch request by curl
+from two cities' addresses, printed.
 
 Everything runs on loopback; every process is started here and stopped by PID.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -58,6 +61,52 @@ def encrypted_shares(fp_lines, certs, per_city=900):
     return out
 
 
+def httpdns_batch(mgmt, fp_lines, work):
+    """An HTTPDNS account made with weirctl, then one signed batch request by
+    curl from two cities' subscriber addresses, printed as sent and answered."""
+    http = re.search(r"^listening http (\S+):(\d+)$", "\n".join(fp_lines), re.M)
+    r = mgmt.weirctl("account", "add", "demo-app", json_out=True)
+    if r.returncode != 0:
+        print(f"weirctl account add: {r.stderr.strip()}")
+        return False
+    secret = json.loads(r.stdout)["secret"]
+    secret_file = os.path.join(work, "demo-app.secret")
+    with open(secret_file, "w") as f:
+        f.write(secret + "\n")
+    print("\n$ weirctl account add demo-app    # the secret is shown once; the demo keeps it in "
+          f"{os.path.basename(secret_file)}")
+    # The nodes get it with the next push; wait until the fastpath has it.
+    version = mgmt.weirctl_json("status")["version"]
+    mgmt.wait_in_sync("fastpath-1", version)
+    hosts = f"{NAME},www.shop.example,nosuch.shop.example"
+    ok = True
+    for city in ("beijing", "shanghai"):
+        src, weights = CITIES[city]
+        exp = int(time.time()) + 600
+        to_sign = f"/demo-app/resolve?exp={exp}&host={hosts}&query=4,6"
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", secret], input=to_sign, text=True,
+                             capture_output=True, check=True).stdout.split()[-1]
+        url = f"http://{http.group(1)}:{http.group(2)}/demo-app/resolve?host={hosts}&query=4,6&exp={exp}&s={sig}"
+        print(f"\n# {city}: the string to sign is {to_sign!r}")
+        print(f"$ S=$(printf '%s' '{to_sign}' | openssl dgst -sha256 -hmac \"$(cat {os.path.basename(secret_file)})\" "
+              f"| awk '{{print $NF}}')")
+        print(f"$ curl -s --interface {src} '{url.replace(sig, '$S')}'")
+        out = subprocess.run(["curl", "-s", "--interface", src, url], capture_output=True, text=True, timeout=20)
+        try:
+            body = json.loads(out.stdout)
+        except ValueError:
+            print(f"  not JSON: {out.stdout!r} {out.stderr.strip()}")
+            return False
+        print("  " + json.dumps(body, indent=None))
+        first = body.get("dns", [{}])[0]
+        if sorted(first.get("ips", [])) != sorted(weights):
+            ok = False
+            print(f"  ERROR: {NAME} for {city}: {first.get('ips')} (want {sorted(weights)})")
+        else:
+            print(f"  {NAME} for {city}: every address of the city, {first['ips'][0]} first (the SWRR pick)")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
@@ -86,6 +135,7 @@ def main():
             certs = wtls.Certs(work)
             conf = (conf.replace("@DOT_PORT@", str(weirtest.free_port(udp_and_tcp=False)))
                     .replace("@DOH_PORT@", str(weirtest.free_port(udp_and_tcp=False)))
+                    .replace("@HTTP_PORT@", str(weirtest.free_port(udp_and_tcp=False)))
                     .replace("@TLS_CHAIN@", certs.chain).replace("@TLS_KEY@", certs.key))
             conf_path = os.path.join(work, "fastpath.toml")
             open(conf_path, "w").write(conf)
@@ -159,6 +209,7 @@ def main():
                         if not got or set(got) - set(weights):
                             ok = False
                             print(f"    ERROR: {transport}: {len(got)} answers, foreign: {sorted(set(got) - set(weights))}")
+                ok = httpdns_batch(mgmt, fp.lines, work) and ok
                 log = [q for q in gslb.log(1000) if q["qname"].rstrip(".") == "x.cdn-gslb.example" and q["qtype"] == "A"]
                 ecs = sorted(f'{q["ecs"]["address"]}/{q["ecs"]["source"]}' for q in log if q["ecs"])
                 print(f"\nA queries the CDN's GSLB saw for x.cdn-gslb.example: {len(log)} "

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -231,6 +232,79 @@ TEST_F(HandlerBurstTest, BurstGivesWhatHandleGivesEachPacket) {
   for (size_t t = 0; t < 2; ++t)
     for (size_t r = 0; r < one_ctr.responses[t].size(); ++r)
       EXPECT_EQ(burst_ctr.responses[t][r].Read(), one_ctr.responses[t][r].Read()) << r;
+}
+
+// HTTPDNS asks with ClientInfo::ordered: a weighted set tagged
+// answer=single is answered with every address, the SWRR pick first, and
+// the picks keep the weights (3:2:1) exactly; without it, one address.
+TEST_F(HandlerBurstTest, OrderedClientsGetEveryAddressThePickFirst) {
+  WorkerCounters ctr;
+  QueryHandler h(options_, &shared_, &ctr);
+  const Bytes q = Query(7, "www.cdn.example", dns::type::kA);
+  const size_t first_addr = q.size() + 12;  // a compressed owner, type, class, TTL, RDLENGTH
+  uint8_t out[1500];
+  size_t out_len = 0;
+  MissRequest miss;
+  ClientInfo single{Ip("198.18.1.1"), true};
+  ASSERT_EQ(h.Handle(q.data(), q.size(), single, clock_.NowSeconds(), out, sizeof(out), &out_len, &miss),
+            Verdict::kReply);
+  EXPECT_EQ(out[7], 1) << "answer=single: one address";
+  ClientInfo ordered = single;
+  ordered.ordered = true;
+  std::map<uint8_t, int> firsts;
+  for (int i = 0; i < 60; ++i) {
+    AnswerInfo info;
+    ASSERT_EQ(h.Handle(q.data(), q.size(), ordered, clock_.NowSeconds(), out, sizeof(out), &out_len, &miss,
+                       HandleMode::kNormal, &info),
+              Verdict::kReply);
+    ASSERT_EQ(out[7], 3) << "ordered: every address";
+    ++firsts[out[first_addr + 3]];
+    EXPECT_TRUE(info.cached);
+    EXPECT_FALSE(info.stale);
+    EXPECT_EQ(info.origin_ttl, 300u);
+  }
+  // 61 picks in all (the single answer took one): 60 of them in windows of 6.
+  EXPECT_NEAR(firsts[1], 30, 1);
+  EXPECT_NEAR(firsts[2], 20, 1);
+  EXPECT_NEAR(firsts[3], 10, 1);
+}
+
+// The optimistic cache: an expired entry inside the stale window is
+// answered at once to a ClientInfo::optimistic client, at the stale TTL and
+// marked stale, with a refresh asked for (kReplyAndPrefetch); other clients
+// still wait for the upstream (kMiss); past the window it is a miss for all.
+TEST_F(HandlerBurstTest, OptimisticClientsGetTheStaleAnswerAndARefresh) {
+  options_.stale_answer_ttl = 30;
+  WorkerCounters ctr;
+  QueryHandler h(options_, &shared_, &ctr);
+  const Bytes q = Query(9, "plain.example", dns::type::kA);
+  uint8_t out[1500];
+  size_t out_len = 0;
+  MissRequest miss;
+  ClientInfo plain{Ip("198.18.1.1"), true};
+  ClientInfo optimistic = plain;
+  optimistic.optimistic = true;
+  clock_.Advance(310);  // 10 s past the TTL
+  EXPECT_EQ(h.Handle(q.data(), q.size(), plain, clock_.NowSeconds(), out, sizeof(out), &out_len, &miss),
+            Verdict::kMiss);
+  AnswerInfo info;
+  ASSERT_EQ(h.Handle(q.data(), q.size(), optimistic, clock_.NowSeconds(), out, sizeof(out), &out_len, &miss,
+                     HandleMode::kNormal, &info),
+            Verdict::kReplyAndPrefetch);
+  EXPECT_TRUE(info.cached);
+  EXPECT_TRUE(info.stale);
+  EXPECT_EQ(info.origin_ttl, 300u);
+  const size_t ttl_at = q.size() + 6;
+  EXPECT_EQ((uint32_t{out[ttl_at]} << 24) | (uint32_t{out[ttl_at + 1]} << 16) |
+                (uint32_t{out[ttl_at + 2]} << 8) | out[ttl_at + 3],
+            30u);
+  EXPECT_EQ(Summary(miss).substr(0, 17), "plain.example. 1 ");
+  EXPECT_EQ(ctr.stale_served.Read(), 1u);
+  clock_.Advance(partitions::CacheOptions{}.stale_window);
+  EXPECT_EQ(h.Handle(q.data(), q.size(), optimistic, clock_.NowSeconds(), out, sizeof(out), &out_len, &miss,
+                     HandleMode::kNormal, &info),
+            Verdict::kMiss);
+  EXPECT_FALSE(info.cached);
 }
 
 // SWRR through the burst path: 600 queries from one city in bursts of 32

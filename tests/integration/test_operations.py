@@ -269,7 +269,7 @@ class ShippedExamplesTest(unittest.TestCase):
             certs = wtls.Certs(tmp)
             with open(os.path.join(SOURCE_DIR, "examples", "demo", "fastpath.toml")) as f:
                 text = (f.read().replace("@RECURSOR@", "127.0.0.1:5353").replace("@MGMT@", "127.0.0.1:8054")
-                        .replace("@DOT_PORT@", "853").replace("@DOH_PORT@", "443")
+                        .replace("@DOT_PORT@", "853").replace("@DOH_PORT@", "443").replace("@HTTP_PORT@", "80")
                         .replace("@TLS_CHAIN@", certs.chain).replace("@TLS_KEY@", certs.key))
             self.assertNotRegex(text, r"@[A-Z_]+@")
             with open(os.path.join(tmp, "mgmt.token"), "w") as f:
