@@ -4,7 +4,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include <algorithm>
 #include <array>
@@ -302,6 +302,10 @@ FamilyAnswer Family(std::string code) {
   return f;
 }
 
+std::string_view KeyText(const NameKey& key) {
+  return {reinterpret_cast<const char*>(key.bytes.data()), key.len};
+}
+
 // RFC 2308 5: the TTL of a negative answer is the smallest min(SOA TTL,
 // MINIMUM) of the SOA records in its authority section; 0 without one.
 uint32_t NegativeTtl(const Message& m) {
@@ -345,33 +349,43 @@ FamilyAnswer ReadFamily(std::span<const uint8_t> answer, uint16_t qtype, uint16_
   const size_t addr_len = qtype == type::kA ? 4 : qtype == type::kAaaa ? 16 : 0;
   if (addr_len == 0) return Family("error");
 
-  // The owner of each answer record of class IN, read once.
+  // The answer records of class IN with their owners' keys, read once,
+  // and each owner's first CNAME (a name has one, RFC 2181 10.1): the chain
+  // is then one lookup a hop, however long the answer.
   const std::span<const uint8_t> msg = m.bytes();
   struct Record {
     RrView rr;
-    NameKey owner;
+    size_t owner_at;  // in `owners`
+    uint8_t owner_len;
   };
   std::vector<Record> records;
+  std::string owners;
   RrView rr;
   for (auto it = m.Records(Section::kAnswer); it.Next(&rr);) {
-    Record r{rr, {}};
+    NameKey owner;
     size_t end = 0;
-    if (rr.klass != klass::kIn || ReadName(msg, rr.name_offset, &end, &r.owner) != ParseError::kOk) continue;
-    records.push_back(r);
+    if (rr.klass != klass::kIn || ReadName(msg, rr.name_offset, &end, &owner) != ParseError::kOk) continue;
+    records.push_back({rr, owners.size(), owner.len});
+    owners.append(KeyText(owner));
   }
-  // The CNAME chain from the question's name: each hop the first CNAME its
-  // owner has. A chain uses each record once at most: a hop more is a loop.
+  auto owner_of = [&owners](const Record& r) {
+    return std::string_view(owners).substr(r.owner_at, r.owner_len);
+  };
+  absl::flat_hash_map<std::string_view, size_t> cname_of;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (records[i].rr.type == type::kCname) cname_of.try_emplace(owner_of(records[i]), i);
+  }
+  // A chain visits each owner once at most: a hop more is a loop.
   NameKey name = m.qname();
   for (size_t hops = 0;; ++hops) {
-    const auto cname = std::find_if(records.begin(), records.end(), [&](const Record& r) {
-      return r.rr.type == type::kCname && r.owner == name;
-    });
-    if (cname == records.end()) break;
-    if (hops == records.size()) return Family("error");
+    const auto hop = cname_of.find(KeyText(name));
+    if (hop == cname_of.end()) break;
+    if (hops == cname_of.size()) return Family("error");
+    const RrView& cname = records[hop->second].rr;
     size_t end = 0;
     // The target's own octets lie within the RDATA.
-    if (ReadName(msg.first(size_t{cname->rr.rdata_offset} + cname->rr.rdlength), cname->rr.rdata_offset, &end,
-                 &name) != ParseError::kOk) {
+    if (ReadName(msg.first(size_t{cname.rdata_offset} + cname.rdlength), cname.rdata_offset, &end, &name) !=
+        ParseError::kOk) {
       return Family("error");
     }
   }
@@ -380,7 +394,7 @@ FamilyAnswer ReadFamily(std::span<const uint8_t> answer, uint16_t qtype, uint16_
   f.has_ttl = true;
   f.ttl = UINT32_MAX;
   for (const Record& r : records) {
-    if (r.rr.type != qtype || r.rr.rdlength != addr_len || !(r.owner == name)) continue;
+    if (r.rr.type != qtype || r.rr.rdlength != addr_len || owner_of(r) != KeyText(name)) continue;
     common::IpAddress ip;
     ip.family = addr_len == 4 ? 4 : 6;
     std::copy_n(msg.begin() + r.rr.rdata_offset, addr_len, ip.bytes.begin());
@@ -618,29 +632,80 @@ Request ParseRequest(std::string_view method, std::string_view target, size_t ma
   }
 
   // PATH "?" every parameter but s, decoded, sorted by name then value
-  // (bytewise: std::string compares as unsigned char), joined by '&'.
+  // (bytewise: std::string compares as unsigned char), joined by '&'; a
+  // '%', '&' or '=' inside a name or value written %25, %26, %3D, so that
+  // "host=a%26ip%3D1.2.3.4" does not sign as "host=a&ip=1.2.3.4".
   std::erase_if(params, [](const auto& p) { return p.first == "s"; });
   std::sort(params.begin(), params.end());
+  auto append = [&r](std::string_view text) {
+    for (const char ch : text) {
+      switch (ch) {
+        case '%':
+          r.string_to_sign += "%25";
+          break;
+        case '&':
+          r.string_to_sign += "%26";
+          break;
+        case '=':
+          r.string_to_sign += "%3D";
+          break;
+        default:
+          r.string_to_sign.push_back(ch);
+      }
+    }
+  };
   r.string_to_sign.assign(path);
   r.string_to_sign.push_back('?');
   for (size_t i = 0; i < params.size(); ++i) {
     if (i > 0) r.string_to_sign.push_back('&');
-    common::CatTo(r.string_to_sign, params[i].first, "=", params[i].second);
+    append(params[i].first);
+    r.string_to_sign.push_back('=');
+    append(params[i].second);
   }
   return r;
 }
 
+namespace {
+
+// HMAC-SHA256 set up once for the process (OpenSSL 3 fetches algorithms by
+// name: HMAC() per call looks both up again); each signature copies it.
+// Null when the library has no HMAC or SHA-256 (then nothing matches).
+const EVP_MAC_CTX* HmacSha256Template() {
+  static const EVP_MAC_CTX* const kTemplate = []() -> const EVP_MAC_CTX* {
+    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    if (mac == nullptr) return nullptr;
+    EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac);  // the context holds its own reference
+    if (ctx == nullptr) return nullptr;
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                                 OSSL_PARAM_construct_end()};
+    if (EVP_MAC_CTX_set_params(ctx, params) != 1) {
+      EVP_MAC_CTX_free(ctx);
+      return nullptr;
+    }
+    return ctx;
+  }();
+  return kTemplate;
+}
+
+}  // namespace
+
 std::string HmacSignature(std::string_view secret, std::string_view string_to_sign) {
-  static constexpr unsigned char kNone[1] = {0};  // HMAC() reads a null key as "keep the last one"
+  static constexpr unsigned char kNone[1] = {0};  // a key of length 0 still needs a pointer
+  const EVP_MAC_CTX* tmpl = HmacSha256Template();
+  if (tmpl == nullptr) return "";
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(tmpl);
+  if (ctx == nullptr) return "";
   unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
+  size_t len = 0;
   const auto* key = secret.empty() ? kNone : reinterpret_cast<const unsigned char*>(secret.data());
-  const auto* data =
-      string_to_sign.empty() ? kNone : reinterpret_cast<const unsigned char*>(string_to_sign.data());
-  if (HMAC(EVP_sha256(), key, static_cast<int>(secret.size()), data, string_to_sign.size(), md, &len) ==
-      nullptr) {
-    return "";
-  }
+  const bool ok = EVP_MAC_init(ctx, key, secret.size(), nullptr) == 1 &&
+                  EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(string_to_sign.data()),
+                                 string_to_sign.size()) == 1 &&
+                  EVP_MAC_final(ctx, md, &len, sizeof(md)) == 1;
+  EVP_MAC_CTX_free(ctx);
+  if (!ok) return "";
   return Hex(md, len);
 }
 
@@ -649,7 +714,8 @@ std::string LegacySignature(std::string_view host, std::string_view secret, uint
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   // Fails where MD5 is not allowed (a FIPS provider): then nothing matches.
-  if (EVP_Digest(input.data(), input.size(), md, &len, EVP_md5(), nullptr) != 1) return "";
+  static EVP_MD* const kMd5 = EVP_MD_fetch(nullptr, "MD5", nullptr);  // fetched once for the process
+  if (kMd5 == nullptr || EVP_Digest(input.data(), input.size(), md, &len, kMd5, nullptr) != 1) return "";
   return Hex(md, len);
 }
 

@@ -6,6 +6,7 @@
 #include "weir/common/config_file.h"
 #include "weir/common/line_errors.h"
 #include "weir/common/text.h"
+#include "weir/dns/httpdns.h"
 #include "weir/fastpath/config.h"
 #include "weir/mgmt/node_config.h"
 #include "weir/net/tls.h"
@@ -60,6 +61,15 @@ absl::StatusOr<FastpathConfig> LoadAndCheckConfig(const std::string& path,
         // its own files are not read then.
         const bool from_snapshot = mgmt::CheckNodeMgmtFiles(c, root, path);
         CheckPartitionFiles(c, root, path, !from_snapshot);
+        // The HTTPDNS accounts file as the node reads it (without [mgmt]).
+        if (!from_snapshot && cfg.ok() && cfg->httpdns.enabled) {
+          if (auto file = common::FindNamedFile(root, "httpdns.accounts_file", path)) {
+            if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {
+              if (auto accounts = dns::httpdns::ParseAccounts(*text); !accounts.ok())
+                c.Fail(file->value->source(), Cat(file->path, ": ", ToStd(accounts.status().message())));
+            }
+          }
+        }
         // The certificates and keys as the encrypted front loads them:
         // unreadable, expired, not yet valid, a key not the certificate's.
         if (cfg.ok() && !cfg->tls.certificates.empty()) {

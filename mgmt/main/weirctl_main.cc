@@ -291,8 +291,8 @@ int main(int argc, char** argv) {
   of(Command::kAudit)->add_option("--limit", limit, "entries")->check(CLI::Range(1, 100000));
   // HTTPDNS accounts. Each option is sent only when given (set changes only those).
   std::string acc_name, acc_unsigned, acc_md5, acc_rps, acc_secret_file;
-  for (Command id : {Command::kAccountAdd, Command::kAccountRotate, Command::kAccountRetire, Command::kAccountSet,
-                     Command::kAccountRm}) {
+  for (Command id : {Command::kAccountAdd, Command::kAccountRotate, Command::kAccountRetire,
+                     Command::kAccountSet, Command::kAccountRm}) {
     of(id)->add_option("name", acc_name, "the account: 1..64 of A-Z a-z 0-9 _ . -")->required();
   }
   for (Command id : {Command::kAccountAdd, Command::kAccountSet}) {
@@ -303,13 +303,15 @@ int main(int argc, char** argv) {
         ->add_option("--legacy-md5", acc_md5, "accept the legacy md5(host-secret-t) signature (default off)")
         ->check(CLI::IsMember({"on", "off"}));
     of(id)
-        ->add_option("--rps", acc_rps, "requests per second for the account on each node (0, the default: no limit)")
+        ->add_option("--rps", acc_rps,
+                     "requests per second for the account on each node (0, the default: no limit)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{UINT32_MAX}));
   }
   for (Command id : {Command::kAccountAdd, Command::kAccountRotate}) {
-    of(id)->add_option("--secret-file", acc_secret_file,
-                       "take the secret from FILE (16..128 printable characters, no spaces; a trailing newline "
-                       "is dropped) instead of a new random one");
+    of(id)->add_option(
+        "--secret-file", acc_secret_file,
+        "take the secret from FILE (16..128 printable characters, no spaces; a trailing newline "
+        "is dropped) instead of a new random one");
   }
 
   // Node commands: answered by a node's control channel (--control), or by

@@ -191,22 +191,23 @@ StructuredReply ListAccounts(const Store& store) {
   auto on_off = [](std::string key) {
     return [key](const Json& row) { return row.value(key, false) ? std::string("on") : std::string("off"); };
   };
-  r.Table("/accounts", {StructuredReply::Field("NAME", "name"),
-                        {"UNSIGNED", on_off("unsigned")},
-                        {"LEGACY_MD5", on_off("legacy_md5")},
-                        StructuredReply::Field("RPS", "rps"),
-                        StructuredReply::Field("SECRETS", "secrets"),
-                        {"FINGERPRINTS",
-                         [](const Json& row) {
-                           std::string out;
-                           for (const Json& f : row["fingerprints"]) out += (out.empty() ? "" : ",") + f.get<std::string>();
-                           return out;
-                         }},
-                        {"CREATED", [](const Json& row) { return UtcTimeText(row.value("created", int64_t{0})); }},
-                        {"ROTATED", [](const Json& row) {
-                           return row["rotated"].is_null() ? std::string("-")
-                                                           : UtcTimeText(row["rotated"].get<int64_t>());
-                         }}});
+  r.Table("/accounts",
+          {StructuredReply::Field("NAME", "name"),
+           {"UNSIGNED", on_off("unsigned")},
+           {"LEGACY_MD5", on_off("legacy_md5")},
+           StructuredReply::Field("RPS", "rps"),
+           StructuredReply::Field("SECRETS", "secrets"),
+           {"FINGERPRINTS",
+            [](const Json& row) {
+              std::string out;
+              for (const Json& f : row["fingerprints"])
+                out += (out.empty() ? "" : ",") + f.get<std::string>();
+              return out;
+            }},
+           {"CREATED", [](const Json& row) { return UtcTimeText(row.value("created", int64_t{0})); }},
+           {"ROTATED", [](const Json& row) {
+              return row["rotated"].is_null() ? std::string("-") : UtcTimeText(row["rotated"].get<int64_t>());
+            }}});
   return r;
 }
 

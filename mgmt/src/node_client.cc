@@ -216,7 +216,8 @@ absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::s
   }
   // A file an older version stored is group-readable; it may hold the
   // HTTPDNS accounts' secrets (every new one is created 0600).
-  if (const std::string file = config.state_dir + "/snapshot"; chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+  if (const std::string file = config.state_dir + "/snapshot";
+      chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
     common::LogWarning("mgmt", "cannot make ", file, " private: ", std::strerror(errno));
   }
   auto stored = LoadPersistedSnapshot(config.state_dir);

@@ -57,11 +57,13 @@ Message SnapshotMessage(const Snapshot& s) {
 
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
   if (m.type != MsgType::kSnapshot || (m.fields.size() != 4 && m.fields.size() != 5)) {
-    return absl::InvalidArgumentError("a snapshot has 4 or 5 fields: version, tags, citymap, origin[, accounts]");
+    return absl::InvalidArgumentError(
+        "a snapshot has 4 or 5 fields: version, tags, citymap, origin[, accounts]");
   }
   auto v = ParseU64(m.fields[0]);
   if (!v.ok()) return v.status();
-  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3], m.fields.size() == 5 ? m.fields[4] : std::string()};
+  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3],
+                  m.fields.size() == 5 ? m.fields[4] : std::string()};
 }
 
 absl::Status ValidateSnapshot(const Snapshot& s) {
@@ -70,7 +72,8 @@ absl::Status ValidateSnapshot(const Snapshot& s) {
   auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
   if (!cm.ok()) return absl::InvalidArgumentError(Cat("citymap: ", ToStd(cm.status().message())));
   auto accounts = dns::httpdns::ParseAccounts(s.accounts);
-  if (!accounts.ok()) return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
+  if (!accounts.ok())
+    return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
   return absl::OkStatus();
 }
 

@@ -149,8 +149,8 @@ std::string AccountSettingsText(const AccountRecord& a) {
 absl::Status CheckAccountName(const std::string& name) {
   if (dns::httpdns::IsValidAccountName(name)) return absl::OkStatus();
   // The name is shown cut short: it may be anything a caller typed.
-  return absl::InvalidArgumentError(Cat("not an account name: '", std::string_view(name).substr(0, 80),
-                                        "' (1..64 of A-Z a-z 0-9 _ . -)"));
+  return absl::InvalidArgumentError(
+      Cat("not an account name: '", std::string_view(name).substr(0, 80), "' (1..64 of A-Z a-z 0-9 _ . -)"));
 }
 
 }  // namespace
@@ -367,7 +367,8 @@ absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std:
   auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
   if (!cm.ok()) return cm.status();
   size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
-  return Commit(tag_lines_, csv, accounts_, actor, "citymap import", Cat(lines, " lines, ", csv.size(), " bytes"));
+  return Commit(tag_lines_, csv, accounts_, actor, "citymap import",
+                Cat(lines, " lines, ", csv.size(), " bytes"));
 }
 
 absl::StatusOr<uint64_t> Store::EditTag(const std::string& suffix, const std::vector<std::string>& changes,
@@ -524,14 +525,16 @@ absl::StatusOr<uint64_t> Store::SetAccount(const std::string& name, const Accoun
                                            const std::string& actor) {
   auto i = FindAccount(name);
   if (!i.ok()) return i.status();
-  if (settings.empty()) return absl::InvalidArgumentError("nothing to change: give --unsigned, --legacy-md5 or --rps");
+  if (settings.empty())
+    return absl::InvalidArgumentError("nothing to change: give --unsigned, --legacy-md5 or --rps");
   std::vector<AccountRecord> accounts = accounts_;
   AccountRecord& a = accounts[*i];
   a.allow_unsigned = settings.allow_unsigned.value_or(a.allow_unsigned);
   a.allow_legacy_md5 = settings.allow_legacy_md5.value_or(a.allow_legacy_md5);
   a.rps = settings.rps.value_or(a.rps);
   if (a == accounts_[*i]) {
-    return absl::AlreadyExistsError(Cat("account '", name, "' already has exactly this: ", AccountSettingsText(a)));
+    return absl::AlreadyExistsError(
+        Cat("account '", name, "' already has exactly this: ", AccountSettingsText(a)));
   }
   const std::string detail = Cat(name, " ", AccountSettingsText(a));
   return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account set", detail);

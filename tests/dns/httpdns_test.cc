@@ -361,6 +361,14 @@ TEST(HttpDnsStringToSign, RepeatedEmptyAndBareParameters) {
   EXPECT_EQ(Get("/d?host=x.com&s=abc").string_to_sign, "/d?host=x.com");
 }
 
+TEST(HttpDnsStringToSign, EncodedSeparatorsCannotPoseAsParameters) {
+  // A decoded '&', '=' or '%' is written %26, %3D, %25: "host=a%26ip%3D1.2.3.4"
+  // and "host=a&ip=1.2.3.4" sign differently.
+  EXPECT_EQ(Get("/d?host=x.com&k=a%26ip%3D1.2.3.4").string_to_sign, "/d?host=x.com&k=a%26ip%3D1.2.3.4");
+  EXPECT_EQ(Get("/d?host=x.com&k=a&ip=1.2.3.4").string_to_sign, "/d?host=x.com&ip=1.2.3.4&k=a");
+  EXPECT_EQ(Get("/d?host=x.com&k%3Dv=1%25").string_to_sign, "/d?host=x.com&k%3Dv=1%25");
+}
+
 TEST(HttpDnsStringToSign, PathAsSent) {
   EXPECT_EQ(Get("/acme/d?host=x.com").string_to_sign, "/acme/d?host=x.com");
   EXPECT_EQ(Get("/d?account=acme&host=x.com").string_to_sign, "/d?account=acme&host=x.com");
@@ -830,6 +838,19 @@ TEST(HttpDnsAnswer, CnameLoopIsAnErrorDanglingIsNoIp) {
                      type::kA);
   EXPECT_EQ(h.code, "error");
   EXPECT_TRUE(h.ips.empty());
+  h = Add(Response("a.com", type::kA, Rcode::kNoError,
+                   {{"a.com", type::kCname, 30, WireName("A.com")}, {"a.com", type::kA, 30, A(1)}}),
+          type::kA);
+  EXPECT_EQ(h.code, "error");  // a name its own alias
+  // A long chain, its records in reverse order.
+  std::vector<Rr> chain = {{"c40.net", type::kA, 30, A(7)}};
+  for (int i = 39; i >= 0; --i) {
+    chain.push_back({i == 0 ? "a.com" : "c" + std::to_string(i) + ".net", type::kCname, 30,
+                     WireName("c" + std::to_string(i + 1) + ".net")});
+  }
+  h = Add(Response("a.com", type::kA, Rcode::kNoError, chain), type::kA);
+  EXPECT_EQ(h.code, "");
+  EXPECT_EQ(h.ips, Strings{"192.0.2.7"});
   // A chain as long as the answer is no loop.
   h = Add(Response("a.com", type::kA, Rcode::kNoError,
                    {{"a.com", type::kCname, 30, WireName("b.com")},

@@ -337,6 +337,33 @@ class HttpDnsTest(unittest.TestCase):
         self.assertEqual(body["dns"][0]["ips"], ["192.0.2.1"])
 
 
+class HttpDnsCheckTest(unittest.TestCase):
+    """--check reads the accounts file as the start does, and the [httpdns] rules."""
+
+    def test_check_names_the_bad_account_line_and_the_port_rules(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            accounts = os.path.join(tmp, "accounts.txt")
+            with open(accounts, "w") as f:
+                f.write(f"ok secret={SECRET_ACME}\nbad unknown=1 secret={SECRET_STRICT}\n")
+            base = weirtest.fastpath_config(["127.0.0.1:5353"])
+            fp = weirtest.binary(BUILD_DIR, "fastpath/weir-fastpath")
+            path = weirtest.write_temp(base + f'\n[httpdns]\nenabled = true\nhttp_port = 8080\naccounts_file = "{accounts}"\n',
+                                       directory=tmp)
+            r = weirtest.run([fp, "--check", "-c", path], timeout=30)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"{accounts}: line 2", r.stdout + r.stderr)
+            self.assertNotIn(SECRET_STRICT, r.stdout + r.stderr)
+            with open(accounts, "w") as f:
+                f.write(f"ok secret={SECRET_ACME}\n")
+            r = weirtest.run([fp, "--check", "-c", path], timeout=30)
+            self.assertEqual((r.returncode, r.stdout), (0, f"{path}: ok\n"), r.stderr)
+            # nowhere to serve it: no http_port and no [tls]
+            path = weirtest.write_temp(base + "\n[httpdns]\nenabled = true\n", directory=tmp)
+            r = weirtest.run([fp, "--check", "-c", path], timeout=30)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("[httpdns] is served on [tls] doh_port", r.stdout + r.stderr)
+
+
 class HttpDnsStaleTest(HttpDnsTest):
     """The optimistic cache, on the test clock."""
 

@@ -306,6 +306,12 @@ WEIRCTL_REQUESTS = {
     "nodes": ("nodes", ["nodes"]),
     "nodes rm": ("node-rm", ["nodes", "rm", "retired-node"]),
     "audit": ("audit", ["audit", "--limit", "5"]),
+    "account add": ("account-add", ["account", "add", "acme"]),
+    "account set": ("account-set", ["account", "set", "acme", "--rps", "10"]),
+    "account rotate": ("account-rotate", ["account", "rotate", "acme"]),
+    "account retire": ("account-retire", ["account", "retire", "acme"]),
+    "account ls": ("account-ls", ["account", "ls"]),
+    "account rm": ("account-rm", ["account", "rm", "acme"]),
 }
 # weirctl's node commands (answered by a node, or by every node through weir-mgmt with --all).
 NODE_COMMANDS = {"cache", "stats", "reload", "upstreams", "partitions"}
@@ -337,7 +343,7 @@ class CommandTableTest(unittest.TestCase):
         listed = []
         for top in help_subcommands(subprocess.run([ctl, "--help"], capture_output=True, text=True).stdout):
             subs = help_subcommands(subprocess.run([ctl, top, "--help"], capture_output=True, text=True).stdout)
-            if top in ("tag", "citymap"):
+            if top in ("tag", "citymap", "account"):
                 listed += [f"{top} {s}" for s in subs]
             else:
                 listed.append(top)

@@ -19,8 +19,8 @@ constexpr char kOldSecret[] = "old-secret-0123456789";
 
 Snapshot WithAccounts() {
   Snapshot s{7, "cdn.example weight=on\n", "10.0.0.0/8,bj,192.0.2.0/24\n", "db-1"};
-  s.accounts = std::string("acme unsigned=off legacy_md5=on rps=50 secret=") + kSecret + " secret=" + kOldSecret +
-               "\nbeta secret=" + kSecret + "\n";
+  s.accounts = std::string("acme unsigned=off legacy_md5=on rps=50 secret=") + kSecret +
+               " secret=" + kOldSecret + "\nbeta secret=" + kSecret + "\n";
   return s;
 }
 

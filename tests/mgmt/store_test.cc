@@ -173,7 +173,8 @@ TEST_F(StoreTest, AccountsAreAddedRotatedRetiredSetAndRemovedAsVersions) {
     EXPECT_EQ(a.rps, 200u);
     EXPECT_GT(a.created, 0);
     EXPECT_EQ(a.rotated, 0);
-    EXPECT_EQ(s->snapshot().accounts, std::string("acme unsigned=off legacy_md5=on rps=200 secret=") + kSecretA + "\n")
+    EXPECT_EQ(s->snapshot().accounts,
+              std::string("acme unsigned=off legacy_md5=on rps=200 secret=") + kSecretA + "\n")
         << "the snapshot carries the FormatAccounts text";
 
     // Rotate: two live, newest first; a second rotation drops the oldest.
@@ -215,9 +216,8 @@ TEST_F(StoreTest, AccountsAreAddedRotatedRetiredSetAndRemovedAsVersions) {
   EXPECT_TRUE(s->accounts()[0].allow_unsigned);
   EXPECT_EQ(s->accounts()[1].name, "beta");
   EXPECT_EQ(s->snapshot().tags, "cdn.example. weight=on ecs=off policy=iterate answer=single level=global\n");
-  EXPECT_EQ(s->snapshot().accounts,
-            std::string("acme unsigned=on legacy_md5=on rps=200 secret=") + kSecretC +
-                "\nbeta unsigned=off legacy_md5=off rps=0 secret=" + kSecretA + "\n");
+  EXPECT_EQ(s->snapshot().accounts, std::string("acme unsigned=on legacy_md5=on rps=200 secret=") + kSecretC +
+                                        "\nbeta unsigned=off legacy_md5=off rps=0 secret=" + kSecretA + "\n");
 
   EXPECT_EQ(*s->RemoveAccount("acme", "dave"), 8u);
   ASSERT_EQ(s->accounts().size(), 1u);
@@ -227,8 +227,9 @@ TEST_F(StoreTest, AccountsAreAddedRotatedRetiredSetAndRemovedAsVersions) {
   ASSERT_TRUE(audit.ok());
   std::vector<std::string> actions;
   for (const AuditRecord& a : *audit) actions.push_back(a.action);
-  EXPECT_EQ(actions, (std::vector<std::string>{"tag add", "account add", "account rotate", "account rotate",
-                                               "account retire", "account set", "account add", "account rm"}));
+  EXPECT_EQ(actions,
+            (std::vector<std::string>{"tag add", "account add", "account rotate", "account rotate",
+                                      "account retire", "account set", "account add", "account rm"}));
   for (const AuditRecord& a : *audit) {
     if (a.action.starts_with("account")) {
       EXPECT_TRUE(a.detail.starts_with("acme") || a.detail.starts_with("beta")) << a.detail;
@@ -256,8 +257,8 @@ TEST_F(StoreTest, RefusedAccountChangesChangeNothingAndShowNoSecret) {
       s->AddAccount("ctl", std::string("0123456789abcdef\n"), {}, "a").status(),
       s->RotateAccount("acme", kSecretA, "a").status(),  // the current one again
       s->RotateAccount("nobody", kSecretB, "a").status(),
-      s->RetireAccountSecret("acme", "a").status(),  // one secret: nothing to retire
-      s->SetAccount("acme", {}, "a").status(),       // nothing given
+      s->RetireAccountSecret("acme", "a").status(),                           // one secret: nothing to retire
+      s->SetAccount("acme", {}, "a").status(),                                // nothing given
       s->SetAccount("acme", AccountSettings{false, false, 0}, "a").status(),  // nothing changes
       s->SetAccount("nobody", AccountSettings{true, {}, {}}, "a").status(),
       s->RemoveAccount("nobody", "a").status(),
@@ -269,8 +270,8 @@ TEST_F(StoreTest, RefusedAccountChangesChangeNothingAndShowNoSecret) {
   for (const absl::Status& st : refused) {
     EXPECT_FALSE(st.ok());
     const std::string msg(st.message());
-    for (const std::string& secret : std::vector<std::string>{kSecretA, kSecretB, "tooshort-secret",
-                                     "a secret with spaces", std::string(129, 'k')}) {
+    for (const std::string& secret : std::vector<std::string>{
+             kSecretA, kSecretB, "tooshort-secret", "a secret with spaces", std::string(129, 'k')}) {
       EXPECT_EQ(msg.find(secret), std::string::npos) << "a secret in: " << msg;
     }
   }

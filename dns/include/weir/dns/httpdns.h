@@ -156,7 +156,8 @@ struct AuthResult {
 //      PATH "?" PARAMS
 //    PATH the request path as sent; PARAMS every parameter but `s`, each
 //    "name=value" with name and value percent-decoded, sorted by name (then
-//    value), joined by '&'. In a shell:
+//    value), joined by '&'; a '%', '&' or '=' inside a decoded name or
+//    value is written "%25", "%26", "%3D". In a shell:
 //      printf '%s' '/acme/d?exp=1767225600&host=www.example.com' |
 //        openssl dgst -sha256 -hmac "$SECRET"
 //  * `s` with `t` only (legacy): allowed when account->allow_legacy_md5 (else

@@ -47,7 +47,7 @@ struct AccountRecord {
   std::string previous_secret;  // still live after a rotation until retired; "" none
   bool allow_unsigned = false;
   bool allow_legacy_md5 = false;
-  uint32_t rps = 0;  // 0: no limit
+  uint32_t rps = 0;     // 0: no limit
   int64_t created = 0;  // unix seconds
   int64_t rotated = 0;  // unix seconds of the last rotation; 0 never
   friend bool operator==(const AccountRecord&, const AccountRecord&) = default;
@@ -140,7 +140,7 @@ class Store {
 
   sqlite3* db_;
   uint64_t version_ = 0;
-  std::vector<std::string> tag_lines_;  // canonical lines, sorted by suffix
+  std::vector<std::string> tag_lines_;   // canonical lines, sorted by suffix
   std::vector<AccountRecord> accounts_;  // sorted by name
   Snapshot snapshot_;
 };
