@@ -335,6 +335,7 @@ ssize_t TlsStreamIo::Fail(int ret) {
 
 ssize_t TlsStreamIo::Recv(void* buf, size_t len) {
   wants_write_ = false;
+  ERR_clear_error();  // SSL_get_error reads the thread's queue: nothing stale in it
   size_t n = 0;
   const int ret = SSL_read_ex(ssl_, buf, len, &n);
   if (ret == 1) return static_cast<ssize_t>(n);
@@ -343,6 +344,7 @@ ssize_t TlsStreamIo::Recv(void* buf, size_t len) {
 
 ssize_t TlsStreamIo::Send(const void* buf, size_t len) {
   wants_write_ = false;
+  ERR_clear_error();
   size_t n = 0;
   const int ret = SSL_write_ex(ssl_, buf, len, &n);
   if (ret == 1) return static_cast<ssize_t>(n);

@@ -513,6 +513,16 @@ void TlsServer::OnEvent(uint32_t id, uint32_t ev) {
   if (c == nullptr) return;
   if (!open) return Close(id, Overflowed(*c) ? net::TcpCloseReason::kUnsent : net::TcpCloseReason::kClient);
   Watch(*c);
+  ReadAgainIfBuffered(*c);
+}
+
+void TlsServer::ReadAgainIfBuffered(const Conn& c) {
+  // A connection read for its share of rounds may leave records OpenSSL
+  // has already taken off the socket: no event will say so, so it is read
+  // again on the loop's next turn (unless it is not read from now).
+  if (c.io == nullptr || !c.io->HasBuffered() || Paused(c)) return;
+  if (c.phase == Phase::kHttp ? !c.http->WantsRead() : c.phase != Phase::kDot) return;
+  if (std::find(again_.begin(), again_.end(), c.id) == again_.end()) again_.push_back(c.id);
 }
 
 bool TlsServer::Paused(const Conn& c) const {
@@ -605,6 +615,7 @@ void TlsServer::FlushHeld() {
         continue;
       }
       Watch(*c);
+      ReadAgainIfBuffered(*c);  // a DoT client paused on unsent answers may have more waiting
       continue;
     }
     // HTTP/1.1 answers in order and holds the pipelined requests behind a
@@ -620,6 +631,7 @@ void TlsServer::FlushHeld() {
       continue;
     }
     Watch(*c);
+    ReadAgainIfBuffered(*c);
   }
   held_.clear();
 }
@@ -779,7 +791,12 @@ void TlsServer::Run(const std::atomic<bool>& running) {
   for (const ListenFd& l : listen_fds_) Listen(l.fd, l.kind);
   while (running.load(std::memory_order_relaxed)) {
     core_.Turn();
-    loop_.RunOnce(std::chrono::milliseconds(100));
+    loop_.RunOnce(std::chrono::milliseconds(again_.empty() ? 100 : 0));
+    if (!again_.empty()) {
+      std::vector<uint32_t> ids;
+      ids.swap(again_);
+      for (uint32_t id : ids) OnEvent(id, EPOLLIN);
+    }
     CloseExpired();
     if (tickets_ != nullptr) tickets_->Rotate(std::chrono::steady_clock::now());
     rcu.Quiescent();

@@ -169,6 +169,8 @@ class TlsServer final : public AnswerSink {
   std::span<const uint8_t> MaybePad(const Conn& c, std::span<const uint8_t> answer);
   void NotePadding(Conn& c, std::span<const uint8_t> query);
   void Watch(Conn& c);
+  // Queues `c` to be read again next turn when OpenSSL holds input for it.
+  void ReadAgainIfBuffered(const Conn& c);
   // Not read from because its client leaves its answers unread.
   bool Paused(const Conn& c) const;
   // Past four times the unsent bound: closed (kUnsent).
@@ -201,6 +203,7 @@ class TlsServer final : public AnswerSink {
   std::vector<uint8_t> pad_;
   std::vector<uint32_t> held_;  // connections SendHeld queued answers for
   std::unique_ptr<HttpDnsFront> httpdns_;
+  std::vector<uint32_t> again_;  // connections to read again next turn (ReadAgainIfBuffered)
 };
 
 }  // namespace weir::fastpath::tls
