@@ -90,7 +90,7 @@ def httpdns_batch(mgmt, fp_lines, work):
         print(f"\n# {city}: the string to sign is {to_sign!r}")
         print(f"$ S=$(printf '%s' '{to_sign}' | openssl dgst -sha256 -hmac \"$(cat {os.path.basename(secret_file)})\" "
               f"| awk '{{print $NF}}')")
-        print(f"$ curl -s --interface {src} '{url.replace(sig, '$S')}'")
+        print(f'$ curl -s --interface {src} "{url.replace(sig, "$S")}"')
         out = subprocess.run(["curl", "-s", "--interface", src, url], capture_output=True, text=True, timeout=20)
         try:
             body = json.loads(out.stdout)
