@@ -202,7 +202,8 @@ def histogram(m, name, **labels):
     """{le (float): cumulative count} of a Prometheus histogram."""
     out = {}
     for lab, v in m.series(name + "_bucket", **labels):
-        out[float("inf") if lab["le"] == "+Inf" else float(lab["le"])] = v
+        le = float("inf") if lab["le"] == "+Inf" else float(lab["le"])
+        out[le] = out.get(le, 0) + v  # summed over the other labels (accounts)
     return out
 
 

@@ -262,6 +262,9 @@ class HttpDnsTest(unittest.TestCase):
         m = self.fp.metrics()
         self.assertGreaterEqual(m.value("weir_httpdns_errors_total", account="strict", code="SignatureExpired"), 1)
         self.assertGreaterEqual(m.value("weir_httpdns_errors_total", account="?", code="InvalidAccount"), 1)
+        # every response timed, per account and API (the strict account's: 5 refused, 1 served)
+        self.assertEqual(m.value("weir_httpdns_request_duration_seconds_count", account="strict", api="d"), 6)
+        self.assertEqual(m.value("weir_httpdns_requests_total", account="strict", api="d"), 1)
 
     def test_key_rotation_both_keys_live_during_the_overlap(self):
         exp = int(time.time()) + 600

@@ -35,6 +35,14 @@ double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 }  // namespace
 
+void HttpDnsAccountStats::Observe(dns::httpdns::Api api, double seconds) {
+  const auto a = static_cast<size_t>(api);
+  size_t i = 0;
+  while (i < kResponseLatencyBounds.size() && seconds > kResponseLatencyBounds[i]) ++i;
+  ++latency[a][i];
+  latency_sum[a] += seconds;
+}
+
 HttpDnsFront::HttpDnsFront(Node& node, WorkerCore& core, int slot, const HttpDnsConfig& config,
                            const net::TcpConnectionLimits& prefixes, Responder respond)
     : node_(node),
@@ -86,8 +94,10 @@ bool HttpDnsFront::TakeAccountToken(const std::string& name, uint32_t rps) {
 }
 
 void HttpDnsFront::Fail(uint32_t conn, uint32_t stream, std::string_view account, ErrorCode code,
-                        std::string_view message, std::chrono::steady_clock::time_point started) {
-  ++AccountStats(account).errors[static_cast<size_t>(code)];
+                        std::string_view message, std::chrono::steady_clock::time_point started,
+                        dns::httpdns::Api api) {
+  HttpDnsAccountStats& st = AccountStats(account);
+  ++st.errors[static_cast<size_t>(code)];
   const std::string body = dns::httpdns::RenderError(code, message, WallSeconds());
   net::HttpResponse resp;
   resp.status = dns::httpdns::ErrorStatus(code);
@@ -96,7 +106,7 @@ void HttpDnsFront::Fail(uint32_t conn, uint32_t stream, std::string_view account
   if (code == ErrorCode::kQuotaExceeded) resp.retry_after = "1";
   resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
   respond_(conn, stream, resp);
-  latency_[0].Observe(Seconds(std::chrono::steady_clock::now() - started));
+  st.Observe(api, Seconds(std::chrono::steady_clock::now() - started));
 }
 
 void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uint16_t port, bool tls,
@@ -137,28 +147,28 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
   if (req.account.empty()) {
     if (!config_.anonymous) {
       return Fail(conn, http.id, kAnonymous, ErrorCode::kInvalidAccount,
-                  "this server answers accounts only: name one in the path (/ACCOUNT/d)", started);
+                  "this server answers accounts only: name one in the path (/ACCOUNT/d)", started, req.api);
     }
     if (req.sign_path) {
       return Fail(conn, http.id, kAnonymous, ErrorCode::kInvalidAccount,
-                  "a signed request needs an account: /ACCOUNT/sign_d", started);
+                  "a signed request needs an account: /ACCOUNT/sign_d", started, req.api);
     }
   } else {
     const dns::httpdns::Account* a = FindAccount(req.account);
     if (a == nullptr) {
       return Fail(conn, http.id, kUnknownAccount, ErrorCode::kInvalidAccount,
-                  Cat("no account named \"", req.account, "\""), started);
+                  Cat("no account named \"", req.account, "\""), started, req.api);
     }
     const dns::httpdns::AuthResult auth = dns::httpdns::Authenticate(req, a, wall);
     if (auth.error != ErrorCode::kNone)
-      return Fail(conn, http.id, a->name, auth.error, auth.message, started);
+      return Fail(conn, http.id, a->name, auth.error, auth.message, started, req.api);
     label = a->name;
     form = auth.form;
     rps = a->rps;
   }
   if (!TakeAccountToken(label, rps)) {
     return Fail(conn, http.id, label, ErrorCode::kQuotaExceeded,
-                "the account's requests per second are used up", started);
+                "the account's requests per second are used up", started, req.api);
   }
   HttpDnsAccountStats& st = AccountStats(label);
   ++st.requests[static_cast<size_t>(req.api)];
@@ -271,7 +281,7 @@ void HttpDnsFront::Finish(uint64_t key) {
   resp.cache_control = "no-store";  // answers are per client: no shared cache may keep them
   resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
   respond_(p.conn, p.stream, resp);
-  latency_[static_cast<size_t>(p.request.api)].Observe(Seconds(std::chrono::steady_clock::now() - p.started));
+  st.Observe(p.request.api, Seconds(std::chrono::steady_clock::now() - p.started));
 }
 
 void HttpDnsFront::ConnectionClosed(uint32_t conn) {
@@ -286,11 +296,6 @@ HttpDnsStats HttpDnsFront::Stats() const {
   HttpDnsStats copy = stats_;
   copy.pending = pending_.size();
   return copy;
-}
-
-void HttpDnsFront::RenderLatency(common::PrometheusWriter::Family& family) const {
-  latency_[0].Render(family, {{"api", "d"}});
-  latency_[1].Render(family, {{"api", "resolve"}});
 }
 
 }  // namespace weir::fastpath::tls

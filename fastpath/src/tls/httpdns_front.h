@@ -53,6 +53,10 @@ struct HttpDnsAccountStats {
   std::map<std::string, uint64_t, std::less<>> results;  // per host: "ok", "nxdomain", "no_ip", ...
   uint64_t ip_honoured = 0, ip_ignored = 0;
   uint64_t stale = 0;  // hosts answered from a stale entry
+  // Server time per API, in kResponseLatencyBounds buckets (not cumulative).
+  std::array<std::array<uint64_t, kResponseLatencyBounds.size() + 1>, 2> latency{};
+  std::array<double, 2> latency_sum{};
+  void Observe(dns::httpdns::Api api, double seconds);
 };
 
 struct HttpDnsStats {
@@ -83,8 +87,6 @@ class HttpDnsFront {
   void ConnectionClosed(uint32_t conn);
 
   HttpDnsStats Stats() const;
-  // The latency histograms (any thread).
-  void RenderLatency(common::PrometheusWriter::Family& family) const;
 
  private:
   static constexpr uint32_t kSubQueryBit = 0x80000000u;
@@ -113,7 +115,8 @@ class HttpDnsFront {
   const dns::httpdns::Account* FindAccount(std::string_view name);
   bool TakeAccountToken(const std::string& name, uint32_t rps);
   void Fail(uint32_t conn, uint32_t stream, std::string_view account, dns::httpdns::ErrorCode code,
-            std::string_view message, std::chrono::steady_clock::time_point started);
+            std::string_view message, std::chrono::steady_clock::time_point started,
+            dns::httpdns::Api api = dns::httpdns::Api::kSingle);
   void Finish(uint64_t key);
   HttpDnsAccountStats& AccountStats(std::string_view label);
 
@@ -133,7 +136,6 @@ class HttpDnsFront {
   std::vector<uint8_t> out_;
   std::string tap_extra_;  // dnstap's extra field while a request's queries are handled
   HttpDnsStats stats_;
-  std::array<ResponseLatencyHistogram, 2> latency_;  // by Api
 };
 
 }  // namespace weir::fastpath::tls

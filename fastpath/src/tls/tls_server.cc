@@ -778,9 +778,15 @@ void TlsServer::RenderHttpDnsMetrics(common::PrometheusWriter& w, const HttpDnsS
   }
   w.Gauge("weir_httpdns_pending_requests", "HTTPDNS requests waiting for an upstream answer.")
       .Add({}, s.pending);
-  auto& latency = w.Histogram("weir_httpdns_request_duration_seconds",
-                              "HTTPDNS server time from the whole request to its response, by API.");
-  httpdns_->RenderLatency(latency);
+  auto& latency =
+      w.Histogram("weir_httpdns_request_duration_seconds",
+                  "HTTPDNS server time from the whole request to its response, by account and API.");
+  for (const auto& [name, a] : s.accounts) {
+    for (size_t api = 0; api < a.latency.size(); ++api) {
+      latency.Histogram({{"account", name}, {"api", api == 0 ? "d" : "resolve"}}, kResponseLatencyBounds,
+                        a.latency[api], a.latency_sum[api]);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- loop
