@@ -377,11 +377,13 @@ FamilyAnswer ReadFamily(std::span<const uint8_t> answer, uint16_t qtype, uint16_
   }
   // A chain visits each owner once at most: a hop more is a loop.
   NameKey name = m.qname();
+  uint32_t chain_ttl = UINT32_MAX;  // the CNAMEs followed: the answer is no fresher than they are
   for (size_t hops = 0;; ++hops) {
     const auto hop = cname_of.find(KeyText(name));
     if (hop == cname_of.end()) break;
     if (hops == cname_of.size()) return Family("error");
     const RrView& cname = records[hop->second].rr;
+    chain_ttl = std::min(chain_ttl, SaneTtl(cname.ttl));
     size_t end = 0;
     // The target's own octets lie within the RDATA.
     if (ReadName(msg.first(size_t{cname.rdata_offset} + cname.rdlength), cname.rdata_offset, &end, &name) !=
@@ -392,7 +394,7 @@ FamilyAnswer ReadFamily(std::span<const uint8_t> answer, uint16_t qtype, uint16_
 
   FamilyAnswer f;
   f.has_ttl = true;
-  f.ttl = UINT32_MAX;
+  f.ttl = chain_ttl;
   for (const Record& r : records) {
     if (r.rr.type != qtype || r.rr.rdlength != addr_len || owner_of(r) != KeyText(name)) continue;
     common::IpAddress ip;
@@ -524,7 +526,8 @@ bool IsHttpDnsTarget(std::string_view target, std::string_view doh_json_path) {
   // name `name`, HTTPDNS `host`.
   if (path == doh_json_path) {
     std::string unused;
-    return internal::FindParam(query, "host", &unused) != internal::Param::kAbsent;
+    return internal::FindParam(query, "host", &unused) != internal::Param::kAbsent ||
+           internal::FindParam(query, "dn", &unused) != internal::Param::kAbsent;
   }
   return true;
 }
@@ -559,6 +562,19 @@ Request ParseRequest(std::string_view method, std::string_view target, size_t ma
     }
     return nullptr;
   };
+  // A parameter the API reads, given twice (or host and dn both), would be
+  // read in the order sent but signed in sorted order: a signed request
+  // could be reordered to mean another thing. Refused.
+  for (const std::string_view name : {"host", "dn", "query", "ip", "weights", "account", "s", "exp", "t"}) {
+    const size_t n = static_cast<size_t>(std::count_if(params.begin(), params.end(), [&](const auto& p) {
+      return p.first == name || (name == "host" && p.first == "dn");
+    }));
+    if (n > 1) {
+      return Refuse(
+          ErrorCode::kInvalidArgument,
+          common::Cat("parameter ", name == "host" ? "host (or dn)" : name, " given more than once"));
+    }
+  }
 
   Request r;
   r.api = api.api;
@@ -845,6 +861,9 @@ std::string RenderError(ErrorCode code, std::string_view message, uint64_t serve
 }
 
 bool IsValidAccountName(std::string_view name) {
+  // "-" names anonymous requests in metrics and dnstap; "." and ".." are
+  // not path segments an account can be reached by.
+  if (name == "-" || name == "." || name == "..") return false;
   return !name.empty() && name.size() <= kMaxAccountName &&
          std::all_of(name.begin(), name.end(), IsAccountNameChar);
 }

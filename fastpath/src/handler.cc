@@ -200,6 +200,10 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
   if (options_.prefetch_percent == 0 || e.kind() == partitions::EntryKind::kServFail) return false;
   if (!dns::PrefetchDue(e.ttl(), e.expires() > now ? e.expires() - now : 0, options_.prefetch_percent))
     return false;
+  return ClaimRefresh(e, now);
+}
+
+bool QueryHandler::ClaimRefresh(const partitions::CacheEntry& e, uint32_t now) {
   auto& slot = prefetched_[e.hash() & (prefetched_.size() - 1)];
   if (slot.first == e.hash() && now - slot.second < 1) return false;
   slot = {e.hash(), now};
@@ -368,7 +372,8 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
       }
       counters_->Response(c->tcp, static_cast<unsigned>(e->rcode()));
       if (mode == HandleMode::kNormal &&
-          ((fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) || c->stale)) {
+          ((fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) ||
+           (c->stale && ClaimRefresh(*e, now)))) {
         // Fill `miss` below and let the caller refresh the entry.
       } else {
         return Verdict::kReply;

@@ -1,6 +1,7 @@
 #include "weir/mgmt/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <ctime>
@@ -148,9 +149,10 @@ std::string AccountSettingsText(const AccountRecord& a) {
 
 absl::Status CheckAccountName(const std::string& name) {
   if (dns::httpdns::IsValidAccountName(name)) return absl::OkStatus();
-  // The name is shown cut short: it may be anything a caller typed.
+  // The name is not repeated: it may be anything a caller typed (a secret
+  // pasted in the wrong place), and errors are logged.
   return absl::InvalidArgumentError(
-      Cat("not an account name: '", std::string_view(name).substr(0, 80), "' (1..64 of A-Z a-z 0-9 _ . -)"));
+      "not an account name: 1..64 of A-Z a-z 0-9 _ . - (not \"-\", \".\" or \"..\")");
 }
 
 }  // namespace
@@ -175,6 +177,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     sqlite3_close(db);
     return absl::UnavailableError(Cat("cannot open database ", path, ": ", msg));
   }
+  // The database holds the HTTPDNS accounts' secrets: owner only (SQLite
+  // gives its -wal and -shm files the database's mode). Not a file (an
+  // in-memory database): nothing to do.
+  if (path != ":memory:" && !path.empty()) chmod(path.c_str(), 0600);
   std::unique_ptr<Store> s(new Store(db));
   sqlite3_busy_timeout(db, 5000);
   if (absl::Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"); !st.ok()) return st;

@@ -14,6 +14,7 @@ ssize_t SocketStreamIo::Recv(void* buf, size_t len) {
   do {
     n = recv(fd_, buf, len, 0);
   } while (n < 0 && errno == EINTR);
+  if (n > 0) received_ += static_cast<uint64_t>(n);
   return n;
 }
 

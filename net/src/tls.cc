@@ -338,7 +338,10 @@ ssize_t TlsStreamIo::Recv(void* buf, size_t len) {
   ERR_clear_error();  // SSL_get_error reads the thread's queue: nothing stale in it
   size_t n = 0;
   const int ret = SSL_read_ex(ssl_, buf, len, &n);
-  if (ret == 1) return static_cast<ssize_t>(n);
+  if (ret == 1) {
+    received_ += n;
+    return static_cast<ssize_t>(n);
+  }
   return Fail(ret);
 }
 

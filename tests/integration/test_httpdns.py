@@ -14,6 +14,9 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -24,7 +27,7 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weirtest  # noqa: E402
 from weirtest import tls as wtls  # noqa: E402
-from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
+from weirtest.zones import default, gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
 
@@ -39,7 +42,8 @@ ZONES = (no_empty_weight_option() + zone("cdn.example.net.", rname="admin", mini
                    view("203.0.113.0/24", CITY_B, CITY_B_WEIGHTS, scope=24), ttl=300) +
          zone("example.com.", minimum=60) + record("www", "A", "192.0.2.1", ttl=300) +
          record("www", "AAAA", "2001:db8::1", ttl=300) + record("six", "AAAA", "2001:db8::6", ttl=300) +
-         "".join(record(f"h{i}", "A", f"192.0.2.{100 + i}", ttl=300) for i in range(29)))
+         "".join(record(f"h{i}", "A", f"192.0.2.{100 + i}", ttl=300) for i in range(29)) +
+         "".join(gslb_name(f"slow{i}", default=default(["192.0.2.99"]), latency_ms=600, ttl=300) for i in range(8)))
 
 CITYMAP = """\
 # cidr,city,ecs_address/prefix
@@ -330,6 +334,69 @@ class HttpDnsTest(unittest.TestCase):
             _, _, body = self.get(f"{self.plain}/acme/d?host={WEIGHTED}&weights=1", source=source)
             self.assertEqual(dict(zip(body["ips"], body["weights"])), dict(zip(addresses, weights)))
 
+    # ------------------------------------------------------------ connections that go
+
+    def test_a_connection_closed_with_queries_out_leaves_nothing_behind(self):
+        hosts = ",".join(f"slow{i}.example.com" for i in range(8))
+        s = socket.create_connection(("127.0.0.1", self.fp.http[1]))
+        s.sendall(f"GET /acme/resolve?host={hosts}&query=4,6 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        deadline = time.time() + 5
+        while time.time() < deadline and self.fp.metrics().value("weir_httpdns_pending_queries") < 16:
+            time.sleep(0.02)
+        self.assertEqual(self.fp.metrics().value("weir_httpdns_pending_queries"), 16)
+        # reset (not a FIN: that would wait for the answer owed) before the upstream answers (600 ms)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        deadline = time.time() + 5
+        while time.time() < deadline and self.fp.metrics().value("weir_httpdns_pending_queries") > 0:
+            time.sleep(0.02)
+        m = self.fp.metrics()
+        self.assertEqual((m.value("weir_httpdns_pending_queries"), m.value("weir_httpdns_pending_requests")), (0, 0))
+        # the answers still came and filled the cache: asked again, all are there
+        deadline = time.time() + 5
+        while True:
+            _, _, body = self.get(f"{self.plain}/acme/resolve?host={hosts}")
+            if [e["ips"] for e in body["dns"]] == [["192.0.2.99"]] * 8 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual([e["ips"] for e in body["dns"]], [["192.0.2.99"]] * 8)
+
+    def test_a_partial_tls_record_does_not_spin_the_front(self):
+        # A client that stops in the middle of a TLS record: OpenSSL has bytes
+        # of it (read ahead) but no whole record; the front waits on the
+        # socket instead of reading again and again.
+        raw = socket.create_connection(("127.0.0.1", self.fp.doh[1]))
+        self.addCleanup(raw.close)
+        ctx = ssl.create_default_context(cafile=self.certs.ca)
+        ctx.set_alpn_protocols(["h2"])
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(inc, out, server_hostname="localhost")
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                inc.write(raw.recv(65536))
+        raw.sendall(out.read())
+        tls.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        record = out.read()
+        raw.sendall(record[:len(record) - 5])  # all but the last bytes of the record
+        time.sleep(0.2)
+        before = self.front_cpu()
+        time.sleep(1.0)
+        used = self.front_cpu() - before
+        self.assertLess(used, 0.3, f"weir-fastpath used {used:.2f} s of CPU in 1 s with a stalled client")
+
+    def front_cpu(self) -> float:
+        """CPU seconds of weir-fastpath's threads (utime + stime)."""
+        total = 0
+        for tid in os.listdir(f"/proc/{self.fp.pid}/task"):
+            with open(f"/proc/{self.fp.pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
     # ------------------------------------------------------------ DoH beside it
 
     def test_doh_requests_in_many_small_records_are_all_read(self):
@@ -417,6 +484,8 @@ class HttpDnsStaleTest(HttpDnsTest):
     test_two_cities_shares_over_the_api_equal_the_weights = None
     test_doh_json_keeps_resolve_with_name = None
     test_doh_requests_in_many_small_records_are_all_read = None
+    test_a_connection_closed_with_queries_out_leaves_nothing_behind = None
+    test_a_partial_tls_record_does_not_spin_the_front = None
 
 
 if __name__ == "__main__":

@@ -66,8 +66,10 @@ const dns::httpdns::Account* HttpDnsFront::FindAccount(std::string_view name) {
     accounts_ = std::move(now);
     index_.clear();
     for (const dns::httpdns::Account& a : *accounts_) index_[a.name] = &a;
-    // Quotas start over with the new set (a changed rps takes effect at once).
-    buckets_.clear();
+    // Quotas carry over a push (a tag edit must not refill every account);
+    // a removed account's bucket goes, a changed rps caps the bucket at once.
+    std::erase_if(buckets_,
+                  [&](const auto& kv) { return kv.first != kAnonymous && !index_.contains(kv.first); });
     // Metrics of accounts that are gone go with them.
     std::erase_if(stats_.accounts, [&](const auto& kv) {
       return kv.first != kAnonymous && kv.first != kUnknownAccount && !index_.contains(kv.first);
@@ -82,11 +84,7 @@ bool HttpDnsFront::TakeAccountToken(const std::string& name, uint32_t rps) {
   const auto now = std::chrono::steady_clock::now();
   auto [it, fresh] = buckets_.try_emplace(name);
   Bucket& b = it->second;
-  if (fresh) {
-    b.tokens = rps;
-  } else {
-    b.tokens = std::min<double>(rps, b.tokens + Seconds(now - b.last) * rps);
-  }
+  b.tokens = fresh ? rps : std::min<double>(rps, b.tokens + Seconds(now - b.last) * rps);
   b.last = now;
   if (b.tokens < 1) return false;
   b.tokens -= 1;
@@ -121,6 +119,7 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
     net::HttpResponse resp;
     resp.status = 414;
     resp.content_type = dns::httpdns::kJsonType;
+    resp.cache_control = "no-store";
     resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
     return respond_(conn, http.id, resp);
   }
@@ -233,6 +232,7 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
         dns::httpdns::AddAnswer({}, qtype, weight_code, pend.request.weights, 0, false, &pend.answers[i]);
       } else {
         subs_[Key(conn, sub)] = SubQuery{key, static_cast<uint16_t>(i), qtype};
+        pend.subs.push_back(Key(conn, sub));
         ++pend.outstanding;
       }
     }
@@ -287,14 +287,20 @@ void HttpDnsFront::Finish(uint64_t key) {
 void HttpDnsFront::ConnectionClosed(uint32_t conn) {
   auto c = by_conn_.find(conn);
   if (c == by_conn_.end()) return;
-  for (uint64_t key : c->second) pending_.erase(key);
+  for (uint64_t key : c->second) {
+    auto p = pending_.find(key);
+    if (p == pending_.end()) continue;
+    // Their answers find no connection (SendHeld drops them): forget them now.
+    for (uint64_t token : p->second.subs) subs_.erase(token);
+    pending_.erase(p);
+  }
   by_conn_.erase(c);
-  // Sub-queries still out are dropped when they come back (no request).
 }
 
 HttpDnsStats HttpDnsFront::Stats() const {
   HttpDnsStats copy = stats_;
   copy.pending = pending_.size();
+  copy.pending_queries = subs_.size();
   return copy;
 }
 

@@ -61,7 +61,8 @@ struct HttpDnsAccountStats {
 
 struct HttpDnsStats {
   std::map<std::string, HttpDnsAccountStats, std::less<>> accounts;
-  uint64_t pending = 0;  // requests waiting for an upstream answer
+  uint64_t pending = 0;          // requests waiting for an upstream answer
+  uint64_t pending_queries = 0;  // their DNS queries still out
 };
 
 class HttpDnsFront {
@@ -74,7 +75,8 @@ class HttpDnsFront {
                const net::TcpConnectionLimits& prefixes, Responder respond);
 
   // A stream number of a sub-query's route token (never an HTTP stream's:
-  // HTTP/2 stream ids and HTTP/1.1 sequence numbers stay below 2^31).
+  // HTTP/2 stream ids stay below 2^31, and TlsServer ends an HTTP/1.1
+  // connection whose sequence numbers reach it).
   static bool IsSubQuery(uint32_t stream) { return (stream & kSubQueryBit) != 0; }
 
   // Request `request` on connection `conn` from `client` (port `port`;
@@ -100,6 +102,7 @@ class HttpDnsFront {
     bool ip_ignored = false;
     std::string account;  // the stats label
     std::chrono::steady_clock::time_point started;
+    std::vector<uint64_t> subs;  // route tokens of the sub-queries still out
   };
   struct SubQuery {
     uint64_t request = 0;  // the Pending's key

@@ -331,7 +331,10 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
   // read on while it does (bounded, so one client cannot hold the thread).
   // The answers to what one read brought go out together.
   c.dot->set_corked(true);
+  c.rounds_out = false;
   for (int round = 0; round < 64; ++round) {
+    c.rounds_out = round == 63;
+    const uint64_t before = c.io->received();
     if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLOUT)) && c.dot->Read(now_) != Status::kOpen) return false;
     std::span<const uint8_t> query;
     while (c.dot->NextQuery(&query, now_)) {
@@ -349,7 +352,12 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
       }
       if (Find(id) == nullptr) return true;
     }
-    if (!c.io->HasBuffered() || c.dot->paused() || c.dot->read_closed()) break;
+    // Nothing came (a partial record waits for the socket), or nothing more
+    // is held: the socket's events take it from here.
+    if (c.io->received() == before || !c.io->HasBuffered() || c.dot->paused() || c.dot->read_closed()) {
+      c.rounds_out = false;
+      break;
+    }
     ev = EPOLLIN;
   }
   c.dot->set_corked(false);
@@ -363,6 +371,12 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
 void TlsServer::OnHttpRequest(uint32_t id, net::HttpRequest&& request) {
   Conn* c = Find(id);
   if (c == nullptr) return;
+  if (HttpDnsFront::IsSubQuery(request.id)) {
+    // An HTTP/1.1 connection past 2^31 requests: its numbers would read as
+    // HTTPDNS sub-queries' routes. It ends here; the client reconnects.
+    c->http->Shutdown();
+    return RespondError(*c, request.id, 503, "too many requests on one connection: reconnect");
+  }
   if (httpdns_ && dns::httpdns::IsHttpDnsTarget(request.target, options_.json_path)) {
     table_.QueryRead(c->handle, now_);
     httpdns_->OnRequest(id, c->client, c->port, c->kind != Listener::kHttp, request);
@@ -456,6 +470,7 @@ bool TlsServer::ServeHttp(Conn& c, uint32_t ev) {
   const uint32_t id = c.id;
   if ((ev & EPOLLOUT) && !FlushHttp(c)) return false;
   uint8_t buf[16384];
+  c.rounds_out = false;
   for (int round = 0; round < 64; ++round) {
     const size_t unsent = c.out.size() - c.out_off;
     if (unsent >= options_.connection_buffer_bytes || !c.http->WantsRead()) break;
@@ -480,6 +495,7 @@ bool TlsServer::ServeHttp(Conn& c, uint32_t ev) {
       return c.out_off < c.out.size();  // the last bytes (GOAWAY, a 400) go out, then it closes
     }
     if (!c.io->HasBuffered() && n < sizeof(buf)) break;
+    c.rounds_out = round == 63;
   }
   if (!FlushHttp(c)) return false;
   return !(c.http->Done() && c.out_off == c.out.size());
@@ -520,7 +536,10 @@ void TlsServer::ReadAgainIfBuffered(const Conn& c) {
   // A connection read for its share of rounds may leave records OpenSSL
   // has already taken off the socket: no event will say so, so it is read
   // again on the loop's next turn (unless it is not read from now).
-  if (c.io == nullptr || !c.io->HasBuffered() || Paused(c)) return;
+  // Only after reads that made progress used up their rounds: a partial
+  // record also reads as "has pending", and waiting for its rest is the
+  // socket's job (re-reading it would spin).
+  if (c.io == nullptr || !c.rounds_out || !c.io->HasBuffered() || Paused(c)) return;
   if (c.phase == Phase::kHttp ? !c.http->WantsRead() : c.phase != Phase::kDot) return;
   if (std::find(again_.begin(), again_.end(), c.id) == again_.end()) again_.push_back(c.id);
 }
@@ -778,6 +797,8 @@ void TlsServer::RenderHttpDnsMetrics(common::PrometheusWriter& w, const HttpDnsS
   }
   w.Gauge("weir_httpdns_pending_requests", "HTTPDNS requests waiting for an upstream answer.")
       .Add({}, s.pending);
+  w.Gauge("weir_httpdns_pending_queries", "DNS queries of waiting HTTPDNS requests still out.")
+      .Add({}, s.pending_queries);
   auto& latency =
       w.Histogram("weir_httpdns_request_duration_seconds",
                   "HTTPDNS server time from the whole request to its response, by account and API.");

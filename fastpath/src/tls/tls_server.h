@@ -145,6 +145,9 @@ class TlsServer final : public AnswerSink {
     std::vector<uint8_t> out;  // HTTP bytes not yet taken by SSL_write
     size_t out_off = 0;
     bool want_write = false;  // the TLS layer waits for the socket to be writable
+    // The last serve used up its read rounds while reads still returned
+    // data: OpenSSL may hold whole records no socket event will announce.
+    bool rounds_out = false;
   };
 
   void Listen(int lfd, Listener kind);

@@ -194,7 +194,7 @@ struct HostAnswer {
 // Adds the wire `answer` to the query for `qtype` (A or AAAA) to `out`:
 // its address records (A for A, AAAA for AAAA, following a CNAME chain's
 // owners), the weight option `weight_code`'s weights when `want_weights`
-// and valid, the TTL (the smallest of its address records; for a negative
+// and valid, the TTL (the smallest of its address records and of the CNAMEs followed to them; for a negative
 // answer the RFC 2308 TTL), `origin_ttl` (0: taken as the TTL), `stale`.
 // An empty `answer` (dropped) counts as "refused". The code is the best of
 // the families: addresses beat no_ip beats nxdomain beats the errors.

@@ -278,6 +278,8 @@ class QueryHandler {
   template <typename Write>
   size_t WriteBudgeted(QueryContext* c, uint32_t now, Write write);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
+  // One refresh per entry per second (prefetches and optimistic stale answers).
+  bool ClaimRefresh(const partitions::CacheEntry& e, uint32_t now);
 
   HandlerOptions options_;
   dns::ParseOptions parse_options_;

@@ -52,6 +52,11 @@ class StreamIo {
   // The last Recv or Send stopped because the socket was not writable
   // (TLS may need to write to read): wait for EPOLLOUT too.
   virtual bool wants_write() const { return false; }
+  // Bytes Recv has returned so far (whether a read made progress).
+  uint64_t received() const { return received_; }
+
+ protected:
+  uint64_t received_ = 0;
 };
 
 // StreamIo straight on a non-blocking stream socket (not owned): recv and
