@@ -77,7 +77,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import weirtest  # noqa: E402
 from weirtest.netns import NetnsPair  # noqa: E402
-from peerlib import (CpuQuota, Proc, SetupError, gslb_queries, log, start_gslb_sim, tree_cpu_us,  # noqa: E402
+from peerlib import (CpuQuota, Proc, SetupError, gslb_queries, log, start_gslb_sim, thread_cpu, tree_cpu_us,  # noqa: E402
                      write_config, write_queries, write_zone)
 
 ADDRESS = "198.18.0.1"
@@ -197,21 +197,7 @@ def setup_pair(pair, args):
 # ---------------------------------------------------------------- measuring
 def thread_cpu_us(pid):
     """{tid: utime+stime microseconds} of every thread of `pid`."""
-    out = {}
-    tck = os.sysconf("SC_CLK_TCK")
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(")") + 2:].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) * 1_000_000 // tck
-    return out
+    return {tid: int(cpu_s * 1_000_000) for tid, (_, cpu_s, _, _) in thread_cpu(pid).items()}
 
 
 def bench_argv(args, transport, extra):

@@ -88,7 +88,7 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 import weirtest  # noqa: E402
 from weirtest import tls as wtls  # noqa: E402
 from weirtest.zones import gslb_name, no_empty_weight_option, record, view, zone  # noqa: E402
-from peerlib import SetupError, log  # noqa: E402
+from peerlib import SetupError, log, thread_cpu  # noqa: E402
 
 WEIGHTED = "x.cdn.example.net"
 PLAIN = "www.example.com"
@@ -164,28 +164,6 @@ def step_target(step, exp):
 
 
 # ---------------------------------------------------------------- measuring
-def thread_cpu(pid):
-    """{tid: (comm, utime+stime seconds, schedstat run seconds, schedstat
-    run-queue wait seconds)} of every thread of `pid`."""
-    out, tck = {}, os.sysconf("SC_CLK_TCK")
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                data = f.read()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                ran_ns, wait_ns = (int(x) for x in f.read().split()[:2])
-        except (OSError, ValueError):
-            continue
-        comm = data[data.index("(") + 1:data.rindex(")")]
-        fields = data[data.rindex(")") + 2:].split()
-        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / tck, ran_ns / 1e9, wait_ns / 1e9)
-    return out
-
-
 def priority(args, cpu):
     """The command prefix that runs a program on `cpu` at the bench's priority."""
     if args.rt:

@@ -160,6 +160,28 @@ class CpuQuota:
 
 
 # ------------------------------------------------------------------ processes
+def thread_cpu(pid):
+    """{tid: (comm, utime+stime seconds, schedstat run seconds, schedstat
+    run-queue wait seconds)} of every thread of `pid`."""
+    out, tck = {}, os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                data = f.read()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ran_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+        except (OSError, ValueError):
+            continue
+        comm = data[data.index("(") + 1:data.rindex(")")]
+        fields = data[data.rindex(")") + 2:].split()
+        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / tck, ran_ns / 1e9, wait_ns / 1e9)
+    return out
+
+
 def free_port():
     """A port free for both UDP and TCP on 127.0.0.1 (for servers that cannot bind :0)."""
     for _ in range(50):
