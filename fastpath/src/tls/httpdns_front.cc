@@ -17,23 +17,21 @@ using dns::httpdns::ErrorCode;
 constexpr std::string_view kAnonymous = "-";
 constexpr std::string_view kUnknownAccount = "?";
 
-uint64_t Key(uint32_t conn, uint32_t stream) { return (uint64_t{conn} << 32) | stream; }
-
 uint64_t WallSeconds() { return static_cast<uint64_t>(std::time(nullptr)); }
 
-RateLimitOptions SourceLimits(const HttpDnsConfig& c, const net::TcpConnectionLimits& prefixes) {
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+RateLimitOptions PerSourceRate(uint32_t per_second, const net::TcpConnectionLimits& prefixes) {
   RateLimitOptions r;
-  r.qps = c.rps_per_source;
-  r.burst = c.rps_per_source;
+  r.qps = per_second;
+  r.burst = per_second;
   r.ipv4_prefix = static_cast<uint8_t>(prefixes.source_prefix_v4);
   r.ipv6_prefix = static_cast<uint8_t>(prefixes.source_prefix_v6);
   r.table_size = 65536;
   return r;
 }
-
-double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
 
 void HttpDnsAccountStats::Observe(dns::httpdns::Api api, double seconds) {
   const auto a = static_cast<size_t>(api);
@@ -50,7 +48,7 @@ HttpDnsFront::HttpDnsFront(Node& node, WorkerCore& core, int slot, const HttpDns
       slot_(slot),
       config_(config),
       respond_(std::move(respond)),
-      source_limiter_(SourceLimits(config, prefixes)),
+      source_limiter_(PerSourceRate(config.rps_per_source, prefixes)),
       out_(65535 + 2) {}
 
 HttpDnsAccountStats& HttpDnsFront::AccountStats(std::string_view label) {
@@ -197,7 +195,7 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
     if (!req.host_valid[i]) p.answers[i].code = "invalid_host";
   }
   p.request = std::move(req);
-  const uint64_t key = Key(conn, http.id);
+  const uint64_t key = RouteToken(conn, http.id);
   auto [slot, inserted] = pending_.insert_or_assign(key, std::move(p));
   Pending& pend = slot->second;
   by_conn_[conn].push_back(key);
@@ -220,8 +218,8 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
       uint32_t sub = 0;
       do {
         sub = kSubQueryBit | (next_sub_++ & ~kSubQueryBit);
-      } while (subs_.contains(Key(conn, sub)));
-      const ClientRoute route{slot_, Transport::kTcp, Key(conn, sub)};
+      } while (subs_.contains(RouteToken(conn, sub)));
+      const ClientRoute route{slot_, Transport::kTcp, RouteToken(conn, sub)};
       size_t out_len = 0;
       bool dropped = false;
       AnswerInfo ai;
@@ -231,8 +229,8 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
       } else if (dropped) {
         dns::httpdns::AddAnswer({}, qtype, weight_code, pend.request.weights, 0, false, &pend.answers[i]);
       } else {
-        subs_[Key(conn, sub)] = SubQuery{key, static_cast<uint16_t>(i), qtype};
-        pend.subs.push_back(Key(conn, sub));
+        subs_[RouteToken(conn, sub)] = SubQuery{key, static_cast<uint16_t>(i), qtype};
+        pend.subs.push_back(RouteToken(conn, sub));
         ++pend.outstanding;
       }
     }
@@ -243,7 +241,7 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
 
 void HttpDnsFront::OnAnswer(uint32_t conn, uint32_t stream, std::span<const uint8_t> answer,
                             const AnswerInfo& info) {
-  auto s = subs_.find(Key(conn, stream));
+  auto s = subs_.find(RouteToken(conn, stream));
   if (s == subs_.end()) return;
   const SubQuery sub = s->second;
   subs_.erase(s);

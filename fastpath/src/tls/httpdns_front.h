@@ -43,6 +43,14 @@
 
 namespace weir::fastpath::tls {
 
+// A route token of the encrypted front: the connection id (high 32 bits)
+// and the HTTP stream, or an HTTPDNS sub-query (low 32 bits; 0 for DoT).
+inline uint64_t RouteToken(uint32_t conn, uint32_t stream) { return (uint64_t{conn} << 32) | stream; }
+
+// `per_second` per source prefix, the prefixes those of the front's
+// connection limits (TLS handshakes, HTTPDNS requests).
+RateLimitOptions PerSourceRate(uint32_t per_second, const net::TcpConnectionLimits& prefixes);
+
 // Per account (the name; "-" for anonymous requests, "?" for requests that
 // named no account weir knows: never the name sent, so a scan cannot grow
 // the label set).

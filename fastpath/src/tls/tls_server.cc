@@ -27,21 +27,9 @@ using common::Cat;
 
 constexpr size_t Index(Listener k) { return static_cast<size_t>(k); }
 
-uint64_t Token(uint32_t conn, uint32_t stream) { return (uint64_t{conn} << 32) | stream; }
-
 // The largest PROXY v2 header accepted: 16 bytes, IPv6 addresses and ports,
 // and room for TLVs (net::ParseProxyV2's own cap).
 constexpr size_t kMaxProxyHeader = 16 + 536;
-
-RateLimitOptions HandshakeLimits(const TlsServerOptions& o) {
-  RateLimitOptions r;
-  r.qps = o.handshakes_per_second_per_source;
-  r.burst = o.handshakes_per_second_per_source;
-  r.ipv4_prefix = static_cast<uint8_t>(o.limits.source_prefix_v4);
-  r.ipv6_prefix = static_cast<uint8_t>(o.limits.source_prefix_v6);
-  r.table_size = 65536;
-  return r;
-}
 
 }  // namespace
 
@@ -55,7 +43,7 @@ TlsServer::TlsServer(Node& node, int slot, std::vector<ListenFd> listen_fds, Tls
       context_(std::move(context)),
       tickets_(tickets),
       table_(options_.limits),
-      handshake_limiter_(HandshakeLimits(options_)),
+      handshake_limiter_(PerSourceRate(options_.handshakes_per_second_per_source, options_.limits)),
       out_(65535 + 2) {
   if (options_.httpdns != nullptr && options_.httpdns->enabled) {
     httpdns_ =
@@ -326,7 +314,7 @@ bool TlsServer::ServeDot(Conn& c, uint32_t ev) {
   if ((ev & EPOLLOUT) && c.dot->Flush() != Status::kOpen) return false;
   if ((ev & (EPOLLHUP | EPOLLERR)) && c.dot->read_closed()) return false;
   const ClientInfo client{c.client, true, c.port, StreamKind::kDot};
-  const ClientRoute route{slot_, Transport::kTcp, Token(id, 0)};
+  const ClientRoute route{slot_, Transport::kTcp, RouteToken(id, 0)};
   // OpenSSL may hold decrypted bytes the socket will not signal again:
   // read on while it does (bounded, so one client cannot hold the thread).
   // The answers to what one read brought go out together.
@@ -396,7 +384,7 @@ void TlsServer::OnHttpRequest(uint32_t id, net::HttpRequest&& request) {
   NotePadding(*c, r.query);
   msg_.assign(r.query.begin(), r.query.end());
   const ClientInfo client{c->client, true, c->port, StreamKind::kDoh};
-  const ClientRoute route{slot_, Transport::kTcp, Token(id, request.id)};
+  const ClientRoute route{slot_, Transport::kTcp, RouteToken(id, request.id)};
   size_t out_len = 0;
   bool dropped = false;
   if (core_.HandleOne(msg_, client, route, node_.NowSeconds(), out_.data(), out_.size(), &out_len,
