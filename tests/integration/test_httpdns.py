@@ -174,7 +174,8 @@ class HttpDnsTest(unittest.TestCase):
                                    ("/acme/d?host=bad..name", 400, "InvalidHost"),
                                    ("/acme/d?host=www.example.com&ip=300.1.1.1", 400, "InvalidIp"),
                                    ("/acme/d?host=www.example.com&query=5", 400, "InvalidArgument"),
-                                   ("/acme/resolve?host=" + ",".join(HOSTS + HOSTS), 400, "TooManyHosts")):
+                                   ("/acme/resolve?host=" + ",".join(HOSTS + HOSTS), 400, "TooManyHosts"),
+                                   ("/acme/d?host=www.example.com&pad=" + "x" * 2100, 414, "InvalidArgument")):
             got, _, body = self.get(self.plain + path)
             self.assertEqual((got, body["code"]), (status, code), path)
             self.assertIn("server_time", body)

@@ -91,12 +91,12 @@ bool HttpDnsFront::TakeAccountToken(const std::string& name, uint32_t rps) {
 
 void HttpDnsFront::Fail(uint32_t conn, uint32_t stream, std::string_view account, ErrorCode code,
                         std::string_view message, std::chrono::steady_clock::time_point started,
-                        dns::httpdns::Api api) {
+                        dns::httpdns::Api api, int status) {
   HttpDnsAccountStats& st = AccountStats(account);
   ++st.errors[static_cast<size_t>(code)];
   const std::string body = dns::httpdns::RenderError(code, message, WallSeconds());
   net::HttpResponse resp;
-  resp.status = dns::httpdns::ErrorStatus(code);
+  resp.status = status != 0 ? status : dns::httpdns::ErrorStatus(code);
   resp.content_type = dns::httpdns::kJsonType;
   resp.cache_control = "no-store";
   if (code == ErrorCode::kQuotaExceeded) resp.retry_after = "1";
@@ -110,16 +110,9 @@ void HttpDnsFront::OnRequest(uint32_t conn, const common::IpAddress& client, uin
   const auto started = std::chrono::steady_clock::now();
   const uint64_t wall = WallSeconds();
   if (http.target.size() > static_cast<size_t>(config_.max_url_bytes)) {
-    ++AccountStats(kUnknownAccount).errors[static_cast<size_t>(ErrorCode::kInvalidArgument)];
-    const std::string body =
-        dns::httpdns::RenderError(ErrorCode::kInvalidArgument,
-                                  Cat("request target longer than ", config_.max_url_bytes, " bytes"), wall);
-    net::HttpResponse resp;
-    resp.status = 414;
-    resp.content_type = dns::httpdns::kJsonType;
-    resp.cache_control = "no-store";
-    resp.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
-    return respond_(conn, http.id, resp);
+    return Fail(conn, http.id, kUnknownAccount, ErrorCode::kInvalidArgument,
+                Cat("request target longer than ", config_.max_url_bytes, " bytes"), started,
+                dns::httpdns::Api::kSingle, 414);
   }
   dns::httpdns::Request req =
       dns::httpdns::ParseRequest(http.method, http.target, static_cast<size_t>(config_.max_batch));

@@ -127,7 +127,7 @@ class HttpDnsFront {
   bool TakeAccountToken(const std::string& name, uint32_t rps);
   void Fail(uint32_t conn, uint32_t stream, std::string_view account, dns::httpdns::ErrorCode code,
             std::string_view message, std::chrono::steady_clock::time_point started,
-            dns::httpdns::Api api = dns::httpdns::Api::kSingle);
+            dns::httpdns::Api api = dns::httpdns::Api::kSingle, int status = 0);  // 0: the code's
   void Finish(uint64_t key);
   HttpDnsAccountStats& AccountStats(std::string_view label);
 
