@@ -18,6 +18,9 @@ PKGS=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libmicrohttpd-dev
   # the encrypted front: TLS (OpenSSL 3), HTTP/2 (nghttp2), HTTP/1.1 request parsing
   libssl-dev libnghttp2-dev libhttp-parser-dev
+  # weir-mgmt's etcd store: etcd's JSON gateway through libcurl (OpenSSL build);
+  # the tests' etcd cluster and etcdctl
+  libcurl4-openssl-dev etcd-server etcd-client
   # dnstap (Frame Streams + protobuf-c, protoc-c at build time) and the journal
   libfstrm-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
   libdpdk-dev libbpf-dev linux-libc-dev

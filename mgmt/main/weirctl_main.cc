@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,7 +61,7 @@ int Die(const std::string& msg) { return Fail(2, msg); }
 // --server: an address ("192.0.2.1:8054", "[2001:db8::1]:8054") or a host
 // name with an optional port ("mgmt.example.net:8054"), every address the
 // name has, in the resolver's order.
-absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveServer(const std::string& text) {
+absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveOne(const std::string& text) {
   auto literal = weir::common::SocketAddress::Parse(text, 8054);
   if (literal.ok()) return std::vector<weir::common::SocketAddress>{*literal};
   std::string host = text, port = "8054";
@@ -100,6 +102,21 @@ bool ReadFile(const std::string& path, std::string* out) {
 
 // connect() bounded by `timeout_ms` (a peer that never answers the SYN, a
 // listener whose backlog is full); 0 or an errno.
+// A comma-separated list of weir-mgmt instances (several share one etcd
+// store): every address of each, tried in the order given.
+absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveServer(const std::string& text) {
+  std::vector<weir::common::SocketAddress> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    auto one = ResolveOne(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (!one.ok()) return one.status();
+    out.insert(out.end(), one->begin(), one->end());
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 int ConnectWithin(int fd, const sockaddr* sa, socklen_t len, int timeout_ms) {
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -155,6 +172,8 @@ absl::StatusOr<int> ConnectUnix(const std::string& path) {
 // Sends one request on `fd` (connected to `peer`), waits for the reply
 // (timeout_ms overall). A "partial" reply (weirctl --all: some nodes failed)
 // is printed like a success and exits 1.
+constexpr int kConflictExit = 3;
+
 int Call(int fd, const std::string& peer, const Message& req, bool json, int timeout_ms) {
   std::string out = weir::mgmt::Encode(req);
   size_t off = 0;
@@ -192,6 +211,9 @@ int Call(int fd, const std::string& peer, const Message& req, bool json, int tim
     const Message& r = **m;
     if (r.type == MsgType::kError) return Die(peer + " refused: " + (r.fields.empty() ? "" : r.fields[0]));
     if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from " + peer);
+    // Another weir-mgmt instance committed first: nothing changed; the same
+    // command again is computed against the newer version (--retries).
+    if (r.fields[0] == "conflict") return Fail(kConflictExit, r.fields[1]);
     if (r.fields[0] != "ok" && r.fields[0] != "partial") return Fail(1, r.fields[1]);
     std::fputs(json ? (r.fields[2] + "\n").c_str() : r.fields[1].c_str(), stdout);
     return r.fields[0] == "ok" ? 0 : 1;
@@ -222,12 +244,21 @@ int main(int argc, char** argv) {
   std::string actor = DefaultActor();
   bool json = false;
   int timeout_ms = 10000;
-  app.add_option("-s,--server", server_text, "weir-mgmt: ADDRESS[:PORT] or HOST[:PORT] (env WEIR_MGMT)")
+  app.add_option("-s,--server", server_text,
+                 "weir-mgmt: ADDRESS[:PORT] or HOST[:PORT], or several separated by commas, tried in turn "
+                 "(env WEIR_MGMT)")
       ->capture_default_str();
   app.add_option("-t,--token-file", token_file, "file holding the mgmt token (env WEIR_MGMT_TOKEN_FILE)");
   app.add_option("--actor", actor, "name recorded in the audit log")->capture_default_str();
   app.add_flag("--json", json, "print the reply as JSON");
   app.add_option("--timeout-ms", timeout_ms, "reply timeout")->check(CLI::Range(100, 600000));
+  int retries = 0;
+  app.add_option(
+         "--retries", retries,
+         "a change refused as a conflict (another weir-mgmt instance committed first, exit 3) is sent "
+         "again up to this many times")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   std::string control_text =
       std::getenv("WEIR_CONTROL") != nullptr ? std::getenv("WEIR_CONTROL") : "fastpath";
   bool all = false;
@@ -518,7 +549,12 @@ int main(int argc, char** argv) {
   }
   Message req{MsgType::kRequest, {std::string(weir::mgmt::kProtocol), *token, actor, verb}};
   for (std::string& a : args) req.fields.push_back(std::move(a));
-  auto fd = ConnectTcp(*server);
-  if (!fd.ok()) return Die("cannot reach weir-mgmt (" + std::string(fd.status().message()) + ")");
-  return Call(*fd, "weir-mgmt", req, json, timeout_ms);
+  for (int attempt = 0;; ++attempt) {
+    auto fd = ConnectTcp(*server);
+    if (!fd.ok()) return Die("cannot reach weir-mgmt (" + std::string(fd.status().message()) + ")");
+    const int rc = Call(*fd, "weir-mgmt", req, json, timeout_ms);
+    if (rc != kConflictExit || attempt >= retries) return rc;
+    std::fprintf(stderr, "weirctl: retrying (%d of %d)\n", attempt + 1, retries);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
+  }
 }

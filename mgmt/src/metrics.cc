@@ -65,8 +65,15 @@ void WriteMgmtMetrics(const MgmtCounters& c, const MgmtState& s, SnapshotSizes& 
   for (const auto& [key, n] : all) {
     requests.Add({{"command", key.first}, {"result", key.second ? "ok" : "error"}}, n);
   }
-  w.Counter("weir_mgmt_persistence_errors_total", "Database operations that failed (SQLite errors).")
+  w.Counter("weir_mgmt_persistence_errors_total",
+            "Store operations that failed (SQLite errors, etcd unreachable or its answer lost).")
       .Add({}, c.persistence_errors);
+  w.Counter("weir_mgmt_commit_conflicts_total",
+            "Changes refused because another weir-mgmt instance committed first (weirctl may retry them).")
+      .Add({}, c.conflicts);
+  w.Counter("weir_mgmt_store_refreshes_total",
+            "Versions another weir-mgmt instance committed, read from the store.")
+      .Add({}, c.store_refreshes);
 }
 
 }  // namespace weir::mgmt

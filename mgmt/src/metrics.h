@@ -25,6 +25,8 @@ struct MgmtCounters {
   uint64_t protocol_errors = 0;      // peers closed for a malformed or unexpected message
   uint64_t connections_refused = 0;  // max_connections reached
   uint64_t persistence_errors = 0;   // the database failed (not a change that was invalid)
+  uint64_t conflicts = 0;            // commits refused: another instance committed first
+  uint64_t store_refreshes = 0;      // versions another instance committed, taken from the store
   // weirctl requests by (command, ok); commands outside the known set count as "unknown".
   std::map<std::pair<std::string, bool>, uint64_t> requests;
 };

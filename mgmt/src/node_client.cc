@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -34,9 +35,23 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+namespace {
+
+// weir-mgmt sends nothing to a node that runs its current version, so a
+// session that stayed up this long counts as working even without a frame:
+// losing it starts a new round (the next address at once) instead of
+// counting towards the back-off.
+constexpr auto kEstablishedAfter = std::chrono::seconds(1);
+
+}  // namespace
+
 struct NodeClient::Session {
+  size_t index = 0;  // in options_.mgmt
   int fd = -1;
   bool connected = false;
+  net::EventLoop::Clock::time_point connected_at{};
+  // A frame other than ERROR was received and handled: mgmt speaks to us.
+  bool got_frame = false;
   net::EventLoop::TimerId connect_timer = 0;
   std::string out;
   FrameReader reader;
@@ -48,22 +63,29 @@ NodeClient::NodeClient(NodeClientOptions options, ApplyFn apply)
 NodeClient::~NodeClient() { Stop(); }
 
 absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
+  if (options_.mgmt.empty()) return absl::InvalidArgumentError("no weir-mgmt address");
   applied_origin_ = std::move(have_origin);
   loop_ = std::make_unique<net::EventLoop>();
   if (absl::Status st = loop_->Init(); !st.ok()) return st;
   applied_.store(have_version);
   backoff_ms_ = options_.reconnect_min_ms;
+  next_ = 0;
+  last_connected_ = -1;
+  round_failures_ = 0;
   running_.store(true);
   thread_ = std::thread([this] {
     Connect();
     // Stop() wakes the loop; everything else is the socket or a timer.
     while (running_.load()) loop_->RunOnce(std::chrono::seconds(1));
     if (session_ != nullptr) {
-      loop_->Unwatch(session_->fd);
-      close(session_->fd);
+      if (session_->fd >= 0) {
+        loop_->Unwatch(session_->fd);
+        close(session_->fd);
+      }
       session_.reset();
     }
     connected_.store(false);
+    SetCurrent("");
   });
   return absl::OkStatus();
 }
@@ -85,31 +107,73 @@ void NodeClient::SetError(std::string e) {
   last_error_ = std::move(e);
 }
 
+std::string NodeClient::current_mgmt() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return current_mgmt_;
+}
+
+void NodeClient::SetCurrent(std::string address) {
+  std::lock_guard<std::mutex> l(mu_);
+  current_mgmt_ = std::move(address);
+}
+
 void NodeClient::End(const absl::Status& why) {
-  if (session_ != nullptr) {
-    if (session_->connect_timer != 0) loop_->Cancel(session_->connect_timer);
-    loop_->Unwatch(session_->fd);
-    close(session_->fd);
-    session_.reset();
+  const Session& s = *session_;
+  const size_t lost = s.index;
+  const bool had_session = s.connected;
+  const bool established =
+      s.got_frame || (s.connected && net::EventLoop::Clock::now() - s.connected_at >= kEstablishedAfter);
+  if (s.connect_timer != 0) loop_->Cancel(s.connect_timer);
+  if (s.fd >= 0) {
+    loop_->Unwatch(s.fd);
+    close(s.fd);
   }
+  session_.reset();
   connected_.store(false);
+  SetCurrent("");
   if (!running_.load()) return;
-  SetError(std::string(ToStd(why.message())));
-  connection_log_(options_.mgmt.ToString(), ": ", ToStd(why.message()), " (retry in ", backoff_ms_, " ms)");
-  loop_->After(std::chrono::milliseconds(backoff_ms_), [this] { Connect(); });
-  backoff_ms_ = std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
-  if (why.code() == absl::StatusCode::kCancelled) backoff_ms_ = options_.reconnect_min_ms;  // a clean close
+  const std::string reason(ToStd(why.message()));
+  SetError(reason);
+  // The next address at once; the back-off only once a whole round of
+  // addresses failed in a row, so a node finds a live mgmt quickly and an
+  // outage of all of them is not a busy loop.
+  const size_t n = options_.mgmt.size();
+  next_ = (lost + 1) % n;
+  if (established) {
+    round_failures_ = 0;
+    backoff_ms_ = options_.reconnect_min_ms;
+  } else {
+    ++round_failures_;
+  }
+  int delay_ms = 0;
+  if (round_failures_ >= n) {
+    delay_ms = backoff_ms_;
+    backoff_ms_ = std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
+    round_failures_ = 0;
+  }
+  const std::string from = options_.mgmt[lost].ToString();
+  const std::string to = options_.mgmt[next_].ToString();
+  const char* what = had_session ? " lost (" : " unreachable (";
+  if (delay_ms == 0) {
+    failover_log_("mgmt ", from, what, reason, "); trying ", to);
+  } else {
+    connection_log_("mgmt ", from, what, reason, "); ", n > 1 ? "every address failed; " : "", "trying ", to,
+                    " in ", delay_ms, " ms");
+  }
+  loop_->After(std::chrono::milliseconds(delay_ms), [this] { Connect(); });
 }
 
 void NodeClient::Connect() {
-  const int fd = socket(options_.mgmt.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return End(absl::InternalError(Cat("socket: ", std::strerror(errno))));
+  const common::SocketAddress& a = options_.mgmt[next_];
   session_ = std::make_unique<Session>();
+  session_->index = next_;
+  const int fd = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return End(absl::InternalError(Cat("socket: ", std::strerror(errno))));
   session_->fd = fd;
-  if (connect(fd, options_.mgmt.sa(), options_.mgmt.len) != 0 && errno != EINPROGRESS) {
+  if (connect(fd, a.sa(), a.len) != 0 && errno != EINPROGRESS) {
     return End(absl::UnavailableError(Cat("connect: ", std::strerror(errno))));
   }
-  session_->connect_timer = loop_->After(std::chrono::milliseconds(5000), [this] {
+  session_->connect_timer = loop_->After(std::chrono::milliseconds(options_.connect_timeout_ms), [this] {
     session_->connect_timer = 0;
     End(absl::UnavailableError("connect: timed out"));
   });
@@ -129,7 +193,13 @@ void NodeClient::OnConnected() {
   if (err != 0) return End(absl::UnavailableError(Cat("connect: ", std::strerror(err))));
   EnableKeepalive(s.fd);
   s.connected = true;
+  s.connected_at = net::EventLoop::Clock::now();
   connected_.store(true);
+  SetCurrent(options_.mgmt[s.index].ToString());
+  if (last_connected_ >= 0 && static_cast<size_t>(last_connected_) != s.index) {
+    failovers_.fetch_add(1, std::memory_order_relaxed);
+  }
+  last_connected_ = static_cast<int>(s.index);
   s.out = Encode(Message{MsgType::kHello,
                          {std::string(kProtocol), options_.token, options_.node_id, options_.kind,
                           std::to_string(applied_.load()), applied_origin_}});
@@ -178,30 +248,56 @@ absl::Status NodeClient::HandleFrames() {
           BoundedReply(control_ ? control_(req) : ControlReply::Error("this node has no control handler"));
       s.out +=
           Encode(Message{MsgType::kControlReply, {msg.fields[0], r.ok ? "ok" : "error", r.text, r.json}});
+      s.got_frame = true;
       continue;
     }
     if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
     auto snap = SnapshotFromMessage(msg);
     if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));
-    absl::Status st = apply_(*snap);
-    if (st.ok() && !options_.state_dir.empty()) {
-      if (absl::Status ps = PersistSnapshot(options_.state_dir, *snap); !ps.ok()) {
-        // Applied and answering; only a restart without mgmt would miss it.
-        common::LogError("mgmt", "cannot store snapshot ", snap->version, ": ", ToStd(ps.message()));
-      }
+    s.got_frame = true;
+    HandleSnapshot(*snap);
+  }
+}
+
+void NodeClient::HandleSnapshot(const Snapshot& snap) {
+  Session& s = *session_;
+  const uint64_t runs = applied_.load();
+  // Versions count per database (origin): within one, a node never goes
+  // back, whichever mgmt instance of the cluster pushes (one that lags
+  // behind the others, say). Another origin is a new database: applied.
+  if (snap.origin == applied_origin_ && snap.version < runs) {
+    const std::string reason = Cat("older than version ", runs, " this node runs");
+    rejected_.fetch_add(1);
+    SetError(Cat("rejected version ", snap.version, ": ", reason));
+    s.out += Encode(Message{MsgType::kNack, {std::to_string(snap.version), reason}});
+    rejected_log_("rejected mgmt snapshot version ", snap.version, " from ",
+                  options_.mgmt[s.index].ToString(), ": ", reason);
+    return;
+  }
+  if (snap.origin == applied_origin_ && snap.version == runs) {
+    s.out += Encode(Message{MsgType::kAck, {std::to_string(snap.version)}});
+    common::LogInfo("mgmt", "mgmt ", options_.mgmt[s.index].ToString(), " sent version ", snap.version,
+                    ", which this node runs: acknowledged, not applied again");
+    return;
+  }
+  absl::Status st = apply_(snap);
+  if (st.ok() && !options_.state_dir.empty()) {
+    if (absl::Status ps = PersistSnapshot(options_.state_dir, snap); !ps.ok()) {
+      // Applied and answering; only a restart without mgmt would miss it.
+      common::LogError("mgmt", "cannot store snapshot ", snap.version, ": ", ToStd(ps.message()));
     }
-    if (st.ok()) {
-      applied_.store(snap->version);
-      applied_origin_ = snap->origin;
-      s.out += Encode(Message{MsgType::kAck, {std::to_string(snap->version)}});
-      common::LogInfo("mgmt", "applied mgmt snapshot version ", snap->version);
-    } else {
-      rejected_.fetch_add(1);
-      SetError(Cat("rejected version ", snap->version, ": ", ToStd(st.message())));
-      s.out +=
-          Encode(Message{MsgType::kNack, {std::to_string(snap->version), std::string(ToStd(st.message()))}});
-      rejected_log_("rejected mgmt snapshot version ", snap->version, ": ", ToStd(st.message()));
-    }
+  }
+  if (st.ok()) {
+    applied_.store(snap.version);
+    applied_origin_ = snap.origin;
+    s.out += Encode(Message{MsgType::kAck, {std::to_string(snap.version)}});
+    common::LogInfo("mgmt", "applied mgmt snapshot version ", snap.version);
+  } else {
+    rejected_.fetch_add(1);
+    SetError(Cat("rejected version ", snap.version, ": ", ToStd(st.message())));
+    s.out +=
+        Encode(Message{MsgType::kNack, {std::to_string(snap.version), std::string(ToStd(st.message()))}});
+    rejected_log_("rejected mgmt snapshot version ", snap.version, ": ", ToStd(st.message()));
   }
 }
 
@@ -236,7 +332,7 @@ absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::s
 NodeClientOptions MakeNodeClientOptions(const NodeMgmtConfig& config, const std::string& kind,
                                         const std::string& token) {
   NodeClientOptions o;
-  o.mgmt = config.address;
+  o.mgmt = config.addresses;
   o.token = token;
   o.node_id = config.node_id;
   o.kind = kind;
@@ -249,6 +345,9 @@ void NodeClient::RenderMetrics(common::PrometheusWriter& w) const {
       .Add({}, applied_version());
   w.Gauge("weir_mgmt_connected", "1 while the node is connected to weir-mgmt.").Add({}, connected() ? 1 : 0);
   w.Counter("weir_mgmt_rejected_total", "Snapshots from weir-mgmt this node rejected.").Add({}, rejected());
+  w.Counter("weir_mgmt_failovers_total",
+            "Sessions this node opened to another weir-mgmt address than its previous session's.")
+      .Add({}, failovers());
 }
 
 }  // namespace weir::mgmt

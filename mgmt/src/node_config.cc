@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/snapshot.h"
@@ -12,6 +14,56 @@ namespace weir::mgmt {
 using common::Cat;
 using common::ToStd;
 
+namespace {
+
+// `address`: "ip:port", or an array of them (the instances of one weir-mgmt
+// cluster, in the order the node tries them). Each error at its element.
+void ParseMgmtAddresses(common::TomlChecker& c, const toml::table& m,
+                        std::vector<common::SocketAddress>* out) {
+  const toml::node* n = m.get("address");
+  if (n == nullptr) {
+    out->assign(1, *common::SocketAddress::Parse("127.0.0.1:8054"));
+    return;
+  }
+  std::vector<const toml::node*> entries;
+  if (n->is_string()) {
+    entries.push_back(n);
+  } else if (const toml::array* arr = n->as_array()) {
+    if (arr->empty())
+      return c.Fail(n->source(), "[mgmt] address: the array is empty (list 1 to 16 weir-mgmt addresses)");
+    if (arr->size() > kMaxMgmtAddresses) {
+      return c.Fail(n->source(), Cat("[mgmt] address: at most ", kMaxMgmtAddresses,
+                                     " weir-mgmt addresses, not ", arr->size()));
+    }
+    for (const toml::node& e : *arr) entries.push_back(&e);
+  } else {
+    return c.Fail(n->source(), "[mgmt] address must be a string (\"ip:port\") or an array of them");
+  }
+  std::vector<common::SocketAddress> parsed;
+  for (const toml::node* e : entries) {
+    auto text = e->value<std::string>();
+    if (!e->is_string() || !text) {
+      c.Fail(e->source(), "[mgmt] address: every entry must be a string (\"ip:port\")");
+      continue;
+    }
+    auto a = common::SocketAddress::Parse(*text, 8054);
+    if (!a.ok()) {
+      c.Fail(e->source(), Cat("[mgmt] address: ", ToStd(a.status().message())));
+      continue;
+    }
+    const std::string key = a->ToString();
+    if (std::any_of(parsed.begin(), parsed.end(),
+                    [&](const common::SocketAddress& p) { return p.ToString() == key; })) {
+      c.Fail(e->source(), Cat("[mgmt] address: ", key, " is listed twice"));
+      continue;
+    }
+    parsed.push_back(*a);
+  }
+  if (parsed.size() == entries.size()) *out = std::move(parsed);
+}
+
+}  // namespace
+
 void ParseNodeMgmt(common::TomlChecker& c, const toml::table& root, const std::string& kind,
                    NodeMgmtConfig* out) {
   const toml::table* m = common::SubTable(c, root, "mgmt");
@@ -19,19 +71,11 @@ void ParseNodeMgmt(common::TomlChecker& c, const toml::table& root, const std::s
   out->enabled = true;
   const size_t errors_before = c.error_count();
   c.OnlyKeys(*m, "mgmt", {"address", "node_id", "token_file", "state_dir"});
-  std::string address = "127.0.0.1:8054";
-  c.String(*m, "address", &address);
+  ParseMgmtAddresses(c, *m, &out->addresses);
   c.String(*m, "node_id", &out->node_id);
   c.String(*m, "token_file", &out->token_file);
   c.String(*m, "state_dir", &out->state_dir);
   if (c.error_count() != errors_before) return;  // the rules below would repeat those errors
-  auto a = common::SocketAddress::Parse(address, 8054);
-  if (!a.ok()) {
-    const toml::node* n = m->get("address");
-    return c.Fail(n != nullptr ? n->source() : m->source(),
-                  Cat("[mgmt] address: ", ToStd(a.status().message())));
-  }
-  out->address = *a;
   if (out->token_file.empty())
     return c.Fail(m->source(), "[mgmt] needs 'token_file' (mgmt authenticates nodes)");
   if (out->state_dir.empty()) {

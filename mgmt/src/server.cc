@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "metrics.h"
+#include "store_backends.h"
 #include "weir/common/config_file.h"
 #include "weir/common/log.h"
 #include "weir/common/metrics_http.h"
@@ -24,6 +25,7 @@
 #include "weir/common/toml_checker.h"
 #include "weir/mgmt/accounts.h"
 #include "weir/mgmt/commands.h"
+#include "weir/mgmt/etcd_store.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/store.h"
@@ -41,20 +43,69 @@ namespace {
 std::string Text(absl::string_view v) { return std::string(v.data(), v.size()); }
 }  // namespace
 
+namespace {
+
+// An etcd endpoint: "http://host:port" or "https://host:port".
+absl::StatusOr<std::string> ParseEtcdEndpoint(const std::string& e) {
+  const bool http = e.rfind("http://", 0) == 0, https = e.rfind("https://", 0) == 0;
+  const std::string rest = e.substr(http ? 7 : https ? 8 : 0);
+  if ((!http && !https) || rest.empty() || rest.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        Cat("not an etcd endpoint 'http://host:port' or 'https://host:port': '", e, "'"));
+  }
+  return e;
+}
+
+void ParseEtcd(common::TomlChecker& c, const toml::table& root, MgmtConfig& cfg) {
+  const toml::table* t = common::SubTable(c, root, "etcd");
+  if (cfg.store != "etcd") {
+    if (t != nullptr) c.Fail(t->source(), "[etcd] is read only with [mgmt] store = \"etcd\"");
+    return;
+  }
+  if (t == nullptr)
+    return c.Fail(root.source(), "[mgmt] store = \"etcd\" needs an [etcd] table with 'endpoints'");
+  c.OnlyKeys(*t, "etcd",
+             {"endpoints", "prefix", "request_timeout_ms", "connect_timeout_ms", "ca_file", "cert_file",
+              "key_file"});
+  etcd::ClientOptions& o = cfg.etcd.client;
+  c.List(*t, "endpoints", &o.endpoints, ParseEtcdEndpoint);
+  c.String(*t, "prefix", &cfg.etcd.prefix);
+  int request_ms = static_cast<int>(o.request_timeout.count());
+  int connect_ms = static_cast<int>(o.connect_timeout.count());
+  c.Int(*t, "request_timeout_ms", &request_ms, 100, 60000);
+  c.Int(*t, "connect_timeout_ms", &connect_ms, 50, 60000);
+  o.request_timeout = std::chrono::milliseconds(request_ms);
+  o.connect_timeout = std::chrono::milliseconds(connect_ms);
+  c.String(*t, "ca_file", &o.ca_file);
+  c.String(*t, "cert_file", &o.cert_file);
+  c.String(*t, "key_file", &o.key_file);
+  if (o.endpoints.empty() && c.ok()) c.Fail(t->source(), "[etcd] needs 'endpoints' (at least one member)");
+  if (cfg.etcd.prefix.empty() || cfg.etcd.prefix.back() != '/')
+    c.Fail(t->source(), "[etcd] prefix must end with '/'");
+  if (o.cert_file.empty() != o.key_file.empty())
+    c.Fail(t->source(), "[etcd] cert_file and key_file go together");
+}
+
+}  // namespace
+
 absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::string& name) {
   auto parsed = common::ParseToml(text, name);
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = *parsed;
   common::TomlChecker c(name);
-  c.OnlyKeys(root, "", {"mgmt"});
+  c.OnlyKeys(root, "", {"mgmt", "etcd"});
   MgmtConfig cfg;
   cfg.path = name;
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
-    c.OnlyKeys(*m, "mgmt", {"listen", "database", "token_file", "max_connections", "metrics_listen"});
+    c.OnlyKeys(
+        *m, "mgmt",
+        {"listen", "store", "database", "token_file", "max_connections", "metrics_listen", "instance"});
     const bool listen_ok = c.String(*m, "listen", &listen);
+    c.String(*m, "store", &cfg.store);
     const bool database_ok = c.String(*m, "database", &cfg.database);
     const bool token_file_ok = c.String(*m, "token_file", &cfg.token_file);
+    c.String(*m, "instance", &cfg.instance);
     c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
     std::string metrics;
     c.String(*m, "metrics_listen", &metrics);
@@ -76,14 +127,30 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
         cfg.listen = *a;
       }
     }
-    if (database_ok && cfg.database.empty()) c.Fail(m->source(), "[mgmt] needs 'database' (the SQLite file)");
+    if (cfg.store != "sqlite" && cfg.store != "etcd") {
+      c.Fail(m->get("store")->source(),
+             Cat("[mgmt] store must be \"sqlite\" or \"etcd\", not \"", cfg.store, "\""));
+    } else if (cfg.store == "sqlite" && database_ok && cfg.database.empty()) {
+      c.Fail(m->source(), "[mgmt] needs 'database' (the SQLite file)");
+    } else if (cfg.store == "etcd" && !cfg.database.empty()) {
+      c.Fail(m->get("database")->source(),
+             "[mgmt] database is the SQLite store's: not used with store = \"etcd\"");
+    }
     if (token_file_ok && cfg.token_file.empty())
       c.Fail(m->source(), "[mgmt] needs 'token_file' (peers must authenticate)");
+    ParseEtcd(c, root, cfg);
   } else if (c.ok()) {
     return absl::InvalidArgumentError(Cat(name, ": missing [mgmt] table"));
   }
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
-  common::ResolveRelativeTo(name, {&cfg.database, &cfg.token_file});
+  common::ResolveRelativeTo(name, {&cfg.database, &cfg.token_file, &cfg.etcd.client.ca_file,
+                                   &cfg.etcd.client.cert_file, &cfg.etcd.client.key_file});
+  if (cfg.instance.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    cfg.instance = Cat(host, ":", cfg.listen.port());
+  }
+  cfg.etcd.instance = cfg.instance;
   return cfg;
 }
 
@@ -95,10 +162,17 @@ absl::StatusOr<MgmtConfig> LoadMgmtConfig(const std::string& path) {
 
 namespace {
 
-// The store's own failures (SQLite), as opposed to a change it refused.
+// The store's own failures (SQLite, etcd), as opposed to a change it refused.
 bool IsDatabaseFailure(const absl::Status& st) {
-  return st.code() == absl::StatusCode::kInternal || st.code() == absl::StatusCode::kDataLoss;
+  return st.code() == absl::StatusCode::kInternal || st.code() == absl::StatusCode::kDataLoss ||
+         st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kUnknown ||
+         st.code() == absl::StatusCode::kDeadlineExceeded;
 }
+
+// How often an etcd-backed instance asks the store whether another instance
+// committed, besides its watch (a watch on a member that hangs without
+// closing would otherwise go unnoticed).
+constexpr std::chrono::milliseconds kStorePoll{2000};
 
 enum class Role { kUnknown, kNode, kCtl };
 
@@ -113,7 +187,12 @@ struct Conn {
   std::string kind;     // a node's, from its HELLO
   std::string request;  // a weirctl request's command, for the metrics
   uint64_t sent_version = UINT64_MAX;
-  std::string sent_origin;  // the database the node's version counts in
+  std::string sent_origin;     // the database the node's version counts in
+  uint64_t acked_version = 0;  // what the node acknowledged on this connection
+  // The node runs a newer version than this instance holds (it came from an
+  // instance that is ahead): said once in the log, nothing pushed until this
+  // instance catches up.
+  bool ahead_logged = false;
   bool close_after_write = false;
   // weirctl connections and peers that never said who they are are closed
   // after 30 s; this timer does it.
@@ -163,6 +242,10 @@ struct MgmtServer::Impl {
   common::RateLimitedLog accept_log{{.component = "accept"}};
   common::RateLimitedLog refused_log{{.component = "node"}};
   common::RateLimitedLog nack_log{{.component = "node"}};
+  common::RateLimitedLog store_log{{.component = "store"}};
+  // Set by the store's watch (another instance committed); the loop reads
+  // the store again when woken.
+  std::atomic<bool> store_changed{false};
 
   absl::Status Start();
   void Loop();
@@ -185,11 +268,18 @@ struct MgmtServer::Impl {
   void NodeControlReply(Conn& node, const Message& m);
   void FinishFanOut(uint64_t id);
   void Reply(Conn& c, bool ok, std::string text, std::string json);
+  // A change the store refused; a conflict (another instance committed
+  // first) is its own reply status, so that weirctl can retry it.
+  void Refused(Conn& c, const absl::Status& st);
   void Reply(Conn& c, const StructuredReply& r) { Reply(c, true, r.RenderText(), r.RenderJson()); }
   void Fail(Conn& c, std::string reason);
   void MaybePush(Conn& c);
   void PushAll();
   void Flush(Conn& c);
+  // Reads the store again (another instance may have committed) and pushes
+  // a newer version to the nodes.
+  void RefreshStore();
+  void PollStore();
   void CloseConn(int fd);
   void Watch(Conn& c);
   // A store call's failure: logged, and counted when the database failed.
@@ -279,9 +369,14 @@ absl::Status MgmtServer::Impl::Start() {
   auto tok = ReadTokenFile(config.token_file);
   if (!tok.ok()) return tok.status();
   token = *tok;
-  auto s = Store::Open(config.database);
+  absl::StatusOr<std::unique_ptr<StoreBackend>> backend =
+      config.store == "etcd" ? OpenEtcdBackend(config.etcd) : OpenSqliteBackend(config.database);
+  if (!backend.ok()) return backend.status();
+  auto s = Store::Open(*std::move(backend));
   if (!s.ok()) return s.status();
   store = *std::move(s);
+  common::LogInfo("store", store->backend().Describe(), " at version ", store->version(), ", instance ",
+                  config.instance);
   listen_fd = socket(config.listen.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
   int one = 1;
@@ -295,7 +390,17 @@ absl::Status MgmtServer::Impl::Start() {
   getsockname(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
   bound = common::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
   if (absl::Status st = loop.Init(); !st.ok()) return st;
-  loop.SetWakeHandler([this] { mailbox.RunPending(); });
+  loop.SetWakeHandler([this] {
+    mailbox.RunPending();
+    if (store_changed.exchange(false)) RefreshStore();
+  });
+  if (config.store == "etcd") {
+    store->backend().OnExternalChange([this] {
+      store_changed.store(true);
+      loop.Wake();
+    });
+    loop.After(kStorePoll, [this] { PollStore(); });
+  }
   if (config.metrics_enabled) {
     auto fd = net::BindSocket(config.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
     if (!fd.ok()) return absl::Status(fd.status().code(), Cat("metrics_listen: ", fd.status().message()));
@@ -309,6 +414,26 @@ absl::Status MgmtServer::Impl::Start() {
 void MgmtServer::Impl::Loop() {
   // Stop() wakes the loop; everything else is a descriptor or a timer.
   while (running.load()) loop.RunOnce(std::chrono::seconds(1));
+}
+
+void MgmtServer::Impl::RefreshStore() {
+  const uint64_t before = store->version();
+  auto changed = store->Refresh();
+  if (!changed.ok()) {
+    if (IsDatabaseFailure(changed.status())) ++counters.persistence_errors;
+    store_log("cannot read the store: ", ToStd(changed.status().message()));
+    return;
+  }
+  if (!*changed) return;
+  ++counters.store_refreshes;
+  common::LogInfo("store", "version ", store->version(), " committed by another instance (had ", before,
+                  "): pushing it");
+  PushAll();
+}
+
+void MgmtServer::Impl::PollStore() {
+  RefreshStore();
+  if (running.load()) loop.After(kStorePoll, [this] { PollStore(); });
 }
 
 void MgmtServer::Impl::WatchListener() {
@@ -363,6 +488,13 @@ void MgmtServer::Impl::CloseConn(int fd) {
   if (it == conns.end()) return;
   if (it->second.role == Role::kNode) {
     common::LogInfo("node", "node ", it->second.node_id, " (", it->second.peer, ") disconnected");
+    bool again = false;  // the node's newer connection to this instance
+    for (const auto& [ofd, other] : conns) {
+      again = again || (ofd != fd && other.role == Role::kNode && other.node_id == it->second.node_id);
+    }
+    if (!again) {
+      if (absl::Status st = store->backend().NodeGone(it->second.node_id); !st.ok()) StoreFailed(st);
+    }
     std::vector<uint64_t> finished;
     for (auto& [id, f] : fanouts) {
       auto r = f.results.find(it->second.node_id);
@@ -436,6 +568,20 @@ void MgmtServer::Impl::MaybePush(Conn& c) {
   // overwrites what a node runs.
   if (store->version() == 0) return;
   if (c.sent_version == store->version() && c.sent_origin == store->snapshot().origin) return;
+  // A node that runs a newer version of this store than this instance holds
+  // (it was on an instance that is ahead): never pushed an older one; it
+  // gets the next version this instance reads.
+  if (c.sent_origin == store->snapshot().origin && c.sent_version > store->version()) {
+    if (!c.ahead_logged) {
+      common::LogWarning("node", "node ", c.node_id, " runs version ", c.sent_version,
+                         ", newer than this instance's ", store->version(),
+                         ": nothing pushed until it catches up");
+      c.ahead_logged = true;
+      store_changed.store(true);
+      loop.Wake();
+    }
+    return;
+  }
   if (c.kind == "fastpath" || store->snapshot().accounts.empty()) {
     c.out = Encode(SnapshotMessage(store->snapshot()));
   } else {
@@ -507,7 +653,9 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
     c.sent_origin = m.fields[5];
     // A version of another database says nothing about what the node runs.
     const uint64_t runs = m.fields[5] == store->snapshot().origin ? *have : 0;
-    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs); !st.ok()) StoreFailed(st);
+    c.acked_version = runs;
+    if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs, config.instance); !st.ok())
+      StoreFailed(st);
     common::LogInfo("node", "node ", c.node_id, " (", m.fields[3], ", ", c.peer, ") connected at version ",
                     *have, ", current ", store->version());
     return MaybePush(c);
@@ -517,6 +665,7 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       auto v = ParseU64(m.fields[0]);
       if (v.ok()) {
         ++counters.acks;
+        c.acked_version = *v;
         if (absl::Status st = store->NodeAck(c.node_id, *v); !st.ok()) StoreFailed(st);
       }
     } else if (m.type == MsgType::kControlReply) {
@@ -542,6 +691,15 @@ void MgmtServer::Impl::Reply(Conn& c, bool ok, std::string text, std::string jso
   Flush(c);
 }
 
+void MgmtServer::Impl::Refused(Conn& c, const absl::Status& st) {
+  if (st.code() != absl::StatusCode::kAborted) return Reply(c, false, Text(st.message()), "");
+  ++counters.conflicts;
+  ++counters.requests[{c.request, false}];
+  c.out += Encode(Message{MsgType::kReply, {"conflict", Text(st.message()), ""}});
+  c.close_after_write = true;
+  Flush(c);
+}
+
 void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
   if (m.fields.size() < 4) return Reply(c, false, "request needs protocol, token, actor, verb", "");
   const std::string& actor = m.fields[2];
@@ -563,7 +721,7 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     if (!v.ok()) {
       if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
       common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(v.status().message()));
-      return Reply(c, false, Text(v.status().message()), "");
+      return Refused(c, v.status());
     }
     common::LogInfo("ctl", what, " by ", actor, ": version ", *v);
     PushAll();
@@ -613,7 +771,7 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
       if (!change.ok()) {
         if (IsDatabaseFailure(change.status())) ++counters.persistence_errors;
         common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(change.status().message()));
-        return Reply(c, false, Text(change.status().message()), "");
+        return Refused(c, change.status());
       }
       common::LogInfo("ctl", change->what, " by ", actor, ": version ", change->version);
       PushAll();
@@ -656,14 +814,23 @@ void MgmtServer::Impl::Status(Conn& c) {
   const Snapshot& s = store->snapshot();
   const size_t tags = static_cast<size_t>(std::count(s.tags.begin(), s.tags.end(), '\n'));
   StructuredReply r(Json{{"version", s.version},
+                         {"origin", s.origin},
+                         {"store", store->backend().Describe()},
+                         {"instance", config.instance},
                          {"tags", tags},
                          {"citymap_bytes", s.citymap.size()},
                          {"accounts", store->accounts().size()},
+                         {"tags_sha256", ContentDigest(s.tags)},
+                         {"citymap_sha256", ContentDigest(s.citymap)},
+                         {"accounts_sha256", ContentDigest(s.accounts)},
                          {"nodes_connected", nodes}});
   r.Block([](const Json& d) {
-    return Cat("version ", CellText(d, "version"), "\ntags ", CellText(d, "tags"), "\ncitymap bytes ",
-               CellText(d, "citymap_bytes"), "\naccounts ", CellText(d, "accounts"), "\nnodes connected ",
-               CellText(d, "nodes_connected"), "\n");
+    return Cat("version ", CellText(d, "version"), "\norigin ", CellText(d, "origin"), "\nstore ",
+               CellText(d, "store"), "\ninstance ", CellText(d, "instance"), "\ntags ", CellText(d, "tags"),
+               "\ncitymap bytes ", CellText(d, "citymap_bytes"), "\naccounts ", CellText(d, "accounts"),
+               "\ntags sha256 ", CellText(d, "tags_sha256"), "\ncitymap sha256 ",
+               CellText(d, "citymap_sha256"), "\naccounts sha256 ", CellText(d, "accounts_sha256"),
+               "\nnodes connected ", CellText(d, "nodes_connected"), "\n");
   });
   return Reply(c, r);
 }
@@ -692,14 +859,37 @@ void MgmtServer::Impl::ListNodes(Conn& c) {
     return Reply(c, false, Text(recs.status().message()), "");
   }
   const uint64_t current = store->version();
-  StructuredReply r(Json{{"version", current}, {"nodes", Json::array()}});
-  for (const NodeRecord& n : *recs) {
-    bool connected = false;
-    for (auto& [fd, x] : conns) connected = connected || (x.role == Role::kNode && x.node_id == n.node_id);
+  StructuredReply r(Json{{"version", current}, {"instance", config.instance}, {"nodes", Json::array()}});
+  // How many commits a node is behind: the versions committed after the
+  // one it runs (the audit log's), up to this many.
+  constexpr int kMaxLag = 1000;
+  for (NodeRecord& n : *recs) {
+    // This instance's own connections are the freshest word on a node (the
+    // registry is written behind them); another instance's are as it wrote them.
+    const Conn* live = nullptr;
+    for (auto& [fd, x] : conns) {
+      if (x.role == Role::kNode && x.node_id == n.node_id && !x.close_after_write) live = &x;
+    }
+    if (live != nullptr) {
+      n.connected = true;
+      n.mgmt = config.instance;
+      n.acked_version = live->acked_version;
+      n.peer = live->peer;
+    } else if (n.mgmt.empty() || n.mgmt == config.instance) {
+      n.connected = false;
+      n.mgmt = n.mgmt.empty() ? config.instance : n.mgmt;
+    }
+    int64_t behind = 0;
+    if (n.acked_version < current) {
+      auto after = store->backend().VersionsAfter(n.acked_version, kMaxLag);
+      behind = after.ok() ? static_cast<int64_t>(after->size()) : -1;
+    }
     r.json()["nodes"].push_back(Json{{"node", n.node_id},
                                      {"kind", n.kind},
-                                     {"connected", connected},
+                                     {"connected", n.connected},
+                                     {"mgmt", n.mgmt},
                                      {"version", n.acked_version},
+                                     {"behind", behind},
                                      {"in_sync", n.acked_version == current},
                                      {"nack_version", n.nack_version},
                                      {"nack_reason", n.nack_reason},
@@ -709,12 +899,14 @@ void MgmtServer::Impl::ListNodes(Conn& c) {
   r.Block([](const Json& d) {
     std::string text = Cat("current version ", CellText(d, "version"), "\n");
     for (const Json& n : d["nodes"]) {
-      std::string state = n["in_sync"].get<bool>() ? "in-sync" : "behind";
+      std::string state = n["in_sync"].get<bool>()         ? "in-sync"
+                          : n["behind"].get<int64_t>() < 0 ? "behind"
+                                                           : Cat("behind:", CellText(n, "behind"));
       if (n["nack_version"].get<uint64_t>() > n["version"].get<uint64_t>())
         state = Cat("rejected ", CellText(n, "nack_version"), ": ", CellText(n, "nack_reason"));
       common::CatTo(text, CellText(n, "node"), " kind=", CellText(n, "kind"),
-                    " connected=", CellText(n, "connected"), " version=", CellText(n, "version"),
-                    " state=", state, " peer=", CellText(n, "peer"),
+                    " connected=", CellText(n, "connected"), " mgmt=", CellText(n, "mgmt"),
+                    " version=", CellText(n, "version"), " state=", state, " peer=", CellText(n, "peer"),
                     " last_seen=", UtcTimeText(n["last_seen"].get<int64_t>()), "\n");
     }
     return text;

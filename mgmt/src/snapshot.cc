@@ -1,12 +1,14 @@
 #include "weir/mgmt/snapshot.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "weir/common/hash.h"
 #include "weir/common/text.h"
@@ -66,15 +68,30 @@ absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
                   m.fields.size() == 5 ? m.fields[4] : std::string()};
 }
 
-absl::Status ValidateSnapshot(const Snapshot& s) {
-  auto tags = partitions::TagTable::FromText(s.tags);
-  if (!tags.ok()) return absl::InvalidArgumentError(Cat("tags: ", ToStd(tags.status().message())));
-  auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
-  if (!cm.ok()) return absl::InvalidArgumentError(Cat("citymap: ", ToStd(cm.status().message())));
-  auto accounts = dns::httpdns::ParseAccounts(s.accounts);
-  if (!accounts.ok())
-    return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
+absl::Status ValidateSnapshot(const Snapshot& s, const Snapshot* valid) {
+  if (valid == nullptr || s.tags != valid->tags) {
+    auto tags = partitions::TagTable::FromText(s.tags);
+    if (!tags.ok()) return absl::InvalidArgumentError(Cat("tags: ", ToStd(tags.status().message())));
+  }
+  if (valid == nullptr || s.citymap != valid->citymap) {
+    auto cm = partitions::CityMap::FromCsv(s.citymap, partitions::CityMapOptions{});
+    if (!cm.ok()) return absl::InvalidArgumentError(Cat("citymap: ", ToStd(cm.status().message())));
+  }
+  if (valid == nullptr || s.accounts != valid->accounts) {
+    auto accounts = dns::httpdns::ParseAccounts(s.accounts);
+    if (!accounts.ok())
+      return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
+  }
   return absl::OkStatus();
+}
+
+size_t EncodedSnapshotBytes(const Snapshot& s) {
+  // The frame's length and type, then each field's length and bytes
+  // (SnapshotMessage: version, tags, citymap, origin[, accounts]).
+  size_t bytes =
+      4 + 1 + 4 * 4 + std::to_string(s.version).size() + s.tags.size() + s.citymap.size() + s.origin.size();
+  if (!s.accounts.empty()) bytes += 4 + s.accounts.size();
+  return bytes;
 }
 
 absl::Status PersistSnapshot(const std::string& dir, const Snapshot& s) {
@@ -150,6 +167,13 @@ absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir) {
   auto s = SnapshotFromMessage(**m);
   if (!s.ok()) return absl::DataLossError(Cat(path, ": ", ToStd(s.status().message())));
   return s;
+}
+
+std::string ContentDigest(std::string_view part) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(part.data(), part.size(), md, &len, EVP_sha256(), nullptr) != 1) return "";
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(md), len));
 }
 
 }  // namespace weir::mgmt

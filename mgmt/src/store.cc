@@ -1,13 +1,11 @@
 #include "weir/mgmt/store.h"
 
-#include <sqlite3.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <ctime>
 #include <optional>
 #include <string_view>
 
+#include "store_backends.h"
 #include "weir/common/text.h"
 #include "weir/dns/httpdns.h"
 #include "weir/partitions/citymap.h"
@@ -19,65 +17,6 @@ using common::Cat;
 using common::ToStd;
 
 namespace {
-
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tags(suffix TEXT PRIMARY KEY, line TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS nodes(node_id TEXT PRIMARY KEY, kind TEXT NOT NULL, peer TEXT NOT NULL,
-  acked_version INTEGER NOT NULL DEFAULT 0, nack_version INTEGER NOT NULL DEFAULT 0,
-  nack_reason TEXT NOT NULL DEFAULT '', last_seen INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS accounts(name TEXT PRIMARY KEY, secret TEXT NOT NULL, previous_secret TEXT,
-  allow_unsigned INTEGER NOT NULL DEFAULT 0, allow_legacy_md5 INTEGER NOT NULL DEFAULT 0,
-  rps INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL, rotated INTEGER);
-CREATE TABLE IF NOT EXISTS audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,
-  actor TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL, version INTEGER NOT NULL);
-INSERT OR IGNORE INTO meta(key, value) VALUES ('version', '0');
-INSERT OR IGNORE INTO meta(key, value) VALUES ('citymap', '');
-INSERT OR IGNORE INTO meta(key, value) VALUES ('origin', lower(hex(randomblob(16))));
-)sql";
-
-// A prepared statement, finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& BindNull(int i) {
-    sqlite3_bind_null(s_, i);
-    return *this;
-  }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int Step() { return sqlite3_step(s_); }
-  std::string Text(int col) const {
-    const unsigned char* t = sqlite3_column_text(s_, col);
-    return t == nullptr ? std::string()
-                        : std::string(reinterpret_cast<const char*>(t),
-                                      static_cast<size_t>(sqlite3_column_bytes(s_, col)));
-  }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
-  absl::Status Error() const { return absl::InternalError(Cat("database: ", sqlite3_errmsg(db_))); }
-  // Runs a statement that returns no rows.
-  absl::Status Run() {
-    if (!ok()) return Error();
-    int rc = Step();
-    return rc == SQLITE_DONE ? absl::OkStatus() : Error();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -169,91 +108,60 @@ absl::Status CheckAccountSecret(std::string_view secret) {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return absl::UnavailableError(Cat("cannot open database ", path, ": ", msg));
-  }
-  // The database holds the HTTPDNS accounts' secrets: owner only (SQLite
-  // gives its -wal and -shm files the database's mode). Not a file (an
-  // in-memory database): nothing to do.
-  if (path != ":memory:" && !path.empty()) chmod(path.c_str(), 0600);
-  std::unique_ptr<Store> s(new Store(db));
-  sqlite3_busy_timeout(db, 5000);
-  if (absl::Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"); !st.ok()) return st;
-  if (absl::Status st = s->Exec(kSchema); !st.ok()) return st;
-  if (absl::Status st = s->LoadSnapshot(); !st.ok()) return st;
+  auto backend = OpenSqliteBackend(path);
+  if (!backend.ok()) return backend.status();
+  return Open(*std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(std::unique_ptr<StoreBackend> backend) {
+  std::unique_ptr<Store> s(new Store(std::move(backend)));
+  auto config = s->backend_->Load();
+  if (!config.ok()) return config.status();
+  if (absl::Status st = s->Take(*std::move(config)); !st.ok()) return st;
   return s;
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() = default;
 
-absl::Status Store::Exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err != nullptr ? err : sqlite3_errmsg(db_);
-    sqlite3_free(err);
-    return absl::InternalError(Cat("database: ", msg));
+absl::Status Store::Take(StoredConfig config) {
+  Snapshot snap{config.version, JoinLines(config.tag_lines), std::move(config.citymap), config.origin,
+                AccountsText(config.accounts)};
+  // What this instance holds was checked: only the parts that differ are.
+  if (absl::Status st = ValidateSnapshot(snap, snapshot_.version == 0 ? nullptr : &snapshot_); !st.ok()) {
+    return absl::DataLossError(
+        Cat("the store holds an invalid snapshot (version ", snap.version, "): ", ToStd(st.message())));
   }
+  version_ = snap.version;
+  tag_lines_ = std::move(config.tag_lines);
+  accounts_ = std::move(config.accounts);
+  snapshot_ = std::move(snap);
   return absl::OkStatus();
 }
 
-absl::Status Store::LoadSnapshot() {
-  Snapshot snap;
-  {
-    Stmt q(db_, "SELECT key, value FROM meta");
-    if (!q.ok()) return q.Error();
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) {
-      const std::string key = q.Text(0);
-      if (key == "version") {
-        auto v = ParseU64(q.Text(1));
-        if (!v.ok()) return absl::DataLossError("database: meta.version is not a number");
-        snap.version = *v;
-      } else if (key == "citymap") {
-        snap.citymap = q.Text(1);
-      } else if (key == "origin") {
-        snap.origin = q.Text(1);
-      }
-    }
-    if (rc != SQLITE_DONE) return q.Error();
-  }
-  std::vector<std::string> lines;
-  {
-    Stmt q(db_, "SELECT line FROM tags ORDER BY suffix");
-    if (!q.ok()) return q.Error();
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) lines.push_back(q.Text(0));
-    if (rc != SQLITE_DONE) return q.Error();
-  }
-  snap.tags = JoinLines(lines);
-  std::vector<AccountRecord> accounts;
-  {
-    Stmt q(db_,
-           "SELECT name, secret, previous_secret, allow_unsigned, allow_legacy_md5, rps, created, rotated "
-           "FROM accounts ORDER BY name");
-    if (!q.ok()) return q.Error();
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) {
-      const int64_t rps = q.Int(5);
-      if (rps < 0 || rps > UINT32_MAX) return absl::DataLossError("database: accounts.rps out of range");
-      accounts.push_back(AccountRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3) != 0, q.Int(4) != 0,
-                                       static_cast<uint32_t>(rps), q.Int(6), q.Int(7)});
-    }
-    if (rc != SQLITE_DONE) return q.Error();
-  }
-  snap.accounts = AccountsText(accounts);
-  if (absl::Status st = ValidateSnapshot(snap); !st.ok()) {
-    return absl::DataLossError(Cat("database holds an invalid snapshot: ", ToStd(st.message())));
-  }
-  version_ = snap.version;
-  tag_lines_ = std::move(lines);
-  accounts_ = std::move(accounts);
-  snapshot_ = std::move(snap);
-  return absl::OkStatus();
+absl::StatusOr<bool> Store::Refresh() {
+  auto head = backend_->Head();
+  if (!head.ok()) return head.status();
+  if (head->second == snapshot_.origin && head->first <= version_) return false;
+  auto config = backend_->Load();
+  if (!config.ok()) return config.status();
+  // An older version of this store (a replica that lags) never replaces a
+  // newer one; another origin is another store (restored): taken as it is.
+  if (config->origin == snapshot_.origin && config->version <= version_) return false;
+  if (absl::Status st = Take(*std::move(config)); !st.ok()) return st;
+  return true;
+}
+
+absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
+                             uint64_t version, const std::string& mgmt) {
+  NodeRecord r;
+  r.node_id = node_id;
+  r.kind = kind;
+  r.peer = peer;
+  r.acked_version = version;
+  r.last_seen = Now();
+  r.mgmt = mgmt;
+  r.connected = true;
+  return backend_->NodeSeen(r);
 }
 
 absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::string citymap,
@@ -263,63 +171,37 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
             [](const std::string& a, const std::string& b) { return SuffixOf(a) < SuffixOf(b); });
   std::sort(accounts.begin(), accounts.end(),
             [](const AccountRecord& a, const AccountRecord& b) { return a.name < b.name; });
-  Snapshot next{version_ + 1, JoinLines(tag_lines), std::move(citymap), snapshot_.origin,
-                AccountsText(accounts)};
-  if (absl::Status st = ValidateSnapshot(next); !st.ok()) return st;
+  Snapshot next{version_ + 1, JoinLines(tag_lines), citymap, snapshot_.origin, AccountsText(accounts)};
+  if (absl::Status st = ValidateSnapshot(next, &snapshot_); !st.ok()) return st;
   // Nodes refuse frames above kMaxFrameBytes: never commit what none could load.
-  if (const size_t bytes = Encode(SnapshotMessage(next)).size(); bytes > kMaxFrameBytes) {
+  if (const size_t bytes = EncodedSnapshotBytes(next); bytes > kMaxFrameBytes) {
     return absl::InvalidArgumentError(Cat("the snapshot would be ", bytes, " bytes, over the ",
                                           kMaxFrameBytes, "-byte limit of the push stream"));
   }
-
-  if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
-  auto fail = [&](absl::Status st) {
-    (void)Exec("ROLLBACK");
-    return st;
-  };
-  if (absl::Status st = Exec("DELETE FROM tags"); !st.ok()) return fail(st);
-  for (const std::string& l : tag_lines) {
-    Stmt ins(db_, "INSERT INTO tags(suffix, line) VALUES (?1, ?2)");
-    if (absl::Status st = ins.Bind(1, SuffixOf(l)).Bind(2, l).Run(); !st.ok()) return fail(st);
-  }
-  if (absl::Status st = Exec("DELETE FROM accounts"); !st.ok()) return fail(st);
-  for (const AccountRecord& a : accounts) {
-    Stmt ins(db_,
-             "INSERT INTO accounts(name, secret, previous_secret, allow_unsigned, allow_legacy_md5, rps, "
-             "created, rotated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-    ins.Bind(1, a.name).Bind(2, a.secret);
-    if (a.previous_secret.empty()) {
-      ins.BindNull(3);
-    } else {
-      ins.Bind(3, a.previous_secret);
+  StoredConfig base{version_, snapshot_.origin, tag_lines_, snapshot_.citymap, accounts_};
+  StoredConfig to{0, snapshot_.origin, std::move(tag_lines), std::move(citymap), std::move(accounts)};
+  AuditRecord audit;
+  audit.time = Now();
+  audit.actor = actor;
+  audit.action = action;
+  audit.detail = detail;
+  auto version = backend_->Commit(base, to, audit);
+  if (!version.ok()) {
+    if (version.status().code() == absl::StatusCode::kAborted) {
+      // Another instance committed first: this one catches up, so that
+      // the operator's retry is computed against what the store holds.
+      auto refreshed = Refresh();
+      return absl::AbortedError(
+          Cat("conflict: the configuration changed (now version ", version_,
+              ") while this change was made; nothing was changed, retry",
+              refreshed.ok() ? "" : Cat(" (", ToStd(refreshed.status().message()), ")")));
     }
-    ins.Bind(4, int64_t{a.allow_unsigned}).Bind(5, int64_t{a.allow_legacy_md5}).Bind(6, int64_t{a.rps});
-    ins.Bind(7, a.created);
-    if (a.rotated == 0) {
-      ins.BindNull(8);
-    } else {
-      ins.Bind(8, a.rotated);
-    }
-    if (absl::Status st = ins.Run(); !st.ok()) return fail(st);
+    return version.status();
   }
-  {
-    Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'citymap'");
-    if (absl::Status st = up.Bind(1, next.citymap).Run(); !st.ok()) return fail(st);
-  }
-  {
-    Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'version'");
-    if (absl::Status st = up.Bind(1, std::to_string(next.version)).Run(); !st.ok()) return fail(st);
-  }
-  {
-    Stmt au(db_, "INSERT INTO audit(time, actor, action, detail, version) VALUES (?1, ?2, ?3, ?4, ?5)");
-    au.Bind(1, Now()).Bind(2, actor).Bind(3, action).Bind(4, detail).Bind(5,
-                                                                          static_cast<int64_t>(next.version));
-    if (absl::Status st = au.Run(); !st.ok()) return fail(st);
-  }
-  if (absl::Status st = Exec("COMMIT"); !st.ok()) return fail(st);
-  version_ = next.version;
-  tag_lines_ = std::move(tag_lines);
-  accounts_ = std::move(accounts);
+  version_ = *version;
+  tag_lines_ = std::move(to.tag_lines);
+  accounts_ = std::move(to.accounts);
+  next.version = *version;
   snapshot_ = std::move(next);
   return version_;
 }
@@ -552,66 +434,6 @@ absl::StatusOr<uint64_t> Store::RemoveAccount(const std::string& name, const std
   std::vector<AccountRecord> accounts = accounts_;
   accounts.erase(accounts.begin() + static_cast<ptrdiff_t>(*i));
   return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account rm", name);
-}
-
-absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
-                             uint64_t version) {
-  Stmt q(db_,
-         "INSERT INTO nodes(node_id, kind, peer, last_seen, acked_version) VALUES (?1, ?2, ?3, ?4, ?5) "
-         "ON CONFLICT(node_id) DO UPDATE SET kind = ?2, peer = ?3, last_seen = ?4, acked_version = ?5");
-  return q.Bind(1, node_id)
-      .Bind(2, kind)
-      .Bind(3, peer)
-      .Bind(4, Now())
-      .Bind(5, static_cast<int64_t>(version))
-      .Run();
-}
-
-absl::Status Store::NodeAck(const std::string& node_id, uint64_t version) {
-  Stmt q(db_, "UPDATE nodes SET acked_version = ?2, last_seen = ?3 WHERE node_id = ?1");
-  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, Now()).Run();
-}
-
-absl::Status Store::NodeNack(const std::string& node_id, uint64_t version, const std::string& reason) {
-  Stmt q(db_, "UPDATE nodes SET nack_version = ?2, nack_reason = ?3, last_seen = ?4 WHERE node_id = ?1");
-  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, reason).Bind(4, Now()).Run();
-}
-
-absl::Status Store::ForgetNode(const std::string& node_id) {
-  Stmt q(db_, "DELETE FROM nodes WHERE node_id = ?1");
-  if (absl::Status st = q.Bind(1, node_id).Run(); !st.ok()) return st;
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(Cat("no node '", node_id, "'"));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<NodeRecord>> Store::Nodes() const {
-  Stmt q(db_,
-         "SELECT node_id, kind, peer, acked_version, nack_version, nack_reason, last_seen FROM nodes "
-         "ORDER BY node_id");
-  if (!q.ok()) return q.Error();
-  std::vector<NodeRecord> out;
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    out.push_back(NodeRecord{q.Text(0), q.Text(1), q.Text(2), static_cast<uint64_t>(q.Int(3)),
-                             static_cast<uint64_t>(q.Int(4)), q.Text(5), q.Int(6)});
-  }
-  if (rc != SQLITE_DONE) return q.Error();
-  return out;
-}
-
-absl::StatusOr<std::vector<AuditRecord>> Store::Audit(int limit) const {
-  Stmt q(db_, "SELECT id, time, actor, action, detail, version FROM audit ORDER BY id DESC LIMIT ?1");
-  if (!q.ok()) return q.Error();
-  q.Bind(1, static_cast<int64_t>(limit));
-  std::vector<AuditRecord> out;
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    out.push_back(
-        AuditRecord{q.Int(0), q.Int(1), q.Text(2), q.Text(3), q.Text(4), static_cast<uint64_t>(q.Int(5))});
-  }
-  if (rc != SQLITE_DONE) return q.Error();
-  std::reverse(out.begin(), out.end());
-  return out;
 }
 
 }  // namespace weir::mgmt

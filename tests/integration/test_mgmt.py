@@ -285,7 +285,8 @@ class MgmtTest(unittest.TestCase):
         self.assertEqual(nodes["rec-1"]["kind"], "recursor")
         self.assertEqual(nodes["fp-1"]["kind"], "fastpath")
         text = self.mgmt.weirctl("nodes").stdout
-        self.assertIn("rec-1 kind=recursor connected=yes version=2 state=in-sync", text)
+        # One weir-mgmt: the instance is named after its host and port.
+        self.assertRegex(text, rf"rec-1 kind=recursor connected=yes mgmt=\S+:{self.mgmt.port} version=2 state=in-sync")
         # The recursor's file reload is off while mgmt owns its tags.
         self.assertIn("weir-mgmt", rec.control("reload-tags"))
 

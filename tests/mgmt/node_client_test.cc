@@ -3,15 +3,21 @@
 #include "weir/mgmt/node_client.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
+#include "weir/common/config_file.h"
+#include "weir/common/prometheus.h"
+#include "weir/mgmt/node_config.h"
 #include "weir/mgmt/server.h"
 #include "weir/mgmt/store.h"
 
@@ -42,19 +48,28 @@ class NodeClientTest : public ::testing::Test {
     std::system(("rm -rf " + dir_).c_str());
   }
   void StartServer(uint16_t port) {
+    server_ = NewServer(dir_ + "/mgmt.db", port);
+    ASSERT_NE(server_, nullptr);
+  }
+  // A weir-mgmt of its own database (another origin), sharing nothing with server_.
+  std::unique_ptr<MgmtServer> NewServer(const std::string& database, uint16_t port) {
     MgmtConfig c;
     c.listen = *common::SocketAddress::Parse("127.0.0.1", port);
-    c.database = dir_ + "/mgmt.db";
+    c.database = database;
     c.token_file = dir_ + "/token";
-    server_ = std::make_unique<MgmtServer>(c);
-    ASSERT_TRUE(server_->Start().ok());
+    auto s = std::make_unique<MgmtServer>(c);
+    if (!s->Start().ok()) return nullptr;
+    return s;
   }
   // One weirctl-style request; returns {status, text}.
   std::pair<std::string, std::string> Request(std::vector<std::string> args) {
+    return RequestTo(server_->bound(), std::move(args));
+  }
+  std::pair<std::string, std::string> RequestTo(const common::SocketAddress& a,
+                                                std::vector<std::string> args) {
     Message req{MsgType::kRequest, {std::string(kProtocol), kToken, "test"}};
-    for (auto& a : args) req.fields.push_back(a);
+    for (auto& x : args) req.fields.push_back(x);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    common::SocketAddress a = server_->bound();
     EXPECT_EQ(connect(fd, a.sa(), a.len), 0);
     std::string out = Encode(req);
     EXPECT_EQ(send(fd, out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
@@ -76,7 +91,7 @@ class NodeClientTest : public ::testing::Test {
   }
   NodeClientOptions Options(const std::string& id, const std::string& state) {
     NodeClientOptions o;
-    o.mgmt = server_->bound();
+    o.mgmt = {server_->bound()};
     o.token = kToken;
     o.node_id = id;
     o.kind = "fastpath";
@@ -85,8 +100,9 @@ class NodeClientTest : public ::testing::Test {
     o.reconnect_max_ms = 100;
     return o;
   }
-  NodeRecord Node(const std::string& id) {
-    auto s = Store::Open(dir_ + "/mgmt.db");
+  NodeRecord Node(const std::string& id) { return NodeIn(dir_ + "/mgmt.db", id); }
+  NodeRecord NodeIn(const std::string& database, const std::string& id) {
+    auto s = Store::Open(database);
     EXPECT_TRUE(s.ok());
     auto nodes = (*s)->Nodes();
     EXPECT_TRUE(nodes.ok());
@@ -210,6 +226,349 @@ TEST_F(NodeClientTest, BadTokenIsRefused) {
   ASSERT_TRUE(client.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return client.last_error().find("bad token") != std::string::npos; }));
   EXPECT_EQ(Node("fp-x").node_id, "");
+}
+
+// A port nothing listens on: bound, so no other test takes it, and a
+// connect to it is refused at once.
+class RefusingPort {
+ public:
+  RefusingPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    address_ = *common::SocketAddress::Parse("127.0.0.1:0");
+    EXPECT_EQ(bind(fd_, address_.sa(), address_.len), 0);
+    socklen_t len = sizeof(address_.storage);
+    getsockname(fd_, address_.sa(), &len);
+  }
+  ~RefusingPort() { close(fd_); }
+  const common::SocketAddress& address() const { return address_; }
+
+ protected:
+  int fd_ = -1;
+  common::SocketAddress address_;
+};
+
+// A scripted weir-mgmt: the test accepts its connections and reads and
+// writes them frame by frame.
+class FakeMgmt : public RefusingPort {
+ public:
+  struct Conn {
+    int fd = -1;
+    FrameReader reader;
+    ~Conn() {
+      if (fd >= 0) close(fd);
+    }
+    // The next message; nullopt on EOF, an error or after `ms`.
+    std::optional<Message> Read(int ms = 5000) {
+      for (;;) {
+        auto m = reader.Next();
+        if (!m.ok()) return std::nullopt;
+        if (m->has_value()) return **m;
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, ms) != 1) return std::nullopt;
+        char buf[65536];
+        const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) return std::nullopt;
+        reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
+      }
+    }
+    void Send(const Message& m) {
+      const std::string out = Encode(m);
+      EXPECT_EQ(send(fd, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
+    }
+  };
+
+  explicit FakeMgmt(int backlog = 16) { EXPECT_EQ(listen(fd_, backlog), 0); }
+  int fd() const { return fd_; }
+  // The next connection (fd -1 when none came within `ms`).
+  std::unique_ptr<Conn> Accept(int ms = 5000) {
+    auto c = std::make_unique<Conn>();
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, ms) == 1) c->fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    return c;
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+std::string Metrics(const NodeClient& client) {
+  common::PrometheusWriter w;
+  client.RenderMetrics(w);
+  auto text = w.Render();
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+TEST_F(NodeClientTest, SkipsAnAddressThatRefuses) {
+  RefusingPort dead;
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {dead.address(), server_->bound()};
+  o.reconnect_min_ms = 10000;  // a back-off would make the wait below fail
+  o.reconnect_max_ms = 10000;
+  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  ASSERT_TRUE(client.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] { return client.current_mgmt() == server_->bound().ToString(); }, 2000))
+      << client.last_error();
+  EXPECT_TRUE(client.connected());
+  ASSERT_TRUE(WaitFor([&] { return Node("fp-1").node_id == "fp-1"; }));
+  EXPECT_EQ(client.failovers(), 0u) << "no session was lost";
+}
+
+TEST_F(NodeClientTest, ABlackHoledAddressCostsOneConnectTimeout) {
+  // A listener whose accept queue is full: the kernel drops further SYNs,
+  // as a firewall that drops them (or a host that is gone) does.
+  FakeMgmt hole(0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 3; ++i) {
+    const int f = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    connect(f, hole.address().sa(), hole.address().len);
+    fillers.push_back(f);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the handshakes that complete
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {hole.address(), server_->bound()};
+  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  const Clock::time_point t0 = Clock::now();
+  ASSERT_TRUE(client.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] { return client.current_mgmt() == server_->bound().ToString(); }, 3000))
+      << client.last_error();
+  const int64_t ms = MsSince(t0);
+  EXPECT_GE(ms, 900) << "the black hole was not one";
+  EXPECT_LT(ms, 2000);
+  EXPECT_NE(client.last_error().find("connect: timed out"), std::string::npos) << client.last_error();
+  for (int f : fillers) close(f);
+}
+
+TEST_F(NodeClientTest, MovesToAnotherMgmtWithinTwoSecondsOfLosingOne) {
+  // Two weir-mgmt that share nothing: the second's database is another one
+  // (another origin) at a lower version, which the node takes all the same.
+  std::unique_ptr<MgmtServer> second = NewServer(dir_ + "/second.db", 0);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(RequestTo(second->bound(), {"tag-add", "second.example weight=on"}).first, "ok");
+  EXPECT_EQ(Request({"tag-add", "a.example weight=on"}).first, "ok");
+  EXPECT_EQ(Request({"tag-add", "b.example weight=on"}).first, "ok");
+  std::mutex mu;
+  std::vector<Snapshot> applied;
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {server_->bound(), second->bound()};
+  o.reconnect_min_ms = 200;  // the defaults
+  o.reconnect_max_ms = 5000;
+  NodeClient client(o, [&](const Snapshot& s) {
+    std::lock_guard<std::mutex> l(mu);
+    applied.push_back(s);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 2; }));
+  EXPECT_EQ(client.current_mgmt(), server_->bound().ToString());
+  const std::string first_origin = applied.back().origin;
+
+  const Clock::time_point t0 = Clock::now();
+  server_.reset();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        return applied.back().origin != first_origin;
+      },
+      2000));
+  const int64_t ms = MsSince(t0);
+  std::printf("failover to the second mgmt and its snapshot applied in %lld ms\n",
+              static_cast<long long>(ms));
+  EXPECT_LT(ms, 2000);
+  EXPECT_EQ(client.current_mgmt(), second->bound().ToString());
+  EXPECT_EQ(client.applied_version(), 1u);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(applied.back().tags,
+              "second.example. weight=on ecs=off policy=iterate answer=single level=global\n");
+  }
+  ASSERT_TRUE(WaitFor([&] { return NodeIn(dir_ + "/second.db", "fp-1").acked_version == 1; }));
+  EXPECT_EQ(client.failovers(), 1u);
+  const std::string metrics = Metrics(client);
+  EXPECT_NE(metrics.find("\nweir_mgmt_failovers_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nweir_mgmt_connected 1\n"), std::string::npos) << metrics;
+
+  // The second goes too: nothing is left, the node says so and keeps what it runs.
+  second.reset();
+  ASSERT_TRUE(WaitFor([&] { return !client.connected(); }));
+  EXPECT_EQ(client.current_mgmt(), "");
+  EXPECT_EQ(client.applied_version(), 1u);
+}
+
+TEST_F(NodeClientTest, BacksOffOnlyAfterEveryAddressFailed) {
+  // Two instances that accept and hang up: each attempt is seen, in order.
+  FakeMgmt a;
+  FakeMgmt b;
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {a.address(), b.address()};
+  o.reconnect_min_ms = 400;
+  o.reconnect_max_ms = 800;
+  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  ASSERT_TRUE(client.Start(0, "").ok());
+  std::string order;
+  std::vector<Clock::time_point> at;
+  while (order.size() < 6) {
+    pollfd p[2] = {{a.fd(), POLLIN, 0}, {b.fd(), POLLIN, 0}};
+    ASSERT_GT(poll(p, 2, 5000), 0) << "attempts so far: " << order;
+    for (int i = 0; i < 2; ++i) {
+      if ((p[i].revents & POLLIN) == 0) continue;
+      const int fd = accept4(p[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+      at.push_back(Clock::now());
+      order += static_cast<char>('a' + i);
+      close(fd);
+    }
+  }
+  EXPECT_EQ(order, "ababab");
+  auto gap = [&](size_t i) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(at[i] - at[i - 1]).count();
+  };
+  EXPECT_LT(gap(1), 300) << "the next address at once";
+  EXPECT_GE(gap(2), 390) << "a whole round failed: the back-off";
+  EXPECT_LT(gap(3), 300);
+  EXPECT_GE(gap(4), 790) << "doubled";
+  EXPECT_LT(gap(5), 300);
+}
+
+constexpr char kFakeTags[] = "a.example weight=on\n";
+
+TEST_F(NodeClientTest, AnOlderVersionOfTheSameDatabaseIsRefusedAndTheSessionKept) {
+  FakeMgmt fake;
+  std::atomic<int> applies{0};
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {fake.address()};
+  NodeClient client(o, [&](const Snapshot&) {
+    applies.fetch_add(1);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(5, "origin-A").ok());
+  auto c = fake.Accept();
+  ASSERT_GE(c->fd, 0);
+  auto hello = c->Read();
+  ASSERT_TRUE(hello.has_value());
+  ASSERT_EQ(hello->type, MsgType::kHello);
+  ASSERT_EQ(hello->fields.size(), 6u);
+  EXPECT_EQ(hello->fields[4], "5");
+  EXPECT_EQ(hello->fields[5], "origin-A");
+
+  c->Send(SnapshotMessage(Snapshot{3, kFakeTags, "", "origin-A"}));
+  auto nack = c->Read();
+  ASSERT_TRUE(nack.has_value());
+  EXPECT_EQ(nack->type, MsgType::kNack);
+  EXPECT_EQ(nack->fields, (std::vector<std::string>{"3", "older than version 5 this node runs"}));
+  EXPECT_EQ(applies.load(), 0);
+  EXPECT_EQ(client.applied_version(), 5u);
+  EXPECT_EQ(client.rejected(), 1u);
+  EXPECT_NE(client.last_error().find("older than version 5"), std::string::npos) << client.last_error();
+
+  // The session stays, and a newer version on it is applied.
+  c->Send(SnapshotMessage(Snapshot{6, kFakeTags, "", "origin-A"}));
+  auto ack = c->Read();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->type, MsgType::kAck);
+  EXPECT_EQ(ack->fields, (std::vector<std::string>{"6"}));
+  EXPECT_EQ(applies.load(), 1);
+  EXPECT_EQ(client.applied_version(), 6u);
+  EXPECT_TRUE(client.connected());
+  EXPECT_EQ(fake.Accept(100)->fd, -1) << "the node reconnected";
+}
+
+TEST_F(NodeClientTest, TheVersionTheNodeRunsIsAckedWithoutApplyingAgain) {
+  FakeMgmt fake;
+  std::atomic<int> applies{0};
+  NodeClientOptions o = Options("fp-1", "");
+  o.mgmt = {fake.address()};
+  NodeClient client(o, [&](const Snapshot&) {
+    applies.fetch_add(1);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(5, "origin-A").ok());
+  auto c = fake.Accept();
+  ASSERT_GE(c->fd, 0);
+  ASSERT_TRUE(c->Read().has_value());  // HELLO
+  c->Send(SnapshotMessage(Snapshot{5, kFakeTags, "", "origin-A"}));
+  auto ack = c->Read();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->type, MsgType::kAck);
+  EXPECT_EQ(ack->fields, (std::vector<std::string>{"5"}));
+  EXPECT_EQ(applies.load(), 0);
+  EXPECT_EQ(client.rejected(), 0u);
+  // Another database's version is applied, lower or not.
+  c->Send(SnapshotMessage(Snapshot{2, kFakeTags, "", "origin-B"}));
+  ack = c->Read();
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->type, MsgType::kAck);
+  EXPECT_EQ(ack->fields, (std::vector<std::string>{"2"}));
+  EXPECT_EQ(applies.load(), 1);
+  EXPECT_EQ(client.applied_version(), 2u);
+}
+
+// ParseNodeMgmt on "[mgmt]" + `address_line` + the required keys.
+struct ParsedNodeMgmt {
+  NodeMgmtConfig config;
+  std::string errors;
+};
+ParsedNodeMgmt ParseMgmtTable(const std::string& address_line) {
+  const std::string text =
+      "[mgmt]\n" + address_line + "\nnode_id = \"n\"\ntoken_file = \"t\"\nstate_dir = \"s\"\n";
+  ParsedNodeMgmt out;
+  auto root = common::ParseToml(text, "n.toml");
+  if (!root.ok()) {
+    out.errors = std::string(root.status().message());
+    return out;
+  }
+  common::TomlChecker c("n.toml");
+  ParseNodeMgmt(c, *root, "fastpath", &out.config);
+  out.errors = c.error();
+  return out;
+}
+
+std::vector<std::string> Texts(const std::vector<common::SocketAddress>& addresses) {
+  std::vector<std::string> out;
+  for (const auto& a : addresses) out.push_back(a.ToString());
+  return out;
+}
+
+TEST(NodeMgmtConfig, AddressIsOneOrAnArray) {
+  auto p = ParseMgmtTable("");
+  EXPECT_EQ(p.errors, "");
+  EXPECT_EQ(Texts(p.config.addresses), (std::vector<std::string>{"127.0.0.1:8054"}));
+  p = ParseMgmtTable("address = \"192.0.2.1:9000\"");
+  EXPECT_EQ(p.errors, "");
+  EXPECT_EQ(Texts(p.config.addresses), (std::vector<std::string>{"192.0.2.1:9000"}));
+  p = ParseMgmtTable("address = [\"192.0.2.2:9000\", \"192.0.2.1\", \"[2001:db8::1]:8055\"]");
+  EXPECT_EQ(p.errors, "");
+  EXPECT_EQ(Texts(p.config.addresses),
+            (std::vector<std::string>{"192.0.2.2:9000", "192.0.2.1:8054", "[2001:db8::1]:8055"}))
+      << "in the order written, the default port added";
+  std::string sixteen = "address = [";
+  for (int i = 1; i <= 16; ++i) sixteen += (i > 1 ? ", \"192.0.2." : "\"192.0.2.") + std::to_string(i) + "\"";
+  p = ParseMgmtTable(sixteen + "]");
+  EXPECT_EQ(p.errors, "");
+  EXPECT_EQ(p.config.addresses.size(), 16u);
+}
+
+TEST(NodeMgmtConfig, AddressErrorsNameTheirPosition) {
+  auto p = ParseMgmtTable("address = []");
+  EXPECT_EQ(p.errors, "n.toml:2:11: [mgmt] address: the array is empty (list 1 to 16 weir-mgmt addresses)");
+  p = ParseMgmtTable("address = [\"192.0.2.1\", 8054]");
+  EXPECT_EQ(p.errors, "n.toml:2:25: [mgmt] address: every entry must be a string (\"ip:port\")");
+  p = ParseMgmtTable("address = [\"192.0.2.1\", \"nowhere\"]");
+  EXPECT_NE(p.errors.find("n.toml:2:25: [mgmt] address: "), std::string::npos) << p.errors;
+  p = ParseMgmtTable("address = [\"192.0.2.1:8054\", \"192.0.2.1\"]");
+  EXPECT_EQ(p.errors, "n.toml:2:30: [mgmt] address: 192.0.2.1:8054 is listed twice");
+  p = ParseMgmtTable("address = 8054");
+  EXPECT_EQ(p.errors, "n.toml:2:11: [mgmt] address must be a string (\"ip:port\") or an array of them");
+  p = ParseMgmtTable("address = \"nowhere\"");
+  EXPECT_NE(p.errors.find("n.toml:2:11: [mgmt] address: "), std::string::npos) << p.errors;
+  std::string seventeen = "address = [";
+  for (int i = 1; i <= 17; ++i)
+    seventeen += (i > 1 ? ", \"192.0.2." : "\"192.0.2.") + std::to_string(i) + "\"";
+  p = ParseMgmtTable(seventeen + "]");
+  EXPECT_EQ(p.errors, "n.toml:2:11: [mgmt] address: at most 16 weir-mgmt addresses, not 17");
+  EXPECT_TRUE(p.config.addresses.empty());
 }
 
 TEST(PersistedSnapshot, DamageIsDetected) {

@@ -34,6 +34,27 @@ TEST(SnapshotAccounts, RoundTripWithAccounts) {
   EXPECT_TRUE(ValidateSnapshot(s).ok()) << ValidateSnapshot(s);
 }
 
+TEST(SnapshotSize, EncodedBytesWithoutEncoding) {
+  Snapshot without{123456789, "a.example ecs=on\n", "10.0.0.0/8,bj\n", "origin-1"};
+  EXPECT_EQ(EncodedSnapshotBytes(without), Encode(SnapshotMessage(without)).size());
+  EXPECT_EQ(EncodedSnapshotBytes(WithAccounts()), Encode(SnapshotMessage(WithAccounts())).size());
+  EXPECT_EQ(EncodedSnapshotBytes(Snapshot{}), Encode(SnapshotMessage(Snapshot{})).size());
+}
+
+TEST(SnapshotValidate, PartsEqualToAValidSnapshotAreNotParsedAgain) {
+  Snapshot valid = WithAccounts();
+  Snapshot bad_tags = valid;
+  bad_tags.tags = "not a tag line !!\n";
+  EXPECT_FALSE(ValidateSnapshot(bad_tags, &valid).ok());
+  // A part that differs is checked; one equal to the valid one is taken as is.
+  Snapshot bad_citymap = valid;
+  bad_citymap.citymap = "10.0.0.1/8,bj\n";
+  auto st = ValidateSnapshot(bad_citymap, &valid);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("citymap"), std::string::npos) << st;
+  EXPECT_TRUE(ValidateSnapshot(bad_citymap, &bad_citymap).ok());
+}
+
 TEST(SnapshotAccounts, NoAccountsIsTheMessageOlderNodesKnow) {
   Snapshot s = WithAccounts();
   s.accounts.clear();

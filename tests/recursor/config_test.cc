@@ -59,6 +59,32 @@ TEST(RecursorConfig, MetricsListen) {
   EXPECT_FALSE(with("9154").ok());
 }
 
+TEST(RecursorConfig, MgmtAddressIsOneOrAnArrayOfInstances) {
+  const std::string keys =
+      "node_id = \"r1\"\ntoken_file = \"/etc/weir/token\"\nstate_dir = \"/var/lib/weir\"\n";
+  auto c = ParseConfig(std::string(kMinimal) + "[mgmt]\naddress = \"192.0.2.1:8054\"\n" + keys, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->mgmt.addresses.size(), 1u);
+  EXPECT_EQ(c->mgmt.addresses[0].ToString(), "192.0.2.1:8054");
+  c = ParseConfig(std::string(kMinimal) + "[mgmt]\naddress = [\"192.0.2.1:8054\", \"192.0.2.2\"]\n" + keys,
+                  "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->mgmt.addresses.size(), 2u);
+  EXPECT_EQ(c->mgmt.addresses[1].ToString(), "192.0.2.2:8054");
+  c = ParseConfig(std::string(kMinimal) + "[mgmt]\naddress = [\"192.0.2.1:8054\", \"192.0.2.1\"]\n" + keys,
+                  "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(
+      std::string(c.status().message()).find("r.toml:8:30: [mgmt] address: 192.0.2.1:8054 is listed twice"),
+      std::string::npos)
+      << c.status();
+  c = ParseConfig(std::string(kMinimal) + "[mgmt]\naddress = []\n" + keys, "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("r.toml:8:11: [mgmt] address: the array is empty"),
+            std::string::npos)
+      << c.status();
+}
+
 TEST(RecursorConfig, ErrorsNameFileLineColumn) {
   auto c = ParseConfig(std::string(kMinimal) + "[ecs]\nsource_v4 = 33\n", "r.toml");
   ASSERT_FALSE(c.ok());

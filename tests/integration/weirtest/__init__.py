@@ -9,7 +9,7 @@ clients (dig, kdig, dnsperf). Modules:
   clients      dig/kdig/dnsperf and their output parsers, raw UDP/TCP exchanges, metrics
   config       config texts: fastpath_config, recursor_config, unbound_config
   zones        gslb-sim zone files: zone, record, gslb_name, view, delegation
-  daemons      GslbSim, Fastpath, Recursor, Mgmt, Unbound
+  daemons      GslbSim, Fastpath, Recursor, Mgmt, EtcdCluster, Unbound
   authorities  FakeHierarchy (gslb-sim delegation tree), ScriptedAuthority
   wire         messages in wire form on dnspython: make_query, parse_message,
                build_response, rdata_*, ecs_option, weight_option
@@ -56,7 +56,7 @@ from .clients import (DnsperfResult, Ecs, Metrics, Record, Response, control_com
                       udp_exchange)
 from .config import (PartitionFiles, fastpath_config, mgmt_node_section, recursor_config,  # noqa: E402,F401
                      toml_tables, toml_value, unbound_config)
-from .daemons import Fastpath, GslbSim, Mgmt, Recursor, Unbound  # noqa: E402,F401
+from .daemons import EtcdCluster, Fastpath, GslbSim, Mgmt, Recursor, Unbound  # noqa: E402,F401
 from .netns import NetnsPair, build_udp_frame, parse_udp_frame  # noqa: E402,F401
 from .process import (Process, binary, child_pids, collect_lines, free_port, netns_argv,  # noqa: E402,F401
                       parse_build_dir, proc_cpu_us, require_tools, requires, run, skip_or_fail, split_hostport,

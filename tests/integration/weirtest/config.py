@@ -111,9 +111,12 @@ def recursor_config(*, root_hints: Optional[str] = None, forwarders: Sequence[st
     return toml_tables(sections)
 
 
-def mgmt_node_section(mgmt_address: str, node_id: str, token_file: str, state_dir: str) -> str:
-    """The [mgmt] table of a fastpath/recursor config (docs/mgmt.md)."""
-    return (f'\n[mgmt]\naddress = "{mgmt_address}"\nnode_id = "{node_id}"\ntoken_file = {json.dumps(token_file)}\n'
+def mgmt_node_section(mgmt_address, node_id: str, token_file: str, state_dir: str) -> str:
+    """The [mgmt] table of a fastpath/recursor config (docs/mgmt.md);
+    `mgmt_address` one "host:port" or a list of them (weir-mgmt instances)."""
+    address = json.dumps(mgmt_address) if isinstance(mgmt_address, str) else \
+        "[" + ", ".join(json.dumps(a) for a in mgmt_address) + "]"
+    return (f'\n[mgmt]\naddress = {address}\nnode_id = "{node_id}"\ntoken_file = {json.dumps(token_file)}\n'
             f'state_dir = {json.dumps(state_dir)}\n')
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import re
 import subprocess
 import time
@@ -254,18 +255,30 @@ class Mgmt(_Program, _MetricsEndpoint):
     RELPATH = "mgmt/weir-mgmt"
     TOKEN = "test-token-0123456789abcdef"
 
-    def __init__(self, build_dir: str, workdir: str, port: int = 0, timeout: float = 10.0, metrics: bool = False):
+    def __init__(self, build_dir: str, workdir: str, port: int = 0, timeout: float = 10.0, metrics: bool = False,
+                 etcd: Optional[Sequence[str]] = None, instance: str = "", config_name: str = "mgmt.toml",
+                 etcd_prefix: str = "/weir/"):
+        """`etcd`: the store is that etcd cluster's (its client endpoints)
+        instead of the SQLite file; several Mgmt may share it (give each its
+        own `config_name` in one workdir, or their own workdirs)."""
         self.build_dir = build_dir
         self.workdir = workdir
         self.token_file = os.path.join(workdir, "mgmt.token")
         if not os.path.exists(self.token_file):
             with open(self.token_file, "w") as f:
                 f.write(self.TOKEN + "\n")
-        self.config_path = os.path.join(workdir, "mgmt.toml")
+        self.config_path = os.path.join(workdir, config_name)
         with open(self.config_path, "w") as f:
-            f.write(f'[mgmt]\nlisten = "127.0.0.1:{port}"\ndatabase = "mgmt.db"\ntoken_file = "mgmt.token"\n')
+            f.write(f'[mgmt]\nlisten = "127.0.0.1:{port}"\ntoken_file = "mgmt.token"\n')
+            if instance:
+                f.write(f'instance = "{instance}"\n')
             if metrics:
                 f.write('metrics_listen = "127.0.0.1:0"\n')
+            if etcd is None:
+                f.write('database = "mgmt.db"\n')
+            else:
+                f.write('store = "etcd"\n[etcd]\nendpoints = [' + ", ".join(f'"{e}"' for e in etcd) + ']\n'
+                        f'prefix = "{etcd_prefix}"\nrequest_timeout_ms = 1500\nconnect_timeout_ms = 300\n')
         self.process = Process([binary(build_dir, self.RELPATH), "-c", self.config_path], ready=r"^ready$",
                                timeout=timeout)
         m = re.match(r"^listening (\S+)$", self.process.lines[0])
@@ -300,6 +313,90 @@ class Mgmt(_Program, _MetricsEndpoint):
                         return n
             time.sleep(0.05)
         raise AssertionError(f"node {node} not at version {version} within {timeout}s: {last}")
+
+
+class EtcdCluster:
+    """Debian's etcd: a cluster of `members` on 127.0.0.1 (free client and
+    peer ports), data in `workdir`/etcd-N. kill(i) stops one member hard
+    (SIGKILL), start(i) starts it again on its ports and data; pause(i) and
+    resume(i) freeze and thaw it (SIGSTOP/SIGCONT). etcdctl() runs the real
+    CLI against every member."""
+
+    def __init__(self, workdir: str, members: int = 3, timeout: float = 20.0):
+        self.workdir = workdir
+        self.names = [f"m{i}" for i in range(members)]
+        self.client_ports = [free_port(udp_and_tcp=False) for _ in range(members)]
+        self.peer_ports = [free_port(udp_and_tcp=False) for _ in range(members)]
+        self.endpoints = [f"http://127.0.0.1:{p}" for p in self.client_ports]
+        self.initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        self.processes: list = [None] * members
+        self.paused: set = set()
+        for i in range(members):
+            self.start(i, new=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.etcdctl("endpoint", "health", check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        logs = [self.log(i)[-2000:] for i in range(members)]
+        self.stop()
+        raise RuntimeError(f"etcd cluster not healthy within {timeout}s: {logs}")
+
+    def log(self, i: int) -> str:
+        try:
+            with open(os.path.join(self.workdir, f"etcd-{i}.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def start(self, i: int, new: bool = False) -> None:
+        data = os.path.join(self.workdir, f"etcd-{i}")
+        argv = ["etcd", "--name", self.names[i], "--data-dir", data,
+                "--listen-client-urls", self.endpoints[i], "--advertise-client-urls", self.endpoints[i],
+                "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                "--initial-cluster", self.initial, "--initial-cluster-token", os.path.basename(self.workdir),
+                "--initial-cluster-state", "new", "--heartbeat-interval", "50", "--election-timeout", "500",
+                "--logger", "zap", "--log-outputs", os.path.join(self.workdir, f"etcd-{i}.log")]
+        self.processes[i] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kill(self, i: int) -> None:
+        p = self.processes[i]
+        if p is not None:
+            if i in self.paused:
+                os.kill(p.pid, signal.SIGCONT)
+                self.paused.discard(i)
+            p.kill()
+            p.wait(timeout=10)
+            self.processes[i] = None
+
+    def pause(self, i: int) -> None:
+        os.kill(self.processes[i].pid, signal.SIGSTOP)
+        self.paused.add(i)
+
+    def resume(self, i: int) -> None:
+        os.kill(self.processes[i].pid, signal.SIGCONT)
+        self.paused.discard(i)
+
+    def etcdctl(self, *args: str, endpoints: Optional[Sequence[str]] = None, check: bool = True,
+                timeout: float = 15.0) -> subprocess.CompletedProcess:
+        live = endpoints or [e for i, e in enumerate(self.endpoints) if self.processes[i] is not None
+                             and i not in self.paused]
+        env = dict(os.environ, ETCDCTL_API="3")
+        r = subprocess.run(["etcdctl", "--endpoints", ",".join(live), "--dial-timeout", "1s",
+                            "--command-timeout", "5s", *args], capture_output=True, text=True, timeout=timeout,
+                           env=env)
+        if check and r.returncode != 0:
+            raise AssertionError(f"etcdctl {' '.join(args)}: rc {r.returncode}: {r.stderr}")
+        return r
+
+    def revision(self) -> int:
+        out = self.etcdctl("endpoint", "status", "--write-out=json").stdout
+        return max(int(e["Status"]["header"]["revision"]) for e in json.loads(out))
+
+    def stop(self) -> None:
+        for i in range(len(self.processes)):
+            self.kill(i)
 
 
 class Unbound(_Program):

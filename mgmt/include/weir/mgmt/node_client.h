@@ -3,7 +3,9 @@
 // weir-mgmt, receives versioned snapshots, hands each to the node's apply
 // function (validate + RCU swap), stores the applied one on disk and ACKs
 // the version, or NACKs it with the reason and keeps the last good one.
-// Reconnects with backoff while mgmt is down; the node keeps answering.
+// Knows one or more weir-mgmt instances (one etcd-backed cluster): when a
+// session is lost it tries the next address at once, and backs off only
+// after a whole round of addresses failed; the node keeps answering.
 //
 // Threading: Start() and Stop() on the owner's thread; the connection runs on
 // the client's own net::EventLoop thread; the getters from any thread.
@@ -16,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "weir/common/log.h"
@@ -31,13 +34,18 @@ class EventLoop;
 namespace weir::mgmt {
 
 struct NodeClientOptions {
-  common::SocketAddress mgmt;
+  // The weir-mgmt instances, tried in this order starting with the first
+  // (at least one).
+  std::vector<common::SocketAddress> mgmt;
   std::string token;
   std::string node_id;
   std::string kind;       // "fastpath" | "recursor"
   std::string state_dir;  // where the last good snapshot is kept; empty: not kept
+  // The back-off between rounds (every address failed in a row), doubling.
   int reconnect_min_ms = 200;
   int reconnect_max_ms = 5000;
+  // Per address: a black-holed instance must not delay the move to a live one.
+  int connect_timeout_ms = 1000;
 };
 
 // Reads a token file: the first line, surrounding whitespace removed; at
@@ -68,23 +76,32 @@ class NodeClient {
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
   uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
   std::string last_error() const;
+  // The weir-mgmt address of the live session ("ip:port"), "" when none.
+  std::string current_mgmt() const;
+  // Sessions opened to another address than the one of the session before.
+  uint64_t failovers() const { return failovers_.load(std::memory_order_relaxed); }
   // The node's mgmt families (weir_mgmt_snapshot_version, weir_mgmt_connected,
-  // weir_mgmt_rejected_total). Any thread.
+  // weir_mgmt_rejected_total, weir_mgmt_failovers_total). Any thread.
   void RenderMetrics(common::PrometheusWriter& w) const;
 
  private:
   struct Session;
 
-  // One connection's lifetime, on the loop thread: Connect() opens it,
-  // OnConnected() sends HELLO, OnSession() moves the stream, End() closes it
-  // with the reason and schedules the next Connect() after the backoff.
+  // One connection's lifetime, on the loop thread: Connect() opens it to
+  // options_.mgmt[next_], OnConnected() sends HELLO, OnSession() moves the
+  // stream, End() closes it with the reason and schedules the Connect() to
+  // the next address: at once, or after the back-off when that completes a
+  // round of failures.
   void Connect();
   void OnConnected();
   void OnSession(uint32_t events);
   // The snapshots and errors received; a non-OK status ends the session.
   absl::Status HandleFrames();
+  // ACK, NACK or apply one snapshot; the reply goes to the session's output.
+  void HandleSnapshot(const Snapshot& snap);
   void End(const absl::Status& why);
   void SetError(std::string e);
+  void SetCurrent(std::string address);
 
   NodeClientOptions options_;
   ApplyFn apply_;
@@ -92,18 +109,27 @@ class NodeClient {
   std::thread thread_;
   std::unique_ptr<net::EventLoop> loop_;
   std::unique_ptr<Session> session_;  // none between connections
+  // The loop thread's: the address the next Connect() uses, the index of the
+  // last session that reached TCP connect (-1: none yet), the sessions that
+  // failed in a row in this round, and the back-off after the round.
+  size_t next_ = 0;
+  int last_connected_ = -1;
+  size_t round_failures_ = 0;
   int backoff_ms_ = 0;
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> applied_{0};
   std::string applied_origin_;  // the client thread's, after Start
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> failovers_{0};
   // A mgmt that keeps pushing what this node refuses, or that cannot be
   // reached, must not flood the log.
   common::RateLimitedLog rejected_log_{{.component = "mgmt"}};
   common::RateLimitedLog connection_log_{{.component = "mgmt"}};
+  common::RateLimitedLog failover_log_{{.level = common::LogLevel::kInfo, .component = "mgmt"}};
   mutable std::mutex mu_;
-  std::string last_error_;
+  std::string last_error_;    // guarded by mu_
+  std::string current_mgmt_;  // guarded by mu_
 };
 
 }  // namespace weir::mgmt

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -15,9 +16,13 @@
 
 namespace weir::mgmt {
 
+inline constexpr size_t kMaxMgmtAddresses = 16;
+
 struct NodeMgmtConfig {
   bool enabled = false;  // the table is present
-  common::SocketAddress address;
+  // `address`: one "ip:port" or an array of 1..kMaxMgmtAddresses, each a
+  // weir-mgmt instance of one cluster, tried in this order.
+  std::vector<common::SocketAddress> addresses;
   std::string node_id;     // default: the host name + "-" + kind
   std::string token_file;  // required
   std::string state_dir;   // required: the node starts from its stored snapshot when mgmt is down

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/etcd_store.h"
 
 namespace weir::mgmt {
 
@@ -18,7 +19,14 @@ inline constexpr uint16_t kDefaultMetricsPort = 9155;
 
 struct MgmtConfig {
   common::SocketAddress listen;
+  // Where the store is kept: "sqlite" (the embedded default: `database`)
+  // or "etcd" (the [etcd] table; several weir-mgmt instances share it).
+  std::string store = "sqlite";
   std::string database;  // SQLite file
+  EtcdStoreOptions etcd;
+  // This instance's name in the node registry (`weirctl nodes`); default
+  // the host name and the listen port.
+  std::string instance;
   std::string token_file;
   int max_connections = 1024;
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.

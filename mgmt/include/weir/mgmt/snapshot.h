@@ -34,10 +34,19 @@ struct Snapshot {
 Message SnapshotMessage(const Snapshot& s);
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m);
 
+// The SHA-256 of a snapshot part, in hex: what `weirctl status` shows of the
+// store and a node reports of what it runs, to compare the two.
+std::string ContentDigest(std::string_view part);
+
 // Checks that every part builds (the same parsers the nodes use); errors
 // name the part and the line: "tags: line 3: ...", "citymap: line 7: ...",
 // "accounts: line 2: ..." (never showing a secret).
-absl::Status ValidateSnapshot(const Snapshot& s);
+// A part equal to that part of `valid` (a snapshot checked before) is not
+// checked again: a tag change does not parse the city map.
+absl::Status ValidateSnapshot(const Snapshot& s, const Snapshot* valid = nullptr);
+
+// The size of Encode(SnapshotMessage(s)), without encoding it.
+size_t EncodedSnapshotBytes(const Snapshot& s);
 
 // The node's copy: `dir`/snapshot, written to a temporary file, synced and
 // renamed over the old one, so a crash leaves the old or the new file, never

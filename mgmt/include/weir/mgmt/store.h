@@ -1,22 +1,26 @@
-// weir-mgmt's database (docs/behaviour.md#management): tags, city map, HTTPDNS
-// accounts, node registry and audit log in SQLite. Every change is one transaction that validates the
-// whole resulting snapshot before it commits and bumps the global version;
-// a change that fails leaves the database exactly as it was.
+// weir-mgmt's configuration store (docs/behaviour.md#management): tags, city
+// map, HTTPDNS accounts, node registry and audit log. Every change is
+// computed against the version this instance holds, validated as the whole
+// resulting snapshot, and committed only if the store is still at that
+// version: a change that fails leaves the store exactly as it was, and two
+// weir-mgmt instances that commit at once never lose one (the second gets a
+// conflict). Where it is kept is a StoreBackend: SQLite (one weir-mgmt, the
+// embedded default) or etcd (several weir-mgmt instances, docs/mgmt.md#etcd).
 // Single-threaded (the mgmt event loop). Control plane only.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "weir/mgmt/snapshot.h"
-
-struct sqlite3;
 
 namespace weir::mgmt {
 
@@ -28,6 +32,10 @@ struct NodeRecord {
   uint64_t nack_version = 0;  // 0: never rejected one
   std::string nack_reason;
   int64_t last_seen = 0;  // unix seconds
+  // The weir-mgmt instance the node is (or was last) connected to, and
+  // whether it is connected now (as that instance last recorded it).
+  std::string mgmt;
+  bool connected = false;
 };
 
 struct AuditRecord {
@@ -66,16 +74,71 @@ struct AccountSettings {
 // space (dns/httpdns.h). The error never shows the secret.
 absl::Status CheckAccountSecret(std::string_view secret);
 
+// The configuration as a backend keeps it.
+struct StoredConfig {
+  uint64_t version = 0;                 // 0: nothing committed yet
+  std::string origin;                   // the store's id (Snapshot::origin)
+  std::vector<std::string> tag_lines;   // canonical tag lines, sorted by suffix
+  std::string citymap;                  // the city-map CSV as imported
+  std::vector<AccountRecord> accounts;  // sorted by name
+};
+
+// Where the store is kept. Every call is synchronous and bounded in time
+// (the backend's timeouts). Errors: a failure of the backend itself is
+// Internal or DataLoss (SQLite) / Unavailable or Unknown (etcd unreachable,
+// or the outcome of a commit unknown); a commit whose base is no longer
+// the stored version is Aborted and changes nothing.
+class StoreBackend {
+ public:
+  virtual ~StoreBackend() = default;
+  // "sqlite PATH", "etcd ENDPOINTS prefix P": for the start line and status.
+  virtual std::string Describe() const = 0;
+  virtual absl::StatusOr<StoredConfig> Load() = 0;
+  // The stored version and origin alone (a cheap read: has it changed?).
+  virtual absl::StatusOr<std::pair<uint64_t, std::string>> Head() = 0;
+  // Stores `next` (its version is ignored) if the stored version is still
+  // `base.version`; returns the new version. `audit` (its version and id are
+  // filled in) is written with it.
+  virtual absl::StatusOr<uint64_t> Commit(const StoredConfig& base, const StoredConfig& next,
+                                          const AuditRecord& audit) = 0;
+  // The node registry. `mgmt` names this weir-mgmt instance.
+  virtual absl::Status NodeSeen(const NodeRecord& record) = 0;
+  virtual absl::Status NodeAck(const std::string& node_id, uint64_t version) = 0;
+  virtual absl::Status NodeNack(const std::string& node_id, uint64_t version, const std::string& reason) = 0;
+  // The node's session on this instance ended (a record another instance
+  // wrote since stays as it is).
+  virtual absl::Status NodeGone(const std::string& node_id) = 0;
+  virtual absl::StatusOr<std::vector<NodeRecord>> Nodes() = 0;
+  virtual absl::Status ForgetNode(const std::string& node_id) = 0;
+  // The newest `limit` entries, oldest first.
+  virtual absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) = 0;
+  // The versions committed after `version`, oldest first (at most `limit`).
+  virtual absl::StatusOr<std::vector<uint64_t>> VersionsAfter(uint64_t version, int limit) = 0;
+  // Calls `changed` (on a thread of the backend's) when another instance
+  // may have committed: the owner then calls Store::Refresh on its own
+  // thread. SQLite has no other writer and never calls it.
+  virtual void OnExternalChange(std::function<void()> changed) { (void)changed; }
+};
+
 class Store {
  public:
-  // Opens (creating if needed) the database at `path` (":memory:" for tests).
+  // Opens (creating if needed) the SQLite database at `path` (":memory:" for tests).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // A store on `backend`: loads what it holds.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(std::unique_ptr<StoreBackend> backend);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   uint64_t version() const { return version_; }
   const Snapshot& snapshot() const { return snapshot_; }
+  StoreBackend& backend() { return *backend_; }
+
+  // Reads the backend again and takes what it holds when it is newer than
+  // this instance's copy (a higher version, or another origin: a restored
+  // store). Returns true when the snapshot changed. Never goes back to an
+  // older version.
+  absl::StatusOr<bool> Refresh();
 
   // Each returns the new version. `line` is one line of the tag text format;
   // without `replace`, a suffix that already has a tag is an error.
@@ -116,29 +179,34 @@ class Store {
 
   // A node connected, running `version` (what it says in its HELLO).
   absl::Status NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
-                        uint64_t version);
-  absl::Status NodeAck(const std::string& node_id, uint64_t version);
-  absl::Status NodeNack(const std::string& node_id, uint64_t version, const std::string& reason);
-  absl::StatusOr<std::vector<NodeRecord>> Nodes() const;
+                        uint64_t version, const std::string& mgmt = {});
+  absl::Status NodeAck(const std::string& node_id, uint64_t version) {
+    return backend_->NodeAck(node_id, version);
+  }
+  absl::Status NodeNack(const std::string& node_id, uint64_t version, const std::string& reason) {
+    return backend_->NodeNack(node_id, version, reason);
+  }
+  absl::StatusOr<std::vector<NodeRecord>> Nodes() const { return backend_->Nodes(); }
   // Forgets a retired node (NotFound when it was never seen); it comes back
   // when it connects again.
-  absl::Status ForgetNode(const std::string& node_id);
-  absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) const;
+  absl::Status ForgetNode(const std::string& node_id) { return backend_->ForgetNode(node_id); }
+  absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) const { return backend_->Audit(limit); }
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
-  absl::Status Exec(const char* sql);
-  absl::Status LoadSnapshot();
-  // Writes the changed tag lines / citymap / accounts inside one
-  // transaction: validates the whole snapshot, writes, bumps the version,
-  // logs the audit entry.
+  explicit Store(std::unique_ptr<StoreBackend> backend) : backend_(std::move(backend)) {}
+  // Takes `config` as this instance's copy (validated).
+  absl::Status Take(StoredConfig config);
+  // Commits the changed tag lines / citymap / accounts with the audit
+  // entry: validates the whole snapshot, then the backend writes it if the
+  // store is still at this instance's version (else a conflict, and this
+  // instance reads the store again).
   absl::StatusOr<uint64_t> Commit(std::vector<std::string> tag_lines, std::string citymap,
                                   std::vector<AccountRecord> accounts, const std::string& actor,
                                   const std::string& action, const std::string& detail);
   // The account named `name` in `accounts_`, or NotFound.
   absl::StatusOr<size_t> FindAccount(const std::string& name) const;
 
-  sqlite3* db_;
+  std::unique_ptr<StoreBackend> backend_;
   uint64_t version_ = 0;
   std::vector<std::string> tag_lines_;   // canonical lines, sorted by suffix
   std::vector<AccountRecord> accounts_;  // sorted by name
