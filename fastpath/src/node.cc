@@ -101,13 +101,12 @@ absl::Status Node::Start() {
   // A push may be applied from here on; everything it touches exists by now.
   mgmt_client_ = std::make_unique<mgmt::NodeClient>(
       mgmt::MakeNodeClientOptions(config_.mgmt, "fastpath", node_start_->token),
-      [this](const mgmt::Snapshot& snap) {
+      [this](const mgmt::Snapshot& snap, const mgmt::SnapshotParts& changed) {
         const AccountsText accounts{snap.accounts, "accounts"};
-        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags", &accounts);
+        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags", &accounts, changed);
       });
   mgmt_client_->SetControlHandler([this](const mgmt::ControlRequest& r) { return Control(r); });
-  return node_start_->stored ? mgmt_client_->Start(node_start_->stored->version, node_start_->stored->origin)
-                             : mgmt_client_->Start(0, "");
+  return node_start_->stored ? mgmt_client_->Start(*node_start_->stored) : mgmt_client_->Start(0, "");
 }
 
 void Node::StopMgmt() {
@@ -208,26 +207,39 @@ absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const p
 
 absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_name,
                                    std::string_view tags_text, std::string_view tags_name,
-                                   const AccountsText* accounts) {
+                                   const AccountsText* accounts, const mgmt::SnapshotParts& changed) {
+  // A part that did not change keeps what was built from it (a tag change
+  // does not rebuild the city map); before the first apply there is none.
+  const bool first = !shared_.cache;
   partitions::CityMapOptions cmo;
   if (!config_.default_city.empty()) cmo.default_city = config_.default_city;
-  auto parsed = partitions::CityMap::FromCsv(csv, cmo);
-  if (!parsed.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
-  auto tags = partitions::TagTable::FromText(tags_text);
-  if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+  decltype(partitions::CityMap::FromCsv(csv, cmo)) parsed = absl::UnknownError("not parsed");
+  if (first || changed.citymap) {
+    parsed = partitions::CityMap::FromCsv(csv, cmo);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
+  }
+  decltype(partitions::TagTable::FromText(tags_text)) tags = absl::UnknownError("not parsed");
+  if (first || changed.tags) {
+    tags = partitions::TagTable::FromText(tags_text);
+    if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+  }
   std::shared_ptr<const std::vector<dns::httpdns::Account>> next_accounts;
-  if (accounts != nullptr) {
+  if (accounts != nullptr && (first || changed.accounts)) {
     // ParseAccounts' errors name the line, never a secret.
     auto a = dns::httpdns::ParseAccounts(accounts->text);
     if (!a.ok()) return absl::InvalidArgumentError(Cat(accounts->name, ": ", ToStd(a.status().message())));
     next_accounts = std::make_shared<const std::vector<dns::httpdns::Account>>(*std::move(a));
   }
   std::lock_guard<std::mutex> l(apply_mu_);
-  auto cm = StableCityIds(**parsed, &city_names_);
-  if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
+  decltype(StableCityIds(**parsed, &city_names_)) cm = absl::UnknownError("not built");
+  if (parsed.ok() && *parsed) {
+    cm = StableCityIds(**parsed, &city_names_);
+    if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
+  }
   // Everything is valid: from here on all of it is applied.
-  shared_.citymap.Publish(*std::move(cm));
-  shared_.tags.Publish(*std::move(tags));
+  if (cm.ok() && *cm) shared_.citymap.Publish(*std::move(cm));
+  if (tags.ok() && *tags) shared_.tags.Publish(*std::move(tags));
   if (next_accounts) accounts_.store(std::move(next_accounts), std::memory_order_release);
   if (!shared_.cache) {
     partitions::CacheOptions co;

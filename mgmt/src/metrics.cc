@@ -44,7 +44,22 @@ void WriteMgmtMetrics(const MgmtCounters& c, const MgmtState& s, SnapshotSizes& 
   if (auto it = s.nodes_by_kind.find("other"); it != s.nodes_by_kind.end())
     nodes.Add({{"kind", "other"}}, it->second);
 
-  w.Counter("weir_mgmt_snapshots_pushed_total", "Snapshots sent to nodes.").Add({}, c.snapshots_pushed);
+  auto& pushed =
+      w.Counter("weir_mgmt_pushes_total",
+                "Versions pushed to nodes: whole snapshots, or deltas against the version a node runs.");
+  pushed.Add({{"kind", "snapshot"}}, c.snapshots_pushed);
+  pushed.Add({{"kind", "delta"}}, c.deltas_pushed);
+  w.Counter("weir_mgmt_delta_resends_total",
+            "Deltas a node could not apply to what it runs (its base differed): the whole snapshot was sent.")
+      .Add({}, c.delta_resends);
+  w.Counter("weir_mgmt_snapshots_pushed_total", "Versions sent to nodes (whole snapshots and deltas).")
+      .Add({}, c.snapshots_pushed + c.deltas_pushed);
+  c.convergence.Render(w.Histogram("weir_mgmt_convergence_seconds",
+                                   "From a version reaching this instance (committed here or read from the "
+                                   "store) to the ACK of the last node connected to it."),
+                       {});
+  w.Gauge("weir_mgmt_convergence_last_seconds", "The last weir_mgmt_convergence_seconds observed.")
+      .Add({}, c.last_convergence_seconds);
   w.Counter("weir_mgmt_node_acks_total", "Snapshots nodes acknowledged (ACK).").Add({}, c.acks);
   w.Counter("weir_mgmt_node_rejections_total", "Snapshots nodes rejected (NACK).").Add({}, c.nacks);
   auto& refused = w.Counter("weir_mgmt_peer_errors_total", "Peers closed on an error, by reason.");

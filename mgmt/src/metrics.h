@@ -6,17 +6,22 @@
 // the connections; the metrics endpoint gets here through net::LoopMailbox.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 
+#include "weir/common/histogram.h"
 #include "weir/common/prometheus.h"
 #include "weir/mgmt/snapshot.h"
 
 namespace weir::mgmt {
 
 // Counted by the server as it serves.
+inline constexpr std::array<double, 12> kConvergenceBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                               0.5,   1,    2.5,   5,    10,  30};
+
 struct MgmtCounters {
   uint64_t snapshots_pushed = 0;
   uint64_t acks = 0;
@@ -27,6 +32,12 @@ struct MgmtCounters {
   uint64_t persistence_errors = 0;   // the database failed (not a change that was invalid)
   uint64_t conflicts = 0;            // commits refused: another instance committed first
   uint64_t store_refreshes = 0;      // versions another instance committed, taken from the store
+  uint64_t deltas_pushed = 0;        // incremental pushes (DELTA); snapshots_pushed: whole ones
+  uint64_t delta_resends = 0;        // deltas a node could not apply: the whole snapshot sent
+  // Time from a version reaching this instance (its commit, or its read from
+  // the store) to the ACK of the last node connected to it.
+  common::FixedHistogram<kConvergenceBounds> convergence;
+  double last_convergence_seconds = 0;
   // weirctl requests by (command, ok); commands outside the known set count as "unknown".
   std::map<std::pair<std::string, bool>, uint64_t> requests;
 };

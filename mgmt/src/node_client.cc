@@ -62,6 +62,13 @@ NodeClient::NodeClient(NodeClientOptions options, ApplyFn apply)
 
 NodeClient::~NodeClient() { Stop(); }
 
+absl::Status NodeClient::Start(Snapshot stored) {
+  const uint64_t version = stored.version;
+  std::string origin = stored.origin;
+  current_ = std::move(stored);
+  return Start(version, std::move(origin));
+}
+
 absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
   if (options_.mgmt.empty()) return absl::InvalidArgumentError("no weir-mgmt address");
   applied_origin_ = std::move(have_origin);
@@ -200,9 +207,12 @@ void NodeClient::OnConnected() {
     failovers_.fetch_add(1, std::memory_order_relaxed);
   }
   last_connected_ = static_cast<int>(s.index);
+  // "delta": this node takes incremental pushes against what it runs (it
+  // knows the content of its version, or runs none yet).
   s.out = Encode(Message{MsgType::kHello,
                          {std::string(kProtocol), options_.token, options_.node_id, options_.kind,
-                          std::to_string(applied_.load()), applied_origin_}});
+                          std::to_string(applied_.load()), applied_origin_,
+                          current_ || applied_.load() == 0 ? std::string(kDeltaCapability) : std::string()}});
   OnSession(EPOLLOUT);  // HELLO goes out now; then watches the stream
 }
 
@@ -251,15 +261,50 @@ absl::Status NodeClient::HandleFrames() {
       s.got_frame = true;
       continue;
     }
+    if (msg.type == MsgType::kDelta) {
+      auto delta = DeltaFromMessage(msg);
+      if (!delta.ok()) return absl::DataLossError(Cat("bad delta: ", ToStd(delta.status().message())));
+      s.got_frame = true;
+      HandleDelta(*delta);
+      continue;
+    }
     if (msg.type != MsgType::kSnapshot) continue;  // newer mgmt: ignore what we do not know
     auto snap = SnapshotFromMessage(msg);
     if (!snap.ok()) return absl::DataLossError(Cat("bad snapshot: ", ToStd(snap.status().message())));
     s.got_frame = true;
-    HandleSnapshot(*snap);
+    HandleSnapshot(*snap, nullptr);
   }
 }
 
-void NodeClient::HandleSnapshot(const Snapshot& snap) {
+void NodeClient::HandleDelta(const SnapshotDelta& delta) {
+  Session& s = *session_;
+  // The version guards first: a delta to a version this node runs or has
+  // passed is answered as a snapshot of it would be.
+  if (delta.origin == applied_origin_ && delta.version <= applied_.load()) {
+    Snapshot same;
+    same.version = delta.version;
+    same.origin = delta.origin;
+    return HandleSnapshot(same, nullptr);
+  }
+  absl::StatusOr<Snapshot> next =
+      absl::FailedPreconditionError("this node holds no snapshot to apply a delta to");
+  SnapshotParts changed;
+  if (current_) next = ApplyDelta(*current_, delta, &changed);
+  if (!next.ok()) {
+    // weir-mgmt sends the whole snapshot after this NACK.
+    deltas_refused_.fetch_add(1, std::memory_order_relaxed);
+    s.out += Encode(Message{MsgType::kNack,
+                            {std::to_string(delta.version), std::string(ToStd(next.status().message())),
+                             std::string(kResendWhole)}});
+    rejected_log_("mgmt delta to version ", delta.version, " not applied: ", ToStd(next.status().message()),
+                  " (asking for the whole snapshot)");
+    return;
+  }
+  deltas_applied_.fetch_add(1, std::memory_order_relaxed);
+  HandleSnapshot(*next, &changed);
+}
+
+void NodeClient::HandleSnapshot(const Snapshot& snap, const SnapshotParts* parts) {
   Session& s = *session_;
   const uint64_t runs = applied_.load();
   // Versions count per database (origin): within one, a node never goes
@@ -280,7 +325,17 @@ void NodeClient::HandleSnapshot(const Snapshot& snap) {
                     ", which this node runs: acknowledged, not applied again");
     return;
   }
-  absl::Status st = apply_(snap);
+  // The parts that differ from what the node runs; every part when it
+  // runs nothing known (the first snapshot).
+  const SnapshotParts changed = parts != nullptr ? *parts
+                                : current_       ? DiffParts(*current_, snap)
+                                                 : SnapshotParts{};
+  absl::Status st = apply_(snap, changed);
+  if (st.ok()) {
+    applied_parts_[0].fetch_add(changed.tags ? 1 : 0, std::memory_order_relaxed);
+    applied_parts_[1].fetch_add(changed.citymap ? 1 : 0, std::memory_order_relaxed);
+    applied_parts_[2].fetch_add(changed.accounts ? 1 : 0, std::memory_order_relaxed);
+  }
   if (st.ok() && !options_.state_dir.empty()) {
     if (absl::Status ps = PersistSnapshot(options_.state_dir, snap); !ps.ok()) {
       // Applied and answering; only a restart without mgmt would miss it.
@@ -290,6 +345,7 @@ void NodeClient::HandleSnapshot(const Snapshot& snap) {
   if (st.ok()) {
     applied_.store(snap.version);
     applied_origin_ = snap.origin;
+    current_ = snap;
     s.out += Encode(Message{MsgType::kAck, {std::to_string(snap.version)}});
     common::LogInfo("mgmt", "applied mgmt snapshot version ", snap.version);
   } else {
@@ -348,6 +404,19 @@ void NodeClient::RenderMetrics(common::PrometheusWriter& w) const {
   w.Counter("weir_mgmt_failovers_total",
             "Sessions this node opened to another weir-mgmt address than its previous session's.")
       .Add({}, failovers());
+  auto& pushes =
+      w.Counter("weir_mgmt_deltas_total",
+                "Incremental pushes (DELTA) from weir-mgmt: applied, or refused because this node's "
+                "base differs (the whole snapshot follows).");
+  pushes.Add({{"result", "applied"}}, deltas_applied_.load(std::memory_order_relaxed));
+  pushes.Add({{"result", "refused"}}, deltas_refused_.load(std::memory_order_relaxed));
+  auto& parts =
+      w.Counter("weir_mgmt_applied_parts_total",
+                "Parts of weir-mgmt's versions this node rebuilt (a part a version did not change is "
+                "kept as built: a tag change does not rebuild the city map).");
+  parts.Add({{"part", "tags"}}, applied_parts_[0].load(std::memory_order_relaxed));
+  parts.Add({{"part", "citymap"}}, applied_parts_[1].load(std::memory_order_relaxed));
+  parts.Add({{"part", "accounts"}}, applied_parts_[2].load(std::memory_order_relaxed));
 }
 
 }  // namespace weir::mgmt

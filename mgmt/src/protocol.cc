@@ -25,7 +25,7 @@ uint32_t GetU32(const char* p) {
   return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | uint32_t{u[3]};
 }
 
-bool KnownType(uint8_t t) { return t >= 1 && t <= 9; }
+bool KnownType(uint8_t t) { return t >= 1 && t <= 10; }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "metrics.h"
@@ -107,6 +108,8 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
     const bool token_file_ok = c.String(*m, "token_file", &cfg.token_file);
     c.String(*m, "instance", &cfg.instance);
     c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
+    c.Int(*m, "push_batch", &cfg.push_batch, 1, 1 << 20);
+    c.Int(*m, "push_batch_interval_ms", &cfg.push_batch_interval_ms, 0, 1000);
     std::string metrics;
     c.String(*m, "metrics_listen", &metrics);
     if (!metrics.empty()) {
@@ -174,6 +177,10 @@ bool IsDatabaseFailure(const absl::Status& st) {
 // closing would otherwise go unnoticed).
 constexpr std::chrono::milliseconds kStorePoll{2000};
 
+// The versions kept to make deltas from (docs/mgmt.md#limits-and-notes).
+constexpr size_t kHistoryVersions = 8;
+constexpr size_t kHistoryBytes = size_t{256} << 20;
+
 enum class Role { kUnknown, kNode, kCtl };
 
 struct Conn {
@@ -189,6 +196,17 @@ struct Conn {
   uint64_t sent_version = UINT64_MAX;
   std::string sent_origin;     // the database the node's version counts in
   uint64_t acked_version = 0;  // what the node acknowledged on this connection
+  bool delta = false;          // the node takes DELTA (its HELLO said so)
+  // The push in flight: a frame shared by every node it goes to (one per
+  // version, base and kind), sent after `out` is empty; `out` waits until
+  // it is sent. So a connection holds one reference to a shared frame, not
+  // a copy of the snapshot.
+  std::shared_ptr<const std::string> push;
+  size_t push_off = 0;
+  bool push_was_delta = false;
+  // The version a delta to was refused (the node's base differs): that
+  // version goes as a whole snapshot.
+  uint64_t full_for = 0;
   // The node runs a newer version than this instance holds (it came from an
   // instance that is ahead): said once in the log, nothing pushed until this
   // instance catches up.
@@ -243,6 +261,20 @@ struct MgmtServer::Impl {
   common::RateLimitedLog refused_log{{.component = "node"}};
   common::RateLimitedLog nack_log{{.component = "node"}};
   common::RateLimitedLog store_log{{.component = "store"}};
+  // The versions this instance held last (the current one included), the
+  // bases deltas are made from; bounded by kHistoryVersions and
+  // kHistoryBytes. The frames made for the current version, by (base
+  // version or 0 for the whole snapshot, with the accounts or not).
+  std::map<uint64_t, std::shared_ptr<const Snapshot>> history;
+  std::string history_origin;
+  std::map<std::pair<uint64_t, bool>, std::shared_ptr<const std::string>> frames;
+  // The fan-out of the current version: connections still to be pushed
+  // (in batches), and when the version came (for the convergence time).
+  std::vector<int> fanout_queue;
+  bool fanout_scheduled = false;
+  uint64_t converging_version = 0;
+  std::chrono::steady_clock::time_point converging_since;
+  std::mt19937_64 rng{std::random_device{}()};
   // Set by the store's watch (another instance committed); the loop reads
   // the store again when woken.
   std::atomic<bool> store_changed{false};
@@ -275,6 +307,16 @@ struct MgmtServer::Impl {
   void Fail(Conn& c, std::string reason);
   void MaybePush(Conn& c);
   void PushAll();
+  // Pushes the next batch of the fan-out queue; schedules the rest.
+  void PushBatch();
+  // Keeps the current version in the history (a new one clears the frames
+  // and starts its convergence clock).
+  void TrackVersion();
+  // The frame that brings `c` to the current version: a delta from the
+  // version it acknowledged when it can, else the whole snapshot.
+  std::shared_ptr<const std::string> PushFrame(Conn& c, bool* delta);
+  // After an ACK: every node of this instance runs the converging version.
+  void CheckConvergence();
   void Flush(Conn& c);
   // Reads the store again (another instance may have committed) and pushes
   // a newer version to the nodes.
@@ -512,19 +554,32 @@ void MgmtServer::Impl::CloseConn(int fd) {
 }
 
 void MgmtServer::Impl::Watch(Conn& c) {
-  loop.Modify(c.fd, EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT)));
+  const bool idle = c.out.empty() && c.push == nullptr;
+  loop.Modify(c.fd, EPOLLIN | (idle ? 0u : static_cast<uint32_t>(EPOLLOUT)));
 }
 
 void MgmtServer::Impl::Flush(Conn& c) {
-  while (!c.out.empty()) {
-    ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+  for (;;) {
+    // A push once begun is sent to its end; `out` (replies, errors, control
+    // requests) goes first otherwise: frames never interleave.
+    const bool pushing = c.push != nullptr && (c.push_off > 0 || c.out.empty());
+    const std::string* buf = pushing ? c.push.get() : &c.out;
+    const size_t off = pushing ? c.push_off : 0;
+    if (buf->size() == off) break;
+    ssize_t n = send(c.fd, buf->data() + off, buf->size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) return CloseConn(c.fd);
-    c.out.erase(0, static_cast<size_t>(n));
+    if (!pushing) {
+      c.out.erase(0, static_cast<size_t>(n));
+    } else if ((c.push_off += static_cast<size_t>(n)) == c.push->size()) {
+      c.push.reset();
+      c.push_off = 0;
+    }
   }
-  if (c.out.empty() && c.close_after_write) return CloseConn(c.fd);
-  if (c.out.empty() && c.role == Role::kNode && c.sent_version != store->version()) {
+  const bool idle = c.out.empty() && c.push == nullptr;
+  if (idle && c.close_after_write) return CloseConn(c.fd);
+  if (idle && c.role == Role::kNode && c.sent_version != store->version()) {
     MaybePush(c);  // a change happened while the previous snapshot was in flight
     return;
   }
@@ -563,7 +618,7 @@ void MgmtServer::Impl::Fail(Conn& c, std::string reason) {
 }
 
 void MgmtServer::Impl::MaybePush(Conn& c) {
-  if (!c.out.empty()) return;
+  if (c.push != nullptr || c.close_after_write) return;
   // Version 0 is an empty database (new, or the wrong file): it never
   // overwrites what a node runs.
   if (store->version() == 0) return;
@@ -582,30 +637,105 @@ void MgmtServer::Impl::MaybePush(Conn& c) {
     }
     return;
   }
-  if (c.kind == "fastpath" || store->snapshot().accounts.empty()) {
-    c.out = Encode(SnapshotMessage(store->snapshot()));
-  } else {
-    // Only weir-fastpath answers HTTPDNS: no other node is given the
-    // accounts' secrets (its version is the same, without them).
-    Snapshot without = store->snapshot();
-    without.accounts.clear();
-    c.out = Encode(SnapshotMessage(without));
-  }
-  ++counters.snapshots_pushed;
+  TrackVersion();
+  c.push = PushFrame(c, &c.push_was_delta);
+  c.push_off = 0;
+  ++(c.push_was_delta ? counters.deltas_pushed : counters.snapshots_pushed);
   c.sent_version = store->version();
   c.sent_origin = store->snapshot().origin;
   Flush(c);
 }
 
-void MgmtServer::Impl::PushAll() {
-  std::vector<int> nodes;
-  for (auto& [fd, c] : conns) {
-    if (c.role == Role::kNode) nodes.push_back(fd);
+void MgmtServer::Impl::TrackVersion() {
+  const Snapshot& now = store->snapshot();
+  if (history_origin != now.origin) {
+    history.clear();
+    history_origin = now.origin;
   }
-  for (int fd : nodes) {
+  if (!history.empty() && history.rbegin()->first == now.version) return;
+  history[now.version] = std::make_shared<const Snapshot>(now);
+  frames.clear();
+  converging_version = now.version;
+  converging_since = std::chrono::steady_clock::now();
+  // Bounded: the oldest versions go first (a node that runs one of them
+  // gets the whole snapshot).
+  size_t bytes = 0;
+  for (const auto& [v, snap] : history)
+    bytes += snap->tags.size() + snap->citymap.size() + snap->accounts.size();
+  while (history.size() > kHistoryVersions || (history.size() > 1 && bytes > kHistoryBytes)) {
+    const Snapshot& oldest = *history.begin()->second;
+    bytes -= oldest.tags.size() + oldest.citymap.size() + oldest.accounts.size();
+    history.erase(history.begin());
+  }
+}
+
+std::shared_ptr<const std::string> MgmtServer::Impl::PushFrame(Conn& c, bool* delta) {
+  const Snapshot& now = store->snapshot();
+  // Only weir-fastpath answers HTTPDNS: no other node is given the
+  // accounts' secrets (its version is the same, without them).
+  const bool with_accounts = c.kind == "fastpath" || now.accounts.empty();
+  uint64_t base = 0;
+  if (c.delta && c.full_for != now.version && c.sent_origin == now.origin && c.acked_version != 0 &&
+      c.acked_version < now.version && history.contains(c.acked_version)) {
+    base = c.acked_version;
+  }
+  *delta = base != 0;
+  std::shared_ptr<const std::string>& frame = frames[{base, with_accounts}];
+  if (frame != nullptr) return frame;
+  if (base != 0) {
+    frame = std::make_shared<const std::string>(
+        Encode(DeltaMessage(MakeDelta(*history.at(base), now, c.kind == "fastpath"))));
+  } else if (with_accounts) {
+    frame = std::make_shared<const std::string>(Encode(SnapshotMessage(now)));
+  } else {
+    Snapshot without = now;
+    without.accounts.clear();
+    frame = std::make_shared<const std::string>(Encode(SnapshotMessage(without)));
+  }
+  return frame;
+}
+
+void MgmtServer::Impl::PushAll() {
+  TrackVersion();
+  // Every node of this instance, in a random order, in batches: a commit to
+  // a thousand nodes is written out over a few milliseconds rather than in
+  // one burst, and no node is always last.
+  fanout_queue.clear();
+  for (auto& [fd, c] : conns) {
+    if (c.role == Role::kNode) fanout_queue.push_back(fd);
+  }
+  std::shuffle(fanout_queue.begin(), fanout_queue.end(), rng);
+  if (!fanout_scheduled) PushBatch();
+}
+
+void MgmtServer::Impl::PushBatch() {
+  fanout_scheduled = false;
+  const size_t n = std::min(fanout_queue.size(), static_cast<size_t>(config.push_batch));
+  std::vector<int> batch(fanout_queue.end() - static_cast<ptrdiff_t>(n), fanout_queue.end());
+  fanout_queue.resize(fanout_queue.size() - n);
+  for (int fd : batch) {
     auto it = conns.find(fd);
     if (it != conns.end()) MaybePush(it->second);
   }
+  if (fanout_queue.empty()) return;
+  fanout_scheduled = true;
+  loop.After(std::chrono::milliseconds(config.push_batch_interval_ms), [this] { PushBatch(); });
+}
+
+void MgmtServer::Impl::CheckConvergence() {
+  if (converging_version == 0) return;
+  size_t nodes = 0;
+  for (const auto& [fd, c] : conns) {
+    if (c.role != Role::kNode || c.close_after_write) continue;
+    ++nodes;
+    if (c.sent_origin != history_origin || c.acked_version < converging_version) return;
+  }
+  if (nodes == 0) return;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - converging_since).count();
+  counters.convergence.Observe(seconds);
+  counters.last_convergence_seconds = seconds;
+  converging_version = 0;
 }
 
 void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
@@ -626,9 +756,10 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       c.role = Role::kCtl;
       return HandleRequest(c, m);
     }
-    if (m.fields.size() != 6 || m.fields[2].empty() || m.fields[2].size() > 255) {
+    if ((m.fields.size() != 6 && m.fields.size() != 7) || m.fields[2].empty() || m.fields[2].size() > 255) {
       ++counters.protocol_errors;
-      return Fail(c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version, origin");
+      return Fail(
+          c, "HELLO needs protocol, token, node id (1..255 bytes), kind, version, origin[, capabilities]");
     }
     auto have = ParseU64(m.fields[4]);
     if (!have.ok()) {
@@ -654,6 +785,7 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
     // A version of another database says nothing about what the node runs.
     const uint64_t runs = m.fields[5] == store->snapshot().origin ? *have : 0;
     c.acked_version = runs;
+    c.delta = m.fields.size() == 7 && m.fields[6] == kDeltaCapability;
     if (absl::Status st = store->NodeSeen(c.node_id, m.fields[3], c.peer, runs, config.instance); !st.ok())
       StoreFailed(st);
     common::LogInfo("node", "node ", c.node_id, " (", m.fields[3], ", ", c.peer, ") connected at version ",
@@ -666,13 +798,24 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       if (v.ok()) {
         ++counters.acks;
         c.acked_version = *v;
+        CheckConvergence();
         if (absl::Status st = store->NodeAck(c.node_id, *v); !st.ok()) StoreFailed(st);
       }
     } else if (m.type == MsgType::kControlReply) {
       NodeControlReply(c, m);
-    } else if (m.type == MsgType::kNack && m.fields.size() == 2) {
+    } else if (m.type == MsgType::kNack && (m.fields.size() == 2 || m.fields.size() == 3)) {
       auto v = ParseU64(m.fields[0]);
       if (v.ok()) {
+        const bool resend = m.fields.size() == 3 && m.fields[2] == kResendWhole;
+        if (resend && c.push_was_delta && *v == c.sent_version && c.full_for != *v) {
+          // The node's base differs from what this instance thinks it runs:
+          // the whole snapshot of that version goes now.
+          c.full_for = *v;
+          c.sent_version = 0;
+          ++counters.delta_resends;
+          MaybePush(c);
+          return;
+        }
         ++counters.nacks;
         if (absl::Status st = store->NodeNack(c.node_id, *v, m.fields[1]); !st.ok()) StoreFailed(st);
         nack_log("node ", c.node_id, " rejected version ", *v, ": ", m.fields[1]);

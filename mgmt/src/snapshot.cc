@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -167,6 +169,125 @@ absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir) {
   auto s = SnapshotFromMessage(**m);
   if (!s.ok()) return absl::DataLossError(Cat(path, ": ", ToStd(s.status().message())));
   return s;
+}
+
+namespace {
+
+constexpr std::array<const char*, 3> kPartNames = {"tags", "citymap", "accounts"};
+
+std::string& PartOf(Snapshot& s, size_t i) { return i == 0 ? s.tags : i == 1 ? s.citymap : s.accounts; }
+const std::string& PartOf(const Snapshot& s, size_t i) {
+  return i == 0 ? s.tags : i == 1 ? s.citymap : s.accounts;
+}
+bool& FlagOf(SnapshotParts& p, size_t i) { return i == 0 ? p.tags : i == 1 ? p.citymap : p.accounts; }
+
+}  // namespace
+
+SnapshotParts DiffParts(const Snapshot& a, const Snapshot& b) {
+  return SnapshotParts{a.tags != b.tags, a.citymap != b.citymap, a.accounts != b.accounts};
+}
+
+SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool with_accounts) {
+  SnapshotDelta d;
+  d.version = target.version;
+  d.base_version = base.version;
+  d.origin = target.origin;
+  for (size_t i = 0; i < kPartNames.size(); ++i) {
+    if (i == 2 && !with_accounts) continue;
+    const std::string& from = PartOf(base, i);
+    const std::string& to = PartOf(target, i);
+    if (from == to) continue;
+    const size_t limit = std::min(from.size(), to.size());
+    size_t prefix = 0;
+    while (prefix < limit && from[prefix] == to[prefix]) ++prefix;
+    size_t suffix = 0;
+    while (suffix < limit - prefix && from[from.size() - 1 - suffix] == to[to.size() - 1 - suffix]) ++suffix;
+    d.parts.push_back(SnapshotDelta::Part{kPartNames[i], prefix, suffix,
+                                          to.substr(prefix, to.size() - prefix - suffix), ContentDigest(to)});
+  }
+  return d;
+}
+
+Message DeltaMessage(const SnapshotDelta& d) {
+  Message m{MsgType::kDelta, {std::to_string(d.version), std::to_string(d.base_version), d.origin}};
+  for (const SnapshotDelta::Part& p : d.parts) {
+    m.fields.push_back(p.name);
+    m.fields.push_back(Cat(p.prefix, " ", p.suffix));
+    m.fields.push_back(p.middle);
+    m.fields.push_back(p.sha256);
+  }
+  return m;
+}
+
+absl::StatusOr<SnapshotDelta> DeltaFromMessage(const Message& m) {
+  if (m.type != MsgType::kDelta || m.fields.size() < 3 || (m.fields.size() - 3) % 4 != 0 ||
+      m.fields.size() > 3 + 4 * kPartNames.size()) {
+    return absl::InvalidArgumentError(
+        "a delta has a version, a base version, an origin and 4 fields per part (at most 3 parts)");
+  }
+  SnapshotDelta d;
+  auto v = ParseU64(m.fields[0]);
+  if (!v.ok()) return v.status();
+  auto b = ParseU64(m.fields[1]);
+  if (!b.ok()) return b.status();
+  d.version = *v;
+  d.base_version = *b;
+  d.origin = m.fields[2];
+  for (size_t f = 3; f < m.fields.size(); f += 4) {
+    SnapshotDelta::Part p;
+    p.name = m.fields[f];
+    if (std::find(kPartNames.begin(), kPartNames.end(), p.name) == kPartNames.end())
+      return absl::InvalidArgumentError(Cat("a delta names an unknown part '", p.name.substr(0, 32), "'"));
+    for (const SnapshotDelta::Part& q : d.parts) {
+      if (q.name == p.name) return absl::InvalidArgumentError(Cat("a delta names ", p.name, " twice"));
+    }
+    const std::string& splice = m.fields[f + 1];
+    const size_t space = splice.find(' ');
+    if (space == std::string::npos)
+      return absl::InvalidArgumentError("a delta's splice is not 'PREFIX SUFFIX'");
+    auto prefix = ParseU64(std::string_view(splice).substr(0, space));
+    auto suffix = ParseU64(std::string_view(splice).substr(space + 1));
+    if (!prefix.ok() || !suffix.ok())
+      return absl::InvalidArgumentError("a delta's splice is not 'PREFIX SUFFIX'");
+    p.prefix = static_cast<size_t>(*prefix);
+    p.suffix = static_cast<size_t>(*suffix);
+    p.middle = m.fields[f + 2];
+    p.sha256 = m.fields[f + 3];
+    d.parts.push_back(std::move(p));
+  }
+  return d;
+}
+
+absl::StatusOr<Snapshot> ApplyDelta(const Snapshot& base, const SnapshotDelta& d, SnapshotParts* changed) {
+  if (d.origin != base.origin || d.base_version != base.version) {
+    return absl::FailedPreconditionError(Cat("the delta is from version ", d.base_version,
+                                             " of another store or version, this node runs ", base.version));
+  }
+  Snapshot out = base;
+  out.version = d.version;
+  SnapshotParts parts{false, false, false};
+  for (const SnapshotDelta::Part& p : d.parts) {
+    const size_t i =
+        static_cast<size_t>(std::find(kPartNames.begin(), kPartNames.end(), p.name) - kPartNames.begin());
+    const std::string& from = PartOf(base, i);
+    if (p.prefix > from.size() || p.suffix > from.size() - p.prefix) {
+      return absl::FailedPreconditionError(Cat("the delta's ", p.name, " splice does not fit this node's ",
+                                               p.name, " (", from.size(), " bytes)"));
+    }
+    std::string to;
+    to.reserve(p.prefix + p.middle.size() + p.suffix);
+    to.append(from, 0, p.prefix);
+    to += p.middle;
+    to.append(from, from.size() - p.suffix, p.suffix);
+    if (ContentDigest(to) != p.sha256) {
+      return absl::FailedPreconditionError(
+          Cat("the delta's ", p.name, " does not come out as its SHA-256 says: this node's base differs"));
+    }
+    PartOf(out, i) = std::move(to);
+    FlagOf(parts, i) = true;
+  }
+  if (changed != nullptr) *changed = parts;
+  return out;
 }
 
 std::string ContentDigest(std::string_view part) {

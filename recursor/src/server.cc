@@ -346,7 +346,10 @@ absl::Status Server::Start() {
   if (s.mgmt_node) {
     const mgmt::NodeStart& node = *s.mgmt_node;
     s.mgmt_client = std::make_unique<mgmt::NodeClient>(
-        mgmt::MakeNodeClientOptions(s.cfg.mgmt, "recursor", node.token), [this](const mgmt::Snapshot& snap) {
+        mgmt::MakeNodeClientOptions(s.cfg.mgmt, "recursor", node.token),
+        [this](const mgmt::Snapshot& snap, const mgmt::SnapshotParts& changed) {
+          // The recursor takes the tags only.
+          if (!changed.tags) return absl::OkStatus();
           auto t = partitions::TagTable::FromText(snap.tags);
           if (!t.ok()) return absl::InvalidArgumentError(Cat("tags: ", common::ToStd(t.status().message())));
           impl_->Publish(*std::move(t));
@@ -354,8 +357,7 @@ absl::Status Server::Start() {
         });
     s.mgmt_client->SetControlHandler([&s](const mgmt::ControlRequest& r) { return s.ControlFromMgmt(r); });
     s.mgmt_for_loop.store(s.mgmt_client.get(), std::memory_order_release);
-    st = node.stored ? s.mgmt_client->Start(node.stored->version, node.stored->origin)
-                     : s.mgmt_client->Start(0, "");
+    st = node.stored ? s.mgmt_client->Start(*node.stored) : s.mgmt_client->Start(0, "");
     if (!st.ok()) return st;
   }
   if (s.metrics_fd >= 0) {

@@ -99,6 +99,24 @@ class MgmtTest(unittest.TestCase):
         self.mgmt.wait_in_sync("fp-1", 3)
         self.assertEqual(self.mgmt.weirctl_json("tag", "ls")["tags"], [])
 
+    def test_changes_after_the_first_arrive_as_deltas_and_keep_the_city_map(self):
+        fp = self.start_fastpath()
+        self.push_city_setup()
+        self.mgmt.wait_in_sync("fp-1", 2)
+        before = fp.metrics()
+        for i, name in enumerate(("a.example", "b.example", "c.example")):
+            self.assertEqual(self.mgmt.weirctl("tag", "add", name, "ecs=on").returncode, 0)
+            self.mgmt.wait_in_sync("fp-1", 3 + i)
+        after = fp.metrics()
+        self.assertEqual(after.value("weir_mgmt_deltas_total", result="applied") -
+                         before.value("weir_mgmt_deltas_total", result="applied"), 3)
+        # Three tag changes: the tags were rebuilt three times, the city map never.
+        self.assertEqual(after.value("weir_mgmt_applied_parts_total", part="tags") -
+                         before.value("weir_mgmt_applied_parts_total", part="tags"), 3)
+        self.assertEqual(after.value("weir_mgmt_applied_parts_total", part="citymap"),
+                         before.value("weir_mgmt_applied_parts_total", part="citymap"))
+        self.assert_city_answers(fp)
+
     def test_city_map_change_never_serves_another_citys_entry(self):
         fp = self.start_fastpath()
         self.push_city_setup()

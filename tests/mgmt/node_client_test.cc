@@ -121,7 +121,7 @@ TEST_F(NodeClientTest, AppliesAcksAndStores) {
   ASSERT_EQ(mkdir((dir_ + "/fp").c_str(), 0700), 0);
   std::mutex mu;
   std::vector<uint64_t> applied;
-  NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot& s) {
+  NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot& s, const SnapshotParts&) {
     std::lock_guard<std::mutex> l(mu);
     applied.push_back(s.version);
     return absl::OkStatus();
@@ -149,7 +149,7 @@ TEST_F(NodeClientTest, AppliesAcksAndStores) {
 TEST_F(NodeClientTest, RejectionIsNackedAndTheLastGoodKept) {
   ASSERT_EQ(mkdir((dir_ + "/fp").c_str(), 0700), 0);
   std::atomic<bool> accept{true};
-  NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot&) {
+  NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot&, const SnapshotParts&) {
     return accept.load() ? absl::OkStatus() : absl::InvalidArgumentError("tags: too many for this node");
   });
   ASSERT_TRUE(client.Start(0, "").ok());
@@ -171,7 +171,8 @@ TEST_F(NodeClientTest, RejectionIsNackedAndTheLastGoodKept) {
 }
 
 TEST_F(NodeClientTest, ReconnectsWhenMgmtComesBack) {
-  NodeClient client(Options("fp-1", ""), [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient client(Options("fp-1", ""),
+                    [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(client.Start(0, "").ok());
   EXPECT_EQ(Request({"tag-add", "a.example weight=on"}).first, "ok");
   ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 1; }));
@@ -191,7 +192,7 @@ TEST_F(NodeClientTest, ReconnectsWhenMgmtComesBack) {
 TEST_F(NodeClientTest, AnEmptyDatabaseNeverOverwritesANodeAndOriginsAreCompared) {
   // The node runs version 5 of another database; this one is new (version 0).
   std::atomic<int> applies{0};
-  NodeClient client(Options("fp-1", ""), [&](const Snapshot&) {
+  NodeClient client(Options("fp-1", ""), [&](const Snapshot&, const SnapshotParts&) {
     applies.fetch_add(1);
     return absl::OkStatus();
   });
@@ -209,10 +210,10 @@ TEST_F(NodeClientTest, AnEmptyDatabaseNeverOverwritesANodeAndOriginsAreCompared)
 }
 
 TEST_F(NodeClientTest, TwoNodesWithOneIdAreTold) {
-  NodeClient a(Options("twin", ""), [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient a(Options("twin", ""), [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(a.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return Node("twin").node_id == "twin"; }));
-  NodeClient b(Options("twin", ""), [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient b(Options("twin", ""), [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(b.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] {
     return a.last_error().find("replaced by a newer connection with node_id twin") != std::string::npos;
@@ -222,7 +223,7 @@ TEST_F(NodeClientTest, TwoNodesWithOneIdAreTold) {
 TEST_F(NodeClientTest, BadTokenIsRefused) {
   NodeClientOptions o = Options("fp-x", "");
   o.token = "wrong-token-wrong-token";
-  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient client(o, [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(client.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return client.last_error().find("bad token") != std::string::npos; }));
   EXPECT_EQ(Node("fp-x").node_id, "");
@@ -308,7 +309,7 @@ TEST_F(NodeClientTest, SkipsAnAddressThatRefuses) {
   o.mgmt = {dead.address(), server_->bound()};
   o.reconnect_min_ms = 10000;  // a back-off would make the wait below fail
   o.reconnect_max_ms = 10000;
-  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient client(o, [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(client.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return client.current_mgmt() == server_->bound().ToString(); }, 2000))
       << client.last_error();
@@ -330,7 +331,7 @@ TEST_F(NodeClientTest, ABlackHoledAddressCostsOneConnectTimeout) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the handshakes that complete
   NodeClientOptions o = Options("fp-1", "");
   o.mgmt = {hole.address(), server_->bound()};
-  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient client(o, [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   const Clock::time_point t0 = Clock::now();
   ASSERT_TRUE(client.Start(0, "").ok());
   ASSERT_TRUE(WaitFor([&] { return client.current_mgmt() == server_->bound().ToString(); }, 3000))
@@ -356,7 +357,7 @@ TEST_F(NodeClientTest, MovesToAnotherMgmtWithinTwoSecondsOfLosingOne) {
   o.mgmt = {server_->bound(), second->bound()};
   o.reconnect_min_ms = 200;  // the defaults
   o.reconnect_max_ms = 5000;
-  NodeClient client(o, [&](const Snapshot& s) {
+  NodeClient client(o, [&](const Snapshot& s, const SnapshotParts&) {
     std::lock_guard<std::mutex> l(mu);
     applied.push_back(s);
     return absl::OkStatus();
@@ -406,7 +407,7 @@ TEST_F(NodeClientTest, BacksOffOnlyAfterEveryAddressFailed) {
   o.mgmt = {a.address(), b.address()};
   o.reconnect_min_ms = 400;
   o.reconnect_max_ms = 800;
-  NodeClient client(o, [](const Snapshot&) { return absl::OkStatus(); });
+  NodeClient client(o, [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
   ASSERT_TRUE(client.Start(0, "").ok());
   std::string order;
   std::vector<Clock::time_point> at;
@@ -439,7 +440,7 @@ TEST_F(NodeClientTest, AnOlderVersionOfTheSameDatabaseIsRefusedAndTheSessionKept
   std::atomic<int> applies{0};
   NodeClientOptions o = Options("fp-1", "");
   o.mgmt = {fake.address()};
-  NodeClient client(o, [&](const Snapshot&) {
+  NodeClient client(o, [&](const Snapshot&, const SnapshotParts&) {
     applies.fetch_add(1);
     return absl::OkStatus();
   });
@@ -449,9 +450,11 @@ TEST_F(NodeClientTest, AnOlderVersionOfTheSameDatabaseIsRefusedAndTheSessionKept
   auto hello = c->Read();
   ASSERT_TRUE(hello.has_value());
   ASSERT_EQ(hello->type, MsgType::kHello);
-  ASSERT_EQ(hello->fields.size(), 6u);
+  ASSERT_EQ(hello->fields.size(), 7u);
   EXPECT_EQ(hello->fields[4], "5");
   EXPECT_EQ(hello->fields[5], "origin-A");
+  // Started from a version without its content: no deltas offered.
+  EXPECT_EQ(hello->fields[6], "");
 
   c->Send(SnapshotMessage(Snapshot{3, kFakeTags, "", "origin-A"}));
   auto nack = c->Read();
@@ -480,7 +483,7 @@ TEST_F(NodeClientTest, TheVersionTheNodeRunsIsAckedWithoutApplyingAgain) {
   std::atomic<int> applies{0};
   NodeClientOptions o = Options("fp-1", "");
   o.mgmt = {fake.address()};
-  NodeClient client(o, [&](const Snapshot&) {
+  NodeClient client(o, [&](const Snapshot&, const SnapshotParts&) {
     applies.fetch_add(1);
     return absl::OkStatus();
   });
@@ -652,6 +655,79 @@ TEST(MgmtConfig, MetricsListen) {
   c = ParseMgmtConfig(base + "metrics_listen = \"nowhere:x\"\n", "m.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("m.toml:4:"), std::string::npos) << c.status();
+}
+
+// After the first snapshot a node gets deltas: each change carries the parts
+// it changed, and the apply is told which (a tag change keeps the city map).
+TEST_F(NodeClientTest, ChangesArriveAsDeltasNamingTheirParts) {
+  ASSERT_EQ(mkdir((dir_ + "/fp").c_str(), 0700), 0);
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, SnapshotParts>> applied;
+  Snapshot runs;
+  NodeClient client(Options("fp-1", dir_ + "/fp"), [&](const Snapshot& s, const SnapshotParts& p) {
+    std::lock_guard<std::mutex> l(mu);
+    applied.emplace_back(s.version, p);
+    runs = s;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(0, "").ok());
+  EXPECT_EQ(Request({"citymap-import", "10.0.0.0/8,bj,192.0.2.0/24\n"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 1; }));
+  EXPECT_EQ(Request({"tag-add", "cdn.example weight=on"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 2; }));
+  EXPECT_EQ(Request({"tag-add", "a.example ecs=on"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 3; }));
+  EXPECT_EQ(Request({"citymap-add", "11.0.0.0/8,sh,"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 4; }));
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(applied.size(), 4u);
+  // The first is a whole snapshot; then tags, tags, the city map only.
+  EXPECT_TRUE(applied[0].second.tags && applied[0].second.citymap);
+  EXPECT_TRUE(applied[1].second.tags);
+  EXPECT_FALSE(applied[1].second.citymap);
+  EXPECT_TRUE(applied[2].second.tags);
+  EXPECT_FALSE(applied[2].second.citymap);
+  EXPECT_FALSE(applied[3].second.tags);
+  EXPECT_TRUE(applied[3].second.citymap);
+  // What the deltas made is what the store holds, byte for byte.
+  auto store = Store::Open(dir_ + "/mgmt.db");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(runs, (*store)->snapshot());
+  const std::string metrics = Metrics(client);
+  EXPECT_NE(metrics.find("weir_mgmt_deltas_total{result=\"applied\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("weir_mgmt_applied_parts_total{part=\"citymap\"} 2"), std::string::npos) << metrics;
+}
+
+// A node whose stored content differs from what mgmt thinks that version
+// is (a damaged or hand-edited file) refuses the delta and gets the whole
+// snapshot.
+TEST_F(NodeClientTest, ADeltaThatDoesNotFitBringsTheWholeSnapshot) {
+  EXPECT_EQ(Request({"tag-add", "cdn.example weight=on"}).first, "ok");
+  auto status = Store::Open(dir_ + "/mgmt.db");
+  ASSERT_TRUE(status.ok());
+  Snapshot stored = (*status)->snapshot();
+  status->reset();
+  stored.tags = "other.example. ecs=on\n";  // same version, other content
+  std::atomic<int> applies{0};
+  Snapshot runs;
+  std::mutex mu;
+  NodeClient client(Options("fp-1", ""), [&](const Snapshot& s, const SnapshotParts&) {
+    std::lock_guard<std::mutex> l(mu);
+    runs = s;
+    ++applies;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(client.Start(stored).ok());
+  EXPECT_EQ(Request({"tag-add", "a.example ecs=on"}).first, "ok");
+  ASSERT_TRUE(WaitFor([&] { return client.applied_version() == 2; }));
+  std::lock_guard<std::mutex> l(mu);
+  auto store = Store::Open(dir_ + "/mgmt.db");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(runs, (*store)->snapshot());
+  EXPECT_EQ(applies.load(), 1);
+  const std::string metrics = Metrics(client);
+  EXPECT_NE(metrics.find("weir_mgmt_deltas_total{result=\"refused\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(client.rejected(), 0u);
 }
 
 }  // namespace

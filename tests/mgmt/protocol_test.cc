@@ -40,7 +40,7 @@ TEST(Protocol, RejectsBrokenFrames) {
   const std::vector<Case> cases = {
       {std::string("\0\0\0\0", 4), "bad frame length 0"},
       {std::string("\x7f\0\0\0", 4), "bad frame length"},
-      {std::string("\0\0\0\1\x0a", 5), "unknown message type 10"},
+      {std::string("\0\0\0\1\x0b", 5), "unknown message type 11"},
       {std::string("\0\0\0\3\x01\0\0", 7), "truncated field length"},
       {std::string("\0\0\0\6\x01\0\0\0\x09x", 10), "field longer than its frame"},
   };

@@ -55,6 +55,66 @@ TEST(SnapshotValidate, PartsEqualToAValidSnapshotAreNotParsedAgain) {
   EXPECT_TRUE(ValidateSnapshot(bad_citymap, &bad_citymap).ok());
 }
 
+TEST(SnapshotDelta, SplicesEachChangedPartAndRoundTrips) {
+  const Snapshot base = WithAccounts();
+  Snapshot target = base;
+  target.version = 9;
+  target.tags = "a.example ecs=on\ncdn.example weight=on\n";  // a line added before
+  auto d = MakeDelta(base, target, /*with_accounts=*/true);
+  ASSERT_EQ(d.parts.size(), 1u);  // only the tags changed
+  EXPECT_EQ(d.parts[0].name, "tags");
+  EXPECT_EQ(d.parts[0].middle, "a.example ecs=on\n");
+  EXPECT_EQ(d.parts[0].prefix, 0u);
+  auto wire = DeltaFromMessage(DeltaMessage(d));
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  SnapshotParts changed;
+  auto next = ApplyDelta(base, *wire, &changed);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, target);
+  EXPECT_TRUE(changed.tags);
+  EXPECT_FALSE(changed.citymap);
+  EXPECT_FALSE(changed.accounts);
+  // Every part changed, one of them emptied, accounts left out for a recursor.
+  Snapshot all{10, "", "10.0.0.0/8,sh\n11.0.0.0/8,gz\n", base.origin, "beta secret=0123456789abcdef\n"};
+  auto without = MakeDelta(base, all, /*with_accounts=*/false);
+  EXPECT_EQ(without.parts.size(), 2u);
+  auto with = MakeDelta(base, all, /*with_accounts=*/true);
+  ASSERT_EQ(with.parts.size(), 3u);
+  auto whole = ApplyDelta(base, with, &changed);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, all);
+}
+
+TEST(SnapshotDelta, ABaseThatDiffersIsRefusedAndChangesNothing) {
+  const Snapshot base = WithAccounts();
+  Snapshot target = base;
+  target.version = 8;
+  target.tags += "z.example ecs=on\n";
+  const SnapshotDelta d = MakeDelta(base, target, true);
+  Snapshot other = base;
+  other.tags = "cdn.example weight=off\n";  // same version, other content
+  auto r = ApplyDelta(other, d, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("SHA-256"), std::string::npos) << r.status();
+  Snapshot older = base;
+  older.version = 6;
+  EXPECT_FALSE(ApplyDelta(older, d, nullptr).ok());
+  Snapshot short_base = base;
+  short_base.tags = "x\n";
+  EXPECT_FALSE(ApplyDelta(short_base, d, nullptr).ok());
+  // Malformed deltas: unknown part, a part twice, a bad splice.
+  Message m = DeltaMessage(d);
+  Message unknown = m;
+  unknown.fields[3] = "zones";
+  EXPECT_FALSE(DeltaFromMessage(unknown).ok());
+  Message twice = m;
+  twice.fields.insert(twice.fields.end(), m.fields.begin() + 3, m.fields.begin() + 7);
+  EXPECT_FALSE(DeltaFromMessage(twice).ok());
+  Message splice = m;
+  splice.fields[4] = "12";
+  EXPECT_FALSE(DeltaFromMessage(splice).ok());
+}
+
 TEST(SnapshotAccounts, NoAccountsIsTheMessageOlderNodesKnow) {
   Snapshot s = WithAccounts();
   s.accounts.clear();

@@ -31,6 +31,7 @@
 #include "weir/fastpath/miss_channel.h"
 #include "weir/fastpath/worker_core.h"
 #include "weir/mgmt/control.h"
+#include "weir/mgmt/snapshot.h"
 
 namespace weir::mgmt {
 class NodeClient;
@@ -116,8 +117,11 @@ class Node {
   };
   // Validates every text, then swaps them all in (nothing changes on an
   // error); names are for messages. `accounts` null: they stay as they are.
+  // After the first apply, a part `changed` does not name is neither parsed
+  // nor replaced (a tag push keeps the city map as built).
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
-                               std::string_view tags_name, const AccountsText* accounts = nullptr);
+                               std::string_view tags_name, const AccountsText* accounts = nullptr,
+                               const mgmt::SnapshotParts& changed = {});
   // Whether LoadPartitions reads the accounts file (standalone, [httpdns] on, a file named).
   bool AccountsFromFile() const;
   // Control()'s commands (fastpath/src/control.cc).

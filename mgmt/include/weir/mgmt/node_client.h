@@ -11,6 +11,7 @@
 // the client's own net::EventLoop thread; the getters from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -54,8 +55,10 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 class NodeClient {
  public:
-  // Validates and swaps in a snapshot; an error is sent back as the NACK reason.
-  using ApplyFn = std::function<absl::Status(const Snapshot&)>;
+  // Validates and swaps in a snapshot; an error is sent back as the NACK
+  // reason. `changed` names the parts that differ from what the node runs
+  // (the others may be kept as built).
+  using ApplyFn = std::function<absl::Status(const Snapshot&, const SnapshotParts& changed)>;
 
   NodeClient(NodeClientOptions options, ApplyFn apply);
   ~NodeClient();
@@ -70,6 +73,9 @@ class NodeClient {
   // `have_version` / `have_origin`: what the node already runs (its stored
   // snapshot), 0 / "" for none.
   absl::Status Start(uint64_t have_version, std::string have_origin);
+  // Starts from the snapshot the node stored: with its content known, the
+  // node takes incremental pushes (DELTA) against it from the first session.
+  absl::Status Start(Snapshot stored);
   void Stop();
 
   uint64_t applied_version() const { return applied_.load(std::memory_order_relaxed); }
@@ -98,7 +104,10 @@ class NodeClient {
   // The snapshots and errors received; a non-OK status ends the session.
   absl::Status HandleFrames();
   // ACK, NACK or apply one snapshot; the reply goes to the session's output.
-  void HandleSnapshot(const Snapshot& snap);
+  // Applies (or refuses) a snapshot; `parts`: the parts a delta changed
+  // (null: compared with what the node runs).
+  void HandleSnapshot(const Snapshot& snap, const SnapshotParts* parts);
+  void HandleDelta(const SnapshotDelta& delta);
   void End(const absl::Status& why);
   void SetError(std::string e);
   void SetCurrent(std::string address);
@@ -122,6 +131,11 @@ class NodeClient {
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> failovers_{0};
+  std::atomic<uint64_t> deltas_applied_{0};
+  std::atomic<uint64_t> deltas_refused_{0};               // a base that differs: the whole snapshot follows
+  std::array<std::atomic<uint64_t>, 3> applied_parts_{};  // tags, citymap, accounts rebuilt
+  // What the node runs, in full: the base of the next delta (client thread).
+  std::optional<Snapshot> current_;
   // A mgmt that keeps pushing what this node refuses, or that cannot be
   // reached, must not flood the log.
   common::RateLimitedLog rejected_log_{{.component = "mgmt"}};

@@ -27,7 +27,7 @@ enum class MsgType : uint8_t {
   kHello = 1,     // node -> mgmt: protocol, token, node_id, kind, have_version, have_origin
   kSnapshot = 2,  // mgmt -> node: version, tags text, city map CSV, origin
   kAck = 3,       // node -> mgmt: version
-  kNack = 4,      // node -> mgmt: version, reason
+  kNack = 4,      // node -> mgmt: version, reason[, "send-whole"]
   kRequest = 5,   // weirctl -> mgmt: protocol, token, verb, args...
   kReply = 6,     // mgmt -> weirctl: "ok" | "error", text, json
   kError = 7,     // mgmt -> peer: reason; the connection is closed after it
@@ -35,7 +35,17 @@ enum class MsgType : uint8_t {
   // weirctl --all; control.h)
   kControl = 8,
   kControlReply = 9,  // node -> mgmt: id, "ok" | "error", text, json
+  // mgmt -> node: version, base version, origin, then per changed part:
+  // name, "PREFIX SUFFIX", middle, sha256 (snapshot.h SnapshotDelta). Sent
+  // only to nodes whose HELLO offers "delta".
+  kDelta = 10,
 };
+
+// The capability a node's HELLO names (its 7th field) when it takes DELTA.
+inline constexpr std::string_view kDeltaCapability = "delta";
+// A NACK's 3rd field when a delta did not fit the node's base: send the
+// whole snapshot of that version (any other NACK is the node refusing it).
+inline constexpr std::string_view kResendWhole = "send-whole";
 
 struct Message {
   MsgType type = MsgType::kError;

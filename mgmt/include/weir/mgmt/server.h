@@ -29,6 +29,11 @@ struct MgmtConfig {
   std::string instance;
   std::string token_file;
   int max_connections = 1024;
+  // A version goes out to this many nodes at a time, the next batch this
+  // long after (a commit to a thousand nodes is written out over a few
+  // milliseconds, in a random order).
+  int push_batch = 64;
+  int push_batch_interval_ms = 2;
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
   bool metrics_enabled = false;
   common::SocketAddress metrics_listen;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "weir/mgmt/protocol.h"
@@ -28,11 +29,52 @@ struct Snapshot {
   friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
+// Which parts of a snapshot a push changed (a node rebuilds only those; the
+// first snapshot a node takes changes every part).
+struct SnapshotParts {
+  bool tags = true;
+  bool citymap = true;
+  bool accounts = true;
+  bool any() const { return tags || citymap || accounts; }
+};
+
 // SNAPSHOT {version, tags, citymap, origin[, accounts]}: the accounts field
 // is sent only when there are accounts, so a node that predates them keeps
 // taking snapshots without any, and a message without it decodes as none.
 Message SnapshotMessage(const Snapshot& s);
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m);
+
+// Which parts differ between two snapshots.
+SnapshotParts DiffParts(const Snapshot& a, const Snapshot& b);
+
+// An incremental push: what turns the snapshot a node runs (`base_version`
+// of `origin`) into `version`. Each part that changed is a splice of the
+// base part: its first `prefix` and last `suffix` bytes are kept and
+// `middle` goes between them (a tag or city-map line added, removed or
+// changed is a splice of that line), with the SHA-256 of the result, so a
+// node whose base differs finds out and asks for the whole snapshot (NACK).
+struct SnapshotDelta {
+  uint64_t version = 0;
+  uint64_t base_version = 0;
+  std::string origin;
+  struct Part {
+    std::string name;  // "tags" | "citymap" | "accounts"
+    size_t prefix = 0;
+    size_t suffix = 0;
+    std::string middle;
+    std::string sha256;
+  };
+  std::vector<Part> parts;
+};
+// The delta from `base` to `target` (same origin); the accounts part only
+// `with_accounts` (only weir-fastpath is given them).
+SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool with_accounts);
+Message DeltaMessage(const SnapshotDelta& d);
+absl::StatusOr<SnapshotDelta> DeltaFromMessage(const Message& m);
+// `base` with the delta applied; an error (nothing changed) when the delta
+// is not from `base` or a part does not come out as its SHA-256 says.
+// `changed` gets the parts it changed.
+absl::StatusOr<Snapshot> ApplyDelta(const Snapshot& base, const SnapshotDelta& d, SnapshotParts* changed);
 
 // The SHA-256 of a snapshot part, in hex: what `weirctl status` shows of the
 // store and a node reports of what it runs, to compare the two.
