@@ -447,8 +447,9 @@ absl::StatusOr<FastpathConfig> LoadConfig(const std::string& path, const std::ve
   if (!cfg.ok()) return cfg;
   common::ResolveRelativeTo(
       path, {&cfg->citymap_path, &cfg->tags_path, &cfg->httpdns.accounts_file, &cfg->mgmt.token_file,
-             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
-             &cfg->control.socket_path, &cfg->control.token_file});
+             &cfg->mgmt.state_dir, &cfg->mgmt.tls_cert_file, &cfg->mgmt.tls_key_file, &cfg->mgmt.tls_ca_file,
+             &cfg->dnstap.socket_path, &cfg->dnstap.file_path, &cfg->control.socket_path,
+             &cfg->control.token_file});
   for (TlsConfig::Certificate& cert : cfg->tls.certificates) {
     common::ResolveRelativeTo(path, {&cert.chain, &cert.key});
   }

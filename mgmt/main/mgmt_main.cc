@@ -16,6 +16,11 @@ int main(int argc, char** argv) {
   return daemon.Serve({
       .start = [&] { return server.Start(); },
       .ready_text = [&] { return server.DescribeListeners() + "ready\n"; },
+      // SIGHUP: the [tls] certificate, key and CA again (they are also
+      // taken when a file changes).
+      .reload = config->tls.enabled ? std::function<absl::Status()>([&] { return server.ReloadTls(); })
+                                    : std::function<absl::Status()>(),
+      .reload_label = "TLS reload",
       .stop = [&] { server.Stop(); },
   });
 }

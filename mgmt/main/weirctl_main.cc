@@ -4,6 +4,8 @@
 // stderr) or, with --all, some node failed, 2 usage, file or connection error.
 #include <fcntl.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -32,6 +34,7 @@
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/structured_reply.h"
+#include "weir/net/tls.h"
 
 namespace {
 
@@ -174,15 +177,59 @@ absl::StatusOr<int> ConnectUnix(const std::string& path) {
 // is printed like a success and exits 1.
 constexpr int kConflictExit = 3;
 
+// --tls-cert/--tls-key/--tls-ca: weir-mgmt is spoken to over TLS with this
+// client certificate (docs/mgmt.md#tls); null: plain TCP.
+std::unique_ptr<weir::net::TlsClientContext> g_tls;
+SSL* g_ssl = nullptr;  // the connection of Call, when TLS
+
+// The TLS handshake on a connected, blocking `fd`, bounded by the timeout.
+absl::Status StartTls(int fd) {
+  timeval tv{g_timeout_ms / 1000, (g_timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  g_ssl = g_tls->NewConnection(fd);
+  if (g_ssl == nullptr) return absl::InternalError("TLS: " + weir::net::TlsErrors());
+  ERR_clear_error();
+  if (SSL_connect(g_ssl) != 1) return absl::UnavailableError(weir::net::TlsHandshakeError(g_ssl));
+  return absl::OkStatus();
+}
+
+void CloseCall(int fd) {
+  if (g_ssl != nullptr) {
+    SSL_free(g_ssl);
+    g_ssl = nullptr;
+  }
+  close(fd);
+}
+
 int Call(int fd, const std::string& peer, const Message& req, bool json, int timeout_ms) {
   std::string out = weir::mgmt::Encode(req);
   size_t off = 0;
+  auto close = [](int fd) { CloseCall(fd); };
+  if (g_tls != nullptr) {
+    if (absl::Status st = StartTls(fd); !st.ok()) {
+      close(fd);
+      return Die("TLS handshake with " + peer + " failed: " + std::string(st.message()));
+    }
+  }
+  // What OpenSSL said when a TLS read or write failed ("" otherwise).
+  std::string tls_error;
+  auto transfer = [&](bool write, void* buf, size_t len) -> ssize_t {
+    if (g_ssl == nullptr) return write ? send(fd, buf, len, MSG_NOSIGNAL) : recv(fd, buf, len, 0);
+    ERR_clear_error();
+    size_t n = 0;
+    const int ret = write ? SSL_write_ex(g_ssl, buf, len, &n) : SSL_read_ex(g_ssl, buf, len, &n);
+    if (ret == 1) return static_cast<ssize_t>(n);
+    if (SSL_get_error(g_ssl, ret) == SSL_ERROR_ZERO_RETURN) return 0;
+    tls_error = weir::net::TlsHandshakeError(g_ssl);
+    return -1;
+  };
   while (off < out.size()) {
-    ssize_t n = send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = transfer(true, out.data() + off, out.size() - off);
+    if (n < 0 && errno == EINTR && tls_error.empty()) continue;
     if (n <= 0) {
       close(fd);
-      return Die(std::string("send: ") + std::strerror(errno));
+      return Die(tls_error.empty() ? std::string("send: ") + std::strerror(errno) : "TLS: " + tls_error);
     }
     off += static_cast<size_t>(n);
   }
@@ -190,14 +237,16 @@ int Call(int fd, const std::string& peer, const Message& req, bool json, int tim
   char buf[65536];
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0) {
+    const bool buffered = g_ssl != nullptr && SSL_has_pending(g_ssl) == 1;
+    if (!buffered && poll(&p, 1, timeout_ms) <= 0) {
       close(fd);
       return Die("no reply from " + peer + " within " + std::to_string(timeout_ms) + " ms");
     }
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = transfer(false, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR && tls_error.empty()) continue;
     if (n <= 0) {
       close(fd);
+      if (!tls_error.empty()) return Die(peer + " refused the TLS session: " + tls_error);
       return Die(peer + " closed the connection without a reply");
     }
     reader.Feed(std::string_view(buf, static_cast<size_t>(n)));
@@ -244,6 +293,16 @@ int main(int argc, char** argv) {
   std::string actor = DefaultActor();
   bool json = false;
   int timeout_ms = 10000;
+  auto env = [](const char* name) {
+    return std::string(std::getenv(name) != nullptr ? std::getenv(name) : "");
+  };
+  std::string tls_cert = env("WEIR_MGMT_TLS_CERT"), tls_key = env("WEIR_MGMT_TLS_KEY"),
+              tls_ca = env("WEIR_MGMT_TLS_CA");
+  app.add_option(
+      "--tls-cert", tls_cert,
+      "weir-mgmt over TLS: this client certificate, PEM, OU=weir-operator (env WEIR_MGMT_TLS_CERT)");
+  app.add_option("--tls-key", tls_key, "the client certificate's key (env WEIR_MGMT_TLS_KEY)");
+  app.add_option("--tls-ca", tls_ca, "the CA that signs weir-mgmt's certificate (env WEIR_MGMT_TLS_CA)");
   app.add_option("-s,--server", server_text,
                  "weir-mgmt: ADDRESS[:PORT] or HOST[:PORT], or several separated by commas, tried in turn "
                  "(env WEIR_MGMT)")
@@ -398,6 +457,17 @@ int main(int argc, char** argv) {
         "--all reload: the nodes weir-mgmt reaches take their tags and city map from it, not from files; "
         "change them with weirctl tag/citymap");
   }
+  const int tls_given = !tls_cert.empty() + !tls_key.empty() + !tls_ca.empty();
+  if (tls_given != 0 && tls_given != 3) return Die("--tls-cert, --tls-key and --tls-ca go together");
+  // The TLS context is for weir-mgmt (not a node's control channel).
+  auto load_tls = [&]() -> absl::Status {
+    if (tls_given == 0) return absl::OkStatus();
+    auto ctx = weir::net::TlsClientContext::Create(
+        {.certificate = {tls_cert, tls_key}, .ca = tls_ca, .server_name = ""});
+    if (!ctx.ok()) return ctx.status();
+    g_tls = *std::move(ctx);
+    return absl::OkStatus();
+  };
   if (node_command) {
     std::vector<std::string> cargs;
     auto arg = [&](const char* key, const std::string& v) {
@@ -430,9 +500,11 @@ int main(int argc, char** argv) {
     if (all) {
       auto server = ResolveServer(server_text);
       if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
-      if (token_file.empty())
+      if (absl::Status st = load_tls(); !st.ok()) return Die("TLS: " + std::string(st.message()));
+      if (token_file.empty() && g_tls == nullptr)
         return Die("--all needs the mgmt token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
-      auto token = weir::mgmt::ReadTokenFile(token_file);
+      absl::StatusOr<std::string> token = std::string();
+      if (!token_file.empty()) token = weir::mgmt::ReadTokenFile(token_file);
       if (!token.ok()) return Die(std::string(token.status().message()));
       // mgmt waits for its nodes a second less than we wait for mgmt.
       const int node_timeout = std::clamp(timeout_ms - 1000, 100, 25000);
@@ -470,8 +542,11 @@ int main(int argc, char** argv) {
   if (all) return Die("--all applies to node commands (cache, stats, reload, upstreams, partitions)");
   auto server = ResolveServer(server_text);
   if (!server.ok()) return Die("--server: " + std::string(server.status().message()));
-  if (token_file.empty()) return Die("no token: pass --token-file or set WEIR_MGMT_TOKEN_FILE");
-  auto token = weir::mgmt::ReadTokenFile(token_file);
+  if (absl::Status st = load_tls(); !st.ok()) return Die("TLS: " + std::string(st.message()));
+  if (token_file.empty() && g_tls == nullptr)
+    return Die("no token: pass --token-file or set WEIR_MGMT_TOKEN_FILE (or the --tls-* files)");
+  absl::StatusOr<std::string> token = std::string();
+  if (!token_file.empty()) token = weir::mgmt::ReadTokenFile(token_file);
   if (!token.ok()) return Die(std::string(token.status().message()));
 
   // The parsed request: the deepest subcommand given ("nodes rm" over "nodes").

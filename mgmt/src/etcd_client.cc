@@ -9,9 +9,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "etcd_json.h"
 
 namespace weir::mgmt::etcd {
 
@@ -19,18 +19,14 @@ namespace {
 
 using Json = nlohmann::json;
 
-// No answer of etcd's is near this; a member (or something posing as one)
-// that streams more is cut off rather than allowed to fill the memory.
-constexpr size_t kMaxAnswerBytes = size_t{256} << 20;
 // The pause after a full round of members could not be watched.
 constexpr auto kWatchRetryPause = std::chrono::milliseconds(500);
 // The longest the watcher sleeps in libcurl before it looks at its stop
 // flag again; Stop() also wakes it at once (curl_multi_wakeup).
 constexpr int kWatchPollMs = 100;
-// gRPC's status codes, which etcd's gateway puts in "code"; absl's codes
+// gRPC's status code, which etcd's gateway puts in "code"; absl's codes
 // are the same numbers.
 constexpr int kGrpcUnavailable = 14;
-constexpr int kGrpcMaxCode = 16;
 
 void GlobalInit() {
   static std::once_flag once;
@@ -51,61 +47,6 @@ std::string B64(std::string_view bytes) {
 // (as clientv3's WithPrefix("") does).
 std::string RangeKey(const std::string& key, const std::string& range_end) {
   return key.empty() && !range_end.empty() ? std::string(1, '\0') : key;
-}
-
-// The gateway writes int64 fields as strings; a number is accepted too.
-// Absent (proto3 JSON leaves out zero values): 0.
-bool ReadInt(const Json& object, const char* name, int64_t& out) {
-  out = 0;
-  auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return true;
-  if (it->is_number_integer()) {
-    out = it->get<int64_t>();
-    return true;
-  }
-  return it->is_string() && absl::SimpleAtoi(it->get_ref<const std::string&>(), &out);
-}
-
-bool ReadBytes(const Json& object, const char* name, std::string& out) {
-  out.clear();
-  auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return true;
-  return it->is_string() && absl::Base64Unescape(it->get_ref<const std::string&>(), &out);
-}
-
-bool ReadBool(const Json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_boolean() && it->get<bool>();
-}
-
-const Json& Member(const Json& object, const char* name) {
-  static const Json kEmpty = Json::object();
-  auto it = object.find(name);
-  return it != object.end() && it->is_object() ? *it : kEmpty;
-}
-
-bool ReadKeyValue(const Json& j, KeyValue& kv) {
-  return j.is_object() && ReadBytes(j, "key", kv.key) && ReadBytes(j, "value", kv.value) &&
-         ReadInt(j, "create_revision", kv.create_revision) && ReadInt(j, "mod_revision", kv.mod_revision) &&
-         ReadInt(j, "version", kv.version);
-}
-
-// A RangeResponse's kvs and count.
-bool ReadRange(const Json& j, std::vector<KeyValue>& kvs, int64_t& count) {
-  kvs.clear();
-  if (!ReadInt(j, "count", count)) return false;
-  auto it = j.find("kvs");
-  if (it == j.end() || it->is_null()) return true;
-  if (!it->is_array()) return false;
-  kvs.reserve(it->size());
-  for (const Json& e : *it) {
-    if (!ReadKeyValue(e, kvs.emplace_back())) return false;
-  }
-  return true;
-}
-
-bool ReadHeaderRevision(const Json& j, int64_t& revision) {
-  return ReadInt(Member(j, "header"), "revision", revision);
 }
 
 Json RangeRequest(const std::string& key, const std::string& range_end, int64_t revision, bool keys_only,
@@ -188,35 +129,6 @@ curl_slist* JsonHeaders() {
   return curl_slist_append(headers, "Expect:");
 }
 
-// etcd's error body: {"error": "...", "message": "...", "code": N} (the
-// gateway's), or the stream's {"error": {"grpc_code": N, "message": ...}}.
-struct EtcdError {
-  int code = 0;  // gRPC's
-  std::string message;
-};
-
-EtcdError ReadError(const Json& j) {
-  EtcdError e;
-  const Json* body = &j;
-  auto it = j.find("error");
-  if (it != j.end() && it->is_object()) body = &*it;
-  auto code = body->find(body == &j ? "code" : "grpc_code");
-  if (code != body->end() && code->is_number_integer()) e.code = code->get<int>();
-  for (const char* name : {"message", "error"}) {
-    auto m = body->find(name);
-    if (m != body->end() && m->is_string() && !m->get_ref<const std::string&>().empty()) {
-      e.message = m->get<std::string>();
-      break;
-    }
-  }
-  return e;
-}
-
-absl::StatusCode CodeOf(int grpc_code) {
-  return grpc_code > 0 && grpc_code <= kGrpcMaxCode ? static_cast<absl::StatusCode>(grpc_code)
-                                                    : absl::StatusCode::kUnknown;
-}
-
 // The Unavailable refusals of etcd's after which a write may still be
 // committed ("etcdserver: request timed out", also "... possibly due to
 // previous leader failure"): only "no leader" and its kin are certain not
@@ -273,10 +185,16 @@ struct Client::Impl {
   std::string body;
 
   // POSTs `request` to `path` (e.g. "/v3/kv/range") of the members in turn
-  // and returns the first member's 200 answer. `write`: the call changes
-  // the store, so once it may have reached a member it is not sent to
-  // another.
-  absl::StatusOr<Json> Call(const char* path, const Json& request, bool write);
+  // until one answers 200, and leaves its answer in `body`. `write`: the
+  // call changes the store, so once it may have reached a member it is not
+  // sent to another.
+  absl::Status Call(const char* path, const Json& request, bool write);
+  // The error for a 200 answer (in `body`) that its parser could not read:
+  // a write was applied, and what etcd said of it is lost (Unknown).
+  absl::Status Unreadable(const absl::Status& parse_error, bool write) const {
+    auto what = absl::StrCat("etcd ", last_endpoint, ": ", parse_error.message());
+    return write ? absl::UnknownError(what) : absl::InternalError(what);
+  }
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
@@ -300,7 +218,7 @@ Client::~Client() {
 
 std::string Client::current_endpoint() const { return impl_->last_endpoint; }
 
-absl::StatusOr<Json> Client::Impl::Call(const char* path, const Json& request, bool write) {
+absl::Status Client::Impl::Call(const char* path, const Json& request, bool write) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints configured");
   if (curl == nullptr) return absl::InternalError("etcd: curl_easy_init failed");
   const std::string payload = request.dump();
@@ -344,18 +262,11 @@ absl::StatusOr<Json> Client::Impl::Call(const char* path, const Json& request, b
 
     long http_status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
-    Json answer = Json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (http_status == 200) {
-      if (!answer.is_object()) {
-        // It answered 200, so a write was applied; what it said is lost.
-        auto what = absl::StrCat("etcd ", endpoint, ": unreadable answer (", body.size(), " bytes)");
-        return write ? absl::UnknownError(what) : absl::InternalError(what);
-      }
       preferred = index;
-      return answer;
+      return absl::OkStatus();
     }
-    EtcdError error;
-    if (answer.is_object()) error = ReadError(answer);
+    ErrorBody error = ParseErrorBody(body);
     if (error.message.empty()) error.message = absl::StrCat("HTTP status ", http_status);
     // Unavailable: the member has no leader, is stopping or overloaded
     // (or a proxy in front of it cannot reach it); another may serve.
@@ -371,43 +282,39 @@ absl::StatusOr<Json> Client::Impl::Call(const char* path, const Json& request, b
     // etcd refused (a compacted revision is OUT_OF_RANGE, a request too
     // large INVALID_ARGUMENT): the same everywhere, so returned as it is.
     preferred = index;
-    return absl::Status(CodeOf(error.code), absl::StrCat("etcd ", endpoint, ": ", error.message));
+    return absl::Status(error.status_code(), absl::StrCat("etcd ", endpoint, ": ", error.message));
   }
   return absl::UnavailableError(absl::StrCat("etcd: no member answered: ", absl::StrJoin(failures, "; ")));
 }
 
-namespace {
-
-absl::Status Unreadable(const std::string& endpoint, const char* what) {
-  return absl::InternalError(absl::StrCat("etcd ", endpoint, ": unreadable ", what, " answer"));
-}
-
-}  // namespace
-
 absl::StatusOr<RangeResult> Client::Range(const std::string& key, const std::string& range_end,
                                           int64_t revision, bool keys_only, int64_t limit) {
-  auto answer = impl_->Call("/v3/kv/range", RangeRequest(key, range_end, revision, keys_only, limit), false);
-  if (!answer.ok()) return answer.status();
-  RangeResult result;
-  if (!ReadHeaderRevision(*answer, result.revision) || !ReadRange(*answer, result.kvs, result.count)) {
-    return Unreadable(impl_->last_endpoint, "range");
-  }
+  const bool write = false;
+  if (absl::Status st =
+          impl_->Call("/v3/kv/range", RangeRequest(key, range_end, revision, keys_only, limit), write);
+      !st.ok())
+    return st;
+  auto result = ParseRangeReply(impl_->body);
+  if (!result.ok()) return impl_->Unreadable(result.status(), write);
   return result;
 }
 
 absl::StatusOr<int64_t> Client::Put(const std::string& key, const std::string& value) {
-  auto answer = impl_->Call("/v3/kv/put", {{"key", B64(key)}, {"value", B64(value)}}, true);
-  if (!answer.ok()) return answer.status();
-  int64_t revision = 0;
-  if (!ReadHeaderRevision(*answer, revision)) return Unreadable(impl_->last_endpoint, "put");
+  const bool write = true;
+  if (absl::Status st = impl_->Call("/v3/kv/put", {{"key", B64(key)}, {"value", B64(value)}}, write);
+      !st.ok())
+    return st;
+  auto revision = ParsePutReply(impl_->body);
+  if (!revision.ok()) return impl_->Unreadable(revision.status(), write);
   return revision;
 }
 
 absl::StatusOr<int64_t> Client::Delete(const std::string& key, const std::string& range_end) {
-  auto answer = impl_->Call("/v3/kv/deleterange", DeleteRequest(key, range_end), true);
-  if (!answer.ok()) return answer.status();
-  int64_t deleted = 0;
-  if (!ReadInt(*answer, "deleted", deleted)) return Unreadable(impl_->last_endpoint, "delete");
+  const bool write = true;
+  if (absl::Status st = impl_->Call("/v3/kv/deleterange", DeleteRequest(key, range_end), write); !st.ok())
+    return st;
+  auto deleted = ParseDeleteReply(impl_->body);
+  if (!deleted.ok()) return impl_->Unreadable(deleted.status(), write);
   return deleted;
 }
 
@@ -429,33 +336,19 @@ absl::StatusOr<TxnResult> Client::Txn(const std::vector<Compare>& compare, const
   request["success"] = ops(success);
   request["failure"] = ops(failure);
 
-  auto answer = impl_->Call("/v3/kv/txn", request, write);
-  if (!answer.ok()) return answer.status();
-  TxnResult result;
-  result.succeeded = ReadBool(*answer, "succeeded");
-  if (!ReadHeaderRevision(*answer, result.revision)) return Unreadable(impl_->last_endpoint, "txn");
-  auto it = answer->find("responses");
-  if (it != answer->end() && !it->is_null()) {
-    if (!it->is_array()) return Unreadable(impl_->last_endpoint, "txn");
-    for (const Json& r : *it) {
-      if (!r.is_object()) return Unreadable(impl_->last_endpoint, "txn");
-      OpResult& op = result.responses.emplace_back();
-      bool ok = true;
-      if (auto range = r.find("response_range"); range != r.end()) {
-        ok = range->is_object() && ReadRange(*range, op.kvs, op.count);
-      } else if (auto del = r.find("response_delete_range"); del != r.end()) {
-        ok = del->is_object() && ReadInt(*del, "deleted", op.deleted);
-      } else if (!r.contains("response_put")) {
-        ok = false;  // a nested txn, which this client never sends
-      }
-      if (!ok) return Unreadable(impl_->last_endpoint, "txn");
-    }
-  }
+  if (absl::Status st = impl_->Call("/v3/kv/txn", request, write); !st.ok()) return st;
+  auto result = ParseTxnReply(impl_->body);
+  if (!result.ok()) return impl_->Unreadable(result.status(), write);
   return result;
 }
 
 absl::Status Client::Compact(int64_t revision) {
-  return impl_->Call("/v3/kv/compaction", {{"revision", std::to_string(revision)}}, true).status();
+  const bool write = true;
+  if (absl::Status st = impl_->Call("/v3/kv/compaction", {{"revision", std::to_string(revision)}}, write);
+      !st.ok())
+    return st;
+  absl::Status read = ParseCompactReply(impl_->body);
+  return read.ok() ? read : impl_->Unreadable(read, write);
 }
 
 // ---------------------------------------------------------------- Watcher
@@ -470,11 +363,13 @@ namespace {
 // thread and read by the same thread between curl_multi_perform calls.
 struct Stream {
   const std::atomic<bool>* running = nullptr;
-  std::string buffer;  // the answer's bytes not yet split into lines
+  WatchStreamSplitter splitter;  // the answer's bytes not yet taken as objects
 };
 
+// Returning less than it was given makes libcurl fail the transfer.
 size_t AppendStream(char* data, size_t size, size_t count, void* user) {
-  return AppendBody(data, size, count, &static_cast<Stream*>(user)->buffer);
+  const size_t n = size * count;
+  return static_cast<Stream*>(user)->splitter.Feed(std::string_view(data, n)) ? n : 0;
 }
 
 // Aborts the transfer (libcurl calls it at least every kWatchPollMs while
@@ -577,72 +472,31 @@ void Watcher::Run() {
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload.data());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
-    stream.buffer.clear();
+    stream.splitter.Clear();
 
     bool created = false;
     bool stop_stream = false;
     int64_t compacted_at = 0;
     std::string failure;
 
-    // One line of the stream: {"result": WatchResponse} or {"error": ...}.
-    auto handle_line = [&](std::string_view line) {
-      Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object()) {
-        failure = absl::StrCat("unreadable watch answer (", line.size(), " bytes)");
+    // One object of the stream: {"result": WatchResponse} or {"error": ...}.
+    auto handle_object = [&](std::string_view object) {
+      WatchResponse response = ParseWatchObject(object);
+      created = created || response.created;
+      for (const WatchBatch& batch : response.batches) {
+        // A revision delivered before (a resumed watch starts at one
+        // that was) is not delivered again.
+        if (batch.revision < next_revision_.load()) continue;
+        if (on_events_) on_events_(batch.events, batch.revision);
+        next_revision_.store(batch.revision + 1);
+      }
+      if (response.compact_revision > 0) {
+        compacted_at = response.compact_revision;
         stop_stream = true;
-        return;
-      }
-      auto result = j.find("result");
-      if (result == j.end() || !result->is_object()) {
-        EtcdError e = ReadError(j);
-        failure = e.message.empty() ? "watch answer without a result" : e.message;
+      } else if (!response.error.ok()) {
+        failure = std::string(response.error.message());
         stop_stream = true;
-        return;
       }
-      if (ReadBool(*result, "created")) created = true;
-      if (ReadBool(*result, "canceled")) {
-        int64_t compact = 0;
-        ReadInt(*result, "compact_revision", compact);
-        if (compact > 0) {
-          compacted_at = compact;
-        } else {
-          auto reason = result->find("cancel_reason");
-          failure = absl::StrCat("watch canceled", reason != result->end() && reason->is_string()
-                                                       ? absl::StrCat(": ", reason->get<std::string>())
-                                                       : std::string());
-        }
-        stop_stream = true;
-        return;
-      }
-      auto events = result->find("events");
-      if (events == result->end() || !events->is_array()) return;  // created, or a progress notification
-      // One response may hold several revisions (a watch catching up):
-      // each revision's events are delivered together, in order.
-      std::vector<WatchEvent> batch;
-      int64_t batch_revision = 0;
-      auto deliver = [&] {
-        if (batch.empty()) return;
-        if (batch_revision >= next_revision_.load()) {
-          if (on_events_) on_events_(batch, batch_revision);
-          next_revision_.store(batch_revision + 1);
-        }
-        batch.clear();
-      };
-      for (const Json& e : *events) {
-        WatchEvent event;
-        auto type = e.is_object() ? e.find("type") : e.end();
-        event.type = type != e.end() && type->is_string() && *type == "DELETE" ? WatchEvent::Type::kDelete
-                                                                               : WatchEvent::Type::kPut;
-        if (!e.is_object() || !ReadKeyValue(Member(e, "kv"), event.kv)) {
-          failure = "unreadable watch event";
-          stop_stream = true;
-          return;  // the revision is not delivered in part
-        }
-        if (event.kv.mod_revision != batch_revision) deliver();
-        batch_revision = event.kv.mod_revision;
-        batch.push_back(std::move(event));
-      }
-      deliver();
     };
 
     CURLcode rc = CURLE_OK;
@@ -661,13 +515,7 @@ void Watcher::Run() {
       long http_status = 0;
       curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
       if (http_status == 200) {
-        size_t start = 0;
-        for (size_t nl; !stop_stream && (nl = stream.buffer.find('\n', start)) != std::string::npos;
-             start = nl + 1) {
-          std::string_view line(stream.buffer.data() + start, nl - start);
-          if (line.find_first_not_of(" \r\t") != std::string_view::npos) handle_line(line);
-        }
-        stream.buffer.erase(0, start);
+        for (std::string object; !stop_stream && stream.splitter.Next(object);) handle_object(object);
       }
       if (!done && !stop_stream && running_.load()) {
         curl_multi_poll(impl_->multi, nullptr, 0, kWatchPollMs, nullptr);
@@ -678,9 +526,9 @@ void Watcher::Run() {
     curl_multi_remove_handle(impl_->multi, curl);
     // The gateway ends a stream it closes (the member stopping) with an
     // {"error": ...} object that has no newline after it.
-    if (done && rc == CURLE_OK && http_status == 200 && !stop_stream &&
-        stream.buffer.find_first_not_of(" \r\n\t") != std::string::npos) {
-      handle_line(stream.buffer);
+    std::string rest;
+    if (done && rc == CURLE_OK && http_status == 200 && !stop_stream && stream.splitter.Finish(rest)) {
+      handle_object(rest);
     }
     if (!running_.load()) break;
 
@@ -695,9 +543,10 @@ void Watcher::Run() {
                       ? absl::StrCat("watch answer line larger than ", kMaxAnswerBytes, " bytes")
                       : curl_easy_strerror(rc);
       } else if (http_status != 200) {
-        Json j = Json::parse(stream.buffer, nullptr, /*allow_exceptions=*/false);
-        EtcdError e;
-        if (j.is_object()) e = ReadError(j);
+        // Not a stream: the whole answer is etcd's error body.
+        std::string body;
+        stream.splitter.Finish(body);
+        const ErrorBody e = ParseErrorBody(body);
         failure = e.message.empty() ? absl::StrCat("HTTP status ", http_status) : e.message;
       } else {
         failure = "watch stream ended";

@@ -13,9 +13,13 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "etcd_store_json.h"
 #include "weir/common/log.h"
 #include "weir/common/text.h"
 
@@ -27,7 +31,8 @@ using Json = nlohmann::json;
 
 namespace {
 
-constexpr std::array<const char*, 3> kKinds = {"tags", "citymap", "accounts"};
+using etcd_store_json::kHeadParts;
+constexpr const auto& kKinds = kHeadParts;
 
 std::string RandomHex(size_t bytes) {
   std::array<unsigned char, 32> b{};
@@ -46,100 +51,21 @@ int64_t NowNanos() {
       .count();
 }
 
-std::string JoinLines(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const std::string& l : lines) s += l + "\n";
-  return s;
-}
-
-std::vector<std::string> SplitLines(std::string_view text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    out.emplace_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-Json AccountsJson(const std::vector<AccountRecord>& accounts) {
-  Json a = Json::array();
-  for (const AccountRecord& r : accounts) {
-    a.push_back(Json{{"name", r.name},
-                     {"secret", r.secret},
-                     {"previous_secret", r.previous_secret},
-                     {"allow_unsigned", r.allow_unsigned},
-                     {"allow_legacy_md5", r.allow_legacy_md5},
-                     {"rps", r.rps},
-                     {"created", r.created},
-                     {"rotated", r.rotated}});
-  }
-  return a;
-}
-
-absl::StatusOr<std::vector<AccountRecord>> AccountsFromJson(std::string_view text) {
-  std::vector<AccountRecord> out;
-  try {
-    const Json a = Json::parse(text);
-    for (const Json& r : a) {
-      AccountRecord& rec = out.emplace_back();
-      rec.name = r.at("name").get<std::string>();
-      rec.secret = r.at("secret").get<std::string>();
-      rec.previous_secret = r.at("previous_secret").get<std::string>();
-      rec.allow_unsigned = r.at("allow_unsigned").get<bool>();
-      rec.allow_legacy_md5 = r.at("allow_legacy_md5").get<bool>();
-      rec.rps = r.at("rps").get<uint32_t>();
-      rec.created = r.at("created").get<int64_t>();
-      rec.rotated = r.at("rotated").get<int64_t>();
-    }
-  } catch (const Json::exception& e) {
-    return absl::DataLossError(Cat("accounts: ", e.what()));
-  }
-  return out;
-}
+// The documents' JSON (etcd_store_json.h).
+using etcd_store_json::AccountsFromJson;
+using etcd_store_json::AccountsJson;
+using etcd_store_json::NodeFromJson;
+using etcd_store_json::NodeJson;
 
 // A kind's content as its blob holds it.
 std::string KindContent(const StoredConfig& c, size_t kind) {
   switch (kind) {
     case 0:
-      return JoinLines(c.tag_lines);
+      return c.tag_lines.empty() ? std::string() : absl::StrJoin(c.tag_lines, "\n") + "\n";
     case 1:
       return c.citymap;
     default:
       return c.accounts.empty() ? std::string() : AccountsJson(c.accounts).dump();
-  }
-}
-
-Json NodeJson(const NodeRecord& r) {
-  return Json{{"node", r.node_id},
-              {"kind", r.kind},
-              {"peer", r.peer},
-              {"acked_version", r.acked_version},
-              {"nack_version", r.nack_version},
-              {"nack_reason", r.nack_reason},
-              {"last_seen", r.last_seen},
-              {"mgmt", r.mgmt},
-              {"connected", r.connected}};
-}
-
-std::optional<NodeRecord> NodeFromJson(std::string_view text) {
-  try {
-    const Json j = Json::parse(text);
-    NodeRecord r;
-    r.node_id = j.at("node").get<std::string>();
-    r.kind = j.at("kind").get<std::string>();
-    r.peer = j.at("peer").get<std::string>();
-    r.acked_version = j.at("acked_version").get<uint64_t>();
-    r.nack_version = j.at("nack_version").get<uint64_t>();
-    r.nack_reason = j.at("nack_reason").get<std::string>();
-    r.last_seen = j.at("last_seen").get<int64_t>();
-    r.mgmt = j.at("mgmt").get<std::string>();
-    r.connected = j.at("connected").get<bool>();
-    return r;
-  } catch (const Json::exception&) {
-    return std::nullopt;
   }
 }
 
@@ -161,6 +87,10 @@ constexpr int kAttempts = 3;
 // overwrites the record of the instance it moved to.
 class NodeWriter {
  public:
+  // Records per transaction: a comparison and a put each, well under etcd's
+  // default limit of 128 operations.
+  static constexpr size_t kRecordsPerTxn = 50;
+
   NodeWriter(const etcd::ClientOptions& options, std::string prefix)
       : client_(options), prefix_(std::move(prefix)) {
     thread_ = std::thread([this] { Run(); });
@@ -216,6 +146,17 @@ class NodeWriter {
       for (const std::string& n : forget) nodes_.erase(n);
       for (Change& c : batch) Fold(c);
       std::vector<std::string> done;  // records this instance no longer keeps
+      std::vector<State*> dirty;
+      for (auto& [id, s] : nodes_) {
+        if (s.dirty && s.record.connected) dirty.push_back(&s);  // Write drops the others
+      }
+      // A round of ACKs from a thousand nodes is a few transactions (each
+      // one etcd revision), not a thousand; a batch whose comparisons do
+      // not all hold (a node moved to another instance) is written node
+      // by node.
+      for (size_t i = 0; i < dirty.size(); i += kRecordsPerTxn) {
+        WriteBatch(std::span<State*>(dirty).subspan(i, std::min(kRecordsPerTxn, dirty.size() - i)));
+      }
       for (auto& [id, s] : nodes_) {
         if (!s.dirty) continue;
         auto kept = Write(s);
@@ -257,6 +198,36 @@ class NodeWriter {
         break;
       case Change::Op::kSeen:
         break;
+    }
+  }
+
+  // Writes the records in one transaction when every comparison holds;
+  // leaves them dirty (for Write, one by one) otherwise.
+  void WriteBatch(std::span<State*> batch) {
+    if (batch.size() < 2) return;
+    std::vector<etcd::Compare> compare;
+    std::vector<etcd::Op> puts;
+    std::vector<std::string> values;
+    for (State* s : batch) {
+      const std::string key = prefix_ + "nodes/" + s->record.node_id;
+      values.push_back(NodeJson(s->record).dump());
+      if (!s->unconditional && !s->written.empty()) {
+        etcd::Compare same;
+        same.key = key;
+        same.target = etcd::Compare::Target::kValue;
+        same.result = etcd::Compare::Result::kEqual;
+        same.value = s->written;
+        compare.push_back(std::move(same));
+      }
+      puts.push_back(etcd::Op::Put(key, values.back()));
+    }
+    auto r = client_.Txn(compare, puts, {});
+    if (!r.ok() || !r->succeeded) return;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      State& s = *batch[i];
+      s.written = std::move(values[i]);
+      s.dirty = false;
+      s.unconditional = false;
     }
   }
 
@@ -343,7 +314,7 @@ class EtcdBackend final : public StoreBackend {
   std::string Key(std::string_view rest) const { return Cat(options_.prefix, rest); }
   std::string BlobPrefix(const std::string& blob) const { return Key(Cat("blob/", blob, "/")); }
   absl::StatusOr<std::string> EnsureOrigin();
-  absl::StatusOr<std::string> ReadBlob(const Json& ref, int64_t revision);
+  absl::StatusOr<std::string> ReadBlob(const etcd_store_json::BlobRef& ref, int64_t revision);
   void DeleteBlobs(const std::vector<std::string>& blobs);
   // Deletes blobs head does not name that are older than head (a commit
   // that died between its blobs and its transaction).
@@ -359,7 +330,7 @@ class EtcdBackend final : public StoreBackend {
   etcd::Client client_;
   NodeWriter writer_;
   std::string origin_;
-  Json head_ = Json::object();  // as last read or written
+  std::optional<etcd_store_json::StoreHead> head_;  // as last read or written
   uint64_t head_version_ = 0;
   int64_t read_revision_ = 0;  // the store's revision at the last Load
   std::function<void()> changed_;
@@ -409,27 +380,21 @@ absl::StatusOr<std::pair<uint64_t, std::string>> EtcdBackend::Head() {
   return std::make_pair(version, r->responses[1].kvs[0].value);
 }
 
-absl::StatusOr<std::string> EtcdBackend::ReadBlob(const Json& ref, int64_t revision) {
-  try {
-    const size_t chunks = ref.at("chunks").get<size_t>();
-    if (chunks == 0) return std::string();
-    const std::string blob = ref.at("blob").get<std::string>();
-    const std::string prefix = BlobPrefix(blob);
-    auto r = client_.Range(prefix, etcd::PrefixEnd(prefix), revision);
-    if (!r.ok()) return r.status();
-    if (r->kvs.size() != chunks) {
-      return absl::DataLossError(
-          Cat("etcd: blob ", blob, " has ", r->kvs.size(), " of its ", chunks, " chunks"));
-    }
-    std::string out;
-    out.reserve(ref.at("bytes").get<size_t>());
-    for (const etcd::KeyValue& kv : r->kvs) out += kv.value;
-    if (ContentDigest(out) != ref.at("sha256").get<std::string>())
-      return absl::DataLossError(Cat("etcd: blob ", blob, " does not match its SHA-256"));
-    return out;
-  } catch (const Json::exception& e) {
-    return absl::DataLossError(Cat("etcd: a bad blob reference: ", e.what()));
+absl::StatusOr<std::string> EtcdBackend::ReadBlob(const etcd_store_json::BlobRef& ref, int64_t revision) {
+  if (ref.chunks == 0) return std::string();
+  const std::string prefix = BlobPrefix(ref.blob);
+  auto r = client_.Range(prefix, etcd::PrefixEnd(prefix), revision);
+  if (!r.ok()) return r.status();
+  if (r->kvs.size() != ref.chunks) {
+    return absl::DataLossError(
+        Cat("etcd: blob ", ref.blob, " has ", r->kvs.size(), " of its ", ref.chunks, " chunks"));
   }
+  std::string out;
+  out.reserve(ref.bytes);
+  for (const etcd::KeyValue& kv : r->kvs) out += kv.value;
+  if (ContentDigest(out) != ref.sha256)
+    return absl::DataLossError(Cat("etcd: blob ", ref.blob, " does not match its SHA-256"));
+  return out;
 }
 
 absl::StatusOr<StoredConfig> EtcdBackend::Load() {
@@ -444,25 +409,25 @@ absl::StatusOr<StoredConfig> EtcdBackend::Load() {
   } else {
     out.origin = r->responses[1].kvs[0].value;
   }
-  Json head = Json::object();
+  std::optional<etcd_store_json::StoreHead> head;
   if (!r->responses[0].kvs.empty()) {
     const etcd::KeyValue& kv = r->responses[0].kvs[0];
     out.version = static_cast<uint64_t>(kv.mod_revision);
-    try {
-      head = Json::parse(kv.value);
-      for (size_t k = 0; k < kKinds.size(); ++k) {
-        auto content = ReadBlob(head.at(kKinds[k]), r->revision);
-        if (!content.ok()) return content.status();
-        if (k == 0) out.tag_lines = SplitLines(*content);
-        if (k == 1) out.citymap = *std::move(content);
-        if (k == 2 && !content->empty()) {
-          auto accounts = AccountsFromJson(*content);
-          if (!accounts.ok()) return accounts.status();
-          out.accounts = *std::move(accounts);
-        }
+    auto parsed = etcd_store_json::HeadFromJson(kv.value);
+    if (!parsed.ok())
+      return absl::DataLossError(Cat("etcd: ", Key("head"), ": ", ToStd(parsed.status().message())));
+    head = *std::move(parsed);
+    for (size_t k = 0; k < kKinds.size(); ++k) {
+      auto content = ReadBlob(head->parts[k], r->revision);
+      if (!content.ok()) return content.status();
+      // One canonical line per tag, each ending with a newline.
+      if (k == 0) out.tag_lines = absl::StrSplit(*content, '\n', absl::SkipEmpty());
+      if (k == 1) out.citymap = *std::move(content);
+      if (k == 2 && !content->empty()) {
+        auto accounts = AccountsFromJson(*content);
+        if (!accounts.ok()) return accounts.status();
+        out.accounts = *std::move(accounts);
       }
-    } catch (const Json::exception& e) {
-      return absl::DataLossError(Cat("etcd: ", Key("head"), " is not a store head: ", e.what()));
     }
   }
   origin_ = out.origin;
@@ -485,18 +450,17 @@ absl::StatusOr<uint64_t> EtcdBackend::Commit(const StoredConfig& base, const Sto
                                              const AuditRecord& audit) {
   const std::string id = RandomHex(8);
   // The refs of what stays: head as read, when it is the base.
-  const bool head_is_base = head_version_ == base.version && head_.is_object();
-  Json head = Json::object();
-  head["commit"] = id;
+  const bool head_is_base = head_version_ == base.version && head_.has_value();
+  etcd_store_json::StoreHead head;
+  head.commit = id;
   std::vector<std::string> written, replaced;
   for (size_t k = 0; k < kKinds.size(); ++k) {
     const std::string content = KindContent(next, k);
-    if (head_is_base && head_.contains(kKinds[k]) && content == KindContent(base, k)) {
-      head[kKinds[k]] = head_[kKinds[k]];
+    if (head_is_base && content == KindContent(base, k)) {
+      head.parts[k] = head_->parts[k];
       continue;
     }
-    if (head_is_base && head_.contains(kKinds[k]) && head_[kKinds[k]].value("chunks", 0) > 0)
-      replaced.push_back(head_[kKinds[k]].value("blob", ""));
+    if (head_is_base && head_->parts[k].chunks > 0) replaced.push_back(head_->parts[k].blob);
     const std::string blob = Cat(id, "-", kKinds[k]);
     size_t chunks = 0;
     for (size_t off = 0; off < content.size(); off += kEtcdChunkBytes, ++chunks) {
@@ -515,8 +479,7 @@ absl::StatusOr<uint64_t> EtcdBackend::Commit(const StoredConfig& base, const Sto
       }
     }
     if (chunks > 0) written.push_back(blob);
-    head[kKinds[k]] = Json{
-        {"blob", blob}, {"chunks", chunks}, {"bytes", content.size()}, {"sha256", ContentDigest(content)}};
+    head.parts[k] = etcd_store_json::BlobRef{blob, chunks, content.size(), ContentDigest(content)};
   }
   etcd::Compare at_base;
   at_base.key = Key("head");
@@ -531,7 +494,7 @@ absl::StatusOr<uint64_t> EtcdBackend::Commit(const StoredConfig& base, const Sto
   same_origin.key = Key("origin");
   same_origin.target = etcd::Compare::Target::kValue;
   same_origin.value = base.origin;
-  const std::string head_text = head.dump();
+  const std::string head_text = etcd_store_json::HeadJson(head).dump();
   char audit_key[64];
   std::snprintf(audit_key, sizeof(audit_key), "audit/%020lld-", static_cast<long long>(NowNanos()));
   const Json audit_json{
@@ -553,11 +516,9 @@ absl::StatusOr<uint64_t> EtcdBackend::Commit(const StoredConfig& base, const Sto
     for (int attempt = 1; attempt < kAttempts && !now.ok() && IsTransient(now.status()); ++attempt)
       now = client_.Range(Key("head"));
     if (now.ok() && !now->kvs.empty()) {
-      try {
-        if (Json::parse(now->kvs[0].value).value("commit", "") == id)
-          version = static_cast<uint64_t>(now->kvs[0].mod_revision);
-      } catch (const Json::exception&) {
-      }
+      auto committed = etcd_store_json::HeadFromJson(now->kvs[0].value);
+      if (committed.ok() && committed->commit == id)
+        version = static_cast<uint64_t>(now->kvs[0].mod_revision);
     }
     if (version == 0) {
       if (now.ok()) DeleteBlobs(written);
@@ -579,14 +540,9 @@ void EtcdBackend::SweepBlobs() {
   int64_t head_rev = 0;
   if (!r->responses[0].kvs.empty()) {
     head_rev = r->responses[0].kvs[0].mod_revision;
-    try {
-      const Json head = Json::parse(r->responses[0].kvs[0].value);
-      for (const char* k : kKinds) {
-        if (head.contains(k)) named.push_back(head[k].value("blob", ""));
-      }
-    } catch (const Json::exception&) {
-      return;
-    }
+    auto head = etcd_store_json::HeadFromJson(r->responses[0].kvs[0].value);
+    if (!head.ok()) return;  // nothing is swept from a store this instance cannot read
+    for (const etcd_store_json::BlobRef& ref : head->parts) named.push_back(ref.blob);
   }
   std::vector<std::string> stale;
   const std::string prefix = Key("blob/");

@@ -66,6 +66,16 @@ void WriteMgmtMetrics(const MgmtCounters& c, const MgmtState& s, SnapshotSizes& 
   refused.Add({{"reason", "bad_token"}}, c.bad_token);
   refused.Add({{"reason", "protocol"}}, c.protocol_errors);
   refused.Add({{"reason", "connection_limit"}}, c.connections_refused);
+  refused.Add({{"reason", "certificate"}}, c.certificate_refused);
+  w.Counter("weir_mgmt_tls_handshake_failures_total",
+            "TLS handshakes refused or failed ([tls]): no client certificate, one not signed by ca_file, "
+            "expired, or one whose OU names no role.")
+      .Add({}, c.tls_handshake_failures);
+  if (s.tls_cert_not_after != 0) {
+    w.Gauge("weir_mgmt_tls_cert_expiry_seconds",
+            "When the listener's TLS certificate expires (its notAfter), in Unix seconds.")
+        .Add({}, s.tls_cert_not_after);
+  }
   auto& requests =
       w.Counter("weir_mgmt_requests_total", "weirctl requests, by command and result (ok or error).");
   std::map<std::pair<std::string, bool>, uint64_t> all = c.requests;

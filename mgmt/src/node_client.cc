@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 #include "weir/mgmt/node_config.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/net/event_loop.h"
+#include "weir/net/tls.h"
 
 namespace weir::mgmt {
 
@@ -43,6 +46,28 @@ namespace {
 // counting towards the back-off.
 constexpr auto kEstablishedAfter = std::chrono::seconds(1);
 
+// One read or write on a TLS session: bytes, or -1 with errno EAGAIN (the
+// socket is not ready), or 0 at the peer's close_notify; a failure sets
+// `error` to OpenSSL's reason ("sslv3 alert certificate expired").
+ssize_t TlsTransfer(SSL* ssl, bool write, void* buf, size_t len, std::string* error) {
+  ERR_clear_error();
+  size_t n = 0;
+  const int ret = write ? SSL_write_ex(ssl, buf, len, &n) : SSL_read_ex(ssl, buf, len, &n);
+  if (ret == 1) return static_cast<ssize_t>(n);
+  switch (SSL_get_error(ssl, ret)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
+    default:
+      *error = Cat("TLS: ", net::TlsHandshakeError(ssl));
+      errno = ECONNRESET;
+      return -1;
+  }
+}
+
 }  // namespace
 
 struct NodeClient::Session {
@@ -55,6 +80,14 @@ struct NodeClient::Session {
   net::EventLoop::TimerId connect_timer = 0;
   std::string out;
   FrameReader reader;
+  // With TLS: the context loaded for this session, its SSL, and whether the
+  // handshake is still going on.
+  std::unique_ptr<net::TlsClientContext> tls;
+  SSL* ssl = nullptr;
+  bool handshaking = false;
+  ~Session() {
+    if (ssl != nullptr) SSL_free(ssl);
+  }
 };
 
 NodeClient::NodeClient(NodeClientOptions options, ApplyFn apply)
@@ -185,6 +218,7 @@ void NodeClient::Connect() {
     End(absl::UnavailableError("connect: timed out"));
   });
   loop_->Watch(fd, EPOLLOUT, [this](uint32_t events) {
+    if (session_->handshaking) return Handshake();
     if (session_->connected) return OnSession(events);
     OnConnected();
   });
@@ -199,6 +233,47 @@ void NodeClient::OnConnected() {
   getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) return End(absl::UnavailableError(Cat("connect: ", std::strerror(err))));
   EnableKeepalive(s.fd);
+  if (!options_.tls_cert_file.empty()) {
+    // The files as they are now: a renewed certificate is used from here on.
+    auto ctx = net::TlsClientContext::Create({.certificate = {options_.tls_cert_file, options_.tls_key_file},
+                                              .ca = options_.tls_ca_file,
+                                              .server_name = options_.tls_server_name});
+    if (!ctx.ok()) return End(absl::FailedPreconditionError(Cat("TLS: ", ToStd(ctx.status().message()))));
+    s.tls = *std::move(ctx);
+    s.ssl = s.tls->NewConnection(s.fd);
+    if (s.ssl == nullptr) return End(absl::InternalError(Cat("TLS: ", net::TlsErrors())));
+    s.handshaking = true;
+    s.connect_timer = loop_->After(std::chrono::milliseconds(options_.connect_timeout_ms), [this] {
+      session_->connect_timer = 0;
+      End(absl::UnavailableError("TLS handshake: timed out"));
+    });
+    return Handshake();
+  }
+  StartSession();
+}
+
+void NodeClient::Handshake() {
+  Session& s = *session_;
+  ERR_clear_error();
+  const int ret = SSL_do_handshake(s.ssl);
+  if (ret == 1) {
+    s.handshaking = false;
+    loop_->Cancel(s.connect_timer);
+    s.connect_timer = 0;
+    return StartSession();
+  }
+  switch (SSL_get_error(s.ssl, ret)) {
+    case SSL_ERROR_WANT_READ:
+      return loop_->Modify(s.fd, EPOLLIN);
+    case SSL_ERROR_WANT_WRITE:
+      return loop_->Modify(s.fd, EPOLLIN | EPOLLOUT);
+    default:
+      return End(absl::UnavailableError(Cat("TLS handshake: ", net::TlsHandshakeError(s.ssl))));
+  }
+}
+
+void NodeClient::StartSession() {
+  Session& s = *session_;
   s.connected = true;
   s.connected_at = net::EventLoop::Clock::now();
   connected_.store(true);
@@ -218,16 +293,23 @@ void NodeClient::OnConnected() {
 
 void NodeClient::OnSession(uint32_t events) {
   Session& s = *session_;
+  std::string tls_error;
   if ((events & EPOLLOUT) && !s.out.empty()) {
-    ssize_t n = send(s.fd, s.out.data(), s.out.size(), MSG_NOSIGNAL);
+    ssize_t n = s.ssl != nullptr ? TlsTransfer(s.ssl, true, s.out.data(), s.out.size(), &tls_error)
+                                 : send(s.fd, s.out.data(), s.out.size(), MSG_NOSIGNAL);
+    if (!tls_error.empty()) return End(absl::UnavailableError(tls_error));
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       return End(absl::UnavailableError(Cat("send: ", std::strerror(errno))));
     }
     if (n > 0) s.out.erase(0, static_cast<size_t>(n));
   }
-  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+  // TLS may hold decrypted bytes the socket will not signal again: read them too.
+  while ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || (s.ssl != nullptr && SSL_has_pending(s.ssl) == 1)) {
+    events &= ~static_cast<uint32_t>(EPOLLIN | EPOLLHUP | EPOLLERR);
     char buf[65536];
-    ssize_t n = recv(s.fd, buf, sizeof(buf), 0);
+    ssize_t n = s.ssl != nullptr ? TlsTransfer(s.ssl, false, buf, sizeof(buf), &tls_error)
+                                 : recv(s.fd, buf, sizeof(buf), 0);
+    if (!tls_error.empty()) return End(absl::UnavailableError(tls_error));
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       return End(absl::UnavailableError(Cat("recv: ", std::strerror(errno))));
     }
@@ -359,9 +441,12 @@ void NodeClient::HandleSnapshot(const Snapshot& snap, const SnapshotParts* parts
 
 absl::StatusOr<NodeStart> PrepareNode(const NodeMgmtConfig& config, const std::string& kind) {
   NodeStart out;
-  auto token = ReadTokenFile(config.token_file);
-  if (!token.ok()) return token.status();
-  out.token = *token;
+  // With TLS the token is optional (the certificate authenticates).
+  if (!config.token_file.empty()) {
+    auto token = ReadTokenFile(config.token_file);
+    if (!token.ok()) return token.status();
+    out.token = *token;
+  }
   if (mkdir(config.state_dir.c_str(), 0750) != 0 && errno != EEXIST) {
     return absl::UnavailableError(
         Cat("cannot create state_dir ", config.state_dir, ": ", std::strerror(errno)));
@@ -393,6 +478,10 @@ NodeClientOptions MakeNodeClientOptions(const NodeMgmtConfig& config, const std:
   o.node_id = config.node_id;
   o.kind = kind;
   o.state_dir = config.state_dir;
+  o.tls_cert_file = config.tls_cert_file;
+  o.tls_key_file = config.tls_key_file;
+  o.tls_ca_file = config.tls_ca_file;
+  o.tls_server_name = config.tls_server_name;
   return o;
 }
 

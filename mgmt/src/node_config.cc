@@ -7,6 +7,7 @@
 #include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/snapshot.h"
+#include "weir/net/tls.h"
 #include "weir/partitions/tagtable.h"
 
 namespace weir::mgmt {
@@ -70,14 +71,28 @@ void ParseNodeMgmt(common::TomlChecker& c, const toml::table& root, const std::s
   if (m == nullptr) return;
   out->enabled = true;
   const size_t errors_before = c.error_count();
-  c.OnlyKeys(*m, "mgmt", {"address", "node_id", "token_file", "state_dir"});
+  c.OnlyKeys(*m, "mgmt",
+             {"address", "node_id", "token_file", "state_dir", "tls_cert_file", "tls_key_file", "tls_ca_file",
+              "tls_server_name"});
   ParseMgmtAddresses(c, *m, &out->addresses);
   c.String(*m, "node_id", &out->node_id);
   c.String(*m, "token_file", &out->token_file);
   c.String(*m, "state_dir", &out->state_dir);
+  c.String(*m, "tls_cert_file", &out->tls_cert_file);
+  c.String(*m, "tls_key_file", &out->tls_key_file);
+  c.String(*m, "tls_ca_file", &out->tls_ca_file);
+  c.String(*m, "tls_server_name", &out->tls_server_name);
   if (c.error_count() != errors_before) return;  // the rules below would repeat those errors
-  if (out->token_file.empty())
-    return c.Fail(m->source(), "[mgmt] needs 'token_file' (mgmt authenticates nodes)");
+  const int tls_files = !out->tls_cert_file.empty() + !out->tls_key_file.empty() + !out->tls_ca_file.empty();
+  if (tls_files != 0 && tls_files != 3) {
+    return c.Fail(m->source(),
+                  "[mgmt] tls_cert_file, tls_key_file and tls_ca_file go together (all three or none)");
+  }
+  if (tls_files == 0 && !out->tls_server_name.empty())
+    return c.Fail(m->get("tls_server_name")->source(),
+                  "[mgmt] tls_server_name needs tls_cert_file, tls_key_file and tls_ca_file");
+  if (out->token_file.empty() && tls_files == 0)
+    return c.Fail(m->source(), "[mgmt] needs 'token_file' (mgmt authenticates nodes), or the tls_* files");
   if (out->state_dir.empty()) {
     return c.Fail(m->source(), "[mgmt] needs 'state_dir' (where the last good snapshot is kept)");
   }
@@ -112,6 +127,24 @@ bool CheckNodeMgmtFiles(common::TomlChecker& c, const toml::table& root, const s
   if (auto token = common::FindNamedFile(root, "control.token_file", config_path)) CheckTokenFile(c, *token);
   if (!root.contains("mgmt")) return false;
   if (auto token = common::FindNamedFile(root, "mgmt.token_file", config_path)) CheckTokenFile(c, *token);
+  // The TLS files, as each connect loads them: readable, PEM, the key the
+  // certificate's, not expired nor not yet valid, the CA loadable.
+  auto cert = common::FindNamedFile(root, "mgmt.tls_cert_file", config_path);
+  auto key = common::FindNamedFile(root, "mgmt.tls_key_file", config_path);
+  auto ca = common::FindNamedFile(root, "mgmt.tls_ca_file", config_path);
+  if (cert && key && ca) {
+    net::TlsClientOptions client;
+    client.certificate = {cert->path, key->path};
+    client.ca = ca->path;
+    net::TlsServerOptions dated;  // the same checks as a server's, the dates included
+    dated.certificates.push_back(client.certificate);
+    auto ctx = net::TlsClientContext::Create(client);
+    if (!ctx.ok()) {
+      c.Fail(cert->value->source(), Cat("[mgmt] TLS: ", ToStd(ctx.status().message())));
+    } else if (auto dates = net::TlsServerContext::Check(dated); !dates.ok()) {
+      c.Fail(cert->value->source(), Cat("[mgmt] TLS: ", ToStd(dates.status().message())));
+    }
+  }
   // As PrepareNode: an intact, valid stored snapshot is what the node starts from.
   auto dir = common::FindNamedFile(root, "mgmt.state_dir", config_path);
   if (!dir) return false;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <netinet/tcp.h>
+#include <openssl/err.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -13,10 +14,12 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "metrics.h"
+#include "peer_tls.h"
 #include "store_backends.h"
 #include "weir/common/config_file.h"
 #include "weir/common/log.h"
@@ -34,6 +37,7 @@
 #include "weir/net/event_loop.h"
 #include "weir/net/loop_mailbox.h"
 #include "weir/net/socket.h"
+#include "weir/net/tls.h"
 
 namespace weir::mgmt {
 
@@ -87,6 +91,21 @@ void ParseEtcd(common::TomlChecker& c, const toml::table& root, MgmtConfig& cfg)
     c.Fail(t->source(), "[etcd] cert_file and key_file go together");
 }
 
+void ParseTls(common::TomlChecker& c, const toml::table& root, MgmtConfig& cfg) {
+  const toml::table* t = common::SubTable(c, root, "tls");
+  if (t == nullptr) return;
+  cfg.tls.enabled = true;
+  c.OnlyKeys(*t, "tls", {"cert_file", "key_file", "ca_file"});
+  c.String(*t, "cert_file", &cfg.tls.cert_file);
+  c.String(*t, "key_file", &cfg.tls.key_file);
+  c.String(*t, "ca_file", &cfg.tls.ca_file);
+  if (c.ok() && (cfg.tls.cert_file.empty() || cfg.tls.key_file.empty() || cfg.tls.ca_file.empty())) {
+    c.Fail(t->source(),
+           "[tls] needs 'cert_file', 'key_file' and 'ca_file' (the CA of the nodes' and operators' "
+           "certificates)");
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::string& name) {
@@ -94,9 +113,10 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = *parsed;
   common::TomlChecker c(name);
-  c.OnlyKeys(root, "", {"mgmt", "etcd"});
+  c.OnlyKeys(root, "", {"mgmt", "etcd", "tls"});
   MgmtConfig cfg;
   cfg.path = name;
+  ParseTls(c, root, cfg);
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
     c.OnlyKeys(
@@ -139,15 +159,16 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
       c.Fail(m->get("database")->source(),
              "[mgmt] database is the SQLite store's: not used with store = \"etcd\"");
     }
-    if (token_file_ok && cfg.token_file.empty())
-      c.Fail(m->source(), "[mgmt] needs 'token_file' (peers must authenticate)");
+    if (token_file_ok && cfg.token_file.empty() && !cfg.tls.enabled)
+      c.Fail(m->source(), "[mgmt] needs 'token_file' (peers must authenticate), or a [tls] table");
     ParseEtcd(c, root, cfg);
   } else if (c.ok()) {
     return absl::InvalidArgumentError(Cat(name, ": missing [mgmt] table"));
   }
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
-  common::ResolveRelativeTo(name, {&cfg.database, &cfg.token_file, &cfg.etcd.client.ca_file,
-                                   &cfg.etcd.client.cert_file, &cfg.etcd.client.key_file});
+  common::ResolveRelativeTo(
+      name, {&cfg.database, &cfg.token_file, &cfg.etcd.client.ca_file, &cfg.etcd.client.cert_file,
+             &cfg.etcd.client.key_file, &cfg.tls.cert_file, &cfg.tls.key_file, &cfg.tls.ca_file});
   if (cfg.instance.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -176,6 +197,12 @@ bool IsDatabaseFailure(const absl::Status& st) {
 // committed, besides its watch (a watch on a member that hangs without
 // closing would otherwise go unnoticed).
 constexpr std::chrono::milliseconds kStorePoll{2000};
+
+// How often the [tls] files' modification times are looked at (a renewed
+// certificate is taken without a restart).
+constexpr std::chrono::milliseconds kTlsFilesPoll{2000};
+// How often node-registry changes (ACKs, connections) are written.
+constexpr std::chrono::milliseconds kNodeRecordFlush{500};
 
 // The versions kept to make deltas from (docs/mgmt.md#limits-and-notes).
 constexpr size_t kHistoryVersions = 8;
@@ -215,6 +242,14 @@ struct Conn {
   // weirctl connections and peers that never said who they are are closed
   // after 30 s; this timer does it.
   net::EventLoop::TimerId deadline = 0;
+  // With [tls]: the connection's TLS (its own context, kept across a
+  // reload), the handshake still going on, and who its certificate says
+  // the peer is.
+  SSL* ssl = nullptr;
+  std::optional<net::TlsStreamIo> io;
+  bool handshaking = false;
+  CertRole cert_role = CertRole::kNone;
+  std::string cert_cn;
 };
 
 // A control request fanned out to the nodes (weirctl --all): one result per
@@ -278,8 +313,22 @@ struct MgmtServer::Impl {
   // Set by the store's watch (another instance committed); the loop reads
   // the store again when woken.
   std::atomic<bool> store_changed{false};
+  // [tls]: the context new connections get; reloaded when a file changes.
+  std::unique_ptr<MgmtTlsContext> tls;
+  common::RateLimitedLog handshake_log{{.component = "tls"}};
 
   absl::Status Start();
+  // Drives a TLS handshake on; once done, who the peer is.
+  void Handshake(Conn& c);
+  void CheckTlsFiles();
+  ssize_t Send(Conn& c, const void* buf, size_t len) {
+    return c.io ? c.io->Send(buf, len) : send(c.fd, buf, len, MSG_NOSIGNAL);
+  }
+  ssize_t Recv(Conn& c, void* buf, size_t len) {
+    return c.io ? c.io->Recv(buf, len) : recv(c.fd, buf, len, 0);
+  }
+  // Peers refused for what their certificate says.
+  absl::Status CheckCertificateRole(Conn& c, const Message& m);
   void Loop();
   void WatchListener();
   void Accept();
@@ -322,6 +371,7 @@ struct MgmtServer::Impl {
   // a newer version to the nodes.
   void RefreshStore();
   void PollStore();
+  void FlushNodeRecords();
   void CloseConn(int fd);
   void Watch(Conn& c);
   // A store call's failure: logged, and counted when the database failed.
@@ -345,6 +395,7 @@ absl::StatusOr<std::string> MgmtServer::Impl::RenderMetrics() {
           if (c.role != Role::kNode) continue;
           ++state.nodes_by_kind[c.kind == "fastpath" || c.kind == "recursor" ? c.kind : "other"];
         }
+        if (tls != nullptr) state.tls_cert_not_after = tls->not_after();
         WriteMgmtMetrics(counters, state, sizes, w);
       },
       kTimeout);
@@ -400,6 +451,7 @@ void MgmtServer::Stop() {
   if (!net::StopLoopThread(impl_->running, impl_->loop, impl_->thread)) return;
   for (auto& [fd, c] : impl_->conns) {
     impl_->loop.Unwatch(fd);
+    if (c.ssl != nullptr) SSL_free(c.ssl);
     close(fd);
   }
   impl_->conns.clear();
@@ -407,10 +459,25 @@ void MgmtServer::Stop() {
   close(impl_->listen_fd);
 }
 
+absl::Status MgmtServer::ReloadTls() {
+  if (impl_->tls == nullptr) return absl::FailedPreconditionError("no [tls] table");
+  absl::Status st;
+  if (!impl_->mailbox.Call([&] { st = impl_->tls->MaybeReload(true); }, std::chrono::milliseconds(2000)))
+    return absl::UnavailableError("the event loop did not take the reload within 2000 ms");
+  return st;
+}
+
 absl::Status MgmtServer::Impl::Start() {
-  auto tok = ReadTokenFile(config.token_file);
-  if (!tok.ok()) return tok.status();
-  token = *tok;
+  // With [tls] the token is optional: the certificates authenticate.
+  if (!config.token_file.empty()) {
+    auto tok = ReadTokenFile(config.token_file);
+    if (!tok.ok()) return tok.status();
+    token = *tok;
+  }
+  if (config.tls.enabled) {
+    tls = std::make_unique<MgmtTlsContext>(config.tls);
+    if (absl::Status st = tls->Load(); !st.ok()) return st;
+  }
   absl::StatusOr<std::unique_ptr<StoreBackend>> backend =
       config.store == "etcd" ? OpenEtcdBackend(config.etcd) : OpenSqliteBackend(config.database);
   if (!backend.ok()) return backend.status();
@@ -436,6 +503,7 @@ absl::Status MgmtServer::Impl::Start() {
     mailbox.RunPending();
     if (store_changed.exchange(false)) RefreshStore();
   });
+  loop.After(kNodeRecordFlush, [this] { FlushNodeRecords(); });
   if (config.store == "etcd") {
     store->backend().OnExternalChange([this] {
       store_changed.store(true);
@@ -443,6 +511,7 @@ absl::Status MgmtServer::Impl::Start() {
     });
     loop.After(kStorePoll, [this] { PollStore(); });
   }
+  if (tls != nullptr) loop.After(kTlsFilesPoll, [this] { CheckTlsFiles(); });
   if (config.metrics_enabled) {
     auto fd = net::BindSocket(config.metrics_listen, SOCK_STREAM, {.listen_backlog = 64});
     if (!fd.ok()) return absl::Status(fd.status().code(), Cat("metrics_listen: ", fd.status().message()));
@@ -473,9 +542,66 @@ void MgmtServer::Impl::RefreshStore() {
   PushAll();
 }
 
+void MgmtServer::Impl::FlushNodeRecords() {
+  store->backend().FlushNodeRecords();
+  if (running.load()) loop.After(kNodeRecordFlush, [this] { FlushNodeRecords(); });
+}
+
 void MgmtServer::Impl::PollStore() {
   RefreshStore();
   if (running.load()) loop.After(kStorePoll, [this] { PollStore(); });
+}
+
+void MgmtServer::Impl::CheckTlsFiles() {
+  tls->MaybeReload(false).IgnoreError();  // logged; the previous context stays
+  if (running.load()) loop.After(kTlsFilesPoll, [this] { CheckTlsFiles(); });
+}
+
+void MgmtServer::Impl::Handshake(Conn& c) {
+  ERR_clear_error();
+  const int ret = SSL_do_handshake(c.ssl);
+  if (ret == 1) {
+    c.handshaking = false;
+    auto peer = IdentifyPeer(c.ssl);
+    if (!peer.ok()) {
+      ++counters.tls_handshake_failures;
+      handshake_log(c.peer, ": TLS peer refused: ", ToStd(peer.status().message()));
+      return CloseConn(c.fd);
+    }
+    c.cert_role = peer->role;
+    c.cert_cn = peer->cn;
+    loop.Modify(c.fd, EPOLLIN);
+    return OnReadable(c);  // the first frame may have come with the handshake's last flight
+  }
+  switch (SSL_get_error(c.ssl, ret)) {
+    case SSL_ERROR_WANT_READ:
+      return loop.Modify(c.fd, EPOLLIN);
+    case SSL_ERROR_WANT_WRITE:
+      return loop.Modify(c.fd, EPOLLIN | EPOLLOUT);
+    default:
+      ++counters.tls_handshake_failures;
+      handshake_log(c.peer, ": TLS handshake refused: ", net::TlsHandshakeError(c.ssl));
+      return CloseConn(c.fd);
+  }
+}
+
+absl::Status MgmtServer::Impl::CheckCertificateRole(Conn& c, const Message& m) {
+  if (m.type == MsgType::kRequest && c.cert_role != CertRole::kOperator) {
+    return absl::PermissionDeniedError(
+        Cat("certificate '", c.cert_cn, "' is a node's (OU=", kNodeUnit, "): it may not send REQUEST"));
+  }
+  if (m.type == MsgType::kHello) {
+    if (c.cert_role != CertRole::kNode) {
+      return absl::PermissionDeniedError(Cat(
+          "certificate '", c.cert_cn, "' is an operator's (OU=", kOperatorUnit, "): it may not send HELLO"));
+    }
+    const std::string said = m.fields.size() > 2 ? m.fields[2] : "";
+    if (said != c.cert_cn) {
+      return absl::PermissionDeniedError(
+          Cat("node certificate is for '", c.cert_cn, "', its HELLO says '", said, "'"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void MgmtServer::Impl::WatchListener() {
@@ -485,6 +611,7 @@ void MgmtServer::Impl::WatchListener() {
 void MgmtServer::Impl::OnEvents(int fd, uint32_t events) {
   auto it = conns.find(fd);
   if (it == conns.end()) return;
+  if (it->second.handshaking) return Handshake(it->second);
   if (events & EPOLLOUT) OnWritable(it->second);
   it = conns.find(fd);
   if (it != conns.end() && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) OnReadable(it->second);
@@ -521,6 +648,16 @@ void MgmtServer::Impl::Accept() {
       it->second.deadline = 0;
       if (it->second.role != Role::kNode) CloseConn(fd);
     });
+    if (tls != nullptr) {
+      c.ssl = tls->NewConnection(fd);
+      if (c.ssl == nullptr) {
+        accept_log("TLS: ", net::TlsErrors(), ": connection closed");
+        CloseConn(fd);
+        continue;
+      }
+      c.io.emplace(c.ssl);
+      c.handshaking = true;
+    }
     loop.Watch(fd, EPOLLIN, [this, fd](uint32_t events) { OnEvents(fd, events); });
   }
 }
@@ -549,6 +686,13 @@ void MgmtServer::Impl::CloseConn(int fd) {
   }
   if (it->second.deadline != 0) loop.Cancel(it->second.deadline);
   loop.Unwatch(fd);
+  if (SSL* ssl = it->second.ssl; ssl != nullptr) {
+    // A close_notify, best effort: the peer reads the end of the stream,
+    // not a reset.
+    if (!it->second.handshaking) SSL_shutdown(ssl);
+    ERR_clear_error();
+    SSL_free(ssl);
+  }
   close(fd);
   conns.erase(it);
 }
@@ -566,7 +710,7 @@ void MgmtServer::Impl::Flush(Conn& c) {
     const std::string* buf = pushing ? c.push.get() : &c.out;
     const size_t off = pushing ? c.push_off : 0;
     if (buf->size() == off) break;
-    ssize_t n = send(c.fd, buf->data() + off, buf->size() - off, MSG_NOSIGNAL);
+    ssize_t n = Send(c, buf->data() + off, buf->size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) return CloseConn(c.fd);
@@ -592,7 +736,7 @@ void MgmtServer::Impl::OnReadable(Conn& c) {
   char buf[65536];
   const int fd = c.fd;
   for (;;) {
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ssize_t n = Recv(c, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) return CloseConn(fd);
@@ -748,12 +892,26 @@ void MgmtServer::Impl::Handle(Conn& c, const Message& m) {
       ++counters.protocol_errors;
       return Fail(c, Cat("unsupported protocol, expected ", kProtocol));
     }
-    if (!TokenEquals(m.fields[1], token)) {
+    if (c.ssl != nullptr) {
+      if (absl::Status st = CheckCertificateRole(c, m); !st.ok()) {
+        ++counters.certificate_refused;
+        return Fail(c, Text(st.message()));
+      }
+    }
+    // With [tls] and no token_file the certificate alone authenticates.
+    if ((c.ssl == nullptr || !token.empty()) && !TokenEquals(m.fields[1], token)) {
       ++counters.bad_token;
       return Fail(c, "bad token");
     }
     if (m.type == MsgType::kRequest) {
       c.role = Role::kCtl;
+      if (c.ssl != nullptr && m.fields.size() > 2) {
+        // The audit names the certificate; what the client says follows it.
+        Message request = m;
+        request.fields[2] =
+            m.fields[2].empty() ? Cat(c.cert_cn, " (cert)") : Cat(c.cert_cn, " (cert) as ", m.fields[2]);
+        return HandleRequest(c, request);
+      }
       return HandleRequest(c, m);
     }
     if ((m.fields.size() != 6 && m.fields.size() != 7) || m.fields[2].empty() || m.fields[2].size() > 255) {

@@ -6,13 +6,18 @@
 
 #include <algorithm>
 #include <ctime>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "store_backends.h"
+#include "weir/common/log.h"
 #include "weir/common/text.h"
 
 namespace weir::mgmt {
 
 using common::Cat;
+using common::ToStd;
 
 namespace {
 
@@ -85,7 +90,10 @@ std::string SuffixOf(const std::string& canonical_line) {
 class SqliteBackend final : public StoreBackend {
  public:
   explicit SqliteBackend(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  ~SqliteBackend() override { sqlite3_close(db_); }
+  ~SqliteBackend() override {
+    FlushNodeRecords();
+    sqlite3_close(db_);
+  }
   absl::Status Exec(const char* sql);
 
   std::string Describe() const override { return Cat("sqlite ", path_); }
@@ -101,8 +109,18 @@ class SqliteBackend final : public StoreBackend {
   absl::Status ForgetNode(const std::string& node_id) override;
   absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) override;
   absl::StatusOr<std::vector<uint64_t>> VersionsAfter(uint64_t version, int limit) override;
+  void FlushNodeRecords() override;
 
  private:
+  // A node's registry changes not written yet (NodeSeen replaces the record).
+  struct PendingNode {
+    std::optional<NodeRecord> seen;
+    std::optional<uint64_t> ack;
+    std::optional<std::pair<uint64_t, std::string>> nack;
+    int64_t last_seen = 0;
+  };
+  absl::Status WriteNodeRecords();
+  std::map<std::string, PendingNode> pending_;
   absl::StatusOr<uint64_t> StoredVersion();
 
   sqlite3* db_;
@@ -265,6 +283,57 @@ absl::StatusOr<uint64_t> SqliteBackend::Commit(const StoredConfig& base, const S
   return version;
 }
 
+void SqliteBackend::FlushNodeRecords() {
+  if (pending_.empty()) return;
+  if (absl::Status st = WriteNodeRecords(); !st.ok()) {
+    // Kept for the next flush: the registry is status, not configuration.
+    common::LogWarning("store", "cannot write ", pending_.size(), " node records: ", ToStd(st.message()));
+  }
+}
+
+absl::Status SqliteBackend::WriteNodeRecords() {
+  if (absl::Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
+  auto fail = [&](absl::Status st) {
+    (void)Exec("ROLLBACK");
+    return st;
+  };
+  for (const auto& [id, p] : pending_) {
+    if (p.seen) {
+      Stmt q(db_,
+             "INSERT INTO nodes(node_id, kind, peer, last_seen, acked_version) VALUES (?1, ?2, ?3, ?4, ?5) "
+             "ON CONFLICT(node_id) DO UPDATE SET kind = ?2, peer = ?3, last_seen = ?4, acked_version = ?5");
+      const NodeRecord& r = *p.seen;
+      if (absl::Status st = q.Bind(1, r.node_id)
+                                .Bind(2, r.kind)
+                                .Bind(3, r.peer)
+                                .Bind(4, r.last_seen)
+                                .Bind(5, static_cast<int64_t>(r.acked_version))
+                                .Run();
+          !st.ok())
+        return fail(st);
+    }
+    if (p.ack) {
+      Stmt q(db_, "UPDATE nodes SET acked_version = ?2, last_seen = ?3 WHERE node_id = ?1");
+      if (absl::Status st = q.Bind(1, id).Bind(2, static_cast<int64_t>(*p.ack)).Bind(3, p.last_seen).Run();
+          !st.ok())
+        return fail(st);
+    }
+    if (p.nack) {
+      Stmt q(db_, "UPDATE nodes SET nack_version = ?2, nack_reason = ?3, last_seen = ?4 WHERE node_id = ?1");
+      if (absl::Status st = q.Bind(1, id)
+                                .Bind(2, static_cast<int64_t>(p.nack->first))
+                                .Bind(3, p.nack->second)
+                                .Bind(4, p.last_seen)
+                                .Run();
+          !st.ok())
+        return fail(st);
+    }
+  }
+  if (absl::Status st = Exec("COMMIT"); !st.ok()) return fail(st);
+  pending_.clear();
+  return absl::OkStatus();
+}
+
 absl::Status SqliteBackend::NodeGone(const std::string& node_id) {
   // One weir-mgmt per database: the server knows its own connections.
   (void)node_id;
@@ -283,29 +352,30 @@ absl::StatusOr<std::vector<uint64_t>> SqliteBackend::VersionsAfter(uint64_t vers
 }
 
 absl::Status SqliteBackend::NodeSeen(const NodeRecord& r) {
-  Stmt q(db_,
-         "INSERT INTO nodes(node_id, kind, peer, last_seen, acked_version) VALUES (?1, ?2, ?3, ?4, ?5) "
-         "ON CONFLICT(node_id) DO UPDATE SET kind = ?2, peer = ?3, last_seen = ?4, acked_version = ?5");
-  return q.Bind(1, r.node_id)
-      .Bind(2, r.kind)
-      .Bind(3, r.peer)
-      .Bind(4, r.last_seen)
-      .Bind(5, static_cast<int64_t>(r.acked_version))
-      .Run();
+  PendingNode& p = pending_[r.node_id];
+  p = PendingNode{};
+  p.seen = r;
+  p.last_seen = r.last_seen;
+  return absl::OkStatus();
 }
 
 absl::Status SqliteBackend::NodeAck(const std::string& node_id, uint64_t version) {
-  Stmt q(db_, "UPDATE nodes SET acked_version = ?2, last_seen = ?3 WHERE node_id = ?1");
-  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, Now()).Run();
+  PendingNode& p = pending_[node_id];
+  p.ack = version;
+  p.last_seen = Now();
+  return absl::OkStatus();
 }
 
 absl::Status SqliteBackend::NodeNack(const std::string& node_id, uint64_t version,
                                      const std::string& reason) {
-  Stmt q(db_, "UPDATE nodes SET nack_version = ?2, nack_reason = ?3, last_seen = ?4 WHERE node_id = ?1");
-  return q.Bind(1, node_id).Bind(2, static_cast<int64_t>(version)).Bind(3, reason).Bind(4, Now()).Run();
+  PendingNode& p = pending_[node_id];
+  p.nack = std::make_pair(version, reason);
+  p.last_seen = Now();
+  return absl::OkStatus();
 }
 
 absl::Status SqliteBackend::ForgetNode(const std::string& node_id) {
+  FlushNodeRecords();
   Stmt q(db_, "DELETE FROM nodes WHERE node_id = ?1");
   if (absl::Status st = q.Bind(1, node_id).Run(); !st.ok()) return st;
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(Cat("no node '", node_id, "'"));
@@ -313,6 +383,9 @@ absl::Status SqliteBackend::ForgetNode(const std::string& node_id) {
 }
 
 absl::StatusOr<std::vector<NodeRecord>> SqliteBackend::Nodes() {
+  if (!pending_.empty()) {
+    if (absl::Status st = WriteNodeRecords(); !st.ok()) return st;
+  }
   Stmt q(db_,
          "SELECT node_id, kind, peer, acked_version, nack_version, nack_reason, last_seen FROM nodes "
          "ORDER BY node_id");

@@ -172,8 +172,11 @@ int64_t AsUnixSeconds(const ASN1_TIME* t) {
 }
 
 // Loads one chain + key pair and checks it; `info` describes it.
+// `check_dates`: an expired or not yet valid certificate is an error (a
+// client leaves that to the server, which says so in its log).
 absl::Status LoadPair(const TlsCertificateFiles& files, std::unique_ptr<X509, X509Free>* leaf,
-                      std::unique_ptr<EVP_PKEY, PkeyFree>* key, TlsCertificateInfo* info) {
+                      std::unique_ptr<EVP_PKEY, PkeyFree>* key, TlsCertificateInfo* info,
+                      bool check_dates = true) {
   ERR_clear_error();
   std::unique_ptr<BIO, BioFree> cb(BIO_new_file(files.chain.c_str(), "r"));
   if (!cb) {
@@ -204,10 +207,10 @@ absl::Status LoadPair(const TlsCertificateFiles& files, std::unique_ptr<X509, X5
   info->subject = subject;
   info->key_type = KeyType(key->get());
   info->not_after = AsUnixSeconds(X509_get0_notAfter(leaf->get()));
-  if (X509_cmp_current_time(X509_get0_notAfter(leaf->get())) <= 0) {
+  if (check_dates && X509_cmp_current_time(X509_get0_notAfter(leaf->get())) <= 0) {
     return absl::InvalidArgumentError(Cat(files.chain, ": the certificate (", subject, ") has expired"));
   }
-  if (X509_cmp_current_time(X509_get0_notBefore(leaf->get())) >= 0) {
+  if (check_dates && X509_cmp_current_time(X509_get0_notBefore(leaf->get())) >= 0) {
     return absl::InvalidArgumentError(Cat(files.chain, ": the certificate (", subject, ") is not valid yet"));
   }
   if (X509_check_private_key(leaf->get(), key->get()) != 1) {
@@ -218,8 +221,24 @@ absl::Status LoadPair(const TlsCertificateFiles& files, std::unique_ptr<X509, X5
   return absl::OkStatus();
 }
 
+// A CA file: readable, and at least one PEM certificate in it.
+absl::Status CheckCaFile(const std::string& path) {
+  ERR_clear_error();
+  std::unique_ptr<BIO, BioFree> b(BIO_new_file(path.c_str(), "r"));
+  if (!b) return absl::InvalidArgumentError(Cat(path, ": cannot read the CA file: ", std::strerror(errno)));
+  std::unique_ptr<X509, X509Free> ca(PEM_read_bio_X509(b.get(), nullptr, nullptr, nullptr));
+  if (!ca) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(Cat(path, ": no PEM certificate in the CA file"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAll(const TlsServerOptions& options, std::vector<TlsCertificateInfo>* infos) {
   if (options.certificates.empty()) return absl::InvalidArgumentError("no certificate configured");
+  if (!options.client_ca.empty()) {
+    if (absl::Status st = CheckCaFile(options.client_ca); !st.ok()) return st;
+  }
   std::vector<int> types;
   for (const TlsCertificateFiles& f : options.certificates) {
     std::unique_ptr<X509, X509Free> leaf;
@@ -286,6 +305,15 @@ absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(const
     SSL_CTX_set_num_tickets(ctx, 0);
   }
   SSL_CTX_set_alpn_select_cb(ctx, AlpnSelect, nullptr);
+  if (!options.client_ca.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, options.client_ca.c_str(), nullptr) != 1) {
+      return absl::InvalidArgumentError(Cat(options.client_ca, ": ", TlsErrors()));
+    }
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options.client_ca.c_str());
+    if (names != nullptr) SSL_CTX_set_client_CA_list(ctx, names);
+    ERR_clear_error();
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
   return c;
 }
 
@@ -298,12 +326,83 @@ SSL* TlsServerContext::NewConnection(int fd, std::string_view alpn) const {
     SSL_free(ssl);
     return nullptr;
   }
-  // Read by AlpnSelect; the views are constants (kAlpnDot, kAlpnDoh).
+  // Read by AlpnSelect; the views are constants (kAlpnDot, kAlpnDoh). No
+  // list: no protocol is agreed.
   static const std::string_view kDot = kAlpnDot, kDoh = kAlpnDoh;
-  const std::string_view* list = alpn == kAlpnDot ? &kDot : &kDoh;
+  const std::string_view* list = alpn.empty() ? nullptr : alpn == kAlpnDot ? &kDot : &kDoh;
   SSL_set_app_data(ssl, const_cast<std::string_view*>(list));
   SSL_set_accept_state(ssl);
   return ssl;
+}
+
+absl::StatusOr<std::unique_ptr<TlsClientContext>> TlsClientContext::Create(const TlsClientOptions& options) {
+  std::unique_ptr<TlsClientContext> c(new TlsClientContext());
+  {
+    std::unique_ptr<X509, X509Free> leaf;
+    std::unique_ptr<EVP_PKEY, PkeyFree> key;
+    if (absl::Status st = LoadPair(options.certificate, &leaf, &key, &c->cert_, /*check_dates=*/false);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (absl::Status st = CheckCaFile(options.ca); !st.ok()) return st;
+  ERR_clear_error();
+  c->ctx_ = SSL_CTX_new(TLS_client_method());
+  if (c->ctx_ == nullptr) return absl::InternalError(Cat("TLS context: ", TlsErrors()));
+  SSL_CTX* ctx = c->ctx_;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_NO_TICKET);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (SSL_CTX_use_certificate_chain_file(ctx, options.certificate.chain.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, options.certificate.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    return absl::InvalidArgumentError(Cat(options.certificate.chain, ": ", TlsErrors()));
+  }
+  if (SSL_CTX_load_verify_locations(ctx, options.ca.c_str(), nullptr) != 1) {
+    return absl::InvalidArgumentError(Cat(options.ca, ": ", TlsErrors()));
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  c->server_name_ = options.server_name;
+  return c;
+}
+
+TlsClientContext::~TlsClientContext() { SSL_CTX_free(ctx_); }
+
+SSL* TlsClientContext::NewConnection(int fd) const {
+  SSL* ssl = SSL_new(ctx_);
+  if (ssl == nullptr) return nullptr;
+  bool ok = SSL_set_fd(ssl, fd) == 1;
+  if (ok && !server_name_.empty()) {
+    ok = SSL_set_tlsext_host_name(ssl, server_name_.c_str()) == 1 &&
+         SSL_set1_host(ssl, server_name_.c_str()) == 1;
+  }
+  if (!ok) {
+    SSL_free(ssl);
+    return nullptr;
+  }
+  SSL_set_connect_state(ssl);
+  return ssl;
+}
+
+std::string TlsHandshakeError(const SSL* ssl) {
+  std::string out = TlsErrors();
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK) out += Cat(" (", X509_verify_cert_error_string(verify), ")");
+  return out;
+}
+
+std::string PeerSubjectField(const SSL* ssl, int nid) {
+  X509* peer = SSL_get0_peer_certificate(ssl);
+  if (peer == nullptr) return "";
+  X509_NAME* subject = X509_get_subject_name(peer);
+  const int i = X509_NAME_get_index_by_NID(subject, nid, -1);
+  if (i < 0) return "";
+  unsigned char* text = nullptr;
+  const int len = ASN1_STRING_to_UTF8(&text, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, i)));
+  if (len < 0) return "";
+  std::string out(reinterpret_cast<char*>(text), static_cast<size_t>(len));
+  OPENSSL_free(text);
+  return out;
 }
 
 std::string_view NegotiatedAlpn(const SSL* ssl) {

@@ -274,10 +274,11 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   if (!text.ok()) return text.status();
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
-  common::ResolveRelativeTo(path,
-                            {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file,
-                             &cfg->mgmt.state_dir, &cfg->dnstap.socket_path, &cfg->dnstap.file_path,
-                             &cfg->control_channel.socket_path, &cfg->control_channel.token_file});
+  common::ResolveRelativeTo(
+      path,
+      {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file, &cfg->mgmt.state_dir,
+       &cfg->mgmt.tls_cert_file, &cfg->mgmt.tls_key_file, &cfg->mgmt.tls_ca_file, &cfg->dnstap.socket_path,
+       &cfg->dnstap.file_path, &cfg->control_channel.socket_path, &cfg->control_channel.token_file});
   return cfg;
 }
 

@@ -217,7 +217,7 @@ class FleetTest(unittest.TestCase):
 
     def assert_no_query_lost(self):
         self.load.stop()
-        self.assertGreater(self.load.sent, 100)
+        self.assertGreater(self.load.sent, 20)
         self.assertEqual(self.load.failed, [], f"{len(self.load.failed)} of {self.load.sent} queries failed")
 
     def wait_log(self, mgmt, pattern, timeout=10.0):
@@ -318,9 +318,13 @@ class EtcdFleetTest(FleetTest):
                 self.assertGreater(v, small)
                 self.assertEqual(len(self.mgmt_b.weirctl_json("tag", "ls")["tags"]), 60001)
                 break
-            # The import happened to commit first: B's add came after it.
+            # No race this time: the import committed before B's add (B's tag
+            # is there beside the import's) or after it (the import replaced
+            # every tag, B's included): which one, the versions say.
             self.assertEqual(big.returncode, 0, err)
-            self.assertTrue(any(t.startswith(f"race{attempt}.example.") for t in tags_now))
+            imported = int(re.search(r"version (\d+)", out).group(1))
+            self.assertEqual(any(t.startswith(f"race{attempt}.example.") for t in tags_now), imported < small,
+                             (imported, small))
         self.assertTrue(seen_conflict, "the import never raced B's change")
         # Unordered races: every command either lands or is told so.
         self.commit(self.mgmt_a, "tag", "import", self.write("small.txt", "cdn.example.net weight=on ecs=on "

@@ -730,5 +730,53 @@ TEST_F(NodeClientTest, ADeltaThatDoesNotFitBringsTheWholeSnapshot) {
   EXPECT_EQ(client.rejected(), 0u);
 }
 
+TEST(MgmtConfig, TlsMakesTheTokenOptional) {
+  const std::string base = "[mgmt]\nlisten = \"127.0.0.1:1\"\ndatabase = \"x.db\"\n";
+  auto c =
+      ParseMgmtConfig(base + "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nca_file = \"ca.pem\"\n",
+                      "/etc/weir/m.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tls.enabled);
+  EXPECT_EQ(c->token_file, "");
+  EXPECT_EQ(c->tls.cert_file, "/etc/weir/c.pem") << "relative to the config file";
+  EXPECT_EQ(c->tls.ca_file, "/etc/weir/ca.pem");
+  c = ParseMgmtConfig(base + "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n", "m.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("'ca_file'"), std::string::npos) << c.status();
+  c = ParseMgmtConfig(base + "[tls]\ncert = \"c.pem\"\n", "m.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("unknown key 'cert'"), std::string::npos) << c.status();
+  c = ParseMgmtConfig(base, "m.toml");
+  ASSERT_FALSE(c.ok()) << "without [tls] the token is required";
+}
+
+ParsedNodeMgmt ParseNodeText(const std::string& text) {
+  ParsedNodeMgmt out;
+  auto root = common::ParseToml(text, "n.toml");
+  if (!root.ok()) {
+    out.errors = std::string(root.status().message());
+    return out;
+  }
+  common::TomlChecker c("n.toml");
+  ParseNodeMgmt(c, *root, "fastpath", &out.config);
+  out.errors = c.error();
+  return out;
+}
+
+TEST(NodeMgmtConfig, TlsFilesGoTogetherAndReplaceTheToken) {
+  auto p = ParseNodeText(
+      "[mgmt]\nstate_dir = \"s\"\ntls_cert_file = \"c\"\ntls_key_file = \"k\"\ntls_ca_file = \"ca\"\n"
+      "tls_server_name = \"mgmt.example.net\"\n");
+  EXPECT_EQ(p.errors, "");
+  EXPECT_EQ(p.config.token_file, "");
+  EXPECT_EQ(p.config.tls_server_name, "mgmt.example.net");
+  p = ParseNodeText("[mgmt]\nstate_dir = \"s\"\ntoken_file = \"t\"\ntls_cert_file = \"c\"\n");
+  EXPECT_NE(p.errors.find("go together"), std::string::npos) << p.errors;
+  p = ParseNodeText("[mgmt]\nstate_dir = \"s\"\n");
+  EXPECT_NE(p.errors.find("needs 'token_file'"), std::string::npos) << p.errors;
+  p = ParseNodeText("[mgmt]\nstate_dir = \"s\"\ntoken_file = \"t\"\ntls_server_name = \"x\"\n");
+  EXPECT_NE(p.errors.find("tls_server_name needs"), std::string::npos) << p.errors;
+}
+
 }  // namespace
 }  // namespace weir::mgmt

@@ -194,3 +194,58 @@ class DohClient:
             self.sock.close()
         except OSError:
             pass
+
+
+class ClientCa:
+    """A CA in `directory` that signs weir-mgmt's certificate and the client
+    certificates of nodes and operators (subject OU and CN), with `openssl
+    ca` so that a certificate may also be made already expired (OpenSSL 3.0's
+    x509 has no start/end date option). Files are PEM, keys unencrypted."""
+
+    def __init__(self, directory: str, name: str = "ca"):
+        self.dir = os.path.join(directory, name)
+        os.makedirs(os.path.join(self.dir, "newcerts"), exist_ok=True)
+        self.ca = os.path.join(self.dir, "ca.pem")
+        self.ca_key = os.path.join(self.dir, "ca.key")
+        _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                 self.ca_key, "-out", self.ca, "-days", "30", "-subj", f"/CN=weir {name}")
+        open(os.path.join(self.dir, "index.txt"), "w").close()
+        with open(os.path.join(self.dir, "serial"), "w") as f:
+            f.write("1000\n")
+        self.config = os.path.join(self.dir, "ca.cnf")
+        with open(self.config, "w") as f:
+            f.write(f"""[ca]
+default_ca = weir
+[weir]
+database = {self.dir}/index.txt
+new_certs_dir = {self.dir}/newcerts
+certificate = {self.ca}
+private_key = {self.ca_key}
+serial = {self.dir}/serial
+default_md = sha256
+default_days = 30
+policy = any
+unique_subject = no
+copy_extensions = copy
+[any]
+commonName = supplied
+organizationalUnitName = optional
+""")
+
+    def issue(self, cert: str, key: str, cn: str, ou: str = "", expired: bool = False) -> str:
+        """A certificate for /OU=ou/CN=cn into `cert` and `key` (replaced
+        whole, each by a rename); returns its serial (hex, as openssl
+        prints it)."""
+        csr = cert + ".csr"
+        subject = (f"/OU={ou}" if ou else "") + f"/CN={cn}"
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                 key + ".new", "-out", csr, "-subj", subject, "-addext",
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost")
+        dates = ["-startdate", "20200101000000Z", "-enddate", "20200102000000Z"] if expired else []
+        _openssl("ca", "-batch", "-config", self.config, "-in", csr, "-out", cert + ".new", "-notext", *dates)
+        os.unlink(csr)
+        os.replace(key + ".new", key)
+        os.replace(cert + ".new", cert)
+        out = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-serial"], check=True,
+                             capture_output=True, text=True).stdout
+        return out.strip().split("=", 1)[1]

@@ -53,6 +53,7 @@ struct KeyValue {
   int64_t create_revision = 0;
   int64_t mod_revision = 0;
   int64_t version = 0;  // how many times the key was written since it was created
+  friend bool operator==(const KeyValue&, const KeyValue&) = default;
 };
 
 // One comparison of a transaction (etcd's Compare).
@@ -87,18 +88,21 @@ struct RangeResult {
   int64_t revision = 0;  // the store's revision when it was read
   std::vector<KeyValue> kvs;
   int64_t count = 0;  // keys in the range (kvs may hold fewer when limited)
+  friend bool operator==(const RangeResult&, const RangeResult&) = default;
 };
 
 struct OpResult {
   std::vector<KeyValue> kvs;  // a range's
   int64_t count = 0;          // a range's
   int64_t deleted = 0;        // a delete's
+  friend bool operator==(const OpResult&, const OpResult&) = default;
 };
 
 struct TxnResult {
   bool succeeded = false;           // the comparisons held: `success` ran (else `failure`)
   int64_t revision = 0;             // the store's revision after the transaction
   std::vector<OpResult> responses;  // one per operation that ran, in order
+  friend bool operator==(const TxnResult&, const TxnResult&) = default;
 };
 
 // The end of the range of every key starting with `prefix` (etcd's rule:
@@ -147,6 +151,7 @@ struct WatchEvent {
   enum class Type { kPut, kDelete };
   Type type = Type::kPut;
   KeyValue kv;  // a delete's: the key and mod_revision (the deletion's revision)
+  friend bool operator==(const WatchEvent&, const WatchEvent&) = default;
 };
 
 // Watches [key, range_end) from `start_revision` on, on its own thread, and

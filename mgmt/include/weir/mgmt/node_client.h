@@ -46,7 +46,13 @@ struct NodeClientOptions {
   int reconnect_min_ms = 200;
   int reconnect_max_ms = 5000;
   // Per address: a black-holed instance must not delay the move to a live one.
+  // Bounds the TLS handshake too.
   int connect_timeout_ms = 1000;
+  // TLS with a client certificate (docs/mgmt.md#tls), when tls_cert_file is
+  // set: the files are read at each connect, so a renewed certificate is
+  // used from the next session. tls_server_name: the name weir-mgmt's
+  // certificate must carry ("": only its signature by tls_ca_file counts).
+  std::string tls_cert_file, tls_key_file, tls_ca_file, tls_server_name;
 };
 
 // Reads a token file: the first line, surrounding whitespace removed; at
@@ -100,6 +106,10 @@ class NodeClient {
   // round of failures.
   void Connect();
   void OnConnected();
+  // With TLS: drives the handshake on; once done, the session starts.
+  void Handshake();
+  // The session proper: HELLO goes out.
+  void StartSession();
   void OnSession(uint32_t events);
   // The snapshots and errors received; a non-OK status ends the session.
   absl::Status HandleFrames();

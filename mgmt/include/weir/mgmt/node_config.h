@@ -24,8 +24,11 @@ struct NodeMgmtConfig {
   // weir-mgmt instance of one cluster, tried in this order.
   std::vector<common::SocketAddress> addresses;
   std::string node_id;     // default: the host name + "-" + kind
-  std::string token_file;  // required
+  std::string token_file;  // required without TLS
   std::string state_dir;   // required: the node starts from its stored snapshot when mgmt is down
+  // TLS with a client certificate (all three or none; docs/mgmt.md#tls);
+  // tls_server_name: the name weir-mgmt's certificate must carry (optional).
+  std::string tls_cert_file, tls_key_file, tls_ca_file, tls_server_name;
 };
 
 // Reads root["mgmt"] into `out` (errors go to the checker with their

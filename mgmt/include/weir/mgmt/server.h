@@ -17,6 +17,16 @@ namespace weir::mgmt {
 // (weir-fastpath's is 9153, weir-recursor's 9154).
 inline constexpr uint16_t kDefaultMetricsPort = 9155;
 
+// [tls]: the listener speaks TLS only and every peer presents a client
+// certificate signed by `ca_file`; its subject's OU says what it may do
+// (docs/mgmt.md#tls).
+struct MgmtTlsConfig {
+  bool enabled = false;
+  std::string cert_file;  // PEM chain, the leaf first
+  std::string key_file;
+  std::string ca_file;  // signs the nodes' and operators' certificates
+};
+
 struct MgmtConfig {
   common::SocketAddress listen;
   // Where the store is kept: "sqlite" (the embedded default: `database`)
@@ -27,7 +37,8 @@ struct MgmtConfig {
   // This instance's name in the node registry (`weirctl nodes`); default
   // the host name and the listen port.
   std::string instance;
-  std::string token_file;
+  std::string token_file;  // optional with [tls]
+  MgmtTlsConfig tls;
   int max_connections = 1024;
   // A version goes out to this many nodes at a time, the next batch this
   // long after (a commit to a thousand nodes is written out over a few
@@ -55,6 +66,9 @@ class MgmtServer {
   // Opens the database, reads the token, binds; then serves on a thread.
   absl::Status Start();
   void Stop();
+  // Rebuilds the TLS context from the [tls] files now (SIGHUP); the loop
+  // also does it when a file changes. Any thread.
+  absl::Status ReloadTls();
   // The bound address (the port when 0 was configured).
   common::SocketAddress bound() const;
   // "listening A", then "metrics http A" when the endpoint is on.

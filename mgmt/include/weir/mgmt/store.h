@@ -114,6 +114,11 @@ class StoreBackend {
   virtual absl::StatusOr<std::vector<AuditRecord>> Audit(int limit) = 0;
   // The versions committed after `version`, oldest first (at most `limit`).
   virtual absl::StatusOr<std::vector<uint64_t>> VersionsAfter(uint64_t version, int limit) = 0;
+  // Writes node-registry changes the backend holds back (a thousand ACKs
+  // are one transaction, not a thousand disk syncs on the mgmt loop);
+  // weir-mgmt calls it every half second and at stop. Nodes() sees them
+  // before they are written.
+  virtual void FlushNodeRecords() {}
   // Calls `changed` (on a thread of the backend's) when another instance
   // may have committed: the owner then calls Store::Refresh on its own
   // thread. SQLite has no other writer and never calls it.

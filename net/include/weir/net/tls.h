@@ -53,6 +53,10 @@ struct TlsServerOptions {
   std::vector<TlsCertificateFiles> certificates;  // at most one per key type
   int min_version = TLS1_2_VERSION;               // or TLS1_3_VERSION
   bool session_tickets = true;
+  // Mutual TLS: a PEM file of the CAs that sign client certificates. Set,
+  // every client must present a certificate one of them signed (the
+  // handshake fails otherwise); empty, no client certificate is asked for.
+  std::string client_ca;
 };
 
 // What a certificate file holds, for start-up lines and `--check`.
@@ -121,6 +125,49 @@ class TlsServerContext {
   SSL_CTX* ctx_ = nullptr;
   std::vector<TlsCertificateInfo> certs_;
 };
+
+// The client side of a mutually authenticated stream: this end's
+// certificate and key, and the CA the server's certificate must be signed
+// by. With `server_name` the server's certificate must also carry that name
+// (and it is sent as SNI); without it only the signature is checked.
+struct TlsClientOptions {
+  TlsCertificateFiles certificate;
+  std::string ca;
+  std::string server_name;
+};
+
+class TlsClientContext {
+ public:
+  // Loads and checks the files as TlsServerContext does (each error names
+  // its file), and the CA file (readable, at least one certificate). An
+  // expired certificate is loaded: the server refuses it and logs why
+  // (`--check` uses TlsServerContext::Check to flag it first).
+  static absl::StatusOr<std::unique_ptr<TlsClientContext>> Create(const TlsClientOptions& options);
+  ~TlsClientContext();
+  TlsClientContext(const TlsClientContext&) = delete;
+  TlsClientContext& operator=(const TlsClientContext&) = delete;
+
+  // A client-side connection on `fd` (not owned), in connect state. Null
+  // when OpenSSL is out of memory.
+  SSL* NewConnection(int fd) const;
+  const TlsCertificateInfo& certificate() const { return cert_; }
+
+ private:
+  TlsClientContext() = default;
+  SSL_CTX* ctx_ = nullptr;
+  std::string server_name_;
+  TlsCertificateInfo cert_;
+};
+
+// Why a handshake failed, as one line: OpenSSL's queued errors (cleared)
+// and, when the peer's certificate was refused, the verification's reason:
+// "certificate verify failed (certificate has expired)".
+std::string TlsHandshakeError(const SSL* ssl);
+
+// A field of the peer's certificate subject (NID_commonName,
+// NID_organizationalUnitName), "" when the peer sent no certificate or the
+// subject has no such field.
+std::string PeerSubjectField(const SSL* ssl, int nid);
 
 // ALPN lists in wire form.
 inline constexpr std::string_view kAlpnDot{
