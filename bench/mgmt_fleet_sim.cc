@@ -57,6 +57,7 @@
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/snapshot.h"
+#include "weir/net/socket.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
 
@@ -92,27 +93,6 @@ struct SimNode {
   }
 };
 
-// connect() bounded by `timeout_ms`; 0 or an errno.
-int ConnectWithin(int fd, const weir::common::SocketAddress& a, int timeout_ms) {
-  const int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  int err = 0;
-  if (connect(fd, a.sa(), a.len) != 0) {
-    err = errno;
-    if (err == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) {
-        err = ETIMEDOUT;
-      } else {
-        socklen_t l = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-      }
-    }
-  }
-  fcntl(fd, F_SETFL, flags);
-  return err;
-}
-
 // One REQUEST to weir-mgmt and its REPLY (as weirctl sends it); the reply's
 // fields ("ok"|"error"|"conflict", text, json).
 absl::StatusOr<std::vector<std::string>> Request(const weir::common::SocketAddress& mgmt,
@@ -120,7 +100,7 @@ absl::StatusOr<std::vector<std::string>> Request(const weir::common::SocketAddre
                                                  const std::vector<std::string>& args, int timeout_ms) {
   const int fd = socket(mgmt.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-  if (const int err = ConnectWithin(fd, mgmt, timeout_ms); err != 0) {
+  if (const int err = weir::net::ConnectWithin(fd, mgmt.sa(), mgmt.len, timeout_ms); err != 0) {
     close(fd);
     return absl::UnavailableError(mgmt.ToString() + ": " + std::strerror(err));
   }

@@ -34,6 +34,7 @@
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/protocol.h"
 #include "weir/mgmt/structured_reply.h"
+#include "weir/net/socket.h"
 #include "weir/net/tls.h"
 
 namespace {
@@ -103,8 +104,6 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-// connect() bounded by `timeout_ms` (a peer that never answers the SYN, a
-// listener whose backlog is full); 0 or an errno.
 // A comma-separated list of weir-mgmt instances (several share one etcd
 // store): every address of each, tried in the order given.
 absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveServer(const std::string& text) {
@@ -120,26 +119,6 @@ absl::StatusOr<std::vector<weir::common::SocketAddress>> ResolveServer(const std
   }
 }
 
-int ConnectWithin(int fd, const sockaddr* sa, socklen_t len, int timeout_ms) {
-  const int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  int err = 0;
-  if (connect(fd, sa, len) != 0) {
-    err = errno;
-    if (err == EINPROGRESS || err == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) {
-        err = ETIMEDOUT;
-      } else {
-        socklen_t l = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-      }
-    }
-  }
-  fcntl(fd, F_SETFL, flags);
-  return err;
-}
-
 int g_timeout_ms = 10000;
 
 // A connected stream to the first of `servers` that accepts, or an error.
@@ -148,7 +127,7 @@ absl::StatusOr<int> ConnectTcp(const std::vector<weir::common::SocketAddress>& s
   for (const weir::common::SocketAddress& server : servers) {
     const int fd = socket(server.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-    errno = ConnectWithin(fd, server.sa(), server.len, g_timeout_ms);
+    errno = weir::net::ConnectWithin(fd, server.sa(), server.len, g_timeout_ms);
     if (errno == 0) return fd;
     why += (why.empty() ? "" : "; ") + server.ToString() + ": " + std::strerror(errno);
     close(fd);
@@ -163,7 +142,8 @@ absl::StatusOr<int> ConnectUnix(const std::string& path) {
   std::memcpy(sa.sun_path, path.data(), path.size());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
-  if (const int err = ConnectWithin(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa), g_timeout_ms);
+  if (const int err =
+          weir::net::ConnectWithin(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa), g_timeout_ms);
       err != 0) {
     const std::string why = path + ": " + std::strerror(err);
     close(fd);

@@ -1,6 +1,8 @@
 #include "weir/net/socket.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +90,26 @@ SocketAddress LocalAddress(int fd) {
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+int ConnectWithin(int fd, const sockaddr* sa, socklen_t len, int timeout_ms) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = 0;
+  if (connect(fd, sa, len) != 0) {
+    err = errno;
+    if (err == EINPROGRESS || err == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t l = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+      }
+    }
+  }
+  fcntl(fd, F_SETFL, flags);
+  return err;
 }
 
 }  // namespace weir::net

@@ -1,6 +1,8 @@
 // Binding the sockets a daemon listens on.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,5 +37,10 @@ absl::StatusOr<std::vector<int>> BindUdpGroup(const common::SocketAddress& addr,
 
 // The address a socket is bound to (the port the kernel picked for port 0).
 common::SocketAddress LocalAddress(int fd);
+
+// connect() on a stream socket `fd`, bounded by `timeout_ms` (a peer that
+// never answers the SYN, a listener whose backlog is full); 0 or an errno
+// (ETIMEDOUT when the time ran out). The socket's blocking mode is kept.
+int ConnectWithin(int fd, const sockaddr* sa, socklen_t len, int timeout_ms);
 
 }  // namespace weir::net
