@@ -55,6 +55,7 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
     log_flags_.target = *t;
   }
   DefaultLogger().Configure(options_.name, log_flags_);
+  SetLogFlags(log_flags_);  // a reload's [log] stays under them
   return std::nullopt;
 }
 
@@ -72,14 +73,46 @@ void Daemon::ApplyLogSettings(const LogSettings& from_config) const {
   DefaultLogger().Configure(options_.name, s);
 }
 
-std::optional<int> Daemon::ConfigLoaded(const absl::Status& loaded, const LogSettings* log) const {
+std::optional<int> Daemon::ConfigLoaded(const absl::Status& loaded, const LogSettings* log,
+                                        const DescriptorNeed* descriptors) const {
   if (!loaded.ok()) return Rejected(ToStd(loaded.message()));
   if (log != nullptr) ApplyLogSettings(*log);
   LogDebug("config", config_path_, ": loaded");
+  if (descriptors != nullptr) {
+    if (auto exit = OpenFileLimitFor(*descriptors)) return exit;
+  }
   if (check_only_) {
     std::printf("%s: ok\n", config_path_.c_str());
     return 0;
   }
+  return std::nullopt;
+}
+
+std::optional<int> Daemon::OpenFileLimitFor(const DescriptorNeed& need) const {
+  absl::StatusOr<OpenFileLimit> limit = ReadOpenFileLimit();
+  if (!limit.ok()) {
+    LogError("startup", ToStd(limit.status().message()));
+    return 1;
+  }
+  const OpenFileLimitDecision d = DecideOpenFileLimit(need.Total(), *limit);
+  using Action = OpenFileLimitDecision::Action;
+  // The same line for --check and the start: a start would be refused for it.
+  if (d.action == Action::kRefuse)
+    return Rejected(Cat(config_path_, ": ", OpenFileLimitRefusal(need, *limit)));
+  // --check changes nothing.
+  if (check_only_) return std::nullopt;
+  if (d.action == Action::kKeep) {
+    LogDebug("startup", "open-file limit ", GroupedCount(limit->soft), " covers the ",
+             GroupedCount(need.Total()), " descriptors the config needs (", need.Explain(), ")");
+    return std::nullopt;
+  }
+  if (absl::Status st = SetOpenFileSoftLimit(d.soft, limit->hard); !st.ok()) {
+    LogError("startup", ToStd(st.message()));
+    return 1;
+  }
+  LogInfo("startup", "open-file limit raised from ", GroupedCount(limit->soft), " to ", GroupedCount(d.soft),
+          " (hard limit ", GroupedCount(limit->hard), "): the config needs ", GroupedCount(need.Total()),
+          " descriptors (", need.Explain(), ")");
   return std::nullopt;
 }
 

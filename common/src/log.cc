@@ -199,6 +199,41 @@ void Logger::Write(LogLevel level, std::string_view component, std::string_view 
   WriteFd(FormatLine(level, component, message));
 }
 
+namespace {
+LogSettings& LogFlags() {
+  static LogSettings flags;
+  return flags;
+}
+}  // namespace
+
+void SetLogFlags(const LogSettings& flags) { LogFlags() = flags; }
+
+std::string ApplyConfigLogSettings(const LogSettings& previous, const LogSettings& next) {
+  const LogSettings& flags = LogFlags();
+  LogSettings apply;
+  apply.level = flags.level ? flags.level : next.level.value_or(LogLevel::kInfo);
+  apply.target = flags.target ? flags.target : next.target.value_or(LogTarget::kAuto);
+  // No daemon name: the one string a concurrent line reads stays as it is.
+  DefaultLogger().Configure("", apply);
+  std::string what;
+  const LogLevel was_level = previous.level.value_or(LogLevel::kInfo);
+  const LogLevel level = next.level.value_or(LogLevel::kInfo);
+  if (was_level != level) {
+    CatTo(what, "log level ", LogLevelName(level));
+    if (flags.level) CatTo(what, " (--log-level keeps ", LogLevelName(*flags.level), ")");
+  }
+  auto target_name = [](LogTarget t) {
+    return t == LogTarget::kStderr ? "stderr" : t == LogTarget::kJournal ? "journal" : "auto";
+  };
+  const LogTarget was_target = previous.target.value_or(LogTarget::kAuto);
+  const LogTarget target = next.target.value_or(LogTarget::kAuto);
+  if (was_target != target) {
+    CatTo(what, what.empty() ? "" : ", ", "log target ", target_name(target));
+    if (flags.target) CatTo(what, " (--log-target keeps ", target_name(*flags.target), ")");
+  }
+  return what;
+}
+
 Logger& DefaultLogger() {
   // Never destroyed: threads may log during exit. Until the daemon says
   // otherwise: info, to the journal if stderr is its stream.

@@ -1,5 +1,6 @@
-// The Frame Streams side: fstrm's file or unix-socket writer behind its I/O
-// thread, one SPSC input queue per producer.
+// The Frame Streams side: fstrm's file writer, or its writer over the link
+// to a unix-socket reader (reader_link.h), behind its I/O thread, one SPSC
+// input queue per producer.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 
 #include <fstrm.h>
 
+#include "reader_link.h"
 #include "weir/common/text.h"
 #include "weir/dnstap/dnstap.h"
 
@@ -33,10 +35,6 @@ struct WriterOptions {
 struct FileOptions {
   fstrm_file_options* f = fstrm_file_options_init();
   ~FileOptions() { fstrm_file_options_destroy(&f); }
-};
-struct UnixOptions {
-  fstrm_unix_writer_options* u = fstrm_unix_writer_options_init();
-  ~UnixOptions() { fstrm_unix_writer_options_destroy(&u); }
 };
 struct IothrOptions {
   fstrm_iothr_options* o = fstrm_iothr_options_init();
@@ -62,6 +60,12 @@ std::string Hostname() {
 }  // namespace
 
 void Producer::Send(const Message& m) {
+  // No reader takes data (none connected, or one that failed us): the
+  // message would only be thrown away on the I/O thread, uncounted.
+  if (!output_ready_->load(std::memory_order_acquire)) {
+    dropped_.Add();
+    return;
+  }
   size_t len = 0;
   EncodedPayload payload = Encode(m, writer_->identity(), writer_->version(), &len);
   if (payload == nullptr) {
@@ -92,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Open(const Options& options, siz
   WriterOptions wopt;
   fstrm_writer_options_add_content_type(wopt.w, kContentType, sizeof(kContentType) - 1);
   fstrm_writer* writer = nullptr;
+  std::unique_ptr<Writer> w(new Writer());
   if (!options.file_path.empty()) {
     if (absl::Status st = CheckFile(options.file_path); !st.ok()) return st;
     FileOptions fopt;
@@ -102,9 +107,13 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Open(const Options& options, siz
       return absl::InvalidArgumentError(
           Cat("dnstap socket path ", options.socket_path, " is longer than a unix socket address allows"));
     }
-    UnixOptions uopt;
-    fstrm_unix_writer_options_set_socket_path(uopt.u, options.socket_path.c_str());
-    writer = fstrm_unix_writer_init(uopt.u, wopt.w);
+    w->link_ = std::make_unique<ReaderLink>(
+        ReaderLink::Options{
+            .path = options.socket_path, .content_type = kContentType, .timeout = options.io_timeout},
+        &w->output_ready_);
+    fstrm_rdwr* rdwr = w->link_->MakeRdwr();
+    writer = fstrm_writer_init(wopt.w, &rdwr);
+    if (writer == nullptr) fstrm_rdwr_destroy(&rdwr);
   }
   if (writer == nullptr) return absl::InternalError("dnstap: fstrm could not create its writer");
 
@@ -112,7 +121,8 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Open(const Options& options, siz
   fstrm_iothr_options_set_num_input_queues(iopt.o, static_cast<unsigned>(producers));
   fstrm_iothr_options_set_input_queue_size(iopt.o, q);
   fstrm_iothr_options_set_queue_model(iopt.o, FSTRM_IOTHR_QUEUE_MODEL_SPSC);
-  // A reader that went away is looked for again every second.
+  // The file is opened again a second after a failure; a reader is the
+  // link's business.
   fstrm_iothr_options_set_reopen_interval(iopt.o, 1);
   fstrm_iothr* iothr = fstrm_iothr_init(iopt.o, &writer);
   if (iothr == nullptr) {
@@ -120,8 +130,8 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Open(const Options& options, siz
     return absl::InternalError("dnstap: fstrm could not start its I/O thread");
   }
 
-  std::unique_ptr<Writer> w(new Writer());
   w->iothr_ = iothr;
+  w->SetLive(options.tapping, options.sample);
   w->identity_ = options.identity.empty() ? Hostname() : options.identity;
   w->version_ = options.version.empty() ? std::string("weir " WEIR_VERSION) : options.version;
   for (size_t i = 0; i < producers; ++i) {
@@ -129,15 +139,21 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Open(const Options& options, siz
     p->iothr_ = iothr;
     p->queue_ = fstrm_iothr_get_input_queue_idx(iothr, i);
     p->writer_ = w.get();
-    p->sample_ = options.sample == 0 ? 1 : options.sample;
+    p->output_ready_ = &w->output_ready_;
+    p->tapping_ = &w->tapping_;
+    p->sample_ = &w->sample_;
     p->client_ = options.client;
     p->upstream_ = options.upstream;
     w->producers_.push_back(std::move(p));
   }
+  if (w->link_) w->link_->Start();
   return w;
 }
 
 Writer::~Writer() {
+  // The link first: a handshake under way is given up, and the writes of
+  // what the queues still hold wait at most one timeout from here.
+  if (link_) link_->Stop();
   // Joins the I/O thread after it wrote out every queue and closed the output.
   if (iothr_ != nullptr) fstrm_iothr_destroy(&iothr_);
 }

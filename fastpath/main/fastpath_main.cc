@@ -2,6 +2,7 @@
 #include "weir/common/daemon.h"
 #include "weir/fastpath/backend.h"
 #include "weir/fastpath/config.h"
+#include "weir/fastpath/descriptors.h"
 #include "weir/fastpath/server.h"
 
 int main(int argc, char** argv) {
@@ -13,7 +14,11 @@ int main(int argc, char** argv) {
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
   auto config = weir::fastpath::LoadAndCheckConfig(daemon.config_path(), weir::fastpath::BuiltBackends());
-  if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
+  // The open-file limit the config needs (raised now, or the start refused).
+  const weir::common::DescriptorNeed fds =
+      config.ok() ? weir::fastpath::DescriptorsNeeded(*config) : weir::common::DescriptorNeed{};
+  if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr, &fds))
+    return *exit;
 
   weir::common::FakeClock fake_clock(weir::common::SystemClock::Instance().NowSeconds());
   weir::fastpath::Server server(*config, daemon.test_clock() ? &fake_clock : nullptr);

@@ -372,11 +372,12 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }
   if (const toml::table* s = SubTable(c, root, "upstream")) {
-    c.OnlyKeys(*s, "upstream",
-               {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
-                "health_interval_ms", "load_factor", "max_inflight", "max_inflight_per_upstream",
-                "max_waiting_clients", "udp_sockets", "udp_socket_lifetime_s", "unwanted_reply_threshold",
-                "case_randomization", "cookies"});
+    c.OnlyKeys(
+        *s, "upstream",
+        {"ordinary", "weighted", "timeout_ms", "attempts", "answer_deadline_ms", "health_failures",
+         "health_interval_ms", "load_factor", "max_inflight", "max_inflight_per_upstream",
+         "max_waiting_clients", "udp_sockets", "udp_socket_lifetime_s", "unwanted_reply_threshold",
+         "case_randomization", "cookies", "tcp_connections", "tcp_idle_timeout_ms", "tcp_lifetime_ms"});
     ParseUpstreams(c, *s, "ordinary", &cfg.ordinary);
     ParseUpstreams(c, *s, "weighted", &cfg.weighted);
     c.Int(*s, "timeout_ms", &cfg.upstream_timeout_ms, 10, 60000);
@@ -397,6 +398,9 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "unwanted_reply_threshold", &cfg.unwanted_reply_threshold, 0, 65536);
     c.Bool(*s, "case_randomization", &cfg.case_randomization);
     c.Bool(*s, "cookies", &cfg.upstream_cookies);
+    c.Int(*s, "tcp_connections", &cfg.upstream_tcp_connections, 1, 64);
+    c.Int(*s, "tcp_idle_timeout_ms", &cfg.upstream_tcp_idle_timeout_ms, 100, 600000);
+    c.Int(*s, "tcp_lifetime_ms", &cfg.upstream_tcp_lifetime_ms, 1000, 3600000);
   }
   if (const toml::table* s = SubTable(c, root, "dpdk")) ParseDpdk(c, *s, &cfg.dpdk);
   if (const toml::table* s = SubTable(c, root, "tls")) ParseTls(c, *s, &cfg.tls);

@@ -214,7 +214,12 @@ ControlReply Node::Control(const ControlRequest& r) {
         common::RcuOfflineScope offline;  // a reload waits for the other readers
         st = Reload(&what);
       }
-      common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
+      // A refused reload is an error in the log as in weirctl's reply.
+      if (st.ok()) {
+        common::LogInfo("control", "reload by ", r.actor, ": reloaded ", what);
+      } else {
+        common::LogError("control", "reload by ", r.actor, ": ", ToStd(st.message()));
+      }
       reply = st.ok() ? StructuredReply(Json{{"reloaded", true}, {"what", what}})
                             .Text(Cat("reloaded ", what, "\n"))
                             .Render()

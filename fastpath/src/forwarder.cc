@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "socket_transport.h"
@@ -15,6 +16,16 @@ namespace {
 
 constexpr int kForwarderNice = 10;  // below the workers: hits first (Run)
 
+UpstreamTcpPool::Options TcpPoolOptions(const FastpathConfig& c) {
+  return {.connections = c.upstream_tcp_connections,
+          .idle = std::chrono::milliseconds(c.upstream_tcp_idle_timeout_ms),
+          .lifetime = std::chrono::milliseconds(c.upstream_tcp_lifetime_ms),
+          // A connection that owes answers and sends nothing for two try
+          // timeouts (at least 5 s, above weir-recursor's 3 s answer
+          // deadline) is lost.
+          .stall = std::chrono::milliseconds(std::max(5000, 2 * c.upstream_timeout_ms))};
+}
+
 }  // namespace
 
 struct Forwarder::Impl {
@@ -22,7 +33,7 @@ struct Forwarder::Impl {
       : self(self),
         timers(loop),
         transport(loop, rng, config.udp_sockets, config.udp_socket_lifetime_s,
-                  ForwarderCore::LateWindow(config)),
+                  ForwarderCore::LateWindow(config), TcpPoolOptions(config)),
         core(config, std::move(channels), shared, timers, transport, self->stats_) {}
 
   void Run();

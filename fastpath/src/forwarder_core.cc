@@ -131,6 +131,11 @@ void ForwarderCore::Tick() {
   SendProbes();
   transport_.Housekeep(timers_.Now());
   stats_.udp_sockets.store(transport_.udp_sockets(), std::memory_order_relaxed);
+  const TcpPoolStats tcp = transport_.tcp_pool();
+  stats_.tcp_connections.store(tcp.connections, std::memory_order_relaxed);
+  stats_.tcp_opened.store(tcp.opened, std::memory_order_relaxed);
+  stats_.tcp_resent.store(tcp.resent, std::memory_order_relaxed);
+  stats_.tcp_queued.store(tcp.queued, std::memory_order_relaxed);
   FlushReturns();
 }
 
@@ -468,7 +473,12 @@ void ForwarderCore::OnTimeout(Pending* p) {
   if (CaseFallback(p)) return;
   Group& g = GroupOf(p);
   (*g.stats)[p->upstream]->timeouts.Add();
-  MarkResult(g, p->upstream, false);
+  if (p->tcp >= 0 && transport_.TcpQueued(p->tcp)) {
+    // It never reached the recursor: our pool was busy, not the recursor.
+    stats_.tcp_queue_timeouts.Add();
+  } else {
+    MarkResult(g, p->upstream, false);
+  }
   Send(p);  // next upstream on the ring, or Fail when out of attempts
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -44,6 +45,8 @@ Node::Node(FastpathConfig config, common::FakeClock* test_clock)
       test_clock_(test_clock),
       conformance_(config_.metrics_conformance_window_s) {
   if (test_clock != nullptr) shared_.clock = test_clock;
+  log_now_ = config_.log;
+  dnstap_now_ = config_.dnstap;
 }
 
 Node::~Node() {
@@ -119,22 +122,63 @@ void Node::Stop() {
 }
 
 absl::Status Node::Reload(std::string* what) {
+  std::lock_guard<std::mutex> reload_lock(reload_mu_);
+  // The config file first: its [log] and [dnstap] apply live, once
+  // everything else of the reload worked; a key that needs a restart
+  // refuses the whole reload before anything changed.
+  std::optional<FastpathConfig> next;
+  absl::StatusOr<dnstap::LiveChange> tap = dnstap::LiveChange{};
+  if (!config_.path.empty()) {
+    // Every backend name: server.backend is read at start only (the
+    // daemon checked it against this build's backends then).
+    auto loaded = LoadConfig(config_.path);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          Cat(ToStd(loaded.status().message()), ": nothing reloaded"));
+    }
+    next = *std::move(loaded);
+    tap = dnstap::PlanReload(dnstap_ ? &dnstap_now_ : nullptr,
+                             next->dnstap.enabled() ? &next->dnstap : nullptr);
+    if (!tap.ok())
+      return absl::FailedPreconditionError(Cat(ToStd(tap.status().message()), ": nothing reloaded"));
+  }
   std::string done;
   if (backend_reload_ && config_.tls.enabled()) {
     if (absl::Status st = backend_reload_(); !st.ok()) return st;
     done = "the TLS certificates";
   }
-  if (mgmt_client_) {
-    if (!done.empty()) {
-      if (what != nullptr) *what = done + " (tags and city map come from weir-mgmt)";
-      return absl::OkStatus();
+  // What the config changes, applied last (it cannot fail).
+  auto apply_config = [&] {
+    if (!next) return std::string();
+    std::string changed = common::ApplyConfigLogSettings(log_now_, next->log);
+    log_now_ = next->log;
+    if (dnstap_) {
+      dnstap_->SetLive(tap->tapping, tap->sample);
+      dnstap_now_.tapping = tap->tapping;
+      dnstap_now_.sample = tap->sample;
     }
-    return absl::FailedPreconditionError("tags and city map come from weir-mgmt ([mgmt] is configured)");
+    for (const std::string& d : tap->described) common::CatTo(changed, changed.empty() ? "" : ", ", d);
+    common::LogDebug("config", config_.path, ": loaded");  // as at start, at the level now in force
+    return changed;
+  };
+  auto with = [](std::string a, const std::string& b) {
+    return a.empty() ? b : b.empty() ? a : Cat(a, ", ", b);
+  };
+  if (mgmt_client_) {
+    const std::string changed = apply_config();
+    if (done.empty() && changed.empty()) {
+      return absl::FailedPreconditionError(
+          "tags and city map come from weir-mgmt ([mgmt] is configured), and [log] and [dnstap] did not "
+          "change");
+    }
+    if (what != nullptr) *what = Cat(with(done, changed), " (tags and city map come from weir-mgmt)");
+    return absl::OkStatus();
   }
   if (absl::Status st = LoadPartitions(); !st.ok()) return st;
   const std::string files =
       AccountsFromFile() ? "the city map, tags and HTTPDNS accounts" : "the city map and tags";
-  if (what != nullptr) *what = done.empty() ? files : Cat(done, ", ", files);
+  const std::string changed = apply_config();
+  if (what != nullptr) *what = with(with(done, files), changed);
   return absl::OkStatus();
 }
 
@@ -425,6 +469,25 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
           "UDP sockets open towards the recursors (the pool, and retired ones "
           "waiting for answers).")
       .Add({}, forwarder_->udp_sockets());
+  {
+    const ForwarderStats& f = forwarder_->stats();
+    w.Gauge("weir_upstream_tcp_connections",
+            "TCP connections open to the recursors (the pool shared by every question asked over TCP).")
+        .Add({}, f.tcp_connections.load(std::memory_order_relaxed));
+    w.Counter("weir_upstream_tcp_connections_opened_total", "TCP connections to the recursors opened.")
+        .Add({}, f.tcp_opened.load(std::memory_order_relaxed));
+    w.Counter("weir_upstream_tcp_resent_total",
+              "Questions sent again over another TCP connection after the recursor closed theirs "
+              "unanswered (RFC 7766 6.2.1).")
+        .Add({}, f.tcp_resent.load(std::memory_order_relaxed));
+    w.Counter("weir_upstream_tcp_queued_total",
+              "Questions that waited for room in the TCP pool (every connection allowed busy).")
+        .Add({}, f.tcp_queued.load(std::memory_order_relaxed));
+    w.Counter("weir_upstream_tcp_queue_timeouts_total",
+              "Questions whose try timed out while waiting in the TCP pool (not counted against the "
+              "recursor's health).")
+        .Add({}, f.tcp_queue_timeouts.Read());
+  }
   w.Gauge("weir_upstream_in_flight", "Distinct questions waiting for a recursor's answer.")
       .Add({}, forwarder_->in_flight());
   auto& response_latency =

@@ -183,7 +183,10 @@ void Server::Stop() {
 
 absl::Status Server::Reload() {
   if (!impl_->node) return absl::FailedPreconditionError("not started");
-  return impl_->node->Reload();
+  std::string what;
+  absl::Status st = impl_->node->Reload(&what);
+  if (st.ok()) common::LogInfo("config", "reloaded ", what);
+  return st;
 }
 
 std::vector<common::NamedHeart> Server::Hearts() const {

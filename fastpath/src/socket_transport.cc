@@ -40,8 +40,13 @@ int FamilyIndex(int family) { return family == AF_INET ? 0 : 1; }
 }  // namespace
 
 SocketTransport::SocketTransport(net::EventLoop& loop, common::SecureRandom& rng, int udp_sockets,
-                                 int lifetime_s, Clock::duration late_window)
-    : loop_(loop), rng_(rng), udp_sockets_(udp_sockets), lifetime_s_(lifetime_s), late_window_(late_window) {}
+                                 int lifetime_s, Clock::duration late_window, UpstreamTcpPool::Options tcp)
+    : loop_(loop),
+      rng_(rng),
+      udp_sockets_(udp_sockets),
+      lifetime_s_(lifetime_s),
+      late_window_(late_window),
+      tcp_(loop, tcp) {}
 
 SocketTransport::~SocketTransport() { CloseAll(); }
 
@@ -127,6 +132,7 @@ void SocketTransport::TryEnded(Handle socket) {
 void SocketTransport::Housekeep(Clock::time_point now) {
   if (now < next_housekeeping_) return;
   next_housekeeping_ = now + std::chrono::seconds(1);
+  tcp_.Housekeep(now);
   std::vector<int> done;
   for (const auto& [fd, s] : sockets_) {
     if (s.retired && s.tries == 0 && now >= s.close_after) done.push_back(fd);
@@ -172,61 +178,10 @@ void SocketTransport::OnPoolReadable(int fd) {
 
 UpstreamTransport::Handle SocketTransport::OpenTcp(const SocketAddress& to,
                                                    std::span<const uint8_t> message) {
-  const int fd = socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (connect(fd, to.sa(), to.len) != 0 && errno != EINPROGRESS) {
-    close(fd);
-    return -1;
-  }
-  Tcp& t = tcp_[fd];
-  net::AppendFramed(message, &t.out);
-  loop_.Watch(fd, EPOLLIN | EPOLLOUT, [this, fd](uint32_t events) { OnTcp(fd, events); });
-  return fd;
+  return tcp_.Open(to, message);
 }
 
-void SocketTransport::CloseTcp(Handle tcp) {
-  if (tcp_.erase(tcp) == 0) return;
-  loop_.Unwatch(tcp);
-  close(tcp);
-}
-
-void SocketTransport::OnTcp(int fd, uint32_t events) {
-  auto it = tcp_.find(fd);
-  if (it == tcp_.end() || it->second.done) return;
-  Tcp& t = it->second;
-  auto fail = [&] {
-    t.done = true;
-    loop_.Modify(fd, 0);
-    if (sink_ != nullptr) sink_->OnTcpFailed(fd);
-  };
-  if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) return fail();
-  if ((events & EPOLLOUT) && t.sent < t.out.size()) {
-    const ssize_t n = send(fd, t.out.data() + t.sent, t.out.size() - t.sent, MSG_NOSIGNAL);
-    if (n < 0 && errno != EAGAIN) return fail();
-    if (n > 0) t.sent += static_cast<size_t>(n);
-    if (t.sent == t.out.size()) loop_.Modify(fd, EPOLLIN);
-  }
-  if (!(events & EPOLLIN)) return;
-  // Only the bytes of the one answer expected are taken off the socket.
-  while (!t.in.Complete()) {
-    const ssize_t n = recv(fd, buf_, std::min(sizeof(buf_), t.in.Want()), 0);
-    if (n == 0) return fail();  // closed before a whole answer
-    if (n < 0) {
-      if (errno == EAGAIN) return;
-      if (errno == EINTR) continue;
-      return fail();
-    }
-    if (!t.in.Append({buf_, static_cast<size_t>(n)})) return fail();
-  }
-  t.done = true;
-  loop_.Modify(fd, 0);
-  // Copied out: the sink closes the connection (and frees `t`).
-  const std::span<const uint8_t> m = t.in.Message();
-  std::memcpy(buf_, m.data(), m.size());
-  if (sink_ != nullptr) sink_->OnTcpMessage(fd, {buf_, m.size()});
-}
+void SocketTransport::CloseTcp(Handle tcp) { tcp_.Close(tcp); }
 
 UpstreamTransport::Handle SocketTransport::SendProbe(const SocketAddress& to,
                                                      std::span<const uint8_t> message) {
@@ -258,14 +213,12 @@ void SocketTransport::OnProbe(int fd) {
                       {buf_, static_cast<size_t>(n)});
 }
 
-SocketAddress SocketTransport::LocalAddress(Handle h) const { return LocalOf(h); }
+SocketAddress SocketTransport::LocalAddress(Handle h) const {
+  return tcp_.Owns(h) ? tcp_.LocalAddress(h) : LocalOf(h);
+}
 
 void SocketTransport::CloseAll() {
-  for (auto& [fd, t] : tcp_) {
-    loop_.Unwatch(fd);
-    close(fd);
-  }
-  tcp_.clear();
+  tcp_.CloseAll();
   for (auto& [fd, s] : sockets_) {
     loop_.Unwatch(fd);
     close(fd);

@@ -1,6 +1,7 @@
 // weir-mgmt: the management daemon (docs/behaviour.md#management).
 #include "weir/common/daemon.h"
 #include "weir/common/text.h"
+#include "weir/mgmt/descriptors.h"
 #include "weir/mgmt/server.h"
 
 int main(int argc, char** argv) {
@@ -10,7 +11,10 @@ int main(int argc, char** argv) {
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
   auto config = weir::mgmt::LoadAndCheckMgmtConfig(daemon.config_path());
-  if (auto exit = daemon.ConfigLoaded(config.status())) return *exit;
+  // The open-file limit the config needs (raised now, or the start refused).
+  const weir::common::DescriptorNeed fds =
+      config.ok() ? weir::mgmt::DescriptorsNeeded(*config) : weir::common::DescriptorNeed{};
+  if (auto exit = daemon.ConfigLoaded(config.status(), nullptr, &fds)) return *exit;
 
   weir::mgmt::MgmtServer server(*config);
   return daemon.Serve({

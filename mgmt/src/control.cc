@@ -27,9 +27,8 @@ namespace {
 
 // A request is a few hundred bytes; a peer that sends more is not weirctl.
 constexpr uint32_t kMaxRequestBytes = 1 << 20;
-// Per transport, so TCP peers that never authenticate cannot keep weirctl
-// off the local socket.
-constexpr size_t kMaxConnections = 32;
+// Per transport (control.h).
+constexpr size_t kMaxConnections = kMaxControlConnections;
 // weirctl sends its request at once; a peer that does not within this is
 // closed. Once the reply is queued, it has kReplyDeadline to read it.
 constexpr std::chrono::seconds kRequestDeadline{5};

@@ -1,6 +1,7 @@
 // weir-recursor: the weight/ECS recursive tier (docs/recursor-config.md).
 #include "weir/common/daemon.h"
 #include "weir/recursor/config.h"
+#include "weir/recursor/descriptors.h"
 #include "weir/recursor/server.h"
 
 int main(int argc, char** argv) {
@@ -11,7 +12,11 @@ int main(int argc, char** argv) {
   });
   if (auto exit = daemon.ParseFlags(argc, argv)) return *exit;
   auto config = weir::recursor::LoadAndCheckConfig(daemon.config_path());
-  if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr)) return *exit;
+  // The open-file limit the config needs (raised now, or the start refused).
+  const weir::common::DescriptorNeed fds =
+      config.ok() ? weir::recursor::DescriptorsNeeded(*config) : weir::common::DescriptorNeed{};
+  if (auto exit = daemon.ConfigLoaded(config.status(), config.ok() ? &config->log : nullptr, &fds))
+    return *exit;
 
   weir::common::FakeClock fake_clock(weir::common::SystemClock::Instance().NowSeconds());
   weir::recursor::Server server(*config, daemon.test_clock() ? &fake_clock : nullptr);

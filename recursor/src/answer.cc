@@ -41,10 +41,10 @@ size_t UdpLimit(const ReplyContext& ctx) {
   return std::min<size_t>(ctx.query->udp_limit(), kMaxUdpAnswer);
 }
 
-void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
+void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a, uint8_t ext_rcode = 0) {
   const dns::Query& q = *ctx.query;
   if (!q.edns.present) return;
-  w.BeginOpt(kMaxUdpAnswer, q.edns.do_bit);
+  w.BeginOpt(kMaxUdpAnswer, q.edns.do_bit, ext_rcode);
   if (q.edns.has_ecs) {
     dns::ClientSubnet echo = q.edns.ecs;
     echo.scope_prefix = a != nullptr ? std::min(a->scope, echo.source_prefix) : 0;
@@ -58,6 +58,9 @@ void AddOpt(dns::ResponseWriter& w, const ReplyContext& ctx, const Answer* a) {
       w.AddWeights(ctx.weight_option_code, {});
     }
   }
+  // Every response to a query with a cookie carries one (RFC 7873 5.2),
+  // errors included: the front refuses a UDP answer without it.
+  if (!ctx.cookie.empty()) w.AddOption(dns::option::kCookie, ctx.cookie);
 }
 
 }  // namespace
@@ -105,7 +108,7 @@ size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64
 size_t WriteError(const ReplyContext& ctx, dns::Rcode rcode, uint8_t* out, size_t cap) {
   dns::ResponseWriter w(out, cap);
   if (w.BeginResponse(ctx.query_pkt, *ctx.query, rcode) != dns::ParseError::kOk) return 0;
-  AddOpt(w, ctx, nullptr);
+  AddOpt(w, ctx, nullptr, static_cast<uint8_t>(static_cast<uint16_t>(rcode) >> 4));
   return w.Finish(UdpLimit(ctx));
 }
 

@@ -89,7 +89,7 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
                {"listen", "tcp", "weight_option_code", "control", "control_allow", "tcp_idle_timeout_ms",
                 "tcp_max_connections", "tcp_max_connections_per_source", "tcp_source_prefix_v4",
                 "tcp_source_prefix_v6", "tcp_lifetime_ms", "tcp_max_unsent_bytes", "max_inflight",
-                "answer_deadline_ms", "metrics_listen"});
+                "answer_deadline_ms", "metrics_listen", "cookies", "cookie_secret_file", "require_cookies"});
     c.List(*s, "listen", &cfg.listen, ParseAddress53);
     c.Bool(*s, "tcp", &cfg.tcp);
     c.Int(*s, "weight_option_code", &cfg.weight_option_code, 1, 65535);
@@ -119,6 +119,12 @@ absl::StatusOr<RecursorConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "tcp_max_unsent_bytes", &cfg.tcp_max_unsent_bytes, 65537, 64 << 20);
     c.Int(*s, "max_inflight", &cfg.max_inflight, 1, 1000000);
     c.Int(*s, "answer_deadline_ms", &cfg.answer_deadline_ms, 100, 60000);
+    c.Bool(*s, "cookies", &cfg.server_cookies);
+    c.String(*s, "cookie_secret_file", &cfg.cookie_secret_file);
+    c.Bool(*s, "require_cookies", &cfg.require_cookies);
+    if (cfg.require_cookies && !cfg.server_cookies) {
+      c.Fail(s->get("require_cookies")->source(), "'require_cookies' needs 'cookies' on");
+    }
     if (c.List(*s, "control_allow", &cfg.control_allow, common::Cidr::Parse) && cfg.control_allow.empty()) {
       c.Fail(s->get("control_allow")->source(), "'control_allow' must list at least one prefix");
     }
@@ -275,10 +281,10 @@ absl::StatusOr<RecursorConfig> LoadConfig(const std::string& path) {
   auto cfg = ParseConfig(*text, path);
   if (!cfg.ok()) return cfg;
   common::ResolveRelativeTo(
-      path,
-      {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file, &cfg->mgmt.state_dir,
-       &cfg->mgmt.tls_cert_file, &cfg->mgmt.tls_key_file, &cfg->mgmt.tls_ca_file, &cfg->dnstap.socket_path,
-       &cfg->dnstap.file_path, &cfg->control_channel.socket_path, &cfg->control_channel.token_file});
+      path, {&cfg->root_hints, &cfg->trust_anchor, &cfg->tags_path, &cfg->mgmt.token_file,
+             &cfg->mgmt.state_dir, &cfg->mgmt.tls_cert_file, &cfg->mgmt.tls_key_file, &cfg->mgmt.tls_ca_file,
+             &cfg->dnstap.socket_path, &cfg->dnstap.file_path, &cfg->control_channel.socket_path,
+             &cfg->control_channel.token_file, &cfg->cookie_secret_file});
   return cfg;
 }
 

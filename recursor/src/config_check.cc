@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "front_cookies.h"
 #include "weir/common/config_file.h"
 #include "weir/common/line_errors.h"
 #include "weir/common/text.h"
@@ -146,6 +147,12 @@ absl::StatusOr<RecursorConfig> LoadAndCheckConfig(const std::string& path) {
         if (auto file = common::FindNamedFile(root, "resolver.root_hints", path)) CheckRootHints(c, *file);
         if (auto file = common::FindNamedFile(root, "resolver.trust_anchor", path))
           CheckTrustAnchor(c, *file);
+        if (auto file = common::FindNamedFile(root, "server.cookie_secret_file", path)) {
+          if (std::optional<std::string> text = common::ReadNamedFile(c, *file)) {
+            auto secrets = ParseCookieSecrets(*text, file->path);
+            if (!secrets.ok()) c.AddLine(std::string(secrets.status().message()));
+          }
+        }
       });
   if (!all.ok()) return all;
   return cfg;

@@ -48,6 +48,10 @@ std::string Control::StatsJson() const {
   j["tcp"] = f.tcp;
   j["refused_acl"] = q.refused_acl;
   j["formerr"] = q.formerr;
+  static constexpr const char* kCookieVerdicts[] = {"cookie_none", "cookie_client_only", "cookie_valid",
+                                                    "cookie_invalid", "cookie_malformed"};
+  for (size_t i = 0; i < q.cookies.size(); ++i) j[kCookieVerdicts[i]] = q.cookies[i];
+  j["badcookie"] = q.badcookie;
   j["dropped"] = q.dropped;
   j["notimp"] = q.notimp;
   j["ordinary_hits"] = ow.hits;

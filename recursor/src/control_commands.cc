@@ -173,12 +173,15 @@ ControlReply ControlCommands::Handle(const mgmt::ControlRequest& r) {
   }
   if (r.verb == "reload") {
     if (auto e = no_args()) return *e;
-    const absl::Status st = d_.reload();
-    common::LogInfo("control", "reload by ", r.actor, st.ok() ? ": done" : Cat(": ", ToStd(st.message())));
-    if (!st.ok()) return ErrorOf(st);
-    return StructuredReply(Json{{"reloaded", true}})
-        .Text(
-            Cat("reloaded the tags (", d_.cfg->tags_path.empty() ? "no tag file" : d_.cfg->tags_path, ")\n"))
+    const absl::StatusOr<std::string> what = d_.reload();
+    // A refused reload is an error in the log as in weirctl's reply.
+    if (!what.ok()) {
+      common::LogError("control", "reload by ", r.actor, ": ", ToStd(what.status().message()));
+      return ErrorOf(what.status());
+    }
+    common::LogInfo("control", "reload by ", r.actor, ": reloaded ", *what);
+    return StructuredReply(Json{{"reloaded", true}, {"what", *what}})
+        .Text(Cat("reloaded ", *what, "\n"))
         .Render();
   }
   if (r.verb == "upstreams") return no_args().value_or(Upstreams());

@@ -2,7 +2,7 @@
 // cache-flush, cache-dump and cache-stats over the recursor's own caches
 // (the tagged answers by ECS scope, the /0 answers, the ordinary answers,
 // the zone cuts), stats (the Prometheus families as a table), reload (the
-// tag file, as SIGHUP), upstreams and partitions. They arrive through the
+// tag file and the config's live keys, as SIGHUP), upstreams and partitions. They arrive through the
 // control channel (mgmt::ControlServer on the recursor's loop) or from
 // weir-mgmt (weirctl --all), which the server hands to the loop first.
 //
@@ -38,8 +38,10 @@ class ControlCommands {
     const Control::Parts* parts = nullptr;
     // The daemon's metric samples, as its Prometheus families hold them (on the loop thread).
     std::function<absl::StatusOr<std::vector<common::MetricSample>>()> metric_samples;
-    // What SIGHUP does: re-read the tag file (an error when tags come from weir-mgmt).
-    std::function<absl::Status()> reload;
+    // What SIGHUP does: re-read the tag file (an error when tags come from
+    // weir-mgmt) and the config's [log] and [dnstap]; what was reloaded
+    // ("the tags (tags.txt), log level debug"), or why nothing was.
+    std::function<absl::StatusOr<std::string>()> reload;
   };
   explicit ControlCommands(Deps deps) : d_(std::move(deps)) {}
 

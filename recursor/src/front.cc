@@ -393,14 +393,14 @@ void Front::Send(const FrontRef& to, const uint8_t* data, size_t len) {
 }
 
 void FrontReplies::Answer(const Waiter& w, const recursor::Answer& a, uint32_t age, int64_t fixed_ttl) {
-  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_};
+  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_, {w.cookie.data(), w.cookie_len}};
   const size_t len = WriteAnswer(ctx, a, age, fixed_ttl, out_, capacity());
   Deliver(w.to, len, len >= dns::kHeaderSize ? out_[3] & dns::flag::kRcodeMask : 0);
 }
 
 void FrontReplies::Error(const Waiter& w, dns::Rcode rcode) {
   if (rcode == dns::Rcode::kServFail) ++servfail_;
-  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_};
+  const ReplyContext ctx{w.packet(), &w.q, w.to.tcp, weight_option_code_, {w.cookie.data(), w.cookie_len}};
   Deliver(w.to, WriteError(ctx, rcode, out_, capacity()), static_cast<unsigned>(rcode));
 }
 

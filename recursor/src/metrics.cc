@@ -49,6 +49,17 @@ void WriteRecursorMetrics(const Control::Parts& p, common::PrometheusWriter& w) 
   drops.Add({{"reason", "formerr"}}, q.formerr);
   drops.Add({{"reason", "garbage"}}, q.dropped);
   drops.Add({{"reason", "notimp"}}, q.notimp);
+  auto& cookies =
+      w.Counter("weir_recursor_cookie_queries_total",
+                "Parsed queries by the verdict on their DNS COOKIE option (server cookies, RFC 7873 and "
+                "9018): none, client_only, valid, invalid, malformed.");
+  static constexpr const char* kCookieVerdicts[] = {"none", "client_only", "valid", "invalid", "malformed"};
+  static_assert(std::size(kCookieVerdicts) == dns::ServerCookies::kVerdicts);
+  for (size_t i = 0; i < q.cookies.size(); ++i) cookies.Add({{"verdict", kCookieVerdicts[i]}}, q.cookies[i]);
+  w.Counter(
+       "weir_recursor_badcookie_total",
+       "UDP queries answered BADCOOKIE with a fresh server cookie (require_cookies: no valid server cookie).")
+      .Add({}, q.badcookie);
   w.Counter("weir_recursor_control_refused_total",
             "Control connections closed at accept: source not allowed.")
       .Add({}, f.control_refused);

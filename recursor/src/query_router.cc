@@ -9,7 +9,7 @@ namespace weir::recursor {
 
 QueryRouter::QueryRouter(const RecursorConfig& cfg, const TaggedResolver::Tags& tags, FrontReplies& replies,
                          OrdinaryResolver& ordinary, TaggedResolver& tagged)
-    : cfg_(cfg), allow_(cfg.allow), tags_(tags), replies_(replies), ordinary_(ordinary), tagged_(tagged) {
+    : allow_(cfg.allow), tags_(tags), replies_(replies), ordinary_(ordinary), tagged_(tagged), cookies_(cfg) {
   parse_options_.weight_option_code = cfg.weight_option_code;
 }
 
@@ -48,9 +48,29 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
                   dns::Rcode::kFormErr);
     return;
   }
+  using Verdict = FrontCookies::Verdict;
+  Verdict cookie = Verdict::kNone;
+  if (cookies_.enabled()) {
+    // The wall clock is read only for queries with a cookie.
+    cookie = cookies_.Judge(w.q, pkt, to.peer, w.q.edns.has_cookie ? WallSeconds() : 0, &w.cookie);
+    ++stats_.cookies[static_cast<size_t>(cookie)];
+    if (cookie != Verdict::kNone && cookie != Verdict::kMalformed) w.cookie_len = dns::ServerCookies::kOption;
+  }
   if (!allowed) {
     ++stats_.refused_acl;
     return replies_.Error(w, dns::Rcode::kRefused);
+  }
+  if (cookie == Verdict::kMalformed) {
+    ++stats_.formerr;  // RFC 7873 5.2.2
+    return replies_.Error(w, dns::Rcode::kFormErr);
+  }
+  // RFC 7873 5.2.3/5.2.4: a client that sends cookies but not a valid
+  // server cookie is told the one to use. Over TCP the address is proven,
+  // and a query without any cookie is a client that does not do them:
+  // both are answered.
+  if (cookies_.required() && !to.tcp && (cookie == Verdict::kClientOnly || cookie == Verdict::kInvalid)) {
+    ++stats_.badcookie;
+    return replies_.Error(w, dns::Rcode::kBadCookie);
   }
   if (w.q.opcode() != 0) {
     ++stats_.notimp;

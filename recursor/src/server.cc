@@ -67,6 +67,11 @@ struct Server::Impl {
   TaggedResolver::Tags tags;
   std::mutex reload_mu;
   TaggedResolver::Tags pending_tags;
+  // One config reload at a time (SIGHUP on the main thread, weirctl and the
+  // control port on the loop); guards the live [log] and [dnstap] below.
+  std::mutex config_mu;
+  common::LogSettings log_now;
+  dnstap::Options dnstap_now;
   std::optional<mgmt::NodeStart> mgmt_node;
   std::unique_ptr<mgmt::NodeClient> mgmt_client;
   // mgmt_client for the loop thread (stats), set once it exists.
@@ -138,31 +143,77 @@ struct Server::Impl {
                  .ub = &ub,
                  .log = &common::DefaultLogger(),
                  .dnstap = [this] { return dnstap.get(); },
-                 .reload_tags = [this] { return ReloadOnLoop(); }}),
+                 .reload_tags = [this] { return ReloadOnLoop().status(); }}),
         commands({.cfg = &cfg,
                   .clock = &clock,
                   .tags = &tags,
                   .parts = &control.parts(),
                   .metric_samples = [this] { return MetricSamplesOnLoop(); },
                   .reload = [this] { return ReloadOnLoop(); }}) {
+    log_now = cfg.log;
+    dnstap_now = cfg.dnstap;
     last_hop.SetSink(&last_hop_sinks);
     front.SetHandlers(&router, [this](const std::string& line) { return control.Handle(line); });
   }
 
   absl::Status Start();
   absl::Status LoadTags(TaggedResolver::Tags* out) const;
-  // reload-tags on the control port.
-  absl::Status ReloadOnLoop() {
-    if (mgmt_node) return absl::FailedPreconditionError("tags come from weir-mgmt ([mgmt] is configured)");
-    TaggedResolver::Tags t;
-    absl::Status st = LoadTags(&t);
-    if (st.ok()) tags = std::move(t);
-    if (st.ok()) {
-      common::LogInfo("config", "reload-tags: ok");
+  // The config file's [log] and [dnstap] as a reload finds them: the
+  // change to apply, or why the whole reload is refused (the config cannot
+  // be read, a changed key needs a restart). Under config_mu.
+  struct ConfigChange {
+    std::optional<RecursorConfig> next;
+    dnstap::LiveChange tap;
+    // [server] cookie_secret_file read again (a bad file refuses the reload).
+    std::optional<CookieSecrets> cookie_secrets;
+  };
+  absl::StatusOr<ConfigChange> PlanConfig() const;
+  // Applies it (cannot fail): what changed, "" when nothing did.
+  std::string ApplyConfig(const ConfigChange& change);
+  std::string TagsText() const {
+    return Cat("the tags (", cfg.tags_path.empty() ? "no tag file" : cfg.tags_path, ")");
+  }
+  // reload-tags on the control port, weirctl reload: the tag file and the
+  // config's live keys. What was reloaded, or why nothing was.
+  absl::StatusOr<std::string> ReloadOnLoop() {
+    std::lock_guard<std::mutex> l(config_mu);
+    absl::StatusOr<ConfigChange> change = PlanConfig();
+    absl::StatusOr<std::string> what = std::string();
+    if (!change.ok()) {
+      what = change.status();
+    } else if (mgmt_node) {
+      ApplyCookieSecret(*change);
+      what = ApplyConfig(*change);
+      if (what->empty()) {
+        what = absl::FailedPreconditionError(
+            "tags come from weir-mgmt ([mgmt] is configured), and [log] and [dnstap] did not change");
+      } else {
+        what = Cat(*what, " (tags come from weir-mgmt)");
+      }
     } else {
-      common::LogError("config", "reload-tags: ", common::ToStd(st.message()));
+      TaggedResolver::Tags t;
+      if (absl::Status st = LoadTags(&t); !st.ok()) {
+        what = st;
+      } else {
+        tags = std::move(t);
+        ApplyCookieSecret(*change);
+        const std::string changed = ApplyConfig(*change);
+        what = changed.empty() ? TagsText() : Cat(TagsText(), ", ", changed);
+      }
     }
-    return st;
+    if (what.ok()) {
+      common::LogInfo("config", "reload: reloaded ", *what);
+    } else {
+      common::LogError("config", "reload: ", common::ToStd(what.status().message()));
+    }
+    return what;
+  }
+  // [server] cookie_secret_file as the plan read it (nothing without one).
+  // Loop thread.
+  void ApplyCookieSecret(const ConfigChange& change) {
+    if (!change.cookie_secrets) return;
+    router.cookies().ApplyReload(*change.cookie_secrets);
+    common::LogInfo("config", "reload: cookie secret ", cfg.cookie_secret_file, " read");
   }
   // Tags from another thread, applied on the loop thread.
   void Publish(TaggedResolver::Tags t) {
@@ -230,6 +281,46 @@ mgmt::ControlReply Server::Impl::ControlFromMgmt(const mgmt::ControlRequest& r) 
                                          kControlLoopTimeout.count(), " ms"));
   }
   return reply;
+}
+
+absl::StatusOr<Server::Impl::ConfigChange> Server::Impl::PlanConfig() const {
+  ConfigChange change;
+  if (!cfg.cookie_secret_file.empty()) {
+    // A bad secret file refuses the reload: the secrets in use stay.
+    auto s = ReadCookieSecretFile(cfg.cookie_secret_file);
+    if (!s.ok()) {
+      return absl::Status(s.status().code(), Cat(common::ToStd(s.status().message()), ": nothing reloaded"));
+    }
+    change.cookie_secrets = *s;
+  }
+  if (cfg.path.empty()) return change;
+  auto next = LoadConfig(cfg.path);
+  if (!next.ok()) {
+    return absl::Status(next.status().code(),
+                        Cat(common::ToStd(next.status().message()), ": nothing reloaded"));
+  }
+  auto tap =
+      dnstap::PlanReload(dnstap ? &dnstap_now : nullptr, next->dnstap.enabled() ? &next->dnstap : nullptr);
+  if (!tap.ok()) {
+    return absl::FailedPreconditionError(Cat(common::ToStd(tap.status().message()), ": nothing reloaded"));
+  }
+  change.next = *std::move(next);
+  change.tap = *std::move(tap);
+  return change;
+}
+
+std::string Server::Impl::ApplyConfig(const ConfigChange& change) {
+  if (!change.next) return "";
+  std::string changed = common::ApplyConfigLogSettings(log_now, change.next->log);
+  log_now = change.next->log;
+  if (dnstap) {
+    dnstap->SetLive(change.tap.tapping, change.tap.sample);
+    dnstap_now.tapping = change.tap.tapping;
+    dnstap_now.sample = change.tap.sample;
+  }
+  for (const std::string& d : change.tap.described) common::CatTo(changed, changed.empty() ? "" : ", ", d);
+  common::LogDebug("config", cfg.path, ": loaded");  // as at start, at the level now in force
+  return changed;
 }
 
 absl::Status Server::Impl::LoadTags(TaggedResolver::Tags* out) const {
@@ -300,6 +391,8 @@ absl::Status Server::Impl::Start() {
   });
   loop.Watch(ub.fd(), EPOLLIN, [this](uint32_t) { ub.Process(); });
   relay.Attach();
+  st = router.cookies().Load();
+  if (!st.ok()) return st;
   st = front.Listen();
   if (!st.ok()) return st;
   if (cfg.metrics_enabled) {
@@ -381,13 +474,36 @@ std::string Server::DescribeListeners() const {
 }
 
 absl::Status Server::ReloadTags() {
+  std::lock_guard<std::mutex> l(impl_->config_mu);
+  absl::StatusOr<Impl::ConfigChange> change = impl_->PlanConfig();
+  if (!change.ok()) return change.status();
+  // The cookie secret, on the loop thread that judges cookies, once the
+  // rest of the reload is known to work.
+  auto apply_secret = [&]() -> absl::Status {
+    if (!change->cookie_secrets) return absl::OkStatus();
+    if (!impl_->mailbox.Call([&] { impl_->ApplyCookieSecret(*change); }, kControlLoopTimeout)) {
+      return absl::DeadlineExceededError(Cat("reload: the event loop did not take the cookie secret within ",
+                                             kControlLoopTimeout.count(), " ms: nothing reloaded"));
+    }
+    return absl::OkStatus();
+  };
   if (impl_->mgmt_node) {
-    return absl::FailedPreconditionError("tags come from weir-mgmt ([mgmt] is configured)");
+    if (absl::Status st = apply_secret(); !st.ok()) return st;
+    const std::string changed = impl_->ApplyConfig(*change);
+    if (changed.empty()) {
+      return absl::FailedPreconditionError(
+          "tags come from weir-mgmt ([mgmt] is configured), and [log] and [dnstap] did not change");
+    }
+    common::LogInfo("config", "reloaded ", changed, " (tags come from weir-mgmt)");
+    return absl::OkStatus();
   }
   TaggedResolver::Tags t;
   absl::Status st = impl_->LoadTags(&t);
   if (!st.ok()) return st;
+  if (st = apply_secret(); !st.ok()) return st;
   impl_->Publish(std::move(t));
+  const std::string changed = impl_->ApplyConfig(*change);
+  common::LogInfo("config", "reloaded ", impl_->TagsText(), changed.empty() ? "" : ", ", changed);
   return absl::OkStatus();
 }
 

@@ -74,6 +74,26 @@ TEST(DaemonTest, ConfigOutcome) {
   EXPECT_EQ(c.ConfigLoaded(absl::InvalidArgumentError("bad")), 2) << "--check still rejects a bad config";
 }
 
+// A config that needs more descriptors than the hard limit is rejected as a
+// bad config, by --check too; one within the soft limit goes on.
+TEST(DaemonTest, OpenFileLimit) {
+  auto limit = ReadOpenFileLimit();
+  ASSERT_TRUE(limit.ok());
+  if (limit->hard == OpenFileLimit::kUnlimited) GTEST_SKIP() << "no hard limit to exceed";
+  DescriptorNeed too_many;
+  too_many.Add("tcp_max_connections", limit->hard + 1, "[server] tcp_max_connections");
+  DescriptorNeed few;
+  few.Add("8 fixed", 8);
+  Daemon d = WithoutClock();
+  ASSERT_EQ(Parse(d, {"-c", "a.toml"}), std::nullopt);
+  EXPECT_EQ(d.ConfigLoaded(absl::OkStatus(), nullptr, &too_many), kUsageError);
+  EXPECT_EQ(d.ConfigLoaded(absl::OkStatus(), nullptr, &few), std::nullopt);
+  EXPECT_EQ(ReadOpenFileLimit()->soft, limit->soft) << "a limit that covers the need is kept";
+  Daemon c = WithoutClock();
+  ASSERT_EQ(Parse(c, {"-c", "a.toml", "--check"}), std::nullopt);
+  EXPECT_EQ(c.ConfigLoaded(absl::OkStatus(), nullptr, &too_many), kUsageError);
+}
+
 TEST(DaemonTest, LogFlags) {
   Daemon d = WithoutClock();
   ASSERT_EQ(Parse(d, {"-c", "a.toml", "--log-level", "debug", "--log-target", "stderr"}), std::nullopt);

@@ -201,5 +201,22 @@ TEST(LogTest, RateLimitIsPerCallSiteAndSkipsFilteredLevels) {
   EXPECT_EQ(p.Lines().size(), 2u);
 }
 
+TEST(ConfigLogSettingsTest, AppliesLiveUnderTheFlagsAndSaysWhatChanged) {
+  Logger& log = DefaultLogger();
+  const LogLevel before = log.level();
+  const LogSettings info{LogLevel::kInfo, LogTarget::kStderr};
+  const LogSettings debug{LogLevel::kDebug, LogTarget::kStderr};
+  EXPECT_EQ(ApplyConfigLogSettings(info, debug), "log level debug");
+  EXPECT_EQ(log.level(), LogLevel::kDebug);
+  EXPECT_EQ(ApplyConfigLogSettings(debug, debug), "");
+  EXPECT_EQ(ApplyConfigLogSettings(debug, LogSettings{}), "log level info, log target auto");  // the defaults
+  EXPECT_EQ(log.level(), LogLevel::kInfo);
+  SetLogFlags({LogLevel::kWarning, std::nullopt});
+  EXPECT_EQ(ApplyConfigLogSettings(info, debug), "log level debug (--log-level keeps warning)");
+  EXPECT_EQ(log.level(), LogLevel::kWarning);
+  SetLogFlags({});
+  log.set_level(before);
+}
+
 }  // namespace
 }  // namespace weir::common

@@ -1,7 +1,10 @@
 #include "weir/dnstap/dnstap.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -239,6 +242,98 @@ TEST(ConfigTest, RejectsWhatCannotWork) {
   EXPECT_NE(msg("[dnstap]\nfile = \"a\"\nsampel = 2\n").find("unknown key 'sampel'"), std::string::npos);
   EXPECT_NE(msg("[dnstap]\nfile = \"a\"\nclient = false\nupstream = false\n").find("taps nothing"),
             std::string::npos);
+}
+
+TEST(WriterTest, StuckReaderHoldsNeitherTheStopNorTheProducers) {
+  // A listener that never accepts or answers: the handshake times out, the
+  // producers drop (and count) while no reader takes the stream, and the
+  // writer stops within about one timeout.
+  const std::string path = TempPath("weir-dnstap-stuck");
+  std::remove(path.c_str());
+  const int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  Options o;
+  o.socket_path = path;
+  o.io_timeout = std::chrono::milliseconds(200);
+  auto w = Writer::Open(o, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<uint8_t> query = {1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+  Message m;
+  m.query_message = query;
+  for (int i = 0; i < 100; ++i) (*w)->producer(0).Send(m);
+  EXPECT_FALSE((*w)->output_ready());
+  EXPECT_EQ((*w)->totals().sent, 0u);
+  EXPECT_EQ((*w)->totals().dropped, 100u);
+  const auto start = std::chrono::steady_clock::now();
+  w->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(600));
+  close(listener);
+  std::remove(path.c_str());
+}
+
+TEST(WriterTest, LiveSettingsReachTheProducers) {
+  Options o;
+  o.file_path = TempPath("weir-dnstap-live");
+  auto w = Writer::Open(o, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  Producer& p = (*w)->producer(0);
+  EXPECT_TRUE(p.Sample());
+  (*w)->SetLive(false, 1);
+  EXPECT_FALSE(p.Sample());
+  EXPECT_EQ(p.sampled_out(), 0u);  // off is not sampling
+  (*w)->SetLive(true, 2);
+  std::vector<bool> tapped;
+  for (int i = 0; i < 4; ++i) tapped.push_back(p.Sample());
+  EXPECT_EQ(tapped, (std::vector<bool>{true, false, true, false}));
+  w->reset();
+  std::remove(o.file_path.c_str());
+}
+
+TEST(ReloadTest, EnabledAndSampleApplyTheRestNeedsARestart) {
+  Options running;
+  running.socket_path = "/run/a.sock";
+  Options next = running;
+  next.sample = 10;
+  next.tapping = false;
+  auto live = PlanReload(&running, &next);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_FALSE(live->tapping);
+  EXPECT_EQ(live->sample, 10u);
+  EXPECT_EQ(live->described, (std::vector<std::string>{"dnstap off", "dnstap sample 10"}));
+  auto same = PlanReload(&running, &running);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->described.empty());
+
+  next = running;
+  next.socket_path = "/run/b.sock";
+  next.sample = 5;
+  auto moved = PlanReload(&running, &next);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().message(), "[dnstap] socket changed: needs a restart (kept /run/a.sock)");
+  next = running;
+  next.queue_size = 64;
+  next.client = false;
+  auto two = PlanReload(&running, &next);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("queue_size changed"), std::string::npos);
+  EXPECT_NE(two.status().message().find("client changed"), std::string::npos);
+
+  EXPECT_FALSE(PlanReload(nullptr, &running).ok());  // added: a restart
+  auto removed = PlanReload(&running, nullptr);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_FALSE(removed->tapping);
+  EXPECT_TRUE(PlanReload(nullptr, nullptr).ok());
+}
+
+TEST(ConfigTest, EnabledKey) {
+  auto o = Parse("[dnstap]\nfile = \"a\"\nenabled = false\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->tapping);
+  EXPECT_TRUE(o->enabled());
 }
 
 }  // namespace

@@ -68,6 +68,8 @@ class FakeTransport : public UpstreamTransport {
     return h;
   }
   void CloseTcp(Handle h) override { open_tcp.erase(h); }
+  bool TcpQueued(Handle h) const override { return queued_tcp.contains(h); }
+  TcpPoolStats tcp_pool() const override { return {}; }
   Handle SendProbe(const SocketAddress& to, std::span<const uint8_t> m) override {
     const Handle h = next_++;
     probes.push_back({h, to, Bytes(m.begin(), m.end()), false});
@@ -85,6 +87,7 @@ class FakeTransport : public UpstreamTransport {
   std::vector<Sent> probes;
   std::map<Handle, int> tries;
   std::set<Handle> open_tcp;
+  std::set<Handle> queued_tcp;  // TCP tries the pool has not sent yet
   int send_errno = 0;
 
  private:

@@ -9,7 +9,10 @@
 //  * as a wire name: RandomizeCase changes only the case bit of letters and
 //    the name stays the same name; SameSpelling of the input as a reply;
 //  * as a COOKIE option: only a well-formed one is learnt, and what goes out
-//    next is always 8 or 16..40 bytes starting with the client cookie.
+//    next is always 8 or 16..40 bytes starting with the client cookie;
+//  * as the COOKIE option of a query at a server (weir/dns/server_cookies.h):
+//    malformed exactly when not 8 or 16..40 bytes, never valid from another
+//    address, and the cookie the server answers with is valid when echoed.
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include "weir/dns/case_randomization.h"
 #include "weir/dns/cookies.h"
 #include "weir/dns/message.h"
+#include "weir/dns/server_cookies.h"
 
 namespace {
 
@@ -142,6 +146,29 @@ void CheckCookie(std::span<const uint8_t> in) {
   CheckOption(jar, client);
 }
 
+void CheckServerCookie(std::span<const uint8_t> in) {
+  using Verdict = dns::ServerCookies::Verdict;
+  dns::ServerCookies cookies({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  static constexpr uint8_t kIp[4] = {192, 0, 2, 7};
+  static constexpr uint8_t kOtherIp[4] = {192, 0, 2, 8};
+  // The time from the input, so the fuzzer reaches both edges of the window.
+  const uint32_t now =
+      in.size() >= 16
+          ? (uint32_t{in[12]} << 24 | uint32_t{in[13]} << 16 | uint32_t{in[14]} << 8 | uint32_t{in[15]}) + 60
+          : 1700000000;
+  dns::ServerCookies::OptionBytes reply{};
+  const Verdict v = cookies.Judge(true, in, kIp, now, &reply);
+  const bool well_formed = in.size() == 8 || (in.size() >= 16 && in.size() <= 40);
+  FUZZ_CHECK((v == Verdict::kMalformed) == !well_formed);
+  FUZZ_CHECK((v == Verdict::kClientOnly) == (in.size() == 8));
+  if (!well_formed) return;
+  FUZZ_CHECK(std::memcmp(reply.data(), in.data(), 8) == 0);
+  dns::ServerCookies::OptionBytes again{};
+  FUZZ_CHECK(cookies.Judge(true, reply, kIp, now + 3600, &again) == Verdict::kValid);
+  FUZZ_CHECK(cookies.Judge(true, reply, kOtherIp, now, &again) == Verdict::kInvalid);
+  FUZZ_CHECK(cookies.Judge(true, reply, kIp, now + 3601, &again) == Verdict::kInvalid);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -150,5 +177,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckAnswer(in, rng);
   CheckCase(in);
   CheckCookie(in);
+  CheckServerCookie(in);
   return 0;
 }

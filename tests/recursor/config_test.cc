@@ -314,5 +314,26 @@ TEST(RecursorConfig, SpoofingDefencesOnByDefault) {
   EXPECT_NE(std::string(c.status().message()).find("r.toml:7:"), std::string::npos) << c.status();
 }
 
+TEST(RecursorConfig, ServerCookies) {
+  auto c = ParseConfig(kMinimal, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->server_cookies);
+  EXPECT_FALSE(c->require_cookies);
+  EXPECT_TRUE(c->cookie_secret_file.empty());
+  std::string text = kMinimal;
+  text.replace(text.find("[acl]"), 5,
+               "require_cookies = true\ncookie_secret_file = \"/etc/weir/cookie.secret\"\n[acl]");
+  c = ParseConfig(text, "r.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->require_cookies);
+  EXPECT_EQ(c->cookie_secret_file, "/etc/weir/cookie.secret");
+  text = kMinimal;
+  text.replace(text.find("[acl]"), 5, "cookies = false\nrequire_cookies = true\n[acl]");
+  c = ParseConfig(text, "r.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("'require_cookies' needs 'cookies' on"), std::string::npos)
+      << c.status();
+}
+
 }  // namespace
 }  // namespace weir::recursor

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "weir/common/fd_limit.h"
 #include "weir/common/heartbeat.h"
 #include "weir/common/log.h"
 
@@ -76,7 +77,12 @@ class Daemon {
   // code, 2 for a rejected config (logged as an error of component
   // "config"), 0 when --check passed ("PATH: ok" on stdout). `log`: the
   // config's [log] table, applied unless a flag said otherwise.
-  std::optional<int> ConfigLoaded(const absl::Status& loaded, const LogSettings* log = nullptr) const;
+  // `descriptors`: what the config needs open at once (fd_limit.h). A hard
+  // RLIMIT_NOFILE below it rejects the config (exit 2, with --check too);
+  // otherwise, unless --check, the soft limit is raised to it (never
+  // lowered) and the raise logged; 1 when the raise itself fails.
+  std::optional<int> ConfigLoaded(const absl::Status& loaded, const LogSettings* log = nullptr,
+                                  const DescriptorNeed* descriptors = nullptr) const;
 
   // The config's [log] table (after a reload, say), under the flags.
   void ApplyLogSettings(const LogSettings& from_config) const;
@@ -96,6 +102,8 @@ class Daemon {
 
  private:
   int Rejected(std::string_view reason) const;
+  // ConfigLoaded's open-file limit: nullopt to go on, else the exit code.
+  std::optional<int> OpenFileLimitFor(const DescriptorNeed& need) const;
 
   DaemonOptions options_;
   LogSettings log_flags_;

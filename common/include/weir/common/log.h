@@ -64,6 +64,16 @@ struct LogSettings {
   std::optional<LogTarget> target{};
 };
 
+// The command line's --log-level and --log-target, recorded once by the
+// daemon before any thread starts: they win over the config's [log].
+void SetLogFlags(const LogSettings& flags);
+// A config's [log] table applied to the process's log under those flags;
+// an unset field is the default (info, auto). Returns what changed from
+// `previous` in words ("log level debug, log target stderr"; with a flag
+// in the way: "log level debug (--log-level keeps warning)"), empty when
+// nothing did. Any thread, also while others log: only atomics change.
+std::string ApplyConfigLogSettings(const LogSettings& previous, const LogSettings& next);
+
 // Time for the timestamps and for rate limiting; tests inject their own.
 class LogClock {
  public:

@@ -44,8 +44,10 @@ class MetricsHttpServer {
   struct Options {
     unsigned threads = 2;  // polling threads; each serves many connections
     unsigned idle_timeout_seconds = 30;
-    unsigned max_connections = 1024;
-    unsigned max_connections_per_ip = 128;
+    // A scrape endpoint: a few Prometheus servers and operators' curl;
+    // every connection allowed is a descriptor the daemon must have.
+    unsigned max_connections = 128;
+    unsigned max_connections_per_ip = 64;
   };
 
   explicit MetricsHttpServer(Render render) : MetricsHttpServer(std::move(render), Options{}) {}

@@ -50,7 +50,8 @@ enum class Rcode : uint16_t {
   kNxDomain = 3,
   kNotImp = 4,
   kRefused = 5,
-  kBadVers = 16,  // extended: needs the OPT RR to carry the upper bits
+  kBadVers = 16,    // extended: needs the OPT RR to carry the upper bits
+  kBadCookie = 23,  // extended (RFC 7873 8)
 };
 
 // The RCODE's mnemonic (RFC 6895 and the IANA registry: "NOERROR",

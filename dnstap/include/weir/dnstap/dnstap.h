@@ -7,15 +7,21 @@
 // thread into a buffer that fstrm frees once written, and when its queue is
 // full the message is dropped and counted.
 //
+// A reader on a unix socket is waited for at most `io_timeout` at a time
+// (the handshake, each write): a stuck reader costs the I/O thread that
+// long and is connected to again after a back-off; while no reader takes
+// data the producers drop (and count) what they would send.
+//
 // Threading: Writer::Open and the destructor on the control thread; each
 // Producer is used by exactly one thread at a time; the counters may be
-// read from any thread.
+// read from any thread; SetLive from any thread (a reload).
 #pragma once
 
 #include <time.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -101,6 +107,10 @@ struct Options {
   std::string version;         // empty: "weir <version>"
   bool client = true;          // CLIENT_QUERY / CLIENT_RESPONSE
   bool upstream = true;        // FORWARDER_* (fastpath) / RESOLVER_* (recursor)
+  bool tapping = true;         // dnstap.enabled: false keeps the output open but taps nothing
+  // How long the writer waits on a socket reader: the whole handshake, and
+  // each write (not a config key: the stop of the daemon waits this long).
+  std::chrono::milliseconds io_timeout{1000};
   bool enabled() const { return !socket_path.empty() || !file_path.empty(); }
 };
 
@@ -108,9 +118,24 @@ struct Options {
 // to `c`. Paths stay as written (the caller resolves relative ones).
 void ParseConfig(common::TomlChecker& c, const toml::table& root, Options* out);
 
+// What a reload may change of a running [dnstap] (docs/dnstap.md#reload):
+// `enabled` and `sample`; every other key, and adding the table, needs a
+// restart. `running`/`next`: the table at start (or last reload) and in the
+// re-read config, null when absent. Returns the changes that apply live
+// ("dnstap sample 10", "dnstap off"; empty when none), or a
+// FailedPrecondition naming each key that needs a restart (then nothing of
+// the reload may be applied). A table removed turns tapping off.
+struct LiveChange {
+  bool tapping = true;
+  uint32_t sample = 1;
+  std::vector<std::string> described;
+};
+absl::StatusOr<LiveChange> PlanReload(const Options* running, const Options* next);
+
 using common::OwnedCounter;
 
 class Writer;
+class ReaderLink;
 
 // One producer thread's side of the writer: its sampling, its fstrm input
 // queue, its counters.
@@ -119,16 +144,19 @@ class alignas(64) Producer {
   // Says whether the query just received is tapped (the first of every
   // `sample`); the others are counted as sampled out.
   bool Sample() {
-    if (countdown_ == 0) {
-      countdown_ = sample_ - 1;
+    if (!tapping_->load(std::memory_order_relaxed)) return false;
+    const uint32_t sample = sample_->load(std::memory_order_relaxed);
+    if (countdown_ == 0 || countdown_ >= sample) {  // >=: the rate was lowered by a reload
+      countdown_ = sample - 1;
       return true;
     }
     --countdown_;
     sampled_out_.Add();
     return false;
   }
-  // Encodes `m` on this thread and queues it for the I/O thread; when the
-  // queue is full (or memory short) it is dropped and counted.
+  // Encodes `m` on this thread and queues it for the I/O thread; when no
+  // reader takes data, the queue is full (or memory short) it is dropped
+  // and counted.
   void Send(const Message& m);
 
   bool client() const { return client_; }
@@ -142,12 +170,14 @@ class alignas(64) Producer {
   fstrm_iothr* iothr_ = nullptr;
   fstrm_iothr_queue* queue_ = nullptr;
   const Writer* writer_ = nullptr;
-  uint32_t sample_ = 1;
+  const std::atomic<bool>* output_ready_ = nullptr;  // the Writer's
+  const std::atomic<bool>* tapping_ = nullptr;
+  const std::atomic<uint32_t>* sample_ = nullptr;
   uint32_t countdown_ = 0;
   bool client_ = true;
   bool upstream_ = true;
   OwnedCounter sent_;         // handed to the I/O thread
-  OwnedCounter dropped_;      // its queue was full
+  OwnedCounter dropped_;      // no reader took data, or its queue was full
   OwnedCounter sampled_out_;  // queries not tapped (sampling)
 };
 
@@ -170,6 +200,16 @@ class Writer {
   const std::string& identity() const { return identity_; }
   const std::string& version() const { return version_; }
 
+  // A reload's live change: tapping on or off, one query in `sample`.
+  void SetLive(bool tapping, uint32_t sample) {
+    sample_.store(sample == 0 ? 1 : sample, std::memory_order_relaxed);
+    tapping_.store(tapping, std::memory_order_relaxed);
+  }
+  bool tapping() const { return tapping_.load(std::memory_order_relaxed); }
+  uint32_t sample() const { return sample_.load(std::memory_order_relaxed); }
+  // A file, or a socket reader that completed the handshake.
+  bool output_ready() const { return output_ready_.load(std::memory_order_acquire); }
+
   struct Totals {
     uint64_t sent = 0, dropped = 0, sampled_out = 0;
   };
@@ -180,6 +220,11 @@ class Writer {
 
  private:
   Writer() = default;
+  // Written by the link's threads and by reloads, read by every producer.
+  std::atomic<bool> output_ready_{true};
+  std::atomic<bool> tapping_{true};
+  std::atomic<uint32_t> sample_{1};
+  std::unique_ptr<ReaderLink> link_;  // a socket's; outlives iothr_
   fstrm_iothr* iothr_ = nullptr;
   std::vector<std::unique_ptr<Producer>> producers_;
   std::string identity_;

@@ -82,7 +82,7 @@ struct TlsConfig {
   uint32_t handshakes_per_second_per_source = 100;
   // Who may hold encrypted connections, and for how long (max_connections,
   // max_connections_per_source, idle_timeout_ms, lifetime_ms...).
-  net::TcpConnectionLimits limits{.max_connections = 20000,
+  net::TcpConnectionLimits limits{.max_connections = 10000,
                                   .max_per_source = 64,
                                   .idle_timeout = std::chrono::milliseconds(30000),
                                   .lifetime = std::chrono::milliseconds(600000)};
@@ -190,8 +190,8 @@ struct FastpathConfig {
   // and stub resolvers' 5 s, so a client never times out on weir.
   int answer_deadline_ms = 3000;
   // Questions in flight upstream at once (over UDP they share the pool's
-  // sockets, over TCP each holds one), in all
-  // and per recursor; a miss that would start one more is answered at once
+  // sockets, over TCP the recursor's few connections), in all and per
+  // recursor; a miss that would start one more is answered at once
   // from stale, else SERVFAIL.
   int max_inflight = 10000;
   int max_inflight_per_upstream = 5000;
@@ -205,6 +205,14 @@ struct FastpathConfig {
   // Each pool socket moves to a fresh random port within this long (one
   // socket at a time); 0: never.
   int udp_socket_lifetime_s = 600;
+  // Questions asked over TCP (a truncated answer, a spoofing reaction) share
+  // a few persistent connections per recursor, pipelined (RFC 7766): at
+  // most this many per recursor, each closed after idling
+  // tcp_idle_timeout_ms and retired after tcp_lifetime_ms (under the
+  // recursor's own idle and lifetime limits, so weir closes first).
+  int upstream_tcp_connections = 4;
+  int upstream_tcp_idle_timeout_ms = 5000;
+  int upstream_tcp_lifetime_ms = 60000;
   // Unwanted answers (matching no try) carrying a question in flight after
   // which its UDP try is abandoned and it is asked over TCP; 0: never.
   int unwanted_reply_threshold = 10;

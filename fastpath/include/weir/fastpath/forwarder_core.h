@@ -76,6 +76,15 @@ struct ForwarderStats {
   OwnedCounter learned;
   OwnedCounter learned_overflow;
   std::atomic<uint64_t> udp_sockets{0};
+  // The TCP pool's connections open now and its counters (the transport's
+  // TcpPoolStats, copied every turn).
+  std::atomic<uint64_t> tcp_connections{0};
+  std::atomic<uint64_t> tcp_opened{0};
+  std::atomic<uint64_t> tcp_resent{0};
+  std::atomic<uint64_t> tcp_queued{0};
+  // TCP tries that timed out while still queued in the pool (not counted
+  // against the recursor's health).
+  OwnedCounter tcp_queue_timeouts;
   std::atomic<uint64_t> in_flight{0};  // distinct questions waiting for a recursor
   std::atomic<uint64_t> waiting{0};    // clients (and prefetches) waiting on them
   std::vector<std::unique_ptr<UpstreamStats>> ordinary;

@@ -65,8 +65,11 @@ class Node {
   void Stop();
   // Re-reads the TLS certificates (the backend's reload, when set) and the
   // city map and tag files (refused when mgmt owns them and there are no
-  // certificates to reload). `what`, when given: what was reloaded, for the
-  // operator ("the TLS certificates, the city map and tags").
+  // certificates or config changes to reload), and the config file for its
+  // [log] and [dnstap] tables, which apply live (docs/fastpath-config.md#reload).
+  // A config that cannot be read, or a changed key that needs a restart,
+  // refuses the whole reload: nothing is applied. `what`, when given: what
+  // was reloaded, for the operator ("the city map and tags, log level debug").
   absl::Status Reload(std::string* what = nullptr);
 
   int slots() const { return static_cast<int>(cores_.size()); }
@@ -156,6 +159,11 @@ class Node {
   mutable std::mutex conformance_mu_;
   mutable ConformanceWindow conformance_;
   std::mutex control_mu_;  // one control request at a time
+  // One reload at a time (SIGHUP on the main thread, weirctl on the control
+  // thread); guards the live [log] and [dnstap] settings below.
+  std::mutex reload_mu_;
+  common::LogSettings log_now_;
+  dnstap::Options dnstap_now_;
 };
 
 // A partition's name as operators see it: "common", the city's name (from

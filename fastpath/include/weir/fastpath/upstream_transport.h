@@ -1,13 +1,14 @@
 // How the forwarder's queries reach the recursors and their answers come
 // back: the one seam between the forwarder's logic (ForwarderCore) and the
 // sockets. The daemon's SocketTransport (fastpath/src/socket_transport.h)
-// keeps a pool of UDP sockets on random ports shared by the tries, opens a
-// TCP connection per TCP try and a fresh socket per health probe; unit
-// tests put a fake in its place and play the recursors by hand.
+// keeps a pool of UDP sockets on random ports shared by the tries, a few
+// persistent pipelined TCP connections per recursor shared by the TCP tries
+// (UpstreamTcpPool) and a fresh socket per health probe; unit tests put a
+// fake in its place and play the recursors by hand.
 //
-// Handles name sockets: a pool socket (shared by many tries, told apart by
-// the ID), a TCP try, or a probe. A handle is never reused while the
-// forwarder may still name it.
+// Handles name a pool socket (shared by many tries, told apart by the ID),
+// a TCP try (not its connection), or a probe. A handle is never reused
+// while the forwarder may still name it.
 //
 // Threading: the forwarder's thread; the sink is called from within the
 // transport's event handling, never from inside one of its own calls.
@@ -24,6 +25,16 @@
 
 namespace weir::fastpath {
 
+// The TCP connections' counters (metrics thread reads copies).
+struct TcpPoolStats {
+  uint64_t connections = 0;     // open now
+  uint64_t opened = 0;          // connections opened
+  uint64_t resent = 0;          // tries sent again after their connection closed
+  uint64_t queued = 0;          // tries that waited for room in the pool
+  uint64_t unexpected = 0;      // answers whose ID no query on the connection had
+  uint64_t connect_failed = 0;  // connections refused or unreachable
+};
+
 class UpstreamTransport {
  public:
   using Handle = int;
@@ -35,11 +46,11 @@ class UpstreamTransport {
     // A datagram on pool socket `socket` from `from`.
     virtual void OnDatagram(Handle socket, const common::SocketAddress& from,
                             std::span<const uint8_t> data) = 0;
-    // The whole message (unframed) that answered TCP try `tcp`; the
-    // connection stays open until CloseTcp.
+    // The whole message (unframed) with TCP try `tcp`'s ID on its
+    // connection; end the try with CloseTcp.
     virtual void OnTcpMessage(Handle tcp, std::span<const uint8_t> message) = 0;
-    // TCP try `tcp` failed (refused, reset, closed before a whole message,
-    // a length that cannot be a message); close it with CloseTcp.
+    // TCP try `tcp` failed (refused, reset, its connection lost twice, a
+    // length that cannot be a message); end it with CloseTcp.
     virtual void OnTcpFailed(Handle tcp) = 0;
     // A datagram on probe socket `probe` from `from`.
     virtual void OnProbeReply(Handle probe, const common::SocketAddress& from,
@@ -59,10 +70,16 @@ class UpstreamTransport {
   // its tries are over).
   virtual void TryStarted(Handle socket) = 0;
   virtual void TryEnded(Handle socket) = 0;
-  // Connects to `to` and sends `message` framed (RFC 7766): a handle, or -1
-  // when no connection could even be started.
+  // Sends `message` framed (RFC 7766) over a connection to `to`, pipelined
+  // with others, or queues it while every connection allowed is busy: a
+  // handle, or -1 when no connection could even be started.
   virtual Handle OpenTcp(const common::SocketAddress& to, std::span<const uint8_t> message) = 0;
+  // Ends a TCP try (its answer, if it still comes, matches nothing).
   virtual void CloseTcp(Handle tcp) = 0;
+  // The TCP try still waits for room in the pool: its time is not the
+  // recursor's (a timeout then does not count against its health).
+  virtual bool TcpQueued(Handle tcp) const = 0;
+  virtual TcpPoolStats tcp_pool() const = 0;
   // Sends `message` from a fresh socket (a health probe): a handle, or -1.
   virtual Handle SendProbe(const common::SocketAddress& to, std::span<const uint8_t> message) = 0;
   virtual void CloseProbe(Handle probe) = 0;

@@ -63,6 +63,11 @@ using ControlHandler = std::function<ControlReply(const ControlRequest&)>;
 // with an error asking to narrow the command.
 inline constexpr size_t kMaxControlReplyBytes = size_t{24} << 20;
 
+// Connections served at once per transport (unix socket, TCP), so TCP peers
+// that never authenticate cannot keep weirctl off the local socket; the
+// daemons count them in their open-file need.
+inline constexpr size_t kMaxControlConnections = 32;
+
 // `reply`, or the error that replaces it when it is too big.
 ControlReply BoundedReply(ControlReply reply);
 

@@ -55,13 +55,16 @@ struct ReplyContext {
   const dns::Query* query = nullptr;   // its parse
   bool tcp = false;
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
+  // The COOKIE option data of the response (empty: none), whatever the RCODE.
+  std::span<const uint8_t> cookie;
 };
 
 // Writes the response to the front: the front's ID and question, RD/CD
 // copied, RA set; the records with TTLs reduced by `age` (or set to
 // `fixed_ttl` when it is not negative: stale answers); when the query had
 // EDNS, an OPT with the ECS echoed at the answer's scope (never longer than
-// the front's source prefix) and the weight option if the front asked.
+// the front's source prefix), the weight option if the front asked, and
+// the context's cookie.
 // The largest UDP answer: the EDNS buffer size weir-recursor advertises.
 inline constexpr size_t kMaxUdpAnswer = 1232;
 
@@ -71,7 +74,8 @@ inline constexpr size_t kMaxUdpAnswer = 1232;
 size_t WriteAnswer(const ReplyContext& ctx, const Answer& a, uint32_t age, int64_t fixed_ttl, uint8_t* out,
                    size_t cap);
 
-// A response without records (SERVFAIL, REFUSED, NOTIMP) to a parsed query.
+// A response without records (SERVFAIL, REFUSED, NOTIMP, FORMERR, and
+// BADCOOKIE, whose upper bits go in the OPT) to a parsed query.
 size_t WriteError(const ReplyContext& ctx, dns::Rcode rcode, uint8_t* out, size_t cap);
 
 }  // namespace weir::recursor

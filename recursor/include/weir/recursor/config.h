@@ -53,6 +53,17 @@ struct RecursorConfig {
   // the stale answer when there is one (RFC 8767). The resolution goes on
   // and its result is cached for the next query.
   int answer_deadline_ms = 3000;
+  // Server cookies on the front (RFC 7873, RFC 9018's interoperable
+  // cookie; docs/behaviour.md#server-cookies): `cookies` ([server] cookies)
+  // answers every COOKIE option with a fresh server cookie; the secret is
+  // drawn at start and rotated daily, or read from cookie_secret_file (32
+  // hex digits, shared by recursors behind one address, re-read on reload).
+  // require_cookies: a UDP query with a cookie but without a valid server
+  // cookie gets BADCOOKIE (RFC 7873 5.2.3); queries without any cookie,
+  // and TCP, are answered all the same.
+  bool server_cookies = true;
+  std::string cookie_secret_file;
+  bool require_cookies = false;
 
   // [acl]
   std::vector<common::Cidr> allow;

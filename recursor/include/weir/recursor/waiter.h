@@ -18,6 +18,7 @@
 
 #include "weir/common/socket_address.h"
 #include "weir/dns/message.h"
+#include "weir/dns/server_cookies.h"
 #include "weir/net/timers.h"
 #include "weir/recursor/answer.h"
 
@@ -47,6 +48,10 @@ struct Waiter {
   std::span<const uint8_t> received;
   std::vector<uint8_t> kept;
   SteadyClock::time_point deadline;  // answered by then, whatever the resolution does (once held)
+  // The COOKIE option of the response (RFC 7873): the client cookie and a
+  // server cookie made when the query came; none when cookie_len is 0.
+  uint8_t cookie_len = 0;
+  dns::ServerCookies::OptionBytes cookie{};
 
   // A waiter without a front is a prefetch: nobody gets its answer.
   bool HasFront() const { return to.tcp || to.udp_fd >= 0; }

@@ -1,0 +1,32 @@
+#include "weir/mgmt/descriptors.h"
+
+#include "weir/common/metrics_http.h"
+#include "weir/common/text.h"
+
+namespace weir::mgmt {
+
+using common::Cat;
+
+common::DescriptorNeed DescriptorsNeeded(const MgmtConfig& config) {
+  common::DescriptorNeed need;
+  // Every node holds one connection, and each weirctl request one more
+  // (server.cc: refused past max_connections); and the listener.
+  need.Add(Cat("max_connections ", config.max_connections), config.max_connections, "[mgmt] max_connections");
+  need.Add("1 listener", 1);
+  if (config.store == "etcd") {
+    need.Add(Cat(kEtcdDescriptors, " etcd"), kEtcdDescriptors);
+  } else {
+    need.Add(Cat(kSqliteDescriptors, " SQLite"), kSqliteDescriptors);
+  }
+  // The Prometheus endpoint: its listener, libmicrohttpd's connection limit
+  // and its polling threads' epoll and wake descriptors (metrics_http.h).
+  if (config.metrics_enabled) {
+    const common::MetricsHttpServer::Options m;
+    const uint64_t n = uint64_t{m.max_connections} + 1 + 2 * uint64_t{m.threads};
+    need.Add(Cat(n, " metrics"), n);
+  }
+  need.Add(Cat(kMgmtFixedDescriptors, " fixed"), kMgmtFixedDescriptors);
+  return need;
+}
+
+}  // namespace weir::mgmt
