@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tsan_handoff.h"
 #include "weir/common/text.h"
 
 namespace weir::dnstap {
@@ -298,6 +299,7 @@ void ReaderLink::DropReader(std::string_view why) {
 }
 
 fstrm_res ReaderLink::Write(const struct iovec* iov, int iovcnt) {
+  HandoffAcquired();  // the producers' messages, through fstrm's queue
   if (iovcnt <= 0) return fstrm_res_success;
   // fstrm's control frames come alone, escape first: its START (the link
   // sent its own after the reader's ACCEPT) and its STOP at the end.

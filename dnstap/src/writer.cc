@@ -12,6 +12,7 @@
 #include <fstrm.h>
 
 #include "reader_link.h"
+#include "tsan_handoff.h"
 #include "weir/common/text.h"
 #include "weir/dnstap/dnstap.h"
 
@@ -73,6 +74,7 @@ void Producer::Send(const Message& m) {
     return;
   }
   // On success fstrm owns the buffer and frees it with free() once written.
+  HandoffReleased();
   if (fstrm_iothr_submit(iothr_, queue_, payload.get(), len, fstrm_free_wrapper, nullptr) ==
       fstrm_res_success) {
     static_cast<void>(payload.release());  // fstrm frees it

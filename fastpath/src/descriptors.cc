@@ -71,11 +71,9 @@ common::DescriptorNeed DescriptorsNeeded(const FastpathConfig& config) {
   // Each worker's event loop (epoll and its wake eventfd) and the eventfd
   // the forwarder wakes it with (kernel/udp_worker.cc).
   need.Add(Cat("workers ", config.workers, " x 3"), uint64_t(config.workers) * 3, "[server] workers");
-  // The Prometheus endpoint: its listener, libmicrohttpd's connection limit
-  // and its polling threads' epoll and wake descriptors (metrics_http.h).
+  // The Prometheus endpoint (metrics_http.h).
   if (config.metrics_enabled) {
-    const common::MetricsHttpServer::Options m;
-    const uint64_t n = uint64_t{m.max_connections} + 1 + 2 * uint64_t{m.threads};
+    const uint64_t n = common::MetricsHttpServer::Options{}.descriptors();
     need.Add(Cat(n, " metrics"), n);
   }
   // The control channel: the unix and TCP listeners and their connections

@@ -18,11 +18,9 @@ common::DescriptorNeed DescriptorsNeeded(const MgmtConfig& config) {
   } else {
     need.Add(Cat(kSqliteDescriptors, " SQLite"), kSqliteDescriptors);
   }
-  // The Prometheus endpoint: its listener, libmicrohttpd's connection limit
-  // and its polling threads' epoll and wake descriptors (metrics_http.h).
+  // The Prometheus endpoint (metrics_http.h).
   if (config.metrics_enabled) {
-    const common::MetricsHttpServer::Options m;
-    const uint64_t n = uint64_t{m.max_connections} + 1 + 2 * uint64_t{m.threads};
+    const uint64_t n = common::MetricsHttpServer::Options{}.descriptors();
     need.Add(Cat(n, " metrics"), n);
   }
   need.Add(Cat(kMgmtFixedDescriptors, " fixed"), kMgmtFixedDescriptors);

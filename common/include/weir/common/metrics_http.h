@@ -48,6 +48,9 @@ class MetricsHttpServer {
     // every connection allowed is a descriptor the daemon must have.
     unsigned max_connections = 128;
     unsigned max_connections_per_ip = 64;
+    // Descriptors the endpoint may hold: its listener, every connection
+    // allowed, and each polling thread's epoll and wake descriptors.
+    uint64_t descriptors() const { return uint64_t{max_connections} + 1 + 2 * uint64_t{threads}; }
   };
 
   explicit MetricsHttpServer(Render render) : MetricsHttpServer(std::move(render), Options{}) {}
