@@ -1,4 +1,4 @@
-"""weir-fastpath's TCP connections to the recursors (docs/behaviour.md#truncated-answers):
+"""weir-fastpath's TCP connections to the recursors (docs/behaviour.md#the-front-cache, "Truncated answers"):
 a burst of truncated answers rides a few persistent pipelined connections
 per recursor instead of one connection per question.
 
