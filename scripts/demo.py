@@ -130,7 +130,7 @@ def main():
             mgmt.address, "recursor-1", mgmt.token_file, os.path.join(work, "recursor-state"))
         with mgmt, weirtest.Recursor(args.build_dir, rconf) as rec:
             up = f"{rec.host}:{rec.port}"
-            conf = open(os.path.join(demo, "fastpath.toml")).read().replace("@RECURSOR@", up)
+            conf = open(os.path.join(demo, "fastpath.toml.in")).read().replace("@RECURSOR@", up)
             conf = conf.replace("@MGMT@", mgmt.address)
             certs = wtls.Certs(work)
             conf = (conf.replace("@DOT_PORT@", str(weirtest.free_port(udp_and_tcp=False)))

@@ -23,12 +23,17 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
   CLI::App app{options_.description};
   app.set_version_flag("--version", VersionLine(options_.name),
                        "print the version, commit and build, and exit");
-  app.add_option("-c,--config", config_path_, "TOML configuration file")->required();
+  // Required unless --help or --version, which CLI11 handles before any
+  // requirement: checked below, so the usage line does not say REQUIRED.
+  app.add_option("-c,--config", config_path_, "TOML configuration file (required)");
   app.add_flag("--check", check_only_, "validate the configuration and exit");
   app.add_option("--user", run_as_,
                  "USER[:GROUP]: run as this user once the sockets are bound (when started as root without "
                  "systemd)");
-  if (!options_.test_clock_help.empty()) app.add_flag("--test-clock", test_clock_, options_.test_clock_help);
+  // For the integration tests only: hidden (the empty group) from --help and
+  // so from the manual pages help2man makes of it.
+  if (!options_.test_clock_help.empty())
+    app.add_flag("--test-clock", test_clock_, options_.test_clock_help)->group("");
   std::string level, target;
   app.add_option("--log-level", level,
                  "error, warning, info or debug; overrides the config's [log] level (default info)");
@@ -42,6 +47,11 @@ std::optional<int> Daemon::ParseFlags(int argc, char** argv) {
     // --help and --version: 0; any usage error: 2, the code of a rejected
     // configuration, after CLI11 printed the reason.
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (config_path_.empty()) {
+    std::fprintf(stderr, "%s: -c/--config is required\nRun with --help for more information.\n",
+                 options_.name.c_str());
+    return 2;
   }
   // A bad value is a rejected configuration: exit code 2, like the config file's.
   if (!level.empty()) {
@@ -145,8 +155,12 @@ int Daemon::Serve(const ServeHooks& hooks) const {
     }
     LogInfo("startup", "running as user ", run_as->user, " (uid ", run_as->uid, ", gid ", run_as->gid, ")");
   }
-  std::fputs(hooks.ready_text().c_str(), stdout);
+  // The same start line for every daemon, on stdout (after the addresses)
+  // and in the log.
+  std::fputs((hooks.ready_text ? hooks.ready_text() : std::string()).c_str(), stdout);
+  std::fputs("ready\n", stdout);
   std::fflush(stdout);
+  LogInfo("startup", "ready");
   sd_notify(0, "READY=1\nSTATUS=serving");
   // The systemd watchdog (WatchdogSec in the unit): petted from this loop
   // while every loop of the server makes progress, so a wedged worker gets
@@ -190,7 +204,10 @@ int Daemon::Serve(const ServeHooks& hooks) const {
       FlushLogRepeats();
       continue;
     }
-    if (sig != SIGHUP) break;
+    if (sig != SIGHUP) {
+      LogInfo("shutdown", "stopping (", sig == SIGTERM ? "SIGTERM" : "SIGINT", ")");
+      break;
+    }
     sd_notify(0, "RELOADING=1");
     absl::Status r = hooks.reload();
     if (r.ok()) {
@@ -204,6 +221,7 @@ int Daemon::Serve(const ServeHooks& hooks) const {
   sd_notify(0, "STOPPING=1");
   FlushLogRepeats();
   hooks.stop();
+  LogInfo("shutdown", "stopped");
   return 0;
 }
 

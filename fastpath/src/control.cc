@@ -338,12 +338,18 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   for (const Raw& x : raws) weighted_rows += x.weights.size() >= 2;
   // current[row][worker]: the values, empty when that worker holds none.
   std::vector<std::vector<std::vector<int16_t>>> current(raws.size());
-  std::vector<int> workers;  // the slots that run a worker
+  std::vector<int> workers;           // the slots of the threads that answer (and so hold SWRR states)
+  Json thread_names = Json::array();  // their columns: "w0".. the workers, "tcp", "tls"
   // Slots: the workers, then the TCP thread's, then the encrypted front's.
   const int tls_slot = config_.front_enabled() ? slots() - 1 : -1;
   const int tcp_slot = slots() - 1 - (tls_slot >= 0 ? 1 : 0);
   for (int w = 0; w < slots(); ++w) {
-    if (w < tcp_slot || (w == tcp_slot && config_.tcp) || w == tls_slot) workers.push_back(w);
+    if (w < tcp_slot || (w == tcp_slot && config_.tcp) || w == tls_slot) {
+      workers.push_back(w);
+      thread_names.push_back(w < tcp_slot    ? Cat("w", w)
+                             : w == tcp_slot ? std::string("tcp")
+                                             : std::string("tls"));
+    }
   }
   size_t workers_answered = 0;
   if (!probe.items.empty()) {
@@ -397,20 +403,23 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   reply.json()["count"] = raws.size();
   reply.json()["truncated"] = truncated;
   reply.json()["clock"] = now;
-  reply.json()["workers"] = workers.size();
-  reply.json()["workers_answered"] = probe.items.empty() ? 0 : workers_answered;
+  // The UDP (or poll-mode) workers; the TCP thread and the encrypted front
+  // answer too, so swrr_current has a value for each of swrr_threads.
+  reply.json()["workers"] = tcp_slot;
+  reply.json()["swrr_threads"] = thread_names;
+  reply.json()["swrr_threads_answered"] = probe.items.empty() ? 0 : workers_answered;
   reply.json()["swrr_rows"] = probed.size();
 
   mgmt::CacheDumpHeading(
       reply,
-      "swrr: each worker's current value (nginx smooth weighted round-robin; '-': the worker "
-      "has not answered it)");
+      "swrr: each answering thread's current value (nginx smooth weighted round-robin; w0..: the "
+      "workers, tcp: the TCP thread, tls: the encrypted front; '-': the thread has not answered it)");
   reply.Table("/entries",
               {StructuredReply::Field("NAME", "name"), StructuredReply::Field("TYPE", "type"),
                StructuredReply::Field("PARTITION", "partition"), StructuredReply::Field("LEVEL", "level"),
                StructuredReply::Field("KIND", "kind"), StructuredReply::Field("TTL", "ttl"),
                mgmt::TtlLeftColumn(), StructuredReply::Field("ORIGIN", "origin")});
-  // Each entry's addresses, weights and SWRR positions (w<slot>=value).
+  // Each entry's addresses, weights and SWRR positions (THREAD=value).
   reply.Block([](const Json& doc) {
     std::string details;
     for (const Json& e : doc["entries"]) {
@@ -421,8 +430,13 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
         CatTo(details, "  ", CellText(a, "address"), " weight ", CellText(a, "weight"));
         if (a.contains("swrr_current")) {
           details += " swrr";
-          size_t w = 0;
-          for (const Json& c : a["swrr_current"]) CatTo(details, " w", w++, "=", CellText(c));
+          const Json& threads = doc["swrr_threads"];
+          size_t t = 0;
+          for (const Json& c : a["swrr_current"]) {
+            CatTo(details, " ", t < threads.size() ? threads[t].get<std::string>() : Cat("#", t), "=",
+                  CellText(c));
+            ++t;
+          }
         }
         details += "\n";
       }

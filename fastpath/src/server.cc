@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -173,6 +174,11 @@ void Server::Stop() {
   s.node->StopMgmt();
   if (s.control) s.control->Stop();  // before the node it controls goes
   s.running.store(false);
+  // Wake every worker that waits on a loop (TCP, TLS, a UDP worker with
+  // several sockets): each sees `running` false now, not at its next timeout.
+  for (int i = 0; i < s.node->slots(); ++i) {
+    if (const std::function<void()>& wake = s.node->channel(i).wake_worker) wake();
+  }
   if (s.metrics) s.metrics->Stop();  // before the node it renders goes
   s.metrics.reset();
   s.backend->Wait();

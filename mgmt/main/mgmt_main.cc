@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   weir::mgmt::MgmtServer server(*config);
   return daemon.Serve({
       .start = [&] { return server.Start(); },
-      .ready_text = [&] { return server.DescribeListeners() + "ready\n"; },
+      .ready_text = [&] { return server.DescribeListeners(); },
       // SIGHUP: the [tls] certificate, key and CA again (they are also
       // taken when a file changes).
       .reload = config->tls.enabled ? std::function<absl::Status()>([&] { return server.ReloadTls(); })

@@ -238,7 +238,10 @@ int Call(int fd, const std::string& peer, const Message& req, bool json, int tim
     if (!m->has_value()) continue;
     close(fd);
     const Message& r = **m;
-    if (r.type == MsgType::kError) return Die(peer + " refused: " + (r.fields.empty() ? "" : r.fields[0]));
+    // weir-mgmt refused the request itself (a bad token, a certificate that
+    // may not ask): exit 1, as for a refused change (docs/mgmt.md#weirctl).
+    if (r.type == MsgType::kError)
+      return Fail(1, peer + " refused: " + (r.fields.empty() ? "" : r.fields[0]));
     if (r.type != MsgType::kReply || r.fields.size() != 3) return Die("unexpected reply from " + peer);
     // Another weir-mgmt instance committed first: nothing changed; the same
     // command again is computed against the newer version (--retries).
@@ -248,6 +251,26 @@ int Call(int fd, const std::string& peer, const Message& req, bool json, int tim
     return r.fields[0] == "ok" ? 0 : 1;
   }
 }
+
+// --help-all, which weirctl(1) is made of: every command by its full name
+// ("nodes rm"), with its arguments and options, the nested ones too (CLI11's
+// own lists a command's subcommands one line each).
+class EveryCommandFormatter : public CLI::Formatter {
+ public:
+  std::string make_expanded(const CLI::App* sub) const override {
+    std::string path = sub->get_name();
+    for (const CLI::App* p = sub->get_parent(); p != nullptr && p->get_parent() != nullptr;
+         p = p->get_parent())
+      path = p->get_name() + " " + path;
+    std::string body =
+        make_description(sub) + make_positionals(sub) + make_groups(sub, CLI::AppFormatMode::Sub);
+    body = CLI::detail::find_and_replace(body, "\n\n", "\n");
+    std::string out = "\n" + path + "\n  " + CLI::detail::find_and_replace(body, "\n", "\n  ");
+    out.erase(out.find_last_not_of(' ') + 1);
+    for (const CLI::App* nested : sub->get_subcommands({})) out += make_expanded(nested);
+    return out;
+  }
+};
 
 std::string DefaultActor() {
   const char* user = std::getenv("USER");
@@ -263,14 +286,17 @@ int main(int argc, char** argv) {
       "weirctl: manage weir's domain tags, city map and HTTPDNS accounts through weir-mgmt, and control a "
       "node's cache "
       "(docs/operator-guide.md)"};
+  app.formatter(std::make_shared<EveryCommandFormatter>());  // before the subcommands, which inherit it
   app.require_subcommand(1);
   app.fallthrough();  // global options (--json, --control ...) may follow the command too
   app.set_version_flag("--version", weir::common::VersionLine("weirctl"),
                        "print the version, commit and build, and exit");
+  // Every subcommand with its options, as weirctl(1) lists them.
+  app.set_help_all_flag("--help-all", "print the help of every command and exit");
   std::string server_text = std::getenv("WEIR_MGMT") != nullptr ? std::getenv("WEIR_MGMT") : "127.0.0.1:8054";
   std::string token_file =
       std::getenv("WEIR_MGMT_TOKEN_FILE") != nullptr ? std::getenv("WEIR_MGMT_TOKEN_FILE") : "";
-  std::string actor = DefaultActor();
+  std::string actor;  // default: DefaultActor(), of the caller, once parsed
   bool json = false;
   int timeout_ms = 10000;
   auto env = [](const char* name) {
@@ -288,7 +314,7 @@ int main(int argc, char** argv) {
                  "(env WEIR_MGMT)")
       ->capture_default_str();
   app.add_option("-t,--token-file", token_file, "file holding the mgmt token (env WEIR_MGMT_TOKEN_FILE)");
-  app.add_option("--actor", actor, "name recorded in the audit log")->capture_default_str();
+  app.add_option("--actor", actor, "name recorded in the audit log (default: user@host of the caller)");
   app.add_flag("--json", json, "print the reply as JSON");
   app.add_option("--timeout-ms", timeout_ms, "reply timeout")->check(CLI::Range(100, 600000));
   int retries = 0;
@@ -430,6 +456,7 @@ int main(int argc, char** argv) {
 
   g_json = json;
   g_timeout_ms = timeout_ms;
+  if (actor.empty()) actor = DefaultActor();
   const bool node_command = *cache || *node_stats || *reload || *upstreams || *partitions;
   if (!all_kind.empty() && !all) return Die("--kind applies with --all");
   if (all && *reload) {
@@ -564,7 +591,7 @@ int main(int argc, char** argv) {
     case Command::kCitymapImport: {
       std::string body;
       if (!ReadFile(file, &body)) return Die("cannot read " + file);
-      args = {body};
+      args = {body, file};  // the file names the bad lines weir-mgmt reports
       break;
     }
     case Command::kNodeRm:

@@ -30,7 +30,7 @@ using common::ToStd;
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   std::ifstream f(path);
-  if (!f) return absl::NotFoundError(Cat("cannot read token file ", path));
+  if (!f) return absl::NotFoundError(Cat("cannot read token file ", path, ": ", std::strerror(errno)));
   std::string line;
   std::getline(f, line);
   auto token = TokenFromText(line);

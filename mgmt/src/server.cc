@@ -1036,9 +1036,10 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     case Command::kTagRm:
       return changed(store->RemoveTag(args[0], actor), "tag removed");
     case Command::kTagImport:
-      return changed(store->ImportTags(args[0], actor), "tags imported");
+      return changed(store->ImportTags(args[0], actor, args.size() == 2 ? args[1] : ""), "tags imported");
     case Command::kCitymapImport:
-      return changed(store->ImportCitymap(args[0], actor), "city map imported");
+      return changed(store->ImportCitymap(args[0], actor, args.size() == 2 ? args[1] : ""),
+                     "city map imported");
     case Command::kTagEdit:
       return changed(store->EditTag(args[0], std::vector<std::string>(args.begin() + 1, args.end()), actor),
                      "tag edited");

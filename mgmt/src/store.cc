@@ -5,7 +5,9 @@
 #include <optional>
 #include <string_view>
 
+#include "absl/strings/strip.h"
 #include "store_backends.h"
+#include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/dns/httpdns.h"
 #include "weir/partitions/citymap.h"
@@ -33,6 +35,15 @@ std::string JoinLines(const std::vector<std::string>& lines) {
 
 // The prefix a city-map line maps, or nullopt for a blank or comment line
 // (or one whose first field is not a prefix: the whole map would not load).
+// A rejected import: every bad line as "SOURCE:LINE: reason" (as --check
+// prints a config's files), one per line.
+absl::Status ImportRejected(const common::LineErrors& errors, const std::string& source) {
+  std::string all;
+  for (const std::string& e : errors.Render(source.empty() ? "import" : source))
+    all += (all.empty() ? "" : "\n") + e;
+  return absl::InvalidArgumentError(all);
+}
+
 std::optional<common::Cidr> LineCidr(std::string_view line) {
   if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
   const size_t comma = line.find(',');
@@ -242,8 +253,11 @@ absl::StatusOr<uint64_t> Store::RemoveTag(const std::string& suffix, const std::
   return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag rm", removed);
 }
 
-absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::string& actor) {
-  auto table = partitions::TagTable::FromText(text);
+absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::string& actor,
+                                           const std::string& source) {
+  common::LineErrors errors;
+  auto table = partitions::TagTable::FromText(text, &errors);
+  if (!errors.empty()) return ImportRejected(errors, source);
   if (!table.ok()) return table.status();
   std::vector<std::string> lines;
   for (const partitions::Tag& t : (*table)->tags()) lines.push_back(partitions::FormatTag(t));
@@ -251,8 +265,11 @@ absl::StatusOr<uint64_t> Store::ImportTags(const std::string& text, const std::s
   return Commit(std::move(lines), snapshot_.citymap, accounts_, actor, "tag import", detail);
 }
 
-absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std::string& actor) {
-  auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{});
+absl::StatusOr<uint64_t> Store::ImportCitymap(const std::string& csv, const std::string& actor,
+                                              const std::string& source) {
+  common::LineErrors errors;
+  auto cm = partitions::CityMap::FromCsv(csv, partitions::CityMapOptions{}, &errors);
+  if (!errors.empty()) return ImportRejected(errors, source);
   if (!cm.ok()) return cm.status();
   size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
   return Commit(tag_lines_, csv, accounts_, actor, "citymap import",
@@ -308,6 +325,15 @@ absl::StatusOr<uint64_t> Store::AddCityMapping(const std::string& line, bool rep
                                                const std::string& actor) {
   if (line.find_first_of("\n#") != std::string::npos) {
     return absl::InvalidArgumentError("one mapping 'cidr,city[,ecs]', without a newline or a comment");
+  }
+  // The line alone first, so that its fault is named as an import of it
+  // would name it (host bits set, a bad ECS address, ...).
+  common::LineErrors errors;
+  if (!partitions::CityMap::FromCsv(line, partitions::CityMapOptions{}, &errors).ok() || !errors.empty()) {
+    absl::Status first = errors.First();
+    absl::string_view reason = first.message();
+    absl::ConsumePrefix(&reason, "line 1: ");
+    if (!reason.empty()) return absl::InvalidArgumentError(Cat("'", line, "': ", reason));
   }
   const std::optional<common::Cidr> cidr = LineCidr(line);
   if (!cidr || line.find(',') == std::string::npos) {

@@ -470,7 +470,7 @@ std::string Server::DescribeListeners() const {
   for (const std::string& l : impl_->front.describe()) s += l + "\n";
   if (impl_->control_server) s += impl_->control_server->Describe();
   if (impl_->metrics) s += Cat("metrics http ", impl_->metrics_bound.ToString(), "\n");
-  return s + "ready\n";
+  return s;
 }
 
 absl::Status Server::ReloadTags() {

@@ -122,7 +122,7 @@ TEST(DaemonTest, StartFailureExitsOne) {
   Daemon d = WithoutClock();
   bool stopped = false;
   EXPECT_EQ(d.Serve({.start = [] { return absl::UnavailableError("bind: in use"); },
-                     .ready_text = [] { return std::string("ready\n"); },
+                     .ready_text = [] { return std::string("listening udp 127.0.0.1:53\n"); },
                      .stop = [&] { stopped = true; }}),
             1);
   EXPECT_FALSE(stopped);
@@ -139,7 +139,7 @@ TEST(DaemonTest, SighupReloadsSigtermStops) {
                            raise(SIGHUP);
                            return absl::OkStatus();
                          },
-                     .ready_text = [] { return std::string("ready\n"); },
+                     .ready_text = [] { return std::string("listening udp 127.0.0.1:53\n"); },
                      .reload =
                          [&] {
                            ++reloads;

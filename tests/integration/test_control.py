@@ -198,8 +198,8 @@ class FastpathControlTest(unittest.TestCase):
     # ------------------------------------------------------------ dump
 
     def test_dump_shows_weights_and_swrr_state(self):
-        # One UDP worker: every answer comes from its SWRR sequence. Slot 1
-        # is the TCP worker, which has not answered the name.
+        # One UDP worker: every answer comes from its SWRR sequence. The TCP
+        # thread (slot 1) has not answered the name.
         self.fp.stop()
         self.fp = self.start_fastpath(workers=1)
         got = [self.fp.dig("x.cdn.example.net", source=SOURCE_A).addresses()[0] for _ in range(3)]
@@ -216,8 +216,10 @@ class FastpathControlTest(unittest.TestCase):
         self.assertEqual(e["ttl_left"], 600)
         self.assertEqual([(a["address"], a["weight"]) for a in e["addresses"]], list(zip(CITY_A, CITY_A_WEIGHTS)))
         self.assertEqual([a["swrr_current"] for a in e["addresses"]], [[-3, None], [0, None], [3, None]])
-        self.assertEqual(dump["workers"], 2)
-        self.assertEqual(dump["workers_answered"], 2)
+        # One worker: its column and the TCP thread's (it answers too), not a second worker's.
+        self.assertEqual(dump["workers"], 1)
+        self.assertEqual(dump["swrr_threads"], ["w0", "tcp"])
+        self.assertEqual(dump["swrr_threads_answered"], 2)
         # TTL left follows the (test) clock; past the TTL the entry is stale.
         self.fp.advance_clock(100)
         e = ok_json(self.ctl("cache", "dump", "--name", "x.cdn.example.net", json_out=True))["entries"][0]
@@ -227,7 +229,8 @@ class FastpathControlTest(unittest.TestCase):
         self.assertEqual((e["ttl_left"], e["stale_for"], e["origin"]), (0, 100, "stale"))
         # The text form shows the same.
         text = self.ctl("cache", "dump", "--name", "x.cdn.example.net").stdout
-        self.assertIn("192.0.2.11 weight 5 swrr w0=-3 w1=-", text)
+        self.assertIn("192.0.2.11 weight 5 swrr w0=-3 tcp=-\n", text)
+        self.assertNotIn(" w1=", text)
         self.assertIn("stale 100s", text)
 
     def test_dump_filters_and_limit(self):

@@ -128,11 +128,10 @@ class FdLimitTest(unittest.TestCase):
 
     def start_low_soft(self, daemon, config):
         """The daemon under soft 64, a high hard limit; serving once it printed its last start-up
-        line ("ready"; the fastpath's last is its metrics address)."""
+        line ("ready", the same for every daemon)."""
         if self.high_hard < 4096:
             weirtest.skip_or_fail(self, f"the hard limit is {self.high_hard}: below what the test configs need")
-        ready = r"^metrics http " if daemon == "fastpath" else r"^ready$"
-        process = weirtest.Process(with_limits(64, self.high_hard, self.argv(daemon, config)), ready=ready,
+        process = weirtest.Process(with_limits(64, self.high_hard, self.argv(daemon, config)), ready=r"^ready$",
                                    timeout=20, cwd=self.dir)
         self.addCleanup(process.stop)
         return process

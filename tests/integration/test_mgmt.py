@@ -202,18 +202,53 @@ class MgmtTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(json.loads(r.stdout)["exit_code"], 2)
 
+    def test_import_names_every_bad_line_and_add_names_the_cause(self):
+        self.push_city_setup()
+        before = self.mgmt.weirctl("citymap", "ls").stdout
+        # Three bad lines among good ones: each is named with its cause, as
+        # --check names them, and nothing is applied.
+        bad = CITYMAP + ("127.9.0.1/16,city-c,\n"            # line 4: host bits set
+                         "127.10.0.0/16,city-d,not-an-address\n"  # line 5: bad ECS address
+                         "127.11.0.0/33,city-e,\n")          # line 6: bad prefix length
+        path = self.write("three-bad.csv", bad)
+        r = self.mgmt.weirctl("citymap", "import", path)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        lines = [l.removeprefix("weirctl: ") for l in r.stderr.splitlines()]
+        lines = [l for l in lines if l.startswith(path)]
+        self.assertEqual([l.split(":")[1] for l in lines], ["4", "5", "6"], r.stderr)
+        self.assertIn("host bits", lines[0].lower(), r.stderr)
+        for l in lines:
+            self.assertRegex(l, rf"^{re.escape(path)}:\d+: \S", r.stderr)
+        tags = self.write("three-bad.tags", "a.example weight=maybe\nb.example weight=on\nc.example color=red\n"
+                          "d..example weight=on\n")
+        r = self.mgmt.weirctl("tag", "import", tags)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        for n in (1, 3, 4):
+            self.assertIn(f"{tags}:{n}: ", r.stderr)
+        self.assertNotIn(f"{tags}:2: ", r.stderr)
+        self.assertEqual(self.mgmt.weirctl_json("status")["version"], 2)
+        self.assertEqual(self.mgmt.weirctl("citymap", "ls").stdout, before)
+        # citymap add of the same line gives the same cause as its import.
+        r = self.mgmt.weirctl("citymap", "add", "127.9.0.1/16", "city-c")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertNotIn("not a city-map line", r.stderr)
+        self.assertIn("host bits", r.stderr.lower())
+        self.assertEqual(self.mgmt.weirctl_json("status")["version"], 2)
+
     def test_bad_import_rejected_whole_with_line_number(self):
         fp = self.start_fastpath()
         self.push_city_setup()
         self.mgmt.wait_in_sync("fp-1", 2)
         before = self.mgmt.weirctl("citymap", "ls").stdout
         bad = CITYMAP + "127.3.0.0/16,city-c,203.0.113.0/24\n127.4.0.0/33,city-d,\n"
-        r = self.mgmt.weirctl("citymap", "import", self.write("bad.csv", bad))
+        bad_csv = self.write("bad.csv", bad)
+        r = self.mgmt.weirctl("citymap", "import", bad_csv)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("line 5", r.stderr)
-        r = self.mgmt.weirctl("tag", "import", self.write("bad.tags", "a.example weight=on\nb.example color=red\n"))
+        self.assertIn(f"{bad_csv}:5: ", r.stderr)
+        bad_tags = self.write("bad.tags", "a.example weight=on\nb.example color=red\n")
+        r = self.mgmt.weirctl("tag", "import", bad_tags)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("line 2", r.stderr)
+        self.assertIn(f"{bad_tags}:2: ", r.stderr)
         r = self.mgmt.weirctl("tag", "add", "cdn.example.net", "weight=on")
         self.assertEqual(r.returncode, 1, "a suffix that has a tag needs --replace")
         self.assertIn("--replace", r.stderr)
@@ -276,8 +311,12 @@ class MgmtTest(unittest.TestCase):
     def test_bad_token_is_refused(self):
         bad = self.write("bad.token", "not-the-right-token-at-all\n")
         r = self.mgmt.weirctl("status", token_file=bad)
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 1, "mgmt refused: exit 1 (docs/mgmt.md#weirctl)")
         self.assertIn("bad token", r.stderr)
+        # A token file that cannot be read: a file error, exit 2, with the reason.
+        r = self.mgmt.weirctl("status", token_file=os.path.join(os.path.dirname(bad), "missing.token"))
+        self.assertEqual(r.returncode, 2)
+        self.assertRegex(r.stderr, r"cannot read token file .*missing\.token: No such file or directory")
         upstream = f"{self.sim.host}:{self.sim.port}"
         config = weirtest.fastpath_config([upstream]) + weirtest.mgmt_node_section(
             self.mgmt.address, "intruder", bad, os.path.join(self.dir, "x-state"))

@@ -75,6 +75,28 @@ class InstallTreeTest(unittest.TestCase):
                     "systemd/weir-fastpath.service.d/dpdk.conf"):
             self.assertTrue(os.path.isfile(s.path(f"/usr/share/doc/weir/{doc}")), doc)
 
+    def test_manual_pages(self):
+        man = self.staged.path("/usr/share/man")
+        pages = {"weir-fastpath": "man8/weir-fastpath.8", "weir-recursor": "man8/weir-recursor.8",
+                 "weir-mgmt": "man8/weir-mgmt.8", "weirctl": "man1/weirctl.1", "weir-bench": "man1/weir-bench.1"}
+        texts = {}
+        for name, page in pages.items():
+            with open(os.path.join(man, page), encoding="utf-8") as f:
+                texts[name] = f.read()
+            see_also = texts[name].split(".SH \"SEE ALSO\"")[-1]
+            self.assertNotIn(f"{name}(", see_also, f"{page} refers to itself")
+            self.assertRegex(see_also, r"/share/doc/weir/", page)
+        for name in ("weir-fastpath", "weir-recursor", "weir-mgmt"):
+            self.assertNotIn("test\\-clock", texts[name], "a flag for tests only")
+            self.assertNotIn("REQUIRED", texts[name], "--version and --help need no config")
+        # The audit log's default actor is the caller's, not the build machine's.
+        self.assertNotIn("@" + os.uname().nodename, texts["weirctl"])
+        self.assertIn("user@host of the caller", texts["weirctl"])
+        # Every subcommand with its options, the nested ones too.
+        for word in ("nodes", "rm", "\\-\\-limit", "account", "rotate", "\\-\\-secret\\-file", "cache", "flush",
+                     "\\-\\-partition", "citymap", "import"):
+            self.assertIn(word, texts["weirctl"])
+
     def test_units_name_the_installed_programs_and_config(self):
         for unit in UNITS:
             with open(self.staged.path(f"/usr/lib/systemd/system/{unit}.service")) as f:

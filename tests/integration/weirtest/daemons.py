@@ -210,7 +210,6 @@ class Fastpath(_Daemon):
     With test_clock=True the TTL clock only moves through advance_clock()."""
 
     RELPATH = "fastpath/weir-fastpath"
-    READY = r"^metrics http "
     dot = None  # (host, port) of the first DoT listener ([tls]), from "listening dot ADDR"
     doh = None  # and of the first DoH listener
     http = None  # and of the first plain HTTP (HTTPDNS) listener

@@ -39,8 +39,11 @@ struct DaemonOptions {
 // How Daemon::Serve drives the server once the config is loaded.
 struct ServeHooks {
   std::function<absl::Status()> start{};
-  // What stdout shows once the daemon serves, its last line "ready";
-  // printed and flushed, since tests and supervisors wait for it.
+  // What stdout shows once the daemon serves (its addresses, a line each),
+  // before the line "ready" that Serve prints and flushes after it, since
+  // tests and supervisors wait for it. "ready" is logged too (component
+  // "startup"), and a stop by signal as "stopping (SIGTERM)" then "stopped"
+  // (component "shutdown"), both at info, the same for every daemon.
   std::function<std::string()> ready_text{};
   // Run on SIGHUP, its outcome logged (component "config") as "LABEL: ok"
   // or "LABEL: reason".

@@ -149,10 +149,15 @@ class Store {
   // without `replace`, a suffix that already has a tag is an error.
   absl::StatusOr<uint64_t> AddTag(const std::string& line, bool replace, const std::string& actor);
   absl::StatusOr<uint64_t> RemoveTag(const std::string& suffix, const std::string& actor);
-  // Replaces every tag; a bad line rejects the whole text ("line N: ...").
-  absl::StatusOr<uint64_t> ImportTags(const std::string& text, const std::string& actor);
-  // Replaces the city map; a bad line rejects the whole CSV ("line N: ...").
-  absl::StatusOr<uint64_t> ImportCitymap(const std::string& csv, const std::string& actor);
+  // Replaces every tag; a bad line rejects the whole text, and the status
+  // names every bad line, one per line: "SOURCE:N: reason" (SOURCE: the
+  // file the operator imported, "import" when not given).
+  absl::StatusOr<uint64_t> ImportTags(const std::string& text, const std::string& actor,
+                                      const std::string& source = "");
+  // Replaces the city map; a bad line rejects the whole CSV, every bad line
+  // named as ImportTags names them.
+  absl::StatusOr<uint64_t> ImportCitymap(const std::string& csv, const std::string& actor,
+                                         const std::string& source = "");
   // Changes the tag of `suffix` in place: each "key=value" of `changes`
   // replaces that key (or is added); the other keys stay.
   absl::StatusOr<uint64_t> EditTag(const std::string& suffix, const std::vector<std::string>& changes,

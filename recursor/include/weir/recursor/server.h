@@ -35,7 +35,7 @@ class Server {
   // Binds the sockets, loads the tag file, sets up libunbound and starts the
   // loop thread.
   absl::Status Start();
-  // "listening udp A tcp A" lines, "control A", then "ready".
+  // "listening udp A tcp A" lines, "control A" (the daemon prints "ready" after them).
   std::string DescribeListeners() const;
   // The loop the watchdog goes by (the one thread that resolves).
   std::vector<common::NamedHeart> Hearts() const;
