@@ -298,6 +298,7 @@ class EtcdFleetTest(FleetTest):
             "cdn.example.net weight=on ecs=on answer=single level=city\n"
         path = self.write("big.txt", tags)
         seen_conflict = False
+        imported = 0  # an earlier attempt's import that landed (its tags stay)
         for attempt in range(5):
             big = subprocess.Popen([weirtest.binary(BUILD_DIR, "mgmt/weirctl"), "--server", self.mgmt_a.address,
                                     "--token-file", self.mgmt_a.token_file, "--actor", "big", "tag", "import", path],
@@ -313,7 +314,8 @@ class EtcdFleetTest(FleetTest):
                 self.assertIn("conflict", err)
                 # Nothing lost: B's change is there, A's import changed nothing.
                 self.assertTrue(any(t.startswith(f"race{attempt}.example.") for t in tags_now))
-                self.assertFalse(any(t.startswith("r1.example.") for t in tags_now))
+                if not imported:
+                    self.assertFalse(any(t.startswith("r1.example.") for t in tags_now))
                 self.assertEqual(self.store_status()["version"], small)
                 # The same command again is computed against B's version and lands.
                 v = self.commit(self.mgmt_a, "tag", "import", path, retries=2)
