@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tls/tls_server.h"
 #include "weir/common/metrics_http.h"
 #include "weir/common/text.h"
 #include "weir/mgmt/control.h"
@@ -28,6 +29,8 @@ common::DescriptorNeed DescriptorsNeeded(const FastpathConfig& config) {
   if (config.front_enabled()) {
     need.Add(Cat("[tls] max_connections ", config.tls.limits.max_connections),
              config.tls.limits.max_connections, "[tls] max_connections");
+    // Closed sessions still reading what their clients sent (TlsServer::Linger).
+    need.Add(Cat("closing sessions ", tls::TlsServer::kMaxLingering), tls::TlsServer::kMaxLingering);
   }
   // A recursor in both `ordinary` and `weighted` (weighted defaults to
   // ordinary) is one endpoint of the forwarder (forwarder_core.cc); each

@@ -12,6 +12,8 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_join.h"
+#include "weir/common/line_errors.h"
 #include "weir/common/log.h"
 #include "weir/common/process_metrics.h"
 #include "weir/common/text.h"
@@ -123,28 +125,58 @@ void Node::Stop() {
 
 absl::Status Node::Reload(std::string* what) {
   std::lock_guard<std::mutex> reload_lock(reload_mu_);
-  // The config file first: its [log] and [dnstap] apply live, once
-  // everything else of the reload worked; a key that needs a restart
-  // refuses the whole reload before anything changed.
+  // Everything is read and checked first; the first problem does not stop
+  // the checks, so the refusal names every broken file at once. The config
+  // file's [log] and [dnstap] apply live, last; a key that needs a restart
+  // refuses the whole reload.
+  std::vector<std::string> problems;
   std::optional<FastpathConfig> next;
-  absl::StatusOr<dnstap::LiveChange> tap = dnstap::LiveChange{};
+  dnstap::LiveChange tap;
   if (!config_.path.empty()) {
     // Every backend name: server.backend is read at start only (the
     // daemon checked it against this build's backends then).
     auto loaded = LoadConfig(config_.path);
     if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(),
-                          Cat(ToStd(loaded.status().message()), ": nothing reloaded"));
+      problems.push_back(std::string(loaded.status().message()));
+    } else {
+      auto planned = dnstap::PlanReload(dnstap_ ? &dnstap_now_ : nullptr,
+                                        loaded->dnstap.enabled() ? &loaded->dnstap : nullptr);
+      if (!planned.ok()) {
+        problems.push_back(std::string(planned.status().message()));
+      } else {
+        next = *std::move(loaded);
+        tap = *std::move(planned);
+      }
     }
-    next = *std::move(loaded);
-    tap = dnstap::PlanReload(dnstap_ ? &dnstap_now_ : nullptr,
-                             next->dnstap.enabled() ? &next->dnstap : nullptr);
-    if (!tap.ok())
-      return absl::FailedPreconditionError(Cat(ToStd(tap.status().message()), ": nothing reloaded"));
   }
+  // The city map, tags and accounts files (standalone only), held from
+  // their check to their swap.
+  std::unique_lock<std::mutex> apply_lock(apply_mu_, std::defer_lock);
+  std::optional<ParsedPartitions> parsed;
+  if (!mgmt_client_) {
+    apply_lock.lock();
+    PartitionFiles files;
+    ReadPartitionFiles(&files, &problems);
+    // An unreadable file parses as empty, which is never an error: each
+    // problem is named once.
+    const AccountsText accounts{files.accounts, config_.httpdns.accounts_file};
+    parsed = ParsePartitions(files.csv, config_.citymap_path, files.tags, config_.tags_path,
+                             AccountsFromFile() ? &accounts : nullptr, {}, &problems);
+  }
+  const bool tls = backend_reload_ && config_.tls.enabled();
+  if (!problems.empty()) {
+    // The certificates are checked too (not swapped), to name them as well.
+    if (tls) {
+      if (absl::Status st = backend_reload_(false); !st.ok()) problems.push_back(std::string(st.message()));
+    }
+    return absl::FailedPreconditionError(Cat(absl::StrJoin(problems, "; "), ": nothing reloaded"));
+  }
+  // Nothing is applied before this point; the certificates swap or fail whole.
   std::string done;
-  if (backend_reload_ && config_.tls.enabled()) {
-    if (absl::Status st = backend_reload_(); !st.ok()) return st;
+  if (tls) {
+    if (absl::Status st = backend_reload_(true); !st.ok()) {
+      return absl::Status(st.code(), Cat(ToStd(st.message()), ": nothing reloaded"));
+    }
     done = "the TLS certificates";
   }
   // What the config changes, applied last (it cannot fail).
@@ -153,11 +185,11 @@ absl::Status Node::Reload(std::string* what) {
     std::string changed = common::ApplyConfigLogSettings(log_now_, next->log);
     log_now_ = next->log;
     if (dnstap_) {
-      dnstap_->SetLive(tap->tapping, tap->sample);
-      dnstap_now_.tapping = tap->tapping;
-      dnstap_now_.sample = tap->sample;
+      dnstap_->SetLive(tap.tapping, tap.sample);
+      dnstap_now_.tapping = tap.tapping;
+      dnstap_now_.sample = tap.sample;
     }
-    for (const std::string& d : tap->described) common::CatTo(changed, changed.empty() ? "" : ", ", d);
+    for (const std::string& d : tap.described) common::CatTo(changed, changed.empty() ? "" : ", ", d);
     common::LogDebug("config", config_.path, ": loaded");  // as at start, at the level now in force
     return changed;
   };
@@ -174,7 +206,8 @@ absl::Status Node::Reload(std::string* what) {
     if (what != nullptr) *what = Cat(with(done, changed), " (tags and city map come from weir-mgmt)");
     return absl::OkStatus();
   }
-  if (absl::Status st = LoadPartitions(); !st.ok()) return st;
+  PublishPartitions(*std::move(parsed));
+  apply_lock.unlock();
   const std::string files =
       AccountsFromFile() ? "the city map, tags and HTTPDNS accounts" : "the city map and tags";
   const std::string changed = apply_config();
@@ -186,29 +219,35 @@ bool Node::AccountsFromFile() const {
   return !config_.mgmt.enabled && config_.httpdns.enabled && !config_.httpdns.accounts_file.empty();
 }
 
-absl::Status Node::LoadPartitions() {
-  auto read = [](const std::string& path, std::string* out) -> absl::Status {
+void Node::ReadPartitionFiles(PartitionFiles* out, std::vector<std::string>* problems) const {
+  auto read = [&](const std::string& path, std::string* text) {
+    if (path.empty()) return;
     FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return absl::NotFoundError(Cat(path, ": ", strerror(errno)));
+    if (f == nullptr) {
+      problems->push_back(Cat(path, ": ", strerror(errno)));
+      return;
+    }
     char buf[65536];
     size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text->append(buf, n);
+    if (std::ferror(f) != 0) {
+      problems->push_back(Cat(path, ": read error"));
+    }
     std::fclose(f);
-    return absl::OkStatus();
   };
-  std::string csv;
-  if (!config_.citymap_path.empty()) {
-    if (absl::Status st = read(config_.citymap_path, &csv); !st.ok()) return st;
-  }
-  std::string tags_text;
-  if (!config_.tags_path.empty()) {
-    if (absl::Status st = read(config_.tags_path, &tags_text); !st.ok()) return st;
-  }
-  if (!AccountsFromFile()) return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path);
-  std::string accounts_text;
-  if (absl::Status st = read(config_.httpdns.accounts_file, &accounts_text); !st.ok()) return st;
-  const AccountsText accounts{accounts_text, config_.httpdns.accounts_file};
-  return ApplyPartitions(csv, config_.citymap_path, tags_text, config_.tags_path, &accounts);
+  read(config_.citymap_path, &out->csv);
+  read(config_.tags_path, &out->tags);
+  if (AccountsFromFile()) read(config_.httpdns.accounts_file, &out->accounts);
+}
+
+absl::Status Node::LoadPartitions() {
+  std::vector<std::string> problems;
+  PartitionFiles files;
+  ReadPartitionFiles(&files, &problems);
+  if (!problems.empty()) return absl::NotFoundError(absl::StrJoin(problems, "; "));
+  const AccountsText accounts{files.accounts, config_.httpdns.accounts_file};
+  return ApplyPartitions(files.csv, config_.citymap_path, files.tags, config_.tags_path,
+                         AccountsFromFile() ? &accounts : nullptr);
 }
 
 namespace {
@@ -252,39 +291,78 @@ absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const p
 absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_name,
                                    std::string_view tags_text, std::string_view tags_name,
                                    const AccountsText* accounts, const mgmt::SnapshotParts& changed) {
+  std::lock_guard<std::mutex> l(apply_mu_);
+  std::vector<std::string> problems;
+  ParsedPartitions parsed =
+      ParsePartitions(csv, csv_name, tags_text, tags_name, accounts, changed, &problems);
+  if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+  PublishPartitions(std::move(parsed));
+  return absl::OkStatus();
+}
+
+Node::ParsedPartitions Node::ParsePartitions(std::string_view csv, std::string_view csv_name,
+                                             std::string_view tags_text, std::string_view tags_name,
+                                             const AccountsText* accounts, const mgmt::SnapshotParts& changed,
+                                             std::vector<std::string>* problems) const {
+  // At most this many errors per file in one message (a log line); the
+  // count of the rest follows them.
+  constexpr size_t kErrorsShown = 10;
+  auto add = [&](const common::LineErrors& errors, std::string_view name) {
+    for (std::string& e : errors.Render(name, kErrorsShown)) problems->push_back(std::move(e));
+  };
   // A part that did not change keeps what was built from it (a tag change
   // does not rebuild the city map); before the first apply there is none.
   const bool first = !shared_.cache;
-  partitions::CityMapOptions cmo;
-  if (!config_.default_city.empty()) cmo.default_city = config_.default_city;
-  decltype(partitions::CityMap::FromCsv(csv, cmo)) parsed = absl::UnknownError("not parsed");
+  ParsedPartitions out;
   if (first || changed.citymap) {
-    parsed = partitions::CityMap::FromCsv(csv, cmo);
-    if (!parsed.ok())
-      return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(parsed.status().message())));
+    partitions::CityMapOptions cmo;
+    if (!config_.default_city.empty()) cmo.default_city = config_.default_city;
+    common::LineErrors errors;
+    auto cm = partitions::CityMap::FromCsv(csv, cmo, &errors);
+    if (!errors.empty() || !cm.ok()) {
+      if (errors.empty()) errors.Add(0, std::string(cm.status().message()));
+      add(errors, csv_name);
+    } else {
+      // Ids stay stable across maps (StableCityIds); city_names_ only
+      // changes when the map is published.
+      out.city_names = city_names_;
+      auto stable = StableCityIds(**cm, &out.city_names);
+      if (!stable.ok()) {
+        problems->push_back(Cat(csv_name, ": ", ToStd(stable.status().message())));
+      } else {
+        out.citymap = *std::move(stable);
+      }
+    }
   }
-  decltype(partitions::TagTable::FromText(tags_text)) tags = absl::UnknownError("not parsed");
   if (first || changed.tags) {
-    tags = partitions::TagTable::FromText(tags_text);
-    if (!tags.ok()) return absl::InvalidArgumentError(Cat(tags_name, ": ", ToStd(tags.status().message())));
+    common::LineErrors errors;
+    auto tags = partitions::TagTable::FromText(tags_text, &errors);
+    if (!errors.empty() || !tags.ok()) {
+      if (errors.empty()) errors.Add(0, std::string(tags.status().message()));
+      add(errors, tags_name);
+    } else {
+      out.tags = *std::move(tags);
+    }
   }
-  std::shared_ptr<const std::vector<dns::httpdns::Account>> next_accounts;
   if (accounts != nullptr && (first || changed.accounts)) {
     // ParseAccounts' errors name the line, never a secret.
     auto a = dns::httpdns::ParseAccounts(accounts->text);
-    if (!a.ok()) return absl::InvalidArgumentError(Cat(accounts->name, ": ", ToStd(a.status().message())));
-    next_accounts = std::make_shared<const std::vector<dns::httpdns::Account>>(*std::move(a));
+    if (!a.ok()) {
+      problems->push_back(Cat(accounts->name, ": ", ToStd(a.status().message())));
+    } else {
+      out.accounts = std::make_shared<const std::vector<dns::httpdns::Account>>(*std::move(a));
+    }
   }
-  std::lock_guard<std::mutex> l(apply_mu_);
-  decltype(StableCityIds(**parsed, &city_names_)) cm = absl::UnknownError("not built");
-  if (parsed.ok() && *parsed) {
-    cm = StableCityIds(**parsed, &city_names_);
-    if (!cm.ok()) return absl::InvalidArgumentError(Cat(csv_name, ": ", ToStd(cm.status().message())));
+  return out;
+}
+
+void Node::PublishPartitions(ParsedPartitions parsed) {
+  if (parsed.citymap) {
+    city_names_ = std::move(parsed.city_names);
+    shared_.citymap.Publish(std::move(parsed.citymap));
   }
-  // Everything is valid: from here on all of it is applied.
-  if (cm.ok() && *cm) shared_.citymap.Publish(*std::move(cm));
-  if (tags.ok() && *tags) shared_.tags.Publish(*std::move(tags));
-  if (next_accounts) accounts_.store(std::move(next_accounts), std::memory_order_release);
+  if (parsed.tags) shared_.tags.Publish(std::move(parsed.tags));
+  if (parsed.accounts) accounts_.store(std::move(parsed.accounts), std::memory_order_release);
   if (!shared_.cache) {
     partitions::CacheOptions co;
     co.byte_budget = config_.cache_bytes;
@@ -295,7 +373,6 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
     shared_.limits.negative_max_ttl = config_.negative_max_ttl;
     shared_.limits.servfail_ttl = config_.servfail_ttl;
   }
-  return absl::OkStatus();
 }
 
 namespace {

@@ -130,7 +130,8 @@ absl::Status Server::Start() {
   s.node->SetBackendMetrics([&s](common::PrometheusWriter& w) {
     if (s.backend) s.backend->RenderMetrics(w);
   });
-  s.node->SetBackendReload([&s] { return s.backend ? s.backend->Reload() : absl::OkStatus(); });
+  s.node->SetBackendReload(
+      [&s](bool apply) { return s.backend ? s.backend->Reload(apply) : absl::OkStatus(); });
   s.running = true;
   // The forwarder, then the mgmt client; nothing else runs yet if they fail.
   if (absl::Status st = s.node->Start(); !st.ok()) {

@@ -248,6 +248,17 @@ int Call(int fd, const std::string& peer, const Message& req, bool json, int tim
     if (r.fields[0] == "conflict") return Fail(kConflictExit, r.fields[1]);
     if (r.fields[0] != "ok" && r.fields[0] != "partial") return Fail(1, r.fields[1]);
     std::fputs(json ? (r.fields[2] + "\n").c_str() : r.fields[1].c_str(), stdout);
+    // A change that was made but deserves a look (a new tag whose zone no
+    // recursor finds): on stderr, the exit status stays 0. --json has them
+    // in the document's "warnings".
+    if (!json) {
+      const weir::mgmt::Json doc = weir::mgmt::ParseNodeJson(r.fields[2]);
+      if (doc.is_object() && doc.contains("warnings") && doc["warnings"].is_array()) {
+        for (const weir::mgmt::Json& w : doc["warnings"]) {
+          if (w.is_string()) std::fprintf(stderr, "weirctl: warning: %s\n", w.get<std::string>().c_str());
+        }
+      }
+    }
     return r.fields[0] == "ok" ? 0 : 1;
   }
 }

@@ -13,11 +13,14 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "metrics.h"
 #include "peer_tls.h"
 #include "store_backends.h"
@@ -119,9 +122,9 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   ParseTls(c, root, cfg);
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
-    c.OnlyKeys(
-        *m, "mgmt",
-        {"listen", "store", "database", "token_file", "max_connections", "metrics_listen", "instance"});
+    c.OnlyKeys(*m, "mgmt",
+               {"listen", "store", "database", "token_file", "max_connections", "metrics_listen", "instance",
+                "push_batch", "push_batch_interval_ms", "zone_check_ms"});
     const bool listen_ok = c.String(*m, "listen", &listen);
     c.String(*m, "store", &cfg.store);
     const bool database_ok = c.String(*m, "database", &cfg.database);
@@ -130,6 +133,7 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
     c.Int(*m, "max_connections", &cfg.max_connections, 4, 1 << 20);
     c.Int(*m, "push_batch", &cfg.push_batch, 1, 1 << 20);
     c.Int(*m, "push_batch_interval_ms", &cfg.push_batch_interval_ms, 0, 1000);
+    c.Int(*m, "zone_check_ms", &cfg.zone_check_ms, 0, 5000);
     std::string metrics;
     c.String(*m, "metrics_listen", &metrics);
     if (!metrics.empty()) {
@@ -268,7 +272,33 @@ struct FanOut {
   std::map<std::string, NodeResult> results;  // by node id
   size_t pending = 0;
   net::EventLoop::TimerId timer = 0;
+  // Set: the fan-out is weir-mgmt's own (a zone check), and this replies to
+  // the weirctl connection instead of the nodes' results (which it gets).
+  std::function<void(Conn& ctl, const FanOut& f)> done;
 };
+
+// The suffixes of `after`'s tag lines (one canonical line each, the suffix
+// first) that no line of `before` has, leaving out those with
+// policy=forward:... (their queries go to the targets, never to the zone's
+// servers).
+std::vector<std::string> NewTagSuffixes(std::string_view before, std::string_view after) {
+  auto suffixes = [](std::string_view text) {
+    std::set<std::string_view> out;
+    for (std::string_view line : common::Split(text, '\n')) {
+      const size_t end = line.find_first_of(" \t");
+      if (!line.empty() && line.find(" policy=forward:") == std::string_view::npos) {
+        out.insert(line.substr(0, end));
+      }
+    }
+    return out;
+  };
+  const std::set<std::string_view> old = suffixes(before);
+  std::vector<std::string> added;
+  for (std::string_view s : suffixes(after)) {
+    if (!old.contains(s)) added.emplace_back(s);
+  }
+  return added;
+}
 
 }  // namespace
 
@@ -346,6 +376,12 @@ struct MgmtServer::Impl {
   // weirctl --all: sends the control request to every connected node of
   // `kind` ("" all) and replies once each has answered.
   void FanOutControl(Conn& c, const std::string& actor, const std::vector<std::string>& args);
+  // After a tag change that added `added` suffixes (version `version`,
+  // reply text `what`): asks every connected recursor whether it finds each
+  // suffix's zone (docs/mgmt.md#zone-check) and replies with a warning for
+  // each that none finds; replies at once when there is nothing to ask.
+  void ReplyAfterZoneCheck(Conn& c, const std::string& actor, uint64_t version, const std::string& what,
+                           std::vector<std::string> added);
   void NodeControlReply(Conn& node, const Message& m);
   void FinishFanOut(uint64_t id);
   void Reply(Conn& c, bool ok, std::string text, std::string json);
@@ -1018,7 +1054,9 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
                      " arguments, got ", args.size()),
                  "");
   }
-  auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what) {
+  // The tags before a change that may add suffixes (their zones are checked).
+  std::string tags_before;
+  auto changed = [&](const absl::StatusOr<uint64_t>& v, std::string what, bool check_zones = false) {
     if (!v.ok()) {
       if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
       common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(v.status().message()));
@@ -1026,17 +1064,24 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     }
     common::LogInfo("ctl", what, " by ", actor, ": version ", *v);
     PushAll();
+    if (check_zones) {
+      return ReplyAfterZoneCheck(c, actor, *v, what, NewTagSuffixes(tags_before, store->snapshot().tags));
+    }
     Reply(c, StructuredReply(Json{{"version", *v}}).Block([what](const Json& d) {
       return Cat(what, ": version ", CellText(d, "version"), "\n");
     }));
   };
   switch (spec->id) {
     case Command::kTagAdd:
-      return changed(store->AddTag(args[0], args.size() == 2 && args[1] == "replace", actor), "tag added");
+      tags_before = store->snapshot().tags;
+      return changed(store->AddTag(args[0], args.size() == 2 && args[1] == "replace", actor), "tag added",
+                     true);
     case Command::kTagRm:
       return changed(store->RemoveTag(args[0], actor), "tag removed");
     case Command::kTagImport:
-      return changed(store->ImportTags(args[0], actor, args.size() == 2 ? args[1] : ""), "tags imported");
+      tags_before = store->snapshot().tags;
+      return changed(store->ImportTags(args[0], actor, args.size() == 2 ? args[1] : ""), "tags imported",
+                     true);
     case Command::kCitymapImport:
       return changed(store->ImportCitymap(args[0], actor, args.size() == 2 ? args[1] : ""),
                      "city map imported");
@@ -1311,6 +1356,117 @@ void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
   }
 }
 
+void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, uint64_t version,
+                                           const std::string& what, std::vector<std::string> added) {
+  StructuredReply reply(Json{{"version", version}, {"warnings", Json::array()}});
+  reply.Block([what](const Json& d) { return Cat(what, ": version ", CellText(d, "version"), "\n"); });
+  if (config.zone_check_ms == 0 || added.empty()) return Reply(c, reply);
+  const size_t total = added.size();
+  if (added.size() > kMaxZoneCheckNames) added.resize(kMaxZoneCheckNames);
+  auto warn = [what, actor](Json& d, std::string text) {
+    common::LogWarning("ctl", what, " by ", actor, ": ", text);
+    d["warnings"].push_back(std::move(text));
+  };
+  const uint64_t id = next_fanout++;
+  FanOut f;
+  f.ctl_fd = c.fd;
+  f.ctl_serial = c.serial;
+  std::vector<int> targets;
+  for (auto& [fd, n] : conns) {
+    if (n.role != Role::kNode || n.close_after_write || n.kind != "recursor") continue;
+    if (f.results.contains(n.node_id)) continue;
+    f.results[n.node_id].kind = n.kind;
+    f.results[n.node_id].serial = n.serial;
+    targets.push_back(fd);
+  }
+  if (targets.empty()) {
+    // Nothing to ask. Said only when recursors are known: a fleet whose
+    // recursors are not managed by weir-mgmt has nobody to ask.
+    auto known = store->Nodes();
+    const bool recursors = known.ok() && std::any_of(known->begin(), known->end(), [](const NodeRecord& r) {
+                             return r.kind == "recursor";
+                           });
+    if (recursors) {
+      warn(reply.json(), Cat("no recursor node is connected: the zones of ", total,
+                             total == 1 ? " new suffix were" : " new suffixes were", " not checked"));
+    }
+    return Reply(c, reply);
+  }
+  f.pending = targets.size();
+  const int walk_ms = std::max(100, config.zone_check_ms);
+  f.done = [this, reply = std::move(reply), names = added, total, walk_ms, warn](Conn& ctl,
+                                                                                 const FanOut& done) mutable {
+    std::vector<std::optional<std::string>> zone(names.size());
+    std::vector<bool> checked(names.size(), false);
+    size_t answered = 0;
+    for (const auto& [node, r] : done.results) {
+      if (!r.ok) continue;
+      ++answered;
+      const Json j = ParseNodeJson(r.json);
+      if (!j.is_object() || !j.contains("names") || !j["names"].is_array()) continue;
+      const Json& got = j["names"];
+      for (size_t i = 0; i < names.size() && i < got.size(); ++i) {
+        const Json& n = got[i];
+        if (!n.is_object()) continue;
+        if (n.contains("zone") && n["zone"].is_string()) zone[i] = n["zone"].get<std::string>();
+        if (n.contains("checked") && n["checked"].is_boolean() && n["checked"].get<bool>()) checked[i] = true;
+      }
+    }
+    Json& d = reply.json();
+    Json list = Json::array();
+    std::vector<std::string> unchecked;
+    for (size_t i = 0; i < names.size(); ++i) {
+      list.push_back(Json{{"suffix", names[i]}, {"zone", zone[i] ? Json(*zone[i]) : Json(nullptr)}});
+      if (zone[i]) continue;
+      if (checked[i]) {
+        warn(d, Cat("no recursor node can find the zone of ", names[i],
+                    " (no zone cut with server addresses): its tagged queries get SERVFAIL until one can"));
+      } else if (answered > 0) {
+        unchecked.push_back(names[i]);
+      }
+    }
+    d["zone_check"] = Json{{"nodes_asked", done.results.size()},
+                           {"nodes_answered", answered},
+                           {"suffixes", total},
+                           {"checked", std::move(list)}};
+    if (answered == 0) {
+      warn(d, Cat("no recursor node answered the zone check within ", walk_ms + 1000, " ms (",
+                  done.results.size(), " asked): the zones were not checked"));
+    } else if (!unchecked.empty()) {
+      warn(d, Cat("the zones of ", unchecked.size(), " new suffixes were not found within ", walk_ms, " ms: ",
+                  absl::StrJoin(unchecked.begin(), unchecked.begin() + std::min<size_t>(unchecked.size(), 10),
+                                ", "),
+                  unchecked.size() > 10 ? ", ..." : ""));
+    }
+    if (total > names.size()) {
+      warn(d, Cat("only the first ", names.size(), " of ", total, " new suffixes had their zone checked"));
+    }
+    Reply(ctl, reply);
+  };
+  Message req{MsgType::kControl,
+              {std::to_string(id), actor, std::string(kZoneCheckVerb), Cat("timeout_ms=", walk_ms)}};
+  for (const std::string& n : added) req.fields.push_back(Cat("name=", n));
+  const std::string frame = Encode(req);
+  f.timer = loop.After(std::chrono::milliseconds(walk_ms + 1000), [this, id] {
+    auto it = fanouts.find(id);
+    if (it == fanouts.end()) return;
+    it->second.timer = 0;
+    for (auto& [node, r] : it->second.results) {
+      if (!r.done) r.text = "no reply within the timeout";
+      r.done = true;
+    }
+    it->second.pending = 0;
+    FinishFanOut(id);
+  });
+  fanouts[id] = std::move(f);
+  for (int fd : targets) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) continue;
+    it->second.out += frame;
+    Flush(it->second);
+  }
+}
+
 void MgmtServer::Impl::NodeControlReply(Conn& node, const Message& m) {
   if (m.fields.size() != 4) return;
   auto id = ParseU64(m.fields[0]);
@@ -1334,6 +1490,7 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
   if (f.timer != 0) loop.Cancel(f.timer);
   auto ctl = conns.find(f.ctl_fd);
   if (ctl == conns.end() || ctl->second.serial != f.ctl_serial) return;  // weirctl gave up
+  if (f.done) return f.done(ctl->second, f);
   // The reply must fit one frame: past kMaxControlReplyBytes a node's
   // result is replaced by an error (ask fewer nodes, or narrow the command).
   size_t bytes = 0;

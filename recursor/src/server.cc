@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "control.h"
 #include "control_commands.h"
 #include "forwarder_relay.h"
@@ -28,6 +30,7 @@
 #include "query_router.h"
 #include "socket_last_hop.h"
 #include "unbound_resolver.h"
+#include "weir/common/line_errors.h"
 #include "weir/common/log.h"
 #include "weir/common/metrics_http.h"
 #include "weir/common/process_metrics.h"
@@ -41,6 +44,7 @@
 #include "weir/partitions/tagtable.h"
 #include "weir/recursor/tagged_resolver.h"
 #include "weir/recursor/zone_cuts.h"
+#include "zone_check.h"
 
 namespace weir::recursor {
 
@@ -167,7 +171,15 @@ struct Server::Impl {
     // [server] cookie_secret_file read again (a bad file refuses the reload).
     std::optional<CookieSecrets> cookie_secrets;
   };
-  absl::StatusOr<ConfigChange> PlanConfig() const;
+  ConfigChange PlanConfig(std::vector<std::string>* problems) const;
+  // Everything a reload would apply, read and checked: the config change
+  // and, standalone, the tag file. Every problem is named at once
+  // ("A; B: nothing reloaded"); nothing is applied here.
+  struct ReloadPlan {
+    ConfigChange change;
+    std::optional<TaggedResolver::Tags> tags;  // standalone only
+  };
+  absl::StatusOr<ReloadPlan> PlanReload() const;
   // Applies it (cannot fail): what changed, "" when nothing did.
   std::string ApplyConfig(const ConfigChange& change);
   std::string TagsText() const {
@@ -177,13 +189,13 @@ struct Server::Impl {
   // config's live keys. What was reloaded, or why nothing was.
   absl::StatusOr<std::string> ReloadOnLoop() {
     std::lock_guard<std::mutex> l(config_mu);
-    absl::StatusOr<ConfigChange> change = PlanConfig();
+    absl::StatusOr<ReloadPlan> plan = PlanReload();
     absl::StatusOr<std::string> what = std::string();
-    if (!change.ok()) {
-      what = change.status();
+    if (!plan.ok()) {
+      what = plan.status();
     } else if (mgmt_node) {
-      ApplyCookieSecret(*change);
-      what = ApplyConfig(*change);
+      ApplyCookieSecret(plan->change);
+      what = ApplyConfig(plan->change);
       if (what->empty()) {
         what = absl::FailedPreconditionError(
             "tags come from weir-mgmt ([mgmt] is configured), and [log] and [dnstap] did not change");
@@ -191,15 +203,10 @@ struct Server::Impl {
         what = Cat(*what, " (tags come from weir-mgmt)");
       }
     } else {
-      TaggedResolver::Tags t;
-      if (absl::Status st = LoadTags(&t); !st.ok()) {
-        what = st;
-      } else {
-        tags = std::move(t);
-        ApplyCookieSecret(*change);
-        const std::string changed = ApplyConfig(*change);
-        what = changed.empty() ? TagsText() : Cat(TagsText(), ", ", changed);
-      }
+      tags = *std::move(plan->tags);
+      ApplyCookieSecret(plan->change);
+      const std::string changed = ApplyConfig(plan->change);
+      what = changed.empty() ? TagsText() : Cat(TagsText(), ", ", changed);
     }
     if (what.ok()) {
       common::LogInfo("config", "reload: reloaded ", *what);
@@ -275,6 +282,8 @@ void Server::Impl::WriteOtherMetrics(common::PrometheusWriter& w) {
 }
 
 mgmt::ControlReply Server::Impl::ControlFromMgmt(const mgmt::ControlRequest& r) {
+  // weir-mgmt's check of new tags' zones: waits for lookups on the loop.
+  if (r.verb == mgmt::kZoneCheckVerb) return CheckZones(r, cut_finder, mailbox);
   mgmt::ControlReply reply;
   if (!mailbox.Call([&] { reply = commands.Handle(r); }, kControlLoopTimeout)) {
     return mgmt::ControlReply::Error(Cat("weir-recursor's event loop did not take the request within ",
@@ -283,30 +292,50 @@ mgmt::ControlReply Server::Impl::ControlFromMgmt(const mgmt::ControlRequest& r) 
   return reply;
 }
 
-absl::StatusOr<Server::Impl::ConfigChange> Server::Impl::PlanConfig() const {
+Server::Impl::ConfigChange Server::Impl::PlanConfig(std::vector<std::string>* problems) const {
   ConfigChange change;
   if (!cfg.cookie_secret_file.empty()) {
     // A bad secret file refuses the reload: the secrets in use stay.
     auto s = ReadCookieSecretFile(cfg.cookie_secret_file);
-    if (!s.ok()) {
-      return absl::Status(s.status().code(), Cat(common::ToStd(s.status().message()), ": nothing reloaded"));
+    if (s.ok()) {
+      change.cookie_secrets = *s;
+    } else {
+      problems->push_back(std::string(s.status().message()));
     }
-    change.cookie_secrets = *s;
   }
   if (cfg.path.empty()) return change;
   auto next = LoadConfig(cfg.path);
   if (!next.ok()) {
-    return absl::Status(next.status().code(),
-                        Cat(common::ToStd(next.status().message()), ": nothing reloaded"));
+    problems->push_back(std::string(next.status().message()));
+    return change;
   }
   auto tap =
       dnstap::PlanReload(dnstap ? &dnstap_now : nullptr, next->dnstap.enabled() ? &next->dnstap : nullptr);
   if (!tap.ok()) {
-    return absl::FailedPreconditionError(Cat(common::ToStd(tap.status().message()), ": nothing reloaded"));
+    problems->push_back(std::string(tap.status().message()));
+    return change;
   }
   change.next = *std::move(next);
   change.tap = *std::move(tap);
   return change;
+}
+
+absl::StatusOr<Server::Impl::ReloadPlan> Server::Impl::PlanReload() const {
+  std::vector<std::string> problems;
+  ReloadPlan plan;
+  plan.change = PlanConfig(&problems);
+  if (!mgmt_node) {
+    TaggedResolver::Tags t;
+    if (absl::Status st = LoadTags(&t); st.ok()) {
+      plan.tags = std::move(t);
+    } else {
+      problems.push_back(std::string(st.message()));
+    }
+  }
+  if (!problems.empty()) {
+    return absl::FailedPreconditionError(Cat(absl::StrJoin(problems, "; "), ": nothing reloaded"));
+  }
+  return plan;
 }
 
 std::string Server::Impl::ApplyConfig(const ConfigChange& change) {
@@ -331,10 +360,14 @@ absl::Status Server::Impl::LoadTags(TaggedResolver::Tags* out) const {
     return absl::OkStatus();
   }
   std::ifstream in(cfg.tags_path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat(cfg.tags_path, ": cannot open tag file"));
+  if (!in) return absl::NotFoundError(Cat(cfg.tags_path, ": cannot open tag file: ", strerror(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
-  auto t = partitions::TagTable::FromText(ss.str());
+  // Every bad line (up to 10) in one message, as the front node does.
+  common::LineErrors errors;
+  auto t = partitions::TagTable::FromText(ss.str(), &errors);
+  if (!errors.empty())
+    return absl::InvalidArgumentError(absl::StrJoin(errors.Render(cfg.tags_path, 10), "; "));
   if (!t.ok())
     return absl::InvalidArgumentError(Cat(cfg.tags_path, ": ", common::ToStd(t.status().message())));
   *out = std::move(*t);
@@ -475,8 +508,9 @@ std::string Server::DescribeListeners() const {
 
 absl::Status Server::ReloadTags() {
   std::lock_guard<std::mutex> l(impl_->config_mu);
-  absl::StatusOr<Impl::ConfigChange> change = impl_->PlanConfig();
-  if (!change.ok()) return change.status();
+  absl::StatusOr<Impl::ReloadPlan> plan = impl_->PlanReload();
+  if (!plan.ok()) return plan.status();
+  const Impl::ConfigChange* change = &plan->change;
   // The cookie secret, on the loop thread that judges cookies, once the
   // rest of the reload is known to work.
   auto apply_secret = [&]() -> absl::Status {
@@ -497,11 +531,8 @@ absl::Status Server::ReloadTags() {
     common::LogInfo("config", "reloaded ", changed, " (tags come from weir-mgmt)");
     return absl::OkStatus();
   }
-  TaggedResolver::Tags t;
-  absl::Status st = impl_->LoadTags(&t);
-  if (!st.ok()) return st;
-  if (st = apply_secret(); !st.ok()) return st;
-  impl_->Publish(std::move(t));
+  if (absl::Status st = apply_secret(); !st.ok()) return st;
+  impl_->Publish(*std::move(plan->tags));
   const std::string changed = impl_->ApplyConfig(*change);
   common::LogInfo("config", "reloaded ", impl_->TagsText(), changed.empty() ? "" : ", ", changed);
   return absl::OkStatus();

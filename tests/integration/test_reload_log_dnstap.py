@@ -47,10 +47,13 @@ class ReloadLogDnstapTest(unittest.TestCase):
     def config(self, kind: str, log: dict, dnstap: dict) -> str:
         upstream = f"{self.sim.host}:{self.sim.port}"
         control = {"socket": self.ctl_socket}
+        files = getattr(self, "files", {})
         if kind == "fastpath":
-            base = weirtest.fastpath_config([upstream], control=control)
+            base = weirtest.fastpath_config([upstream], control=control, citymap=files.get("citymap"),
+                                            tags=files.get("tags"))
         else:
-            base = weirtest.recursor_config(forwarders=[upstream], control=control, server={"max_inflight": 1000})
+            base = weirtest.recursor_config(forwarders=[upstream], control=control, tags=files.get("tags"),
+                                            server={"max_inflight": 1000})
         return base + "\n" + weirtest.toml_tables([("log", log), ("dnstap", dnstap)])
 
     def start(self, kind: str, log: dict, dnstap: dict):
@@ -175,6 +178,47 @@ class ReloadLogDnstapTest(unittest.TestCase):
                 self.assertEqual(self.tapped_by(kind, d, 2), (4, 0))
                 self.assertFalse(os.path.exists(other))
                 self.assertEqual(d.stop(), 0)
+
+    def test_a_refused_reload_names_every_broken_file(self):
+        """Every broken file at once, in weirctl's reply and at error in the
+        log, on weirctl reload and on SIGHUP alike; nothing applied."""
+        for kind in ("fastpath", "recursor"):
+            with self.subTest(kind=kind):
+                self.files = {"tags": os.path.join(self.dir, f"{kind}-tags.txt")}
+                if kind == "fastpath":
+                    self.files["citymap"] = os.path.join(self.dir, f"{kind}-citymap.csv")
+                    with open(self.files["citymap"], "w") as f:
+                        f.write("127.0.0.0/8,loop,127.0.0.0/24\n")
+                with open(self.files["tags"], "w") as f:
+                    f.write("example.com weight=on\n")
+                path = os.path.join(self.dir, f"{kind}-kept2.dnstap")
+                tap = {"file": path}
+                d = self.start(kind, {"level": "info"}, tap)
+                # Two bad lines in the tags, one in the city map, and a
+                # config change that needs a restart.
+                with open(self.files["tags"], "w") as f:
+                    f.write("example.com weight=on\nbad..name weight=on\nother.example wieght=on\n")
+                if kind == "fastpath":
+                    with open(self.files["citymap"], "w") as f:
+                        f.write("127.0.0.0/8,loop,127.0.0.0/24\n127.9.0.1/16,far,127.9.0.0/24\n")
+                self.rewrite(kind, d, {"level": "debug"}, {"file": os.path.join(self.dir, "elsewhere.dnstap")})
+                wanted = [rf"{re.escape(self.files['tags'])}:2: ", rf"{re.escape(self.files['tags'])}:3: ",
+                          r"\[dnstap\] file changed: needs a restart", r": nothing reloaded$"]
+                if kind == "fastpath":
+                    wanted.append(rf"{re.escape(self.files['citymap'])}:2: .*host bits")
+                r = self.weirctl("reload")
+                self.assertEqual(r.returncode, 1, r.stderr)
+                line = [x for x in self.log(d).splitlines() if "error control: reload by test: " in x]
+                self.assertEqual(len(line), 1, self.log(d))
+                hup = self.sighup(d, r"error config: [^\n]*")
+                for text in (r.stderr.strip(), line[0], hup):
+                    for w in wanted:
+                        self.assertRegex(text, w)
+                # Nothing applied: still info (no debug line), the old tags in force.
+                self.assertNotIn(f"{d.config_path}: loaded", self.log(d))
+                self.assertNotIn(" info control: reload", self.log(d))
+                self.assertEqual(d.stop(), 0)
+        self.files = {}
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 #include "weir/common/toml_checker.h"
 #include "weir/mgmt/control.h"
+#include "weir/mgmt/server.h"
 
 namespace weir::mgmt {
 namespace {
@@ -24,8 +25,10 @@ std::string ReadCheckoutFile(const std::string& relative) {
   return ss.str();
 }
 
-// The default column (the third) of the table row of `key` ("| `key` | ...").
-std::string DocumentedDefault(const std::string& doc, const std::string& key) {
+// The default column of the table row of `key` ("| `key` | ..."): the third
+// in the config references (key, values, default, meaning), the second in
+// docs/mgmt.md (key, default, meaning).
+std::string DocumentedDefault(const std::string& doc, const std::string& key, size_t column = 2) {
   std::istringstream lines(doc);
   const std::string start = "| `" + key + "` |";
   for (std::string line; std::getline(lines, line);) {
@@ -33,8 +36,8 @@ std::string DocumentedDefault(const std::string& doc, const std::string& key) {
     std::vector<std::string> cells;
     std::istringstream row(line.substr(1));
     for (std::string cell; std::getline(row, cell, '|');) cells.push_back(cell);
-    if (cells.size() < 3) return "";
-    std::string d = cells[2];
+    if (cells.size() <= column) return "";
+    std::string d = cells[column];
     const size_t a = d.find_first_not_of(" `\"");
     const size_t b = d.find_last_not_of(" `\"");
     return a == std::string::npos ? "" : d.substr(a, b - a + 1);
@@ -80,6 +83,31 @@ TEST(DocumentedDefaults, ControlSocketOfEachNodeKind) {
     if (!shown.empty()) {
       EXPECT_EQ(shown, code) << "examples/" << kind << "/" << kind << ".toml";
     }
+  }
+}
+
+// Every integer key of weir-mgmt's table in docs/mgmt.md is accepted, and
+// its documented default is the one the parser gives when it is left out.
+TEST(DocumentedDefaults, EveryNumericMgmtKey) {
+  const std::string doc = ReadCheckoutFile("docs/mgmt.md");
+  ASSERT_FALSE(doc.empty());
+  const std::string base = "[mgmt]\ndatabase = \"mgmt.db\"\ntoken_file = \"mgmt.token\"\n";
+  auto defaults = ParseMgmtConfig(base, "mgmt.toml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  const std::pair<std::string, int MgmtConfig::*> keys[] = {
+      {"max_connections", &MgmtConfig::max_connections},
+      {"push_batch", &MgmtConfig::push_batch},
+      {"push_batch_interval_ms", &MgmtConfig::push_batch_interval_ms},
+      {"zone_check_ms", &MgmtConfig::zone_check_ms},
+  };
+  for (const auto& [key, field] : keys) {
+    SCOPED_TRACE(key);
+    const std::string documented = DocumentedDefault(doc, key, 1);
+    ASSERT_FALSE(documented.empty()) << "docs/mgmt.md has no row for " << key;
+    EXPECT_EQ(documented, std::to_string((*defaults).*field));
+    auto set = ParseMgmtConfig(base + key + " = " + documented + "\n", "mgmt.toml");
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ((*set).*field, (*defaults).*field);
   }
 }
 

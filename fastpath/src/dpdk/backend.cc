@@ -263,7 +263,7 @@ bool Backend::serves_tcp() const { return impl_->config.tcp; }
 
 bool Backend::serves_tls() const { return impl_->tls && impl_->tls->enabled(); }
 
-absl::Status Backend::Reload() { return impl_->tls ? impl_->tls->Reload() : absl::OkStatus(); }
+absl::Status Backend::Reload(bool apply) { return impl_->tls ? impl_->tls->Reload(apply) : absl::OkStatus(); }
 
 absl::Status Backend::Attach(Node& node) {
   if (absl::Status st = impl_->OpenPorts(node); !st.ok()) return st;

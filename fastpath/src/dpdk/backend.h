@@ -36,7 +36,7 @@ class Backend final : public fastpath::Backend {
   bool serves_tcp() const override;
   // DoT and DoH on the exception interfaces' addresses, as DNS over TCP.
   bool serves_tls() const override;
-  absl::Status Reload() override;
+  absl::Status Reload(bool apply) override;
   // Probes, checks and starts every port and its exception tap, then makes
   // one worker per lcore over node.core(0..workers-1), and the TCP server.
   // On error every port opened so far is closed again.

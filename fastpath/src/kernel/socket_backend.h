@@ -27,7 +27,7 @@ class SocketBackend final : public Backend {
   int workers() const override { return static_cast<int>(worker_fds_.size()); }
   bool serves_tcp() const override { return config_.tcp; }
   bool serves_tls() const override { return tls_.enabled(); }
-  absl::Status Reload() override { return tls_.Reload(); }
+  absl::Status Reload(bool apply) override { return tls_.Reload(apply); }
   std::string Describe() const override;
   void RenderMetrics(common::PrometheusWriter& w) const override;
   absl::Status Attach(Node& node) override;

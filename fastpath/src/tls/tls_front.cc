@@ -98,12 +98,13 @@ void TlsFront::Wait() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status TlsFront::Reload() {
+absl::Status TlsFront::Reload(bool apply) {
   if (!server_ || !config_.enabled()) return absl::OkStatus();
   auto ctx = net::TlsServerContext::Create(ContextOptions(config_), tickets_.get());
   if (!ctx.ok())
     return absl::InvalidArgumentError(
         Cat("[tls] ", ctx.status().message(), " (kept the certificates in use)"));
+  if (!apply) return absl::OkStatus();
   std::shared_ptr<const net::TlsServerContext> next = std::move(*ctx);
   if (!server_->SwapContext(next)) {
     return absl::UnavailableError("[tls] the encrypted front did not take the new certificates in time");

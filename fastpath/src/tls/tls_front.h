@@ -46,8 +46,8 @@ class TlsFront {
   void Launch(const std::atomic<bool>& running);
   void Wait();
   // Reads the certificate files again; new connections use them, open ones
-  // keep theirs. On error the old ones stay.
-  absl::Status Reload();
+  // keep theirs. On error the old ones stay. `apply` false: only checks them.
+  absl::Status Reload(bool apply);
   // "listening dot ADDR" / "listening doh ADDR" / "listening http ADDR" lines.
   std::string Describe() const;
   void RenderMetrics(common::PrometheusWriter& w) const;

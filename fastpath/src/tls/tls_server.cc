@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -62,6 +63,7 @@ TlsServer::~TlsServer() {
     if (c->ssl != nullptr) SSL_free(c->ssl);
     close(c->fd);
   }
+  for (auto& [fd, l] : lingering_) close(fd);
 }
 
 absl::Status TlsServer::Init() {
@@ -585,8 +587,51 @@ void TlsServer::Close(uint32_t id, net::TcpCloseReason why) {
     ERR_clear_error();
     SSL_free(c.ssl);
   }
-  close(c.fd);
+  // A session the server ends may have the client's data still coming.
+  if ((c.phase == Phase::kDot || c.phase == Phase::kHttp) && why != net::TcpCloseReason::kPressure) {
+    Linger(c.fd);
+  } else {
+    close(c.fd);
+  }
   conns_.erase(it);
+}
+
+void TlsServer::Linger(int fd) {
+  if (lingering_.size() >= kMaxLingering || shutdown(fd, SHUT_WR) != 0) {
+    close(fd);
+    return;
+  }
+  Lingering& l = lingering_[fd];
+  l.timer = loop_.After(kLingerTime, [this, fd] {
+    lingering_[fd].timer = 0;
+    EndLinger(fd);
+  });
+  loop_.Watch(fd, EPOLLIN, [this, fd](uint32_t) {
+    auto it = lingering_.find(fd);
+    if (it == lingering_.end()) return;
+    std::array<uint8_t, 16384> scratch;
+    for (;;) {
+      const ssize_t n = recv(fd, scratch.data(), scratch.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        it->second.dropped += static_cast<size_t>(n);
+        if (it->second.dropped < kLingerBytes) continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      return EndLinger(fd);  // the client closed, failed or sent too much
+    }
+  });
+}
+
+void TlsServer::EndLinger(int fd) {
+  auto it = lingering_.find(fd);
+  if (it == lingering_.end()) return;
+  if (it->second.timer != 0) loop_.Cancel(it->second.timer);
+  lingering_.erase(it);
+  loop_.Unwatch(fd);
+  close(fd);
 }
 
 void TlsServer::SendHeld(const ClientRoute& route, std::span<const uint8_t> answer) {

@@ -94,6 +94,10 @@ struct TlsServerOptions {
 
 class TlsServer final : public AnswerSink {
  public:
+  // Closed sessions' sockets kept reading before their close (Linger).
+  static constexpr size_t kMaxLingering = 256;
+  static constexpr std::chrono::milliseconds kLingerTime{2000};
+  static constexpr size_t kLingerBytes = 256 * 1024;
   struct ListenFd {
     int fd;
     Listener kind;
@@ -179,6 +183,14 @@ class TlsServer final : public AnswerSink {
   // Past four times the unsent bound: closed (kUnsent).
   bool Overflowed(const Conn& c) const;
   void Close(uint32_t id, net::TcpCloseReason why);
+  // A closed session's socket: its write side shut, what the client still
+  // sends read and dropped until it closes, kLingerTime passes or
+  // kLingerBytes came, then closed. A close with unread data would reset
+  // the connection and the client could lose the response it has not read
+  // yet (a 413 sent while the body still arrives; RFC 9112 section 9.6).
+  // Past kMaxLingering sockets lingering, closed at once.
+  void Linger(int fd);
+  void EndLinger(int fd);
   void CloseExpired();
   // Writes what SendHeld queued for each connection (after a batch of returns).
   void FlushHeld();
@@ -207,6 +219,11 @@ class TlsServer final : public AnswerSink {
   std::vector<uint32_t> held_;  // connections SendHeld queued answers for
   std::unique_ptr<HttpDnsFront> httpdns_;
   std::vector<uint32_t> again_;  // connections to read again next turn (ReadAgainIfBuffered)
+  struct Lingering {
+    net::EventLoop::TimerId timer = 0;
+    size_t dropped = 0;  // bytes read and dropped
+  };
+  std::unordered_map<int, Lingering> lingering_;  // by socket
 };
 
 }  // namespace weir::fastpath::tls

@@ -38,11 +38,11 @@ class LineErrors {
 
   // Every kept error as "NAME:LINE: reason" in line order, then those of
   // the whole input ("NAME: reason"), then "NAME: ... and N more errors"
-  // when some were dropped.
-  std::vector<std::string> Render(std::string_view name) const {
+  // when some were dropped; at most `most` errors (a log line's share).
+  std::vector<std::string> Render(std::string_view name, size_t most = kMaxKept) const {
     std::vector<std::string> out;
     for (const Error& e : Sorted()) {
-      if (out.size() == kMaxKept) break;
+      if (out.size() == most) break;
       out.push_back(e.line == 0 ? common::Cat(name, ": ", e.reason)
                                 : common::Cat(name, ":", e.line, ": ", e.reason));
     }

@@ -44,8 +44,8 @@ class Backend {
   // Whether it runs the encrypted front (on slot workers() + 1).
   virtual bool serves_tls() const = 0;
   // What a reload re-reads that the backend holds: the TLS certificates.
-  // On error what was in use stays.
-  virtual absl::Status Reload() = 0;
+  // On error what was in use stays; `apply` false only checks them.
+  virtual absl::Status Reload(bool apply) = 0;
   // The per-worker objects, ports and the TCP server over `node`.
   virtual absl::Status Attach(Node& node) = 0;
   // Starts every worker; they run until `running` turns false. An error

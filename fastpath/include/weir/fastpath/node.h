@@ -100,8 +100,12 @@ class Node {
     backend_metrics_ = std::move(render);
   }
   // What the backend re-reads on a reload (set before Start; runs on the
-  // thread that reloads: the main thread on SIGHUP, the control thread).
-  void SetBackendReload(std::function<absl::Status()> reload) { backend_reload_ = std::move(reload); }
+  // thread that reloads: the main thread on SIGHUP, the control thread):
+  // `apply` false only checks (a reload refused for other files still
+  // names bad certificates).
+  void SetBackendReload(std::function<absl::Status(bool apply)> reload) {
+    backend_reload_ = std::move(reload);
+  }
 
   // One weirctl request from the control channel or weir-mgmt
   // (docs/operator-guide.md#cache-control): cache flush / dump / stats, stats,
@@ -112,19 +116,43 @@ class Node {
  private:
   // The files: city map, tags and, standalone with [httpdns], the accounts.
   absl::Status LoadPartitions();
+  // Their texts, read whole ("" for a file not configured).
+  struct PartitionFiles {
+    std::string csv;
+    std::string tags;
+    std::string accounts;
+  };
+  // Reads every file; each that cannot be read adds "PATH: reason" to
+  // `problems` (and reads as empty).
+  void ReadPartitionFiles(PartitionFiles* out, std::vector<std::string>* problems) const;
   // HTTPDNS accounts to apply with the city map and tags: their text and its
   // name for messages ("accounts", the file's path).
   struct AccountsText {
     std::string_view text;
     std::string_view name;
   };
+  // What ParsePartitions built; a null part stays as it is.
+  struct ParsedPartitions {
+    std::unique_ptr<const partitions::CityMap> citymap;
+    std::vector<std::string> city_names;  // city_names_ with the new map's cities
+    std::unique_ptr<const partitions::TagTable> tags;
+    std::shared_ptr<const std::vector<dns::httpdns::Account>> accounts;
+  };
   // Validates every text, then swaps them all in (nothing changes on an
-  // error); names are for messages. `accounts` null: they stay as they are.
-  // After the first apply, a part `changed` does not name is neither parsed
-  // nor replaced (a tag push keeps the city map as built).
+  // error, which names every bad line of every text, up to 10 per text);
+  // names are for messages. `accounts` null: they stay as they are. After
+  // the first apply, a part `changed` does not name is neither parsed nor
+  // replaced (a tag push keeps the city map as built).
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
                                std::string_view tags_name, const AccountsText* accounts = nullptr,
                                const mgmt::SnapshotParts& changed = {});
+  // ApplyPartitions' two steps, under apply_mu_: every error of every text
+  // is added to `problems` ("NAME:LINE: reason"); the publish cannot fail.
+  ParsedPartitions ParsePartitions(std::string_view csv, std::string_view csv_name,
+                                   std::string_view tags_text, std::string_view tags_name,
+                                   const AccountsText* accounts, const mgmt::SnapshotParts& changed,
+                                   std::vector<std::string>* problems) const;
+  void PublishPartitions(ParsedPartitions parsed);
   // Whether LoadPartitions reads the accounts file (standalone, [httpdns] on, a file named).
   bool AccountsFromFile() const;
   // Control()'s commands (fastpath/src/control.cc).
@@ -154,7 +182,7 @@ class Node {
   std::atomic<std::shared_ptr<const std::vector<dns::httpdns::Account>>> accounts_{
       std::make_shared<const std::vector<dns::httpdns::Account>>()};
   std::function<void(common::PrometheusWriter&)> backend_metrics_;
-  std::function<absl::Status()> backend_reload_;
+  std::function<absl::Status(bool apply)> backend_reload_;
   // The weight-conformance window, advanced by scrapes (which may run concurrently).
   mutable std::mutex conformance_mu_;
   mutable ConformanceWindow conformance_;

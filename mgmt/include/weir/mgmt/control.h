@@ -58,6 +58,12 @@ struct ControlReply {
 
 using ControlHandler = std::function<ControlReply(const ControlRequest&)>;
 
+// weir-mgmt's own request to its recursor nodes after a tag change adds
+// suffixes: does each name's zone exist (docs/mgmt.md#zone-check)?
+// Arguments name=NAME (at most kMaxZoneCheckNames) and timeout_ms=N.
+inline constexpr std::string_view kZoneCheckVerb = "zone-check";
+inline constexpr size_t kMaxZoneCheckNames = 100;
+
 // A reply's text and JSON together at most (a frame is at most 64 MiB, and
 // weirctl --all gathers several replies in one): a bigger one is answered
 // with an error asking to narrow the command.

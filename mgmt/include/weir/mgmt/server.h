@@ -45,6 +45,10 @@ struct MgmtConfig {
   // milliseconds, in a random order).
   int push_batch = 64;
   int push_batch_interval_ms = 2;
+  // After a tag change adds suffixes, each connected recursor is asked
+  // whether it finds their zones, for this long (the reply waits up to a
+  // second more); 0: not asked.
+  int zone_check_ms = 2000;
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
   bool metrics_enabled = false;
   common::SocketAddress metrics_listen;

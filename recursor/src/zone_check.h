@@ -1,0 +1,25 @@
+// zone-check: weir-mgmt asks it of every connected recursor after a tag
+// change that adds suffixes (docs/mgmt.md#zone-check). For each name, the
+// recursor walks to its zone cut the way a tagged query does
+// (ZoneCutFinder: NS, SOA, the servers' addresses, through libunbound) and
+// says which zone it found, or that it found none: the suffix's tagged
+// queries would get SERVFAIL. A cut already cached answers at once.
+//
+// Arguments: `name=NAME` (one per name, at most mgmt::kMaxZoneCheckNames) and
+// `timeout_ms=N` (how long to wait for the walks, 100..10000, default
+// 2000); a name still being looked up then is reported as not checked.
+//
+// Threading: called on a thread that is not the loop's (the mgmt client's);
+// it blocks it for up to the timeout. The lookups run on the loop.
+#pragma once
+
+#include "weir/mgmt/control.h"
+#include "weir/net/loop_mailbox.h"
+#include "weir/recursor/zone_cuts.h"
+
+namespace weir::recursor {
+
+mgmt::ControlReply CheckZones(const mgmt::ControlRequest& r, ZoneCutFinder& finder,
+                              net::LoopMailbox& mailbox);
+
+}  // namespace weir::recursor
