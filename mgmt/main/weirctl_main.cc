@@ -1,7 +1,9 @@
 // weirctl: the operator's command line for weir-mgmt (docs/behaviour.md#management) and
 // for a node's control channel (mgmt/include/weir/mgmt/control.h).
 // Exit status: 0 done, 1 mgmt or the node refused the request (the reason on
-// stderr) or, with --all, some node failed, 2 usage, file or connection error.
+// stderr) or, with --all, some node failed, 2 usage, file or connection error,
+// 3 a conflict (another weir-mgmt instance committed first: nothing changed).
+// dist/man/weirctl.exit says the same in weirctl(1).
 #include <fcntl.h>
 #include <netdb.h>
 #include <openssl/err.h>

@@ -96,6 +96,13 @@ class InstallTreeTest(unittest.TestCase):
         for word in ("nodes", "rm", "\\-\\-limit", "account", "rotate", "\\-\\-secret\\-file", "cache", "flush",
                      "\\-\\-partition", "citymap", "import"):
             self.assertIn(word, texts["weirctl"])
+        # Each tool's exit codes as its source defines them (weirctl's 3: a conflict).
+        exit_codes = {"weirctl": ("0", "1", "2", "3"), "weir-bench": ("0", "1", "2")}
+        for name, codes in exit_codes.items():
+            section = texts[name].split(".SH \"EXIT STATUS\"")[-1].split(".SH")[0]
+            self.assertEqual(tuple(re.findall(r"^\.B (\d)$", section, re.M)), codes, name)
+        self.assertIn("conflict", texts["weirctl"].split(".SH \"EXIT STATUS\"")[-1].split(".SH")[0])
+        self.assertNotIn("refused", texts["weir-bench"].split(".SH \"EXIT STATUS\"")[-1].split(".SH")[0])
 
     def test_units_name_the_installed_programs_and_config(self):
         for unit in UNITS:
