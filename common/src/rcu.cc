@@ -7,34 +7,18 @@
 #include <chrono>
 #include <thread>
 
-// ThreadSanitizer cannot see urcu's grace-period machinery (the library is
-// not instrumented), so without help it would report every reclamation as a
-// race with the readers. A release on one sync object at each quiescent
-// state and an acquire after each grace period tell it the truth.
-#if defined(__SANITIZE_THREAD__)
-#define WEIR_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEIR_TSAN 1
-#endif
-#endif
-
-#ifdef WEIR_TSAN
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#endif
+#include "weir/common/tsan.h"
 
 namespace weir::common {
 namespace {
 
-#ifdef WEIR_TSAN
-char g_grace_sync;
-inline void AnnotateQuiescent() { __tsan_release(&g_grace_sync); }
-inline void AnnotateGraceEnd() { __tsan_acquire(&g_grace_sync); }
-#else
-inline void AnnotateQuiescent() {}
-inline void AnnotateGraceEnd() {}
-#endif
+// ThreadSanitizer cannot see urcu's grace-period machinery (the library is
+// not instrumented), so without help it would report every reclamation as a
+// race with the readers. A release on one sync object at each quiescent
+// state and an acquire after each grace period tell it the truth.
+tsan::Sync g_grace_sync;
+inline void AnnotateQuiescent() { tsan::Released(g_grace_sync); }
+inline void AnnotateGraceEnd() { tsan::Acquired(g_grace_sync); }
 
 thread_local int t_registered = 0;
 thread_local bool t_online = false;
