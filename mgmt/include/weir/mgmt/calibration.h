@@ -1,0 +1,132 @@
+// Traffic-share calibration of the GSLB weights.
+//
+// The GSLB's weights say what share of the traffic each address of an answer
+// set should carry; weir answers subscribers in those shares exactly, yet
+// the traffic the CDN sees can be off in a stable direction (one answer
+// behind NAT serves many users; stub caches keep answers). Given the traffic
+// each address actually carried, the calibrator keeps a correction factor
+// per (name, partition, address): the front picks with weight x factor,
+// so that the observed traffic shares move to the wanted ones.
+//
+// The controller works on the log of the share ratio, where the skew is
+// multiplicative: per address, the error is e = ln(wanted / observed)
+// (wanted = weight / sum of weights, observed = traffic / sum of traffic),
+// 0 inside the dead band (|observed / wanted - 1| <= dead_band). Each step
+// is a velocity-form PI update of ln(factor):
+//     d = gain_p * (e - e_previous) + gain_i * e
+// bounded to +-ln(max_step) per step, then the set's factors are rescaled
+// so that sum(weight x factor) = sum(weight) (only ratios matter to the
+// picks) and each is held in [min_factor, max_factor]. The velocity form
+// never winds up: at a bound, the next opposite error moves away at once.
+//
+// Feedback is a sample per (name, partition): each address's weight as the
+// GSLB gave it and the traffic it carried over a window. A sample older
+// than max_feedback_age (or none) leaves the factors held for hold_time,
+// then they decay to 1 with decay_half_life (0: held for good); a set
+// whose addresses change starts again from factor 1.
+//
+// Threading: one thread (weir-mgmt's loop); time is given by the caller
+// (an injected clock in tests).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace weir::mgmt {
+
+struct CalibrationOptions {
+  double gain_p = 0.1;
+  double gain_i = 0.4;
+  double max_step = 1.5;  // a factor changes by at most this ratio per step
+  double min_factor = 0.2;
+  double max_factor = 5.0;
+  double dead_band = 0.03;  // relative share error left alone
+  // Below this much traffic in a sample (sum over the set), the sample is
+  // noise: it is not acted on.
+  double min_traffic = 100;
+  uint32_t max_feedback_age_s = 1800;
+  uint32_t hold_time_s = 3600;
+  uint32_t decay_half_life_s = 3600;  // 0: hold for good
+};
+
+// Checks the ranges (gains 0..2, max_step 1..10, 0 < min <= 1 <= max <= 100,
+// dead_band 0..0.5); the message names the field.
+absl::Status ValidateCalibrationOptions(const CalibrationOptions& o);
+
+// One address of a sample: its GSLB weight and the traffic it carried
+// (bytes, requests: any unit, the same for the whole sample).
+struct TrafficObservation {
+  std::string address;  // as the answer carries it ("192.0.2.1", "2001:db8::1")
+  uint32_t weight = 0;
+  double traffic = 0;
+};
+
+struct CalibrationKey {
+  std::string name;       // presentation form, lower case, trailing dot
+  std::string partition;  // the city, "common" or "subnet"
+  friend bool operator<(const CalibrationKey& a, const CalibrationKey& b) {
+    return a.name != b.name ? a.name < b.name : a.partition < b.partition;
+  }
+};
+
+// A set's state: per address (sorted by address) its factor and the error
+// of the last step; what weir-mgmt persists and pushes.
+struct AddressFactor {
+  std::string address;
+  uint32_t weight = 0;  // the GSLB weight of the last sample
+  double factor = 1.0;
+  double last_error = 0.0;
+};
+struct CalibrationSet {
+  std::vector<AddressFactor> addresses;
+  uint32_t sample_time = 0;   // the end of the last sample's window (clock seconds)
+  uint32_t stepped_time = 0;  // the last step that used it
+  uint64_t steps = 0;
+};
+
+class Calibrator {
+ public:
+  explicit Calibrator(CalibrationOptions options) : o_(options) {}
+
+  // A sample for (name, partition) whose window ended at `window_end`. An
+  // empty sample, a zero weight, a negative or non-finite traffic or a
+  // repeated address is refused (nothing changes); a sample older than the
+  // set's last one is ignored.
+  absl::Status Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
+                       uint32_t window_end);
+
+  // One control step at `now` for every set: a fresh sample not yet used is
+  // acted on; a stale set holds, then decays. Returns how many sets changed
+  // a factor.
+  size_t Step(uint32_t now);
+
+  // The set's state, or null.
+  const CalibrationSet* Find(const CalibrationKey& key) const;
+  // The factor of one address (1 when unknown).
+  double Factor(const CalibrationKey& key, std::string_view address) const;
+  const std::map<CalibrationKey, CalibrationSet>& sets() const { return sets_; }
+  // Forgets a set (its tag lost calibrate=on, the name is gone).
+  void Erase(const CalibrationKey& key) {
+    sets_.erase(key);
+    pending_.erase(key);
+  }
+
+ private:
+  struct Pending {
+    std::vector<TrafficObservation> sample;  // sorted by address
+    uint32_t window_end = 0;
+  };
+  void Act(CalibrationSet& set, const Pending& p);
+  bool Decay(CalibrationSet& set, uint32_t now);
+
+  CalibrationOptions o_;
+  std::map<CalibrationKey, CalibrationSet> sets_;
+  std::map<CalibrationKey, Pending> pending_;  // samples not yet stepped on
+};
+
+}  // namespace weir::mgmt

@@ -1,0 +1,142 @@
+#include "weir/mgmt/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "weir/common/text.h"
+
+namespace weir::mgmt {
+
+using common::Cat;
+
+absl::Status ValidateCalibrationOptions(const CalibrationOptions& o) {
+  auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  if (!in(o.gain_p, 0, 2)) return absl::InvalidArgumentError("calibration gain_p must be 0..2");
+  if (!in(o.gain_i, 0, 2)) return absl::InvalidArgumentError("calibration gain_i must be 0..2");
+  if (!in(o.max_step, 1, 10)) return absl::InvalidArgumentError("calibration max_step must be 1..10");
+  if (!in(o.min_factor, 1e-3, 1) || o.min_factor <= 0)
+    return absl::InvalidArgumentError("calibration min_factor must be above 0 and at most 1");
+  if (!in(o.max_factor, 1, 100)) return absl::InvalidArgumentError("calibration max_factor must be 1..100");
+  if (!in(o.dead_band, 0, 0.5)) return absl::InvalidArgumentError("calibration dead_band must be 0..0.5");
+  if (!in(o.min_traffic, 0, 1e18))
+    return absl::InvalidArgumentError("calibration min_traffic must be 0 or more");
+  return absl::OkStatus();
+}
+
+absl::Status Calibrator::Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
+                                 uint32_t window_end) {
+  if (sample.empty()) return absl::InvalidArgumentError(Cat(key.name, " ", key.partition, ": no address"));
+  Pending p;
+  p.window_end = window_end;
+  p.sample.assign(sample.begin(), sample.end());
+  std::sort(p.sample.begin(), p.sample.end(),
+            [](const TrafficObservation& a, const TrafficObservation& b) { return a.address < b.address; });
+  for (size_t i = 0; i < p.sample.size(); ++i) {
+    const TrafficObservation& t = p.sample[i];
+    if (t.weight == 0) return absl::InvalidArgumentError(Cat(t.address, ": weight 0"));
+    if (!std::isfinite(t.traffic) || t.traffic < 0)
+      return absl::InvalidArgumentError(Cat(t.address, ": traffic must be a number >= 0"));
+    if (i > 0 && p.sample[i - 1].address == t.address)
+      return absl::InvalidArgumentError(Cat(t.address, ": listed twice"));
+  }
+  const auto known = sets_.find(key);
+  if (known != sets_.end() && window_end <= known->second.sample_time) return absl::OkStatus();  // older
+  auto pending = pending_.find(key);
+  if (pending != pending_.end() && window_end <= pending->second.window_end) return absl::OkStatus();
+  pending_[key] = std::move(p);
+  return absl::OkStatus();
+}
+
+size_t Calibrator::Step(uint32_t now) {
+  size_t changed = 0;
+  for (auto& [key, p] : pending_) {
+    CalibrationSet& set = sets_[key];
+    const std::vector<AddressFactor> before = set.addresses;
+    Act(set, p);
+    set.stepped_time = now;
+    bool moved = before.size() != set.addresses.size();
+    for (size_t i = 0; !moved && i < before.size(); ++i) moved = before[i].factor != set.addresses[i].factor;
+    changed += moved;
+  }
+  pending_.clear();
+  for (auto& [key, set] : sets_) {
+    if (set.stepped_time == now) continue;  // acted on just now
+    changed += Decay(set, now);
+  }
+  return changed;
+}
+
+void Calibrator::Act(CalibrationSet& set, const Pending& p) {
+  // Another set of addresses (the GSLB changed its answer): start from 1.
+  bool same = set.addresses.size() == p.sample.size();
+  for (size_t i = 0; same && i < p.sample.size(); ++i) same = set.addresses[i].address == p.sample[i].address;
+  if (!same) {
+    set.addresses.assign(p.sample.size(), AddressFactor{});
+    for (size_t i = 0; i < p.sample.size(); ++i) set.addresses[i].address = p.sample[i].address;
+  }
+  set.sample_time = p.window_end;
+  double weights = 0, traffic = 0;
+  for (size_t i = 0; i < p.sample.size(); ++i) {
+    set.addresses[i].weight = p.sample[i].weight;
+    weights += p.sample[i].weight;
+    traffic += p.sample[i].traffic;
+  }
+  if (traffic < o_.min_traffic || traffic <= 0) return;  // too little to say anything
+  ++set.steps;
+  const double max_log_step = std::log(o_.max_step);
+  // The largest error an address with no traffic at all is given.
+  const double max_error = std::log(o_.max_factor / o_.min_factor);
+  for (size_t i = 0; i < p.sample.size(); ++i) {
+    AddressFactor& a = set.addresses[i];
+    const double wanted = p.sample[i].weight / weights;
+    const double observed = p.sample[i].traffic / traffic;
+    double e = observed > 0 ? std::log(wanted / observed) : max_error;
+    e = std::clamp(e, -max_error, max_error);
+    if (std::abs(observed / wanted - 1) <= o_.dead_band) e = 0;
+    const double d = std::clamp(o_.gain_p * (e - a.last_error) + o_.gain_i * e, -max_log_step, max_log_step);
+    a.last_error = e;
+    a.factor *= std::exp(d);
+  }
+  // Only ratios matter to the picks: rescale so that the effective weights
+  // add up to the GSLB's, then hold each within the bounds.
+  double effective = 0;
+  for (const AddressFactor& a : set.addresses) effective += a.weight * a.factor;
+  for (AddressFactor& a : set.addresses) {
+    a.factor = std::clamp(a.factor * weights / effective, o_.min_factor, o_.max_factor);
+  }
+}
+
+bool Calibrator::Decay(CalibrationSet& set, uint32_t now) {
+  const uint32_t since = set.stepped_time;
+  set.stepped_time = now;
+  if (o_.decay_half_life_s == 0 || now <= set.sample_time) return false;
+  const uint64_t stale_from = uint64_t{set.sample_time} + o_.max_feedback_age_s + o_.hold_time_s;
+  if (now <= stale_from) return false;
+  // Only the part of (since, now] past the hold decays.
+  const double from = std::max<double>(since, static_cast<double>(stale_from));
+  const double keep = std::exp2(-(now - from) / o_.decay_half_life_s);
+  bool moved = false;
+  for (AddressFactor& a : set.addresses) {
+    const double next = std::exp(std::log(a.factor) * keep);
+    moved = moved || next != a.factor;
+    a.factor = next;
+    a.last_error = 0;
+  }
+  return moved;
+}
+
+const CalibrationSet* Calibrator::Find(const CalibrationKey& key) const {
+  auto it = sets_.find(key);
+  return it == sets_.end() ? nullptr : &it->second;
+}
+
+double Calibrator::Factor(const CalibrationKey& key, std::string_view address) const {
+  const CalibrationSet* s = Find(key);
+  if (s == nullptr) return 1.0;
+  for (const AddressFactor& a : s->addresses) {
+    if (a.address == address) return a.factor;
+  }
+  return 1.0;
+}
+
+}  // namespace weir::mgmt
