@@ -376,6 +376,13 @@ struct MgmtServer::Impl {
   // weirctl --all: sends the control request to every connected node of
   // `kind` ("" all) and replies once each has answered.
   void FanOutControl(Conn& c, const std::string& actor, const std::vector<std::string>& args);
+  // The connected nodes of `kind` ("" all) a fan-out goes to, entered in
+  // `f`'s results (and its pending count).
+  std::vector<int> FanOutTargets(const std::string& kind, FanOut& f);
+  // Sends `frame` to `targets` and keeps `f` until every node replied or
+  // `timeout` passed, then FinishFanOut.
+  void LaunchFanOut(uint64_t id, FanOut f, const std::vector<int>& targets, const std::string& frame,
+                    std::chrono::milliseconds timeout);
   // After a tag change that added `added` suffixes (version `version`,
   // reply text `what`): asks every connected recursor whether it finds each
   // suffix's zone (docs/mgmt.md#zone-check) and replies with a warning for
@@ -1310,17 +1317,7 @@ void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
   f.ctl_serial = c.serial;
   Message req{MsgType::kControl, {std::to_string(id), actor}};
   req.fields.insert(req.fields.end(), args.begin() + 2, args.end());
-  const std::string frame = Encode(req);
-  std::vector<int> targets;
-  for (auto& [fd, n] : conns) {
-    // A connection being closed (replaced by the node's newer one) is not the node.
-    if (n.role != Role::kNode || n.close_after_write || (!kind.empty() && n.kind != kind)) continue;
-    if (f.results.contains(n.node_id)) continue;
-    f.results[n.node_id].kind = n.kind;
-    f.results[n.node_id].serial = n.serial;
-    targets.push_back(fd);
-  }
-  f.pending = targets.size();
+  std::vector<int> targets = FanOutTargets(kind, f);
   // Nodes mgmt knows that are not connected now: the request cannot reach them.
   for (const NodeRecord& r : *known) {
     if ((!kind.empty() && r.kind != kind) || f.results.contains(r.node_id)) continue;
@@ -1335,7 +1332,26 @@ void MgmtServer::Impl::FanOutControl(Conn& c, const std::string& actor,
         kind.empty() ? "no node is known to weir-mgmt" : Cat("no ", kind, " node is known to weir-mgmt"), "");
   }
   common::LogInfo("ctl", "control '", args[2], "' by ", actor, " sent to ", targets.size(), " nodes");
-  f.timer = loop.After(std::chrono::milliseconds(*timeout), [this, id] {
+  LaunchFanOut(id, std::move(f), targets, Encode(req), std::chrono::milliseconds(*timeout));
+}
+
+std::vector<int> MgmtServer::Impl::FanOutTargets(const std::string& kind, FanOut& f) {
+  std::vector<int> targets;
+  for (auto& [fd, n] : conns) {
+    // A connection being closed (replaced by the node's newer one) is not the node.
+    if (n.role != Role::kNode || n.close_after_write || (!kind.empty() && n.kind != kind)) continue;
+    if (f.results.contains(n.node_id)) continue;
+    f.results[n.node_id].kind = n.kind;
+    f.results[n.node_id].serial = n.serial;
+    targets.push_back(fd);
+  }
+  f.pending = targets.size();
+  return targets;
+}
+
+void MgmtServer::Impl::LaunchFanOut(uint64_t id, FanOut f, const std::vector<int>& targets,
+                                    const std::string& frame, std::chrono::milliseconds timeout) {
+  f.timer = loop.After(timeout, [this, id] {
     auto it = fanouts.find(id);
     if (it == fanouts.end()) return;
     it->second.timer = 0;
@@ -1371,14 +1387,7 @@ void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, ui
   FanOut f;
   f.ctl_fd = c.fd;
   f.ctl_serial = c.serial;
-  std::vector<int> targets;
-  for (auto& [fd, n] : conns) {
-    if (n.role != Role::kNode || n.close_after_write || n.kind != "recursor") continue;
-    if (f.results.contains(n.node_id)) continue;
-    f.results[n.node_id].kind = n.kind;
-    f.results[n.node_id].serial = n.serial;
-    targets.push_back(fd);
-  }
+  const std::vector<int> targets = FanOutTargets("recursor", f);
   if (targets.empty()) {
     // Nothing to ask. Said only when recursors are known: a fleet whose
     // recursors are not managed by weir-mgmt has nobody to ask.
@@ -1392,7 +1401,6 @@ void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, ui
     }
     return Reply(c, reply);
   }
-  f.pending = targets.size();
   const int walk_ms = std::max(100, config.zone_check_ms);
   f.done = [this, reply = std::move(reply), names = added, total, walk_ms, warn](Conn& ctl,
                                                                                  const FanOut& done) mutable {
@@ -1446,25 +1454,7 @@ void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, ui
   Message req{MsgType::kControl,
               {std::to_string(id), actor, std::string(kZoneCheckVerb), Cat("timeout_ms=", walk_ms)}};
   for (const std::string& n : added) req.fields.push_back(Cat("name=", n));
-  const std::string frame = Encode(req);
-  f.timer = loop.After(std::chrono::milliseconds(walk_ms + 1000), [this, id] {
-    auto it = fanouts.find(id);
-    if (it == fanouts.end()) return;
-    it->second.timer = 0;
-    for (auto& [node, r] : it->second.results) {
-      if (!r.done) r.text = "no reply within the timeout";
-      r.done = true;
-    }
-    it->second.pending = 0;
-    FinishFanOut(id);
-  });
-  fanouts[id] = std::move(f);
-  for (int fd : targets) {
-    auto it = conns.find(fd);
-    if (it == conns.end()) continue;
-    it->second.out += frame;
-    Flush(it->second);
-  }
+  LaunchFanOut(id, std::move(f), targets, Encode(req), std::chrono::milliseconds(walk_ms + 1000));
 }
 
 void MgmtServer::Impl::NodeControlReply(Conn& node, const Message& m) {
