@@ -272,7 +272,7 @@ std::vector<Round> Run(const SimOptions& o, const Population& pop, const Scenari
       if (round.fed) {
         std::vector<TrafficObservation> sample;
         for (size_t i = 0; i < n_addr; ++i) sample.push_back({kAddresses[i], weights[i], round.traffic[i]});
-        if (absl::Status s = calibrator.Observe(key, sample, round.end); !s.ok()) {
+        if (absl::Status s = calibrator.Observe(key, sample, round.end, round.end); !s.ok()) {
           fmt::print(stderr, "calibration_sim: {} round {}: the sample was refused: {}\n", sc.name,
                      round.number, s.ToString());
           std::exit(1);
@@ -705,7 +705,7 @@ NoiseReference ReferenceRuns(const SimOptions& o, double noise) {
         // The clean traffic of a round is a few units: min_traffic must not
         // hold the steps back.
         for (TrafficObservation& t : sample) t.traffic *= 1e6;
-        if (!calibrator.Observe(key, sample, r.end).ok()) break;
+        if (!calibrator.Observe(key, sample, r.end, r.end).ok()) break;
         calibrator.Step(r.end);
         for (size_t i = 0; i < factors.size(); ++i) factors[i] = calibrator.Factor(key, kAddresses[i]);
       }

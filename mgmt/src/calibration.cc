@@ -24,7 +24,7 @@ absl::Status ValidateCalibrationOptions(const CalibrationOptions& o) {
 }
 
 absl::Status Calibrator::Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
-                                 uint32_t window_end) {
+                                 uint32_t window_end, uint32_t now) {
   if (sample.empty()) return absl::InvalidArgumentError(Cat(key.name, " ", key.partition, ": no address"));
   Pending p;
   p.window_end = window_end;
@@ -39,10 +39,17 @@ absl::Status Calibrator::Observe(const CalibrationKey& key, std::span<const Traf
     if (i > 0 && p.sample[i - 1].address == t.address)
       return absl::InvalidArgumentError(Cat(t.address, ": listed twice"));
   }
+  if (uint64_t{window_end} > uint64_t{now} + kMaxClockSkew) {
+    return absl::InvalidArgumentError(
+        Cat(key.name, " ", key.partition, ": the window ends ", window_end - now, " s in the future"));
+  }
   const auto known = sets_.find(key);
-  if (known != sets_.end() && window_end <= known->second.sample_time) return absl::OkStatus();  // older
   auto pending = pending_.find(key);
-  if (pending != pending_.end() && window_end <= pending->second.window_end) return absl::OkStatus();
+  if ((known != sets_.end() && window_end <= known->second.sample_time) ||
+      (pending != pending_.end() && window_end <= pending->second.window_end)) {
+    return absl::FailedPreconditionError(
+        Cat(key.name, " ", key.partition, ": the window ends no later than the last sample's"));
+  }
   pending_[key] = std::move(p);
   return absl::OkStatus();
 }
@@ -51,6 +58,11 @@ size_t Calibrator::Step(uint32_t now) {
   size_t changed = 0;
   for (auto& [key, p] : pending_) {
     CalibrationSet& set = sets_[key];
+    if (now > p.window_end && now - p.window_end > o_.max_feedback_age_s) {
+      // Too old to act on: it only dates the set.
+      set.sample_time = std::max(set.sample_time, p.window_end);
+      continue;
+    }
     const std::vector<AddressFactor> before = set.addresses;
     Act(set, p);
     set.stepped_time = now;
@@ -108,6 +120,7 @@ void Calibrator::Act(CalibrationSet& set, const Pending& p) {
 
 bool Calibrator::Decay(CalibrationSet& set, uint32_t now) {
   const uint32_t since = set.stepped_time;
+  if (now <= since) return false;  // the clock went back: nothing until it passes the last step
   set.stepped_time = now;
   if (o_.decay_half_life_s == 0 || now <= set.sample_time) return false;
   const uint64_t stale_from = uint64_t{set.sample_time} + o_.max_feedback_age_s + o_.hold_time_s;

@@ -71,7 +71,8 @@ ssize_t TlsTransfer(SSL* ssl, bool write, void* buf, size_t len, std::string* er
 }  // namespace
 
 struct NodeClient::Session {
-  size_t index = 0;  // in options_.mgmt
+  uint64_t serial = 0;  // distinct per session of this client
+  size_t index = 0;     // in options_.mgmt
   int fd = -1;
   bool connected = false;
   net::EventLoop::Clock::time_point connected_at{};
@@ -107,6 +108,14 @@ absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
   applied_origin_ = std::move(have_origin);
   loop_ = std::make_unique<net::EventLoop>();
   if (absl::Status st = loop_->Init(); !st.ok()) return st;
+  loop_->SetWakeHandler([this] {
+    std::vector<std::function<void()>> fns;
+    {
+      std::lock_guard<std::mutex> l(posted_mu_);
+      fns.swap(posted_);
+    }
+    for (auto& fn : fns) fn();
+  });
   applied_.store(have_version);
   backoff_ms_ = options_.reconnect_min_ms;
   next_ = 0;
@@ -130,8 +139,19 @@ absl::Status NodeClient::Start(uint64_t have_version, std::string have_origin) {
   return absl::OkStatus();
 }
 
+void NodeClient::Post(std::function<void()> fn) {
+  // Under the lock: Stop() cannot take the loop away meanwhile.
+  std::lock_guard<std::mutex> l(posted_mu_);
+  if (!running_.load()) return;
+  posted_.push_back(std::move(fn));
+  loop_->Wake();
+}
+
 void NodeClient::Stop() {
-  if (!running_.exchange(false)) return;
+  {
+    std::lock_guard<std::mutex> l(posted_mu_);
+    if (!running_.exchange(false)) return;
+  }
   loop_->Wake();
   thread_.join();
   loop_.reset();
@@ -206,6 +226,7 @@ void NodeClient::End(const absl::Status& why) {
 void NodeClient::Connect() {
   const common::SocketAddress& a = options_.mgmt[next_];
   session_ = std::make_unique<Session>();
+  session_->serial = ++session_serial_;
   session_->index = next_;
   const int fd = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return End(absl::InternalError(Cat("socket: ", std::strerror(errno))));
@@ -336,6 +357,20 @@ absl::Status NodeClient::HandleFrames() {
       // id, actor, verb, args...: answered in order, on this thread.
       ControlRequest req{
           Cat("weir-mgmt: ", msg.fields[1]), msg.fields[2], {msg.fields.begin() + 3, msg.fields.end()}};
+      s.got_frame = true;
+      if (auto async = async_control_.find(req.verb); async != async_control_.end()) {
+        // Answered when its work is done, on this thread, into the session
+        // it came on (if that is still the one).
+        async->second(req, [this, id = msg.fields[0], serial = s.serial](ControlReply r) {
+          Post([this, id, serial, r = BoundedReply(std::move(r))] {
+            if (session_ == nullptr || session_->serial != serial || !session_->connected) return;
+            session_->out +=
+                Encode(Message{MsgType::kControlReply, {id, r.ok ? "ok" : "error", r.text, r.json}});
+            OnSession(EPOLLOUT);
+          });
+        });
+        continue;
+      }
       const ControlReply r =
           BoundedReply(control_ ? control_(req) : ControlReply::Error("this node has no control handler"));
       s.out +=

@@ -274,7 +274,9 @@ struct FanOut {
   net::EventLoop::TimerId timer = 0;
   // Set: the fan-out is weir-mgmt's own (a zone check), and this replies to
   // the weirctl connection instead of the nodes' results (which it gets).
-  std::function<void(Conn& ctl, const FanOut& f)> done;
+  // Called once the nodes replied or the time is up, also when weirctl gave
+  // up (ctl null): what it logs is logged either way.
+  std::function<void(Conn* ctl, const FanOut& f)> done;
 };
 
 // The suffixes of `after`'s tag lines (one canonical line each, the suffix
@@ -282,19 +284,19 @@ struct FanOut {
 // policy=forward:... (their queries go to the targets, never to the zone's
 // servers).
 std::vector<std::string> NewTagSuffixes(std::string_view before, std::string_view after) {
-  auto suffixes = [](std::string_view text) {
+  auto suffixes = [](std::string_view text, bool forwarded) {
     std::set<std::string_view> out;
     for (std::string_view line : common::Split(text, '\n')) {
       const size_t end = line.find_first_of(" \t");
-      if (!line.empty() && line.find(" policy=forward:") == std::string_view::npos) {
+      if (!line.empty() && (forwarded || line.find(" policy=forward:") == std::string_view::npos)) {
         out.insert(line.substr(0, end));
       }
     }
     return out;
   };
-  const std::set<std::string_view> old = suffixes(before);
+  const std::set<std::string_view> old = suffixes(before, true);
   std::vector<std::string> added;
-  for (std::string_view s : suffixes(after)) {
+  for (std::string_view s : suffixes(after, false)) {
     if (!old.contains(s)) added.emplace_back(s);
   }
   return added;
@@ -1402,7 +1404,7 @@ void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, ui
     return Reply(c, reply);
   }
   const int walk_ms = std::max(100, config.zone_check_ms);
-  f.done = [this, reply = std::move(reply), names = added, total, walk_ms, warn](Conn& ctl,
+  f.done = [this, reply = std::move(reply), names = added, total, walk_ms, warn](Conn* ctl,
                                                                                  const FanOut& done) mutable {
     std::vector<std::optional<std::string>> zone(names.size());
     std::vector<bool> checked(names.size(), false);
@@ -1449,7 +1451,7 @@ void MgmtServer::Impl::ReplyAfterZoneCheck(Conn& c, const std::string& actor, ui
     if (total > names.size()) {
       warn(d, Cat("only the first ", names.size(), " of ", total, " new suffixes had their zone checked"));
     }
-    Reply(ctl, reply);
+    if (ctl != nullptr) Reply(*ctl, reply);
   };
   Message req{MsgType::kControl,
               {std::to_string(id), actor, std::string(kZoneCheckVerb), Cat("timeout_ms=", walk_ms)}};
@@ -1479,8 +1481,9 @@ void MgmtServer::Impl::FinishFanOut(uint64_t id) {
   fanouts.erase(it);
   if (f.timer != 0) loop.Cancel(f.timer);
   auto ctl = conns.find(f.ctl_fd);
-  if (ctl == conns.end() || ctl->second.serial != f.ctl_serial) return;  // weirctl gave up
-  if (f.done) return f.done(ctl->second, f);
+  const bool gone = ctl == conns.end() || ctl->second.serial != f.ctl_serial;  // weirctl gave up
+  if (f.done) return f.done(gone ? nullptr : &ctl->second, f);
+  if (gone) return;
   // The reply must fit one frame: past kMaxControlReplyBytes a node's
   // result is replaced by an error (ask fewer nodes, or narrow the command).
   size_t bytes = 0;

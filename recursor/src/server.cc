@@ -282,8 +282,6 @@ void Server::Impl::WriteOtherMetrics(common::PrometheusWriter& w) {
 }
 
 mgmt::ControlReply Server::Impl::ControlFromMgmt(const mgmt::ControlRequest& r) {
-  // weir-mgmt's check of new tags' zones: waits for lookups on the loop.
-  if (r.verb == mgmt::kZoneCheckVerb) return CheckZones(r, cut_finder, mailbox);
   mgmt::ControlReply reply;
   if (!mailbox.Call([&] { reply = commands.Handle(r); }, kControlLoopTimeout)) {
     return mgmt::ControlReply::Error(Cat("weir-recursor's event loop did not take the request within ",
@@ -482,6 +480,19 @@ absl::Status Server::Start() {
           return absl::OkStatus();
         });
     s.mgmt_client->SetControlHandler([&s](const mgmt::ControlRequest& r) { return s.ControlFromMgmt(r); });
+    // weir-mgmt's check of new tags' zones: the walks run on the loop, the
+    // reply goes back when they end, and pushes are taken meanwhile.
+    s.mgmt_client->SetAsyncControlHandler(
+        std::string(mgmt::kZoneCheckVerb),
+        [&s](const mgmt::ControlRequest& r, mgmt::NodeClient::ControlReplyFn reply) {
+          auto shared = std::make_shared<mgmt::NodeClient::ControlReplyFn>(std::move(reply));
+          if (!s.mailbox.Call([&] { StartZoneCheck(r, s.cut_finder, s.loop, *shared); },
+                              kControlLoopTimeout)) {
+            (*shared)(mgmt::ControlReply::Error(
+                Cat("weir-recursor's event loop did not take the zone check within ",
+                    kControlLoopTimeout.count(), " ms")));
+          }
+        });
     s.mgmt_for_loop.store(s.mgmt_client.get(), std::memory_order_release);
     st = node.stored ? s.mgmt_client->Start(*node.stored) : s.mgmt_client->Start(0, "");
     if (!st.ok()) return st;

@@ -1,9 +1,7 @@
 #include "zone_check.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,35 +21,68 @@ namespace {
 
 constexpr int kDefaultTimeoutMs = 2000;
 
-// What the walks found, shared with their callbacks (which may outlive the
-// request when it timed out).
-struct Walks {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t pending = 0;
+// One check: what its walks found so far, until the last one or the
+// timeout; then the reply, once. Shared with the walks' callbacks and the
+// timer (all on the loop thread), which may outlive each other.
+struct Check {
+  std::vector<std::string> names;
   std::vector<bool> done;
   std::vector<std::optional<std::string>> zone;  // found: the cut's name
   std::vector<size_t> servers;
+  size_t pending = 0;
+  int timeout_ms = kDefaultTimeoutMs;
+  net::EventLoop* loop = nullptr;
+  net::EventLoop::TimerId timer = 0;
+  std::function<void(mgmt::ControlReply)> reply;  // empty once replied
 
   void Found(size_t i, const ZoneCut* cut) {
-    std::lock_guard<std::mutex> l(mu);
     if (done[i]) return;
     done[i] = true;
     if (cut != nullptr) {
       zone[i] = dns::NameKeyToText(cut->cut.span());
       servers[i] = cut->servers.size();
     }
-    if (--pending == 0) cv.notify_all();
+    if (--pending == 0) Finish();
+  }
+
+  void Finish() {
+    if (!reply) return;
+    if (timer != 0) loop->Cancel(timer);
+    timer = 0;
+    StructuredReply r(Json{{"names", Json::array()}});
+    for (size_t i = 0; i < names.size(); ++i) {
+      Json n{{"name", names[i]}, {"checked", static_cast<bool>(done[i])}};
+      n["zone"] = zone[i] ? Json(*zone[i]) : Json(nullptr);
+      if (zone[i]) n["servers"] = servers[i];
+      r.json()["names"].push_back(std::move(n));
+    }
+    r.Block([ms = timeout_ms](const Json& d) {
+      std::string text;
+      for (const Json& n : d["names"]) {
+        const std::string name = n["name"].get<std::string>();
+        if (!n["zone"].is_null()) {
+          common::CatTo(text, name, ": zone ", n["zone"].get<std::string>(), " (", n["servers"].get<size_t>(),
+                        " server addresses)\n");
+        } else if (n["checked"].get<bool>()) {
+          common::CatTo(text, name, ": no zone cut with server addresses found\n");
+        } else {
+          common::CatTo(text, name, ": not checked within ", ms, " ms\n");
+        }
+      }
+      return text;
+    });
+    auto fn = std::move(reply);
+    reply = nullptr;
+    fn(r.Render());
   }
 };
 
 }  // namespace
 
-mgmt::ControlReply CheckZones(const mgmt::ControlRequest& r, ZoneCutFinder& finder,
-                              net::LoopMailbox& mailbox) {
-  std::vector<std::string> names;
+void StartZoneCheck(const mgmt::ControlRequest& r, ZoneCutFinder& finder, net::EventLoop& loop,
+                    std::function<void(mgmt::ControlReply)> done) {
+  auto check = std::make_shared<Check>();
   std::vector<dns::NameKey> keys;
-  int timeout_ms = kDefaultTimeoutMs;
   for (const std::string& a : r.args) {
     const size_t eq = a.find('=');
     const std::string key = a.substr(0, eq);
@@ -59,67 +90,37 @@ mgmt::ControlReply CheckZones(const mgmt::ControlRequest& r, ZoneCutFinder& find
     if (key == "name") {
       dns::NameKey k;
       if (!dns::NameKeyFromText(value, &k))
-        return mgmt::ControlReply::Error(Cat("zone-check: bad name '", value, "'"));
-      names.push_back(dns::NameKeyToText(k.span()));
+        return done(mgmt::ControlReply::Error(Cat("zone-check: bad name '", value, "'")));
+      check->names.push_back(dns::NameKeyToText(k.span()));
       keys.push_back(k);
     } else if (key == "timeout_ms") {
-      if (!absl::SimpleAtoi(value, &timeout_ms) || timeout_ms < 100 || timeout_ms > 10000)
-        return mgmt::ControlReply::Error("zone-check: timeout_ms must be 100..10000");
+      if (!absl::SimpleAtoi(value, &check->timeout_ms) || check->timeout_ms < 100 ||
+          check->timeout_ms > 10000)
+        return done(mgmt::ControlReply::Error("zone-check: timeout_ms must be 100..10000"));
     } else {
-      return mgmt::ControlReply::Error(Cat("zone-check: unknown argument '", a, "'"));
+      return done(mgmt::ControlReply::Error(Cat("zone-check: unknown argument '", a, "'")));
     }
   }
-  if (names.empty()) return mgmt::ControlReply::Error("zone-check: give name=NAME");
-  if (names.size() > mgmt::kMaxZoneCheckNames)
-    return mgmt::ControlReply::Error(Cat("zone-check: at most ", mgmt::kMaxZoneCheckNames, " names"));
-
-  auto walks = std::make_shared<Walks>();
-  walks->pending = names.size();
-  walks->done.assign(names.size(), false);
-  walks->zone.resize(names.size());
-  walks->servers.assign(names.size(), 0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  const bool started = mailbox.Call(
-      [&] {
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (const ZoneCut* cut = finder.Cached(keys[i])) {
-            walks->Found(i, cut);
-          } else {
-            finder.Find(keys[i], [walks, i](const ZoneCut* cut) { walks->Found(i, cut); });
-          }
-        }
-      },
-      std::chrono::milliseconds(timeout_ms));
-  if (!started) {
-    return mgmt::ControlReply::Error(
-        Cat("weir-recursor's event loop did not take the zone check within ", timeout_ms, " ms"));
-  }
-  std::unique_lock<std::mutex> l(walks->mu);
-  walks->cv.wait_until(l, deadline, [&] { return walks->pending == 0; });
-
-  StructuredReply reply(Json{{"names", Json::array()}});
-  for (size_t i = 0; i < names.size(); ++i) {
-    Json n{{"name", names[i]}, {"checked", static_cast<bool>(walks->done[i])}};
-    n["zone"] = walks->zone[i] ? Json(*walks->zone[i]) : Json(nullptr);
-    if (walks->zone[i]) n["servers"] = walks->servers[i];
-    reply.json()["names"].push_back(std::move(n));
-  }
-  reply.Block([timeout_ms](const Json& d) {
-    std::string text;
-    for (const Json& n : d["names"]) {
-      const std::string name = n["name"].get<std::string>();
-      if (!n["zone"].is_null()) {
-        common::CatTo(text, name, ": zone ", n["zone"].get<std::string>(), " (", n["servers"].get<size_t>(),
-                      " server addresses)\n");
-      } else if (n["checked"].get<bool>()) {
-        common::CatTo(text, name, ": no zone cut with server addresses found\n");
-      } else {
-        common::CatTo(text, name, ": not checked within ", timeout_ms, " ms\n");
-      }
-    }
-    return text;
+  if (keys.empty()) return done(mgmt::ControlReply::Error("zone-check: give name=NAME"));
+  if (keys.size() > mgmt::kMaxZoneCheckNames)
+    return done(mgmt::ControlReply::Error(Cat("zone-check: at most ", mgmt::kMaxZoneCheckNames, " names")));
+  check->pending = keys.size();
+  check->done.assign(keys.size(), false);
+  check->zone.resize(keys.size());
+  check->servers.assign(keys.size(), 0);
+  check->loop = &loop;
+  check->reply = std::move(done);
+  check->timer = loop.After(std::chrono::milliseconds(check->timeout_ms), [check] {
+    check->timer = 0;
+    check->Finish();
   });
-  return reply.Render();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (const ZoneCut* cut = finder.Cached(keys[i])) {
+      check->Found(i, cut);
+    } else {
+      finder.Find(keys[i], [check, i](const ZoneCut* cut) { check->Found(i, cut); });
+    }
+  }
 }
 
 }  // namespace weir::recursor

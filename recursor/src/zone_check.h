@@ -9,17 +9,20 @@
 // `timeout_ms=N` (how long to wait for the walks, 100..10000, default
 // 2000); a name still being looked up then is reported as not checked.
 //
-// Threading: called on a thread that is not the loop's (the mgmt client's);
-// it blocks it for up to the timeout. The lookups run on the loop.
+// Threading: on the loop thread that owns the finder; `done` is called
+// once, on it (at once for a bad request). Nothing blocks: the mgmt
+// client's thread goes on taking pushes while the walks run.
 #pragma once
 
+#include <functional>
+
 #include "weir/mgmt/control.h"
-#include "weir/net/loop_mailbox.h"
+#include "weir/net/event_loop.h"
 #include "weir/recursor/zone_cuts.h"
 
 namespace weir::recursor {
 
-mgmt::ControlReply CheckZones(const mgmt::ControlRequest& r, ZoneCutFinder& finder,
-                              net::LoopMailbox& mailbox);
+void StartZoneCheck(const mgmt::ControlRequest& r, ZoneCutFinder& finder, net::EventLoop& loop,
+                    std::function<void(mgmt::ControlReply)> done);
 
 }  // namespace weir::recursor

@@ -57,7 +57,7 @@ double MaxAbs(const std::vector<double>& v) {
 std::vector<double> Round(Calibrator& c, Plant& p, uint32_t* now) {
   const auto s = p.Sample(c);
   *now += kRound;
-  EXPECT_TRUE(c.Observe(kKey, s, *now).ok());
+  EXPECT_TRUE(c.Observe(kKey, s, *now, *now).ok());
   c.Step(*now);
   return p.Errors(s);
 }
@@ -202,8 +202,9 @@ TEST(Calibration, BadSamplesAreRefusedWhole) {
   const std::vector<TrafficObservation> negative{{"192.0.2.1", 1, -1}};
   const std::vector<TrafficObservation> nan{{"192.0.2.1", 1, std::nan("")}};
   const std::vector<TrafficObservation> twice{{"192.0.2.1", 1, 10}, {"192.0.2.1", 1, 10}};
-  for (const auto* s : {&zero_weight, &negative, &nan, &twice}) EXPECT_FALSE(c.Observe(kKey, *s, 10).ok());
-  EXPECT_FALSE(c.Observe(kKey, {}, 10).ok());
+  for (const auto* s : {&zero_weight, &negative, &nan, &twice})
+    EXPECT_FALSE(c.Observe(kKey, *s, 10, 10).ok());
+  EXPECT_FALSE(c.Observe(kKey, {}, 10, 10).ok());
   EXPECT_EQ(c.Step(20), 0u);
   EXPECT_TRUE(c.sets().empty());
 }
@@ -213,16 +214,59 @@ TEST(Calibration, TooLittleTrafficOrAnOlderSampleChangesNothing) {
   o.min_traffic = 1000;
   Calibrator c(o);
   const std::vector<TrafficObservation> thin{{"192.0.2.1", 1, 10}, {"192.0.2.2", 3, 5}};
-  ASSERT_TRUE(c.Observe(kKey, thin, 100).ok());
+  ASSERT_TRUE(c.Observe(kKey, thin, 100, 100).ok());
   c.Step(100);
   EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), 1.0);
   const std::vector<TrafficObservation> skewed{{"192.0.2.1", 1, 5000}, {"192.0.2.2", 3, 5000}};
-  ASSERT_TRUE(c.Observe(kKey, skewed, 50).ok());  // older than the last: ignored
+  // Older than the last sample: refused, and said so.
+  EXPECT_EQ(c.Observe(kKey, skewed, 50, 200).code(), absl::StatusCode::kFailedPrecondition);
   c.Step(200);
   EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), 1.0);
-  ASSERT_TRUE(c.Observe(kKey, skewed, 300).ok());
+  ASSERT_TRUE(c.Observe(kKey, skewed, 300, 300).ok());
   c.Step(300);
   EXPECT_GT(c.Factor(kKey, "192.0.2.2"), 1.0);
+}
+
+TEST(Calibration, AWindowInTheFutureIsRefused) {
+  Calibrator c({});
+  const std::vector<TrafficObservation> s{{"192.0.2.1", 1, 5000}, {"192.0.2.2", 3, 5000}};
+  // A typo in the year: refused, so later samples are still taken.
+  EXPECT_EQ(c.Observe(kKey, s, 4'000'000'000u, 1'000'000).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c.Observe(kKey, s, 1'000'000 + Calibrator::kMaxClockSkew, 1'000'000).ok());  // skew allowed
+  c.Step(1'000'000);
+  EXPECT_GT(c.Factor(kKey, "192.0.2.2"), 1.0);
+}
+
+TEST(Calibration, AStaleSampleIsNotActedOn) {
+  CalibrationOptions o;
+  o.max_feedback_age_s = 1800;
+  Calibrator c(o);
+  const std::vector<TrafficObservation> s{{"192.0.2.1", 1, 5000}, {"192.0.2.2", 3, 5000}};
+  // Yesterday's traffic imported today: it moves nothing.
+  ASSERT_TRUE(c.Observe(kKey, s, 100'000, 186'400).ok());
+  c.Step(186'400);
+  EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), 1.0);
+  ASSERT_NE(c.Find(kKey), nullptr);
+  EXPECT_EQ(c.Find(kKey)->sample_time, 100'000u);
+}
+
+TEST(Calibration, AClockGoingBackChangesNothing) {
+  CalibrationOptions o;
+  o.max_feedback_age_s = 0;
+  o.hold_time_s = 0;
+  o.decay_half_life_s = 3600;
+  Calibrator c(o);
+  Plant p{{"192.0.2.1", "192.0.2.2"}, {1, 3}, {1.0, 2.0 / 3.0}};
+  uint32_t now = 100'000;
+  for (int round = 0; round < 5; ++round) Round(c, p, &now);
+  c.Step(now + 3600);
+  const double f = c.Factor(kKey, "192.0.2.2");
+  c.Step(now - 7200);  // back: no decay away from 1, no change at all
+  EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), f);
+  c.Step(now + 3600);
+  EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), f);
+  c.Step(now + 7200);
+  EXPECT_NEAR(std::log(c.Factor(kKey, "192.0.2.2")), std::log(f) / 2, 1e-9);
 }
 
 TEST(Calibration, ANewAddressSetStartsFromOne) {
@@ -235,7 +279,7 @@ TEST(Calibration, ANewAddressSetStartsFromOne) {
   // nothing moves (the old factors are not carried over).
   const std::vector<TrafficObservation> other{{"192.0.2.2", 1, 1e6}, {"192.0.2.3", 1, 1e6}};
   now += kRound;
-  ASSERT_TRUE(c.Observe(kKey, other, now).ok());
+  ASSERT_TRUE(c.Observe(kKey, other, now, now).ok());
   c.Step(now);
   EXPECT_EQ(c.Factor(kKey, "192.0.2.2"), 1.0);
   EXPECT_EQ(c.Factor(kKey, "192.0.2.3"), 1.0);
@@ -245,7 +289,7 @@ TEST(Calibration, ANewAddressSetStartsFromOne) {
 TEST(Calibration, AnAddressWithNoTrafficIsPushedUpBoundedly) {
   Calibrator c({});
   const std::vector<TrafficObservation> s{{"192.0.2.1", 1, 0}, {"192.0.2.2", 1, 1e6}};
-  ASSERT_TRUE(c.Observe(kKey, s, 10).ok());
+  ASSERT_TRUE(c.Observe(kKey, s, 10, 10).ok());
   c.Step(10);
   const double f = c.Factor(kKey, "192.0.2.1");
   EXPECT_GT(f, 1.0);

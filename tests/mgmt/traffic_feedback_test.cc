@@ -116,7 +116,8 @@ TEST(TrafficFeedback, AcceptedSamplesFeedTheCalibrator) {
       &errors);
   ASSERT_TRUE(s.ok());
   Calibrator c({});
-  for (const TrafficSample& x : *s) ASSERT_TRUE(c.Observe(x.key, x.addresses, x.window_end).ok());
+  for (const TrafficSample& x : *s)
+    ASSERT_TRUE(c.Observe(x.key, x.addresses, x.window_end, x.window_end).ok());
   c.Step(1796468400);
   // B carried 2/3 of the traffic where 3/4 was wanted: its factor goes up.
   EXPECT_GT(c.Factor({"cdn.example.net.", "beijing"}, "192.0.2.2"), 1.0);

@@ -93,15 +93,20 @@ class Calibrator {
  public:
   explicit Calibrator(CalibrationOptions options) : o_(options) {}
 
-  // A sample for (name, partition) whose window ended at `window_end`. An
-  // empty sample, a zero weight, a negative or non-finite traffic or a
-  // repeated address is refused (nothing changes); a sample older than the
-  // set's last one is ignored.
+  // A sample for (name, partition) whose window ended at `window_end`,
+  // given at `now`. Refused, nothing changed: an empty sample, a zero
+  // weight, a negative or non-finite traffic, a repeated address
+  // (InvalidArgument), a window ending more than kMaxClockSkew after `now`
+  // (InvalidArgument: a typo there would hold the set for years), a window
+  // that ends no later than the set's last sample (FailedPrecondition).
+  static constexpr uint32_t kMaxClockSkew = 300;
   absl::Status Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
-                       uint32_t window_end);
+                       uint32_t window_end, uint32_t now);
 
   // One control step at `now` for every set: a fresh sample not yet used is
-  // acted on; a stale set holds, then decays. Returns how many sets changed
+  // acted on (one already older than max_feedback_age only dates the set);
+  // a stale set holds, then decays; a `now` before the last step changes
+  // nothing. Returns how many sets changed
   // a factor.
   size_t Step(uint32_t now);
 

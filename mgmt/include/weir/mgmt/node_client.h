@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,15 @@ class NodeClient {
   // answered by `handler`, on the client's thread; without one they are
   // answered with an error. Before Start().
   void SetControlHandler(ControlHandler handler) { control_ = std::move(handler); }
+  // A control verb whose work runs elsewhere and is answered later, so
+  // that the client's thread goes on taking pushes meanwhile: `handler`
+  // is called on the client's thread and calls `reply` once, from any
+  // thread (a reply after the session ended goes nowhere). Before Start().
+  using ControlReplyFn = std::function<void(ControlReply)>;
+  using AsyncControlHandler = std::function<void(const ControlRequest&, ControlReplyFn reply)>;
+  void SetAsyncControlHandler(std::string verb, AsyncControlHandler handler) {
+    async_control_[std::move(verb)] = std::move(handler);
+  }
 
   // `have_version` / `have_origin`: what the node already runs (its stored
   // snapshot), 0 / "" for none.
@@ -125,6 +135,12 @@ class NodeClient {
   NodeClientOptions options_;
   ApplyFn apply_;
   ControlHandler control_;
+  std::map<std::string, AsyncControlHandler> async_control_;
+  // Work posted to the client's thread by other threads (late replies).
+  void Post(std::function<void()> fn);
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+  uint64_t session_serial_ = 0;  // the loop thread's: which session a late reply belongs to
   std::thread thread_;
   std::unique_ptr<net::EventLoop> loop_;
   std::unique_ptr<Session> session_;  // none between connections
