@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -776,6 +777,66 @@ TEST(NodeMgmtConfig, TlsFilesGoTogetherAndReplaceTheToken) {
   EXPECT_NE(p.errors.find("needs 'token_file'"), std::string::npos) << p.errors;
   p = ParseNodeText("[mgmt]\nstate_dir = \"s\"\ntoken_file = \"t\"\ntls_server_name = \"x\"\n");
   EXPECT_NE(p.errors.find("tls_server_name needs"), std::string::npos) << p.errors;
+}
+
+}  // namespace
+}  // namespace weir::mgmt
+
+namespace weir::mgmt {
+namespace {
+
+// A control verb answered later (the recursor's zone check): while its
+// reply is pending, the node goes on taking pushes; the reply then reaches
+// weir-mgmt; a reply after the session ended goes nowhere.
+TEST_F(NodeClientTest, ADeferredControlReplyHoldsNoPush) {
+  ASSERT_EQ(mkdir((dir_ + "/rec").c_str(), 0700), 0);
+  NodeClientOptions o = Options("rec-1", dir_ + "/rec");
+  o.kind = "recursor";
+  NodeClient client(o, [](const Snapshot&, const SnapshotParts&) { return absl::OkStatus(); });
+  std::mutex mu;
+  std::vector<NodeClient::ControlReplyFn> held;
+  std::vector<std::vector<std::string>> asked;
+  client.SetAsyncControlHandler(std::string(kZoneCheckVerb),
+                                [&](const ControlRequest& r, NodeClient::ControlReplyFn reply) {
+                                  std::lock_guard<std::mutex> l(mu);
+                                  asked.push_back(r.args);
+                                  held.push_back(std::move(reply));
+                                });
+  ASSERT_TRUE(client.Start(0, "").ok());
+  ASSERT_TRUE(WaitFor([&] { return Node("rec-1").node_id == "rec-1"; }));
+  // The tag add waits for the zone check; meanwhile the node gets version 1.
+  std::pair<std::string, std::string> added;
+  std::thread request([&] { added = Request({"tag-add", "cdn.example.net weight=on"}); });
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return !held.empty();
+  }));
+  ASSERT_TRUE(WaitFor([&] { return Node("rec-1").acked_version == 1; })) << "the push waited for the check";
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(asked.size(), 1u);
+    EXPECT_NE(std::find(asked[0].begin(), asked[0].end(), "name=cdn.example.net."), asked[0].end());
+    // Answered from another thread: the zone is found.
+    std::thread([reply = held[0]] {
+      reply(ControlReply{true, "",
+                         R"({"names":[{"name":"cdn.example.net.","checked":true,"zone":"example.net."}]})"});
+    }).join();
+  }
+  request.join();
+  EXPECT_EQ(added.first, "ok");
+  EXPECT_EQ(added.second, "tag added: version 1\n") << "a zone found gives no warning";
+  // A second check, its session gone before the reply: the late reply is dropped.
+  std::thread again([&] { added = Request({"tag-add", "img.example.net weight=on"}); });
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return held.size() == 2;
+  }));
+  server_.reset();  // weir-mgmt goes away: the session ends, weirctl gets nothing
+  again.join();
+  ASSERT_TRUE(WaitFor([&] { return !client.connected(); }));
+  held[1](ControlReply{true, "", "{}"});  // no crash, nothing sent
+  client.Stop();
+  held[1](ControlReply{true, "", "{}"});  // nor after the client stopped
 }
 
 }  // namespace
