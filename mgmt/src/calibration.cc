@@ -1,9 +1,13 @@
 #include "weir/mgmt/calibration.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
+#include "weir/common/ip.h"
 #include "weir/common/text.h"
+#include "weir/dns/message.h"
 
 namespace weir::mgmt {
 
@@ -141,6 +145,136 @@ bool Calibrator::Decay(CalibrationSet& set, uint32_t now) {
 const CalibrationSet* Calibrator::Find(const CalibrationKey& key) const {
   auto it = sets_.find(key);
   return it == sets_.end() ? nullptr : &it->second;
+}
+
+bool ParseCalibrationKey(std::string_view name, std::string_view partition, CalibrationKey* out,
+                         std::string* why) {
+  dns::NameKey key;
+  bool name_ok = dns::NameKeyFromText(name, &key);
+  std::string text;
+  if (name_ok) text = dns::NameKeyToText(key.span());
+  // Host names only (letters, digits, '-', '_'): what the GSLB answers for,
+  // and what one word of the state's lines holds exactly.
+  for (char c : text) {
+    name_ok =
+        name_ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.');
+  }
+  if (!name_ok) {
+    *why = Cat("bad name '", name, "'");
+    return false;
+  }
+  bool ok = !partition.empty() && partition.size() <= 64;
+  for (char c : partition) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '.');
+  }
+  if (!ok) {
+    *why = Cat("bad partition '", partition, "'");
+    return false;
+  }
+  out->name = std::move(text);
+  out->partition = std::string(partition);
+  return true;
+}
+
+bool ParseCalibrationAddress(std::string_view address, std::string* out, std::string* why) {
+  common::IpAddress ip;
+  if (!common::ParseIp(address, &ip)) {
+    *why = Cat("bad address '", address, "'");
+    return false;
+  }
+  *out = common::IpToString(ip);
+  return true;
+}
+
+namespace {
+
+std::string Shortest(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+std::string Calibrator::FormatState() const {
+  std::string out;
+  for (const auto& [key, set] : sets_) {
+    for (const AddressFactor& a : set.addresses) {
+      common::CatTo(out, key.name, " ", key.partition, " ", a.address, " ", a.weight, " ", Shortest(a.factor),
+                    " ", Shortest(a.last_error), " ", set.sample_time, " ", set.stepped_time, " ", set.steps,
+                    "\n");
+    }
+  }
+  return out;
+}
+
+absl::Status Calibrator::RestoreState(std::string_view text, common::LineErrors* errors) {
+  std::map<CalibrationKey, CalibrationSet> sets;
+  std::map<CalibrationKey, int> first_line;
+  common::ForEachLine(text, [&](int line_no, std::string_view line) {
+    std::vector<std::string_view> f;
+    for (std::string_view w : common::Split(line, ' ')) {
+      if (!w.empty()) f.push_back(w);
+    }
+    auto fail = [&](std::string why) {
+      errors->Add(line_no, std::move(why));
+      return true;
+    };
+    if (f.size() != 9) {
+      return fail(
+          Cat("expected 9 fields 'name partition address weight factor last_error sample_time "
+              "stepped_time steps', got ",
+              f.size()));
+    }
+    CalibrationKey key;
+    AddressFactor a;
+    std::string why;
+    if (!ParseCalibrationKey(f[0], f[1], &key, &why) || !ParseCalibrationAddress(f[2], &a.address, &why)) {
+      return fail(why);
+    }
+    auto num = [](std::string_view s, auto* v) {
+      return absl::SimpleAtoi(absl::string_view(s.data(), s.size()), v);
+    };
+    auto real = [](std::string_view s, double* v) {
+      return absl::SimpleAtod(absl::string_view(s.data(), s.size()), v) && std::isfinite(*v);
+    };
+    uint32_t sample_time = 0, stepped_time = 0;
+    uint64_t steps = 0;
+    if (!num(f[3], &a.weight) || a.weight < 1 || a.weight > 65535)
+      return fail(Cat("weight '", f[3], "' must be 1..65535"));
+    if (!real(f[4], &a.factor) || a.factor < o_.min_factor || a.factor > o_.max_factor) {
+      return fail(
+          Cat("factor '", f[4], "' must be ", Shortest(o_.min_factor), "..", Shortest(o_.max_factor)));
+    }
+    if (!real(f[5], &a.last_error)) return fail(Cat("last_error '", f[5], "' must be a number"));
+    if (!num(f[6], &sample_time) || !num(f[7], &stepped_time) || !num(f[8], &steps)) {
+      return fail("sample_time, stepped_time and steps must be unsigned integers");
+    }
+    auto [it, inserted] = sets.try_emplace(key);
+    CalibrationSet& set = it->second;
+    if (inserted) {
+      first_line[key] = line_no;
+      set.sample_time = sample_time;
+      set.stepped_time = stepped_time;
+      set.steps = steps;
+    } else if (set.sample_time != sample_time || set.stepped_time != stepped_time || set.steps != steps) {
+      return fail(Cat("the times and steps differ from the set's first line (", first_line[key], ")"));
+    }
+    for (const AddressFactor& other : set.addresses) {
+      if (other.address == a.address) return fail(Cat("address ", a.address, " listed twice in its set"));
+    }
+    set.addresses.push_back(std::move(a));
+    return true;
+  });
+  if (!errors->empty()) return errors->First();
+  for (auto& [key, set] : sets) {
+    std::sort(set.addresses.begin(), set.addresses.end(),
+              [](const AddressFactor& a, const AddressFactor& b) { return a.address < b.address; });
+  }
+  sets_ = std::move(sets);
+  pending_.clear();
+  return absl::OkStatus();
 }
 
 double Calibrator::Factor(const CalibrationKey& key, std::string_view address) const {

@@ -8,9 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "weir/common/ip.h"
 #include "weir/common/text.h"
-#include "weir/dns/message.h"
 
 namespace weir::mgmt {
 
@@ -19,16 +17,6 @@ using common::Cat;
 namespace {
 
 constexpr uint32_t kMaxWindowSeconds = 86400;
-
-bool ValidPartition(std::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // RFC 3339 ("2026-12-05T10:00:00Z") or Unix seconds, within 32 bits.
 bool ParseTimeField(std::string_view text, uint32_t* out) {
@@ -69,23 +57,10 @@ bool CheckRow(std::string_view start, std::string_view end, std::string_view nam
     *why = "the window must end after it starts, within a day";
     return false;
   }
-  dns::NameKey key;
-  if (!dns::NameKeyFromText(name, &key)) {
-    *why = Cat("bad name '", name, "'");
+  if (!ParseCalibrationKey(name, partition, &row->key, why) ||
+      !ParseCalibrationAddress(address, &row->obs.address, why)) {
     return false;
   }
-  row->key.name = dns::NameKeyToText(key.span());
-  if (!ValidPartition(partition)) {
-    *why = Cat("bad partition '", partition, "'");
-    return false;
-  }
-  row->key.partition = std::string(partition);
-  common::IpAddress ip;
-  if (!common::ParseIp(address, &ip)) {
-    *why = Cat("bad address '", address, "'");
-    return false;
-  }
-  row->obs.address = common::IpToString(ip);
   uint32_t weight = 0;
   if (!absl::SimpleAtoi(absl::string_view(weight_text.data(), weight_text.size()), &weight) || weight < 1 ||
       weight > 65535) {

@@ -314,3 +314,56 @@ TEST(Calibration, OptionsAreChecked) {
 
 }  // namespace
 }  // namespace weir::mgmt
+
+namespace weir::mgmt {
+namespace {
+
+TEST(CalibrationState, ARestoreGivesTheSameState) {
+  Calibrator c({});
+  Plant p{{"192.0.2.1", "2001:db8::1"}, {1, 3}, {1.0, 2.0 / 3.0}};
+  uint32_t now = 1'000'000;
+  for (int round = 0; round < 7; ++round) Round(c, p, &now);
+  const std::string text = c.FormatState();
+  EXPECT_NE(text.find("cdn.example.net. beijing 2001:db8::1 3 "), std::string::npos) << text;
+  Calibrator restored({});
+  common::LineErrors errors;
+  ASSERT_TRUE(restored.RestoreState(text, &errors).ok()) << errors.Render("state")[0];
+  EXPECT_EQ(restored.FormatState(), text);
+  for (const char* a : {"192.0.2.1", "2001:db8::1"}) EXPECT_EQ(restored.Factor(kKey, a), c.Factor(kKey, a));
+  // The restored one goes on exactly as the original.
+  Plant q = p;
+  uint32_t now2 = now;
+  Round(c, p, &now);
+  Round(restored, q, &now2);
+  EXPECT_EQ(restored.FormatState(), c.FormatState());
+}
+
+TEST(CalibrationState, EveryBadLineIsNamedAndNothingChanges) {
+  Calibrator c({});
+  common::LineErrors first;
+  ASSERT_TRUE(c.RestoreState("a.example. x 192.0.2.1 1 1.5 0 10 10 1\n", &first).ok());
+  common::LineErrors errors;
+  EXPECT_FALSE(c.RestoreState("a.example. x 192.0.2.1 1 1.5 0 10 10 1\n"
+                              "a.example. x 192.0.2.1 1 1.5 0 10 10 1\n"
+                              "a.example. x 192.0.2.2 1 9 0 10 10 1\n"
+                              "a.example. x 192.0.2.3 1 1 0 11 10 1\n"
+                              "bad..name x 192.0.2.1 1 1 0 10 10 1\n"
+                              "b.example. x 192.0.2.1 0 1 0 10 10 1\n"
+                              "b.example. x 192.0.2.1 1 nan 0 10 10 1\n"
+                              "b.example. x 192.0.2.1 1 1\n",
+                              &errors)
+                   .ok());
+  const std::vector<std::string> e = errors.Render("state");
+  ASSERT_EQ(e.size(), 7u) << ::testing::PrintToString(e);
+  EXPECT_EQ(e[0], "state:2: address 192.0.2.1 listed twice in its set");
+  EXPECT_EQ(e[1], "state:3: factor '9' must be 0.2..5");
+  EXPECT_EQ(e[2], "state:4: the times and steps differ from the set's first line (1)");
+  EXPECT_EQ(e[3], "state:5: bad name 'bad..name'");
+  EXPECT_EQ(e[4], "state:6: weight '0' must be 1..65535");
+  EXPECT_EQ(e[5], "state:7: factor 'nan' must be 0.2..5");
+  EXPECT_NE(e[6].find("state:8: expected 9 fields"), std::string::npos);
+  EXPECT_EQ(c.Factor({"a.example.", "x"}, "192.0.2.1"), 1.5);  // the state before, kept
+}
+
+}  // namespace
+}  // namespace weir::mgmt

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "weir/common/line_errors.h"
 
 namespace weir::mgmt {
 
@@ -73,6 +74,13 @@ struct CalibrationKey {
     return a.name != b.name ? a.name < b.name : a.partition < b.partition;
   }
 };
+
+// A key and an address from text, made canonical: a host name (letters,
+// digits, '-', '_'; lower case, trailing dot), a partition of 1 to 64 of A-Z a-z 0-9 _ . -, an IPv4
+// or IPv6 address. False with the reason in `why`.
+bool ParseCalibrationKey(std::string_view name, std::string_view partition, CalibrationKey* out,
+                         std::string* why);
+bool ParseCalibrationAddress(std::string_view address, std::string* out, std::string* why);
 
 // A set's state: per address (sorted by address) its factor and the error
 // of the last step; what weir-mgmt persists and pushes.
@@ -115,6 +123,17 @@ class Calibrator {
   // The factor of one address (1 when unknown).
   double Factor(const CalibrationKey& key, std::string_view address) const;
   const std::map<CalibrationKey, CalibrationSet>& sets() const { return sets_; }
+  // The state as text, what weir-mgmt keeps and pushes: one line per
+  // address, sets in key order, each set's addresses in order:
+  //   NAME PARTITION ADDRESS WEIGHT FACTOR LAST_ERROR SAMPLE_TIME STEPPED_TIME STEPS
+  // (numbers in their shortest exact form: a restore gives the same state).
+  std::string FormatState() const;
+  // Replaces every set with those of `text`; on any error (every bad line
+  // in `errors`: a bad field, a factor outside the options' range, an
+  // address twice in a set, a set's lines disagreeing on its times) nothing
+  // changes. Samples not yet stepped on are dropped.
+  absl::Status RestoreState(std::string_view text, common::LineErrors* errors);
+
   // Forgets a set (its tag lost calibrate=on, the name is gone).
   void Erase(const CalibrationKey& key) {
     sets_.erase(key);
