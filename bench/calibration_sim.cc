@@ -60,22 +60,16 @@
 //                            the +-5 % band around the wanted share
 //   calibration_no_feedback  the factors and the traffic ratio by hours
 //                            since the last sample
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -86,9 +80,8 @@
 
 #include "absl/status/status.h"
 #include "fmt/format.h"
+#include "gnuplot_writer.h"
 #include "weir/mgmt/calibration.h"
-
-extern char** environ;
 
 namespace {
 
@@ -351,104 +344,14 @@ void PrintCsv(const std::string& name, const std::vector<Round>& rounds) {
 
 // ---------------------------------------------------------------- plots
 
-// A number as gnuplot reads it, whatever the locale.
-std::string Num(double v) {
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
-// Writes NAME.dat and NAME.gp into a directory and runs gnuplot there, once
-// per plot, to NAME.png and NAME.svg.
-class PlotWriter {
- public:
-  explicit PlotWriter(std::string dir) : dir_(std::move(dir)) {}
-
-  absl::Status Init() {
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    if (ec || !std::filesystem::is_directory(dir_, ec)) {
-      return absl::FailedPreconditionError(fmt::format("cannot create plot directory {}", dir_));
-    }
-    return absl::OkStatus();
-  }
-
-  // SETTINGS are the commands before the plot command PLOT (without "plot").
-  absl::Status Plot(const std::string& name, const std::string& data, const std::string& settings,
-                    const std::string& plot) {
-    if (absl::Status s = Write(name + ".dat", data); !s.ok()) return s;
-    std::string script =
-        fmt::format("# calibration_sim: {}. To redraw, run gnuplot {}.gp in this directory.\n", name, name);
-    script +=
-        "png_terminal = (strstrt(' '.GPVAL_TERMINALS.' ', ' pngcairo ') > 0) ? 'pngcairo' : 'png'\n"
-        "set encoding utf8\n";
-    script += settings;
-    script += "set terminal @png_terminal size 1200,700 noenhanced\n";
-    script += fmt::format("set output '{}.png'\nplot {}\n", name, plot);
-    script += "set terminal svg size 1200,700 dynamic noenhanced background rgb 'white'\n";
-    script += fmt::format("set output '{}.svg'\nplot {}\nunset output\n", name, plot);
-    if (absl::Status s = Write(name + ".gp", script); !s.ok()) return s;
-    if (absl::Status s = Gnuplot(name); !s.ok()) return s;
-    for (const char* ext : {".png", ".svg"}) {
-      std::error_code ec;
-      const std::string path = Path(name + ext);
-      if (std::filesystem::file_size(path, ec) == 0 || ec) {
-        return absl::InternalError(fmt::format("plot {}: gnuplot wrote no {}", name, path));
-      }
-      written_.push_back(path);
-    }
-    return absl::OkStatus();
-  }
-
-  const std::vector<std::string>& written() const { return written_; }
-
- private:
-  std::string Path(const std::string& file) const { return dir_ + "/" + file; }
-
-  absl::Status Write(const std::string& file, const std::string& text) {
-    const std::string path = Path(file);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (out) out.close();
-    if (!out)
-      return absl::FailedPreconditionError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-    written_.push_back(path);
-    return absl::OkStatus();
-  }
-
-  // `gnuplot NAME.gp` in the plot directory, stdin and stdout on /dev/null,
-  // stderr shared with this program's.
-  absl::Status Gnuplot(const std::string& name) {
-    const std::string script = name + ".gp";
-    std::string program = "gnuplot";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addchdir_np(&actions, dir_.c_str());
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    char* argv[] = {program.data(), const_cast<char*>(script.c_str()), nullptr};
-    pid_t pid = -1;
-    const int err = posix_spawnp(&pid, program.c_str(), &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (err != 0) {
-      return absl::FailedPreconditionError(fmt::format("plot {}: cannot run gnuplot: {}{}", name,
-                                                       std::strerror(err),
-                                                       err == ENOENT ? " (Debian: gnuplot-nox)" : ""));
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-    return absl::InternalError(fmt::format("plot {}: gnuplot failed (status {:#x})", name, status));
-  }
-
-  std::string dir_;
-  std::vector<std::string> written_;
-};
+// Each plot through weir-bench's gnuplot writer (gnuplot_writer.h).
+using weir::bench::GnuplotWriter;
+using weir::bench::Num;
 
 constexpr std::string_view kGrid = "set grid xtics ytics\nset key below\n";
 
-absl::Status PlotSeed(PlotWriter& w, const std::vector<Round>* calibrated, const std::vector<Round>* hand) {
+absl::Status PlotSeed(GnuplotWriter& w, const std::vector<Round>* calibrated,
+                      const std::vector<Round>* hand) {
   const size_t n = std::max(calibrated ? calibrated->size() : 0, hand ? hand->size() : 0);
   std::string data = "# round calibrated_ratio_B_A hand_tuned_ratio_B_A\n";
   for (size_t i = 0; i < n; ++i) {
@@ -478,7 +381,7 @@ absl::Status PlotSeed(PlotWriter& w, const std::vector<Round>* calibrated, const
   return w.Plot("calibration_seed004", data, settings, plot);
 }
 
-absl::Status PlotNoise(PlotWriter& w, const std::vector<Round>& rounds, double noise) {
+absl::Status PlotNoise(GnuplotWriter& w, const std::vector<Round>& rounds, double noise) {
   std::string data = "# round share_B factor_B factor_A share_B_without_noise\n";
   for (const Round& r : rounds) {
     data += fmt::format("{} {} {} {} {}\n", r.number, Num(Round::Share(r.traffic, 1)), Num(r.factors[1]),
@@ -510,7 +413,7 @@ absl::Status PlotNoise(PlotWriter& w, const std::vector<Round>& rounds, double n
   return w.Plot("calibration_noise", data, settings, plot);
 }
 
-absl::Status PlotNoFeedback(PlotWriter& w, const std::vector<Round>& rounds, int fed) {
+absl::Status PlotNoFeedback(GnuplotWriter& w, const std::vector<Round>& rounds, int fed) {
   std::string data = "# hours_since_last_sample factor_A factor_B traffic_ratio_B_A (at each round's end)\n";
   for (const Round& r : rounds) {
     data += fmt::format("{} {} {} {}\n", r.number - fed, Num(r.factors_after[0]), Num(r.factors_after[1]),
@@ -536,13 +439,6 @@ absl::Status PlotNoFeedback(PlotWriter& w, const std::vector<Round>& rounds, int
 
 // ---------------------------------------------------------------- the command line
 
-std::string Positive(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() && *end == '\0' && v > 0) return "";
-  return "must be a number above 0, not '" + text + "'";
-}
-
 SimOptions ParseArgs(int argc, char** argv) {
   SimOptions o;
   CLI::App app{
@@ -551,28 +447,30 @@ SimOptions ParseArgs(int argc, char** argv) {
       "calibration_sim"};
   app.add_option("--rounds-scale", o.rounds_scale, "multiply every scenario's rounds (default 1)")
       ->type_name("X")
-      ->check(Positive);
+      ->check(CLI::PositiveNumber);
   app.add_option("--subscribers", o.subscribers, "stub resolvers (default 20000)")
       ->type_name("N")
-      ->check(Positive);
+      ->check(CLI::PositiveNumber);
   app.add_option("--nat-share", o.nat_share, "share of the stubs behind NAT (default 0.3)")
       ->type_name("X")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--nat-k", o.nat_k, "traffic of a stub behind NAT, in subscribers (default 8)")
       ->type_name("K")
-      ->check(Positive);
-  app.add_option("--ttl", o.ttl, "answer TTL in seconds (default 300)")->type_name("S")->check(Positive);
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ttl", o.ttl, "answer TTL in seconds (default 300)")
+      ->type_name("S")
+      ->check(CLI::PositiveNumber);
   app.add_option("--requery-jitter", o.requery_jitter,
                  "a stub asks again up to S s (uniform) after its answer expired (default 1)")
       ->type_name("S")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--round-seconds", o.round_seconds, "length of a feedback window (default 3600)")
       ->type_name("S")
-      ->check(Positive);
+      ->check(CLI::PositiveNumber);
   app.add_option("--skew", o.skew, "traffic multiplier of addresses A and B (default 1 0.6667)")
       ->type_name("X")
       ->expected(2)
-      ->check(Positive);
+      ->check(CLI::PositiveNumber);
   app.add_option("--noise", o.noise, "traffic noise of seed004, hand and no_feedback (default 0)")
       ->type_name("X")
       ->check(CLI::Range(0.0, 1.0));
@@ -894,8 +792,13 @@ int main(int argc, char** argv) {
   if (!o.plot_dir.empty()) {
     std::string dir = o.plot_dir;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    PlotWriter w(dir);
-    absl::Status s = w.Init();
+    std::vector<std::string> files;
+    GnuplotWriter w(dir, "gnuplot", "calibration_sim", &files);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    absl::Status s = ec || !std::filesystem::is_directory(dir, ec)
+                         ? absl::FailedPreconditionError(fmt::format("cannot create plot directory {}", dir))
+                         : absl::OkStatus();
     if (s.ok() && (seed || hand)) s = PlotSeed(w, seed ? &*seed : nullptr, hand ? &*hand : nullptr);
     if (s.ok() && noisy) s = PlotNoise(w, *noisy, noisy_level);
     if (s.ok() && no_feedback) s = PlotNoFeedback(w, *no_feedback, fed_rounds);
@@ -903,7 +806,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "calibration_sim: {}\n", s.ToString());
       return 1;
     }
-    fmt::print("\nplots: {} files in {}\n", w.written().size(), dir);
+    fmt::print("\nplots: {} files in {}\n", files.size(), dir);
   }
   fmt::print("run time {:.1f} s\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
