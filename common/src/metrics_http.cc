@@ -1,10 +1,15 @@
 #include "weir/common/metrics_http.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +25,7 @@ struct MetricsHttpServer::Impl {
   Render render;
   Options options;
   std::map<std::string, Route, std::less<>> routes;
+  std::map<std::string, PostRoute, std::less<>> post_routes;
   MHD_Daemon* daemon = nullptr;
 
   // libmicrohttpd's messages: kept while Start() runs (the reason of a
@@ -32,26 +38,85 @@ struct MetricsHttpServer::Impl {
   static MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
                            const char* version, const char* upload_data, size_t* upload_data_size,
                            void** request_state);
+  MHD_Result Post(MHD_Connection* connection, const char* url, const PostRoute& route,
+                  const char* upload_data, size_t* upload_data_size, void** request_state);
 };
 
 namespace {
 
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+
 MHD_Result Queue(MHD_Connection* connection, unsigned status, std::string_view body,
-                 std::string_view content_type, const char* allow = nullptr) {
+                 std::string_view content_type, const char* allow = nullptr,
+                 const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   MHD_Response* r =
       MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
   if (r == nullptr) return MHD_NO;  // out of memory: libmicrohttpd closes the connection
   const std::string type(content_type);
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type.c_str());
   if (allow != nullptr) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+  for (const auto& [name, value] : headers) {
+    if (MHD_add_response_header(r, name.c_str(), value.c_str()) == MHD_NO) {
+      // A handler's mistake: the client learns it, rather than getting the
+      // reply without a header it may depend on (a 401's challenge).
+      MHD_destroy_response(r);
+      return Queue(connection, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                   Cat("the handler's reply header ", name, " was refused\n"), kText);
+    }
+  }
   const MHD_Result ret = MHD_queue_response(connection, status, r);
   MHD_destroy_response(r);
   return ret;
 }
 
+MHD_Result QueueReply(MHD_Connection* connection, const HttpReply& reply) {
+  return Queue(connection, reply.status, reply.body, reply.content_type, nullptr, reply.headers);
+}
+
 MHD_Result CollectArg(void* cls, MHD_ValueKind, const char* key, const char* value) {
   (*static_cast<HttpQueryArgs*>(cls))[key] = value != nullptr ? value : "";
   return MHD_YES;
+}
+
+MHD_Result CollectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto& headers = *static_cast<std::map<std::string, std::string, std::less<>>*>(cls);
+  std::string name(key);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto [it, added] = headers.try_emplace(std::move(name), value != nullptr ? value : "");
+  if (!added) CatTo(it->second, ", ", value != nullptr ? value : "");
+  return MHD_YES;
+}
+
+// The client's address as inet_ntop writes it, an IPv4-mapped IPv6 address
+// as the IPv4 one: the same client reads the same on either kind of listener.
+std::string PeerAddress(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (info == nullptr || info->client_addr == nullptr) return "";
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (info->client_addr->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(info->client_addr)->sin_addr, buf, sizeof(buf));
+  } else if (info->client_addr->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(info->client_addr)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a)) {
+      inet_ntop(AF_INET, &a.s6_addr[12], buf, sizeof(buf));
+    } else {
+      inet_ntop(AF_INET6, &a, buf, sizeof(buf));
+    }
+  }
+  return buf;
+}
+
+// A POST route's request while its body arrives: libmicrohttpd's per-request
+// pointer, freed by FreeUpload however the request ends (answered, or the
+// client gone mid-body).
+struct Upload {
+  std::string body;
+  bool too_large = false;  // the excess is dropped as it arrives
+};
+
+void FreeUpload(void*, MHD_Connection*, void** request_state, MHD_RequestTerminationCode) {
+  delete static_cast<Upload*>(*request_state);
+  *request_state = nullptr;
 }
 
 }  // namespace
@@ -77,25 +142,35 @@ void MetricsHttpServer::Impl::Log(void* cls, const char* fmt, va_list ap) {
 }
 
 MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection, const char* url,
-                                           const char* method, const char*, const char*,
-                                           size_t* upload_data_size, void**) {
+                                           const char* method, const char*, const char* upload_data,
+                                           size_t* upload_data_size, void** request_state) {
   auto* self = static_cast<Impl*>(cls);
-  // The answer is queued on the first call, before any body; a body that
-  // still arrives (a GET with one) is read and ignored.
+  const std::string_view path(url);
+  if (std::strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
+    if (auto it = self->post_routes.find(path); it != self->post_routes.end()) {
+      return self->Post(connection, url, it->second, upload_data, upload_data_size, request_state);
+    }
+  }
+  // Any other answer is queued on the first call, before any body; a body
+  // that still arrives (a GET with one) is read and ignored.
   if (*upload_data_size != 0) {
     *upload_data_size = 0;
     return MHD_YES;
   }
-  constexpr std::string_view kText = "text/plain; charset=utf-8";
+  const bool get_path = path == "/metrics" || self->routes.contains(path);
+  const bool post_path = self->post_routes.contains(path);
+  if (!get_path && !post_path) {
+    return Queue(connection, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n", kText);
+  }
   const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0;
   const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-  if (!get && !head) {
-    return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED, Cat(method, " not allowed: GET or HEAD\n"), kText,
-                 "GET, HEAD");
+  if (!get_path || (!get && !head)) {
+    const char* allow = !get_path ? "POST" : post_path ? "GET, HEAD, POST" : "GET, HEAD";
+    return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED, Cat(method, " not allowed: ", allow, "\n"), kText,
+                 allow);
   }
   // For HEAD the body is rendered too: libmicrohttpd sends its Content-Length
   // and leaves the body out.
-  const std::string_view path(url);
   if (path == "/metrics") {
     absl::StatusOr<std::string> body = self->render();
     if (!body.ok() && body.status().code() == absl::StatusCode::kUnavailable) {
@@ -111,10 +186,57 @@ MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection
   if (auto it = self->routes.find(path); it != self->routes.end()) {
     HttpQueryArgs args;
     MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, CollectArg, &args);
-    const HttpReply reply = it->second(args);
-    return Queue(connection, reply.status, reply.body, kText);
+    return QueueReply(connection, it->second(args));
   }
   return Queue(connection, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n", kText);
+}
+
+// libmicrohttpd calls a request's handler first with its headers, then with
+// each piece of the body (de-chunked), then once more with none; it takes an
+// answer only on the first call and the last.
+MHD_Result MetricsHttpServer::Impl::Post(MHD_Connection* connection, const char* url, const PostRoute& route,
+                                         const char* upload_data, size_t* upload_data_size,
+                                         void** request_state) {
+  const size_t max = options.max_body_bytes;
+  auto* upload = static_cast<Upload*>(*request_state);
+  if (upload == nullptr) {
+    // A declared length over the limit is refused before the body is read,
+    // and before a client that sent "Expect: 100-continue" sends it.
+    // libmicrohttpd has checked the header's syntax already.
+    if (const char* length =
+            MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+      const std::string_view text(length);
+      uint64_t n = 0;
+      if (std::from_chars(text.data(), text.data() + text.size(), n).ec == std::errc() && n > max) {
+        return Queue(connection, MHD_HTTP_CONTENT_TOO_LARGE, Cat("the body is over ", max, " bytes\n"),
+                     kText);
+      }
+    }
+    *request_state = new Upload;
+    return MHD_YES;
+  }
+  if (*upload_data_size != 0) {
+    // No answer can be queued while the body arrives: a chunked body over
+    // the limit is read to its end, its excess dropped.
+    if (!upload->too_large && *upload_data_size > max - upload->body.size()) {
+      upload->too_large = true;
+      std::string().swap(upload->body);
+    }
+    if (!upload->too_large) upload->body.append(upload_data, *upload_data_size);
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (upload->too_large) {
+    return Queue(connection, MHD_HTTP_CONTENT_TOO_LARGE, Cat("the body is over ", max, " bytes\n"), kText);
+  }
+  HttpRequest request;
+  request.method = MHD_HTTP_METHOD_POST;
+  request.path = url;
+  MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, CollectArg, &request.args);
+  MHD_get_connection_values(connection, MHD_HEADER_KIND, CollectHeader, &request.headers);
+  request.body = std::move(upload->body);
+  request.peer = PeerAddress(connection);
+  return QueueReply(connection, route(request));
 }
 
 MetricsHttpServer::MetricsHttpServer(Render render, Options options) : impl_(std::make_unique<Impl>()) {
@@ -126,6 +248,10 @@ MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 void MetricsHttpServer::AddRoute(std::string path, Route route) {
   impl_->routes[std::move(path)] = std::move(route);
+}
+
+void MetricsHttpServer::AddPostRoute(std::string path, PostRoute route) {
+  impl_->post_routes[std::move(path)] = std::move(route);
 }
 
 absl::Status MetricsHttpServer::Start(int listen_fd) {
@@ -151,12 +277,12 @@ absl::Status MetricsHttpServer::Start(int listen_fd) {
   // Internal polling threads on epoll: every connection, idle or not, is
   // one descriptor in a thread's epoll set, never a thread of its own.
   const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
-  s.daemon =
-      MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::Handle, &s, MHD_OPTION_LISTEN_SOCKET,
-                       static_cast<MHD_socket>(fd), MHD_OPTION_EXTERNAL_LOGGER, &Impl::Log, &s,
-                       MHD_OPTION_THREAD_POOL_SIZE, s.options.threads, MHD_OPTION_CONNECTION_TIMEOUT,
-                       s.options.idle_timeout_seconds, MHD_OPTION_CONNECTION_LIMIT, s.options.max_connections,
-                       MHD_OPTION_PER_IP_CONNECTION_LIMIT, s.options.max_connections_per_ip, MHD_OPTION_END);
+  s.daemon = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &Impl::Handle, &s, MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(fd),
+      MHD_OPTION_EXTERNAL_LOGGER, &Impl::Log, &s, MHD_OPTION_THREAD_POOL_SIZE, s.options.threads,
+      MHD_OPTION_CONNECTION_TIMEOUT, s.options.idle_timeout_seconds, MHD_OPTION_CONNECTION_LIMIT,
+      s.options.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s.options.max_connections_per_ip,
+      MHD_OPTION_NOTIFY_COMPLETED, &FreeUpload, nullptr, MHD_OPTION_END);
   std::string reason;
   {
     std::lock_guard<std::mutex> l(s.log_mu);

@@ -112,7 +112,13 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
   if (mode == partitions::AnswerMode::kSingle && c.ordered) mode = partitions::AnswerMode::kOrdered;
   uint8_t weights[dns::kMaxWeightedAddresses];
   partitions::AnswerWrite aw;
-  const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights);
+  // A calibrate=on name picks with its factors (only such names pay the lookup).
+  const partitions::FactorSet* factors = nullptr;
+  if (tag != nullptr && tag->calibrate && mode != partitions::AnswerMode::kAll) {
+    if (const partitions::BoundWeightFactors* f = shared_->factors.Get(); f != nullptr)
+      factors = f->Find(c.partition, q.qname.span());
+  }
+  const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights, factors);
   if (fits) {
     w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
     w.Commit(dns::Section::kAuthority, 0, aw.authority_count);

@@ -70,8 +70,9 @@ absl::Status Node::Prepare(int slots) {
     // The last snapshot mgmt pushed wins over the files: it is newer.
     const mgmt::Snapshot& snap = *node_start_->stored;
     const AccountsText accounts{snap.accounts, "stored snapshot accounts"};
+    const PartText factors{snap.factors, "stored snapshot factors"};
     if (absl::Status st = ApplyPartitions(snap.citymap, "stored snapshot citymap", snap.tags,
-                                          "stored snapshot tags", &accounts);
+                                          "stored snapshot tags", &accounts, {}, &factors);
         !st.ok()) {
       return st;
     }
@@ -108,7 +109,8 @@ absl::Status Node::Start() {
       mgmt::MakeNodeClientOptions(config_.mgmt, "fastpath", node_start_->token),
       [this](const mgmt::Snapshot& snap, const mgmt::SnapshotParts& changed) {
         const AccountsText accounts{snap.accounts, "accounts"};
-        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags", &accounts, changed);
+        const PartText factors{snap.factors, "factors"};
+        return ApplyPartitions(snap.citymap, "citymap", snap.tags, "tags", &accounts, changed, &factors);
       });
   mgmt_client_->SetControlHandler([this](const mgmt::ControlRequest& r) { return Control(r); });
   return node_start_->stored ? mgmt_client_->Start(*node_start_->stored) : mgmt_client_->Start(0, "");
@@ -290,11 +292,12 @@ absl::StatusOr<std::unique_ptr<const partitions::CityMap>> StableCityIds(const p
 
 absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_name,
                                    std::string_view tags_text, std::string_view tags_name,
-                                   const AccountsText* accounts, const mgmt::SnapshotParts& changed) {
+                                   const AccountsText* accounts, const mgmt::SnapshotParts& changed,
+                                   const PartText* factors) {
   std::lock_guard<std::mutex> l(apply_mu_);
   std::vector<std::string> problems;
   ParsedPartitions parsed =
-      ParsePartitions(csv, csv_name, tags_text, tags_name, accounts, changed, &problems);
+      ParsePartitions(csv, csv_name, tags_text, tags_name, accounts, changed, &problems, factors);
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
   PublishPartitions(std::move(parsed));
   return absl::OkStatus();
@@ -303,7 +306,8 @@ absl::Status Node::ApplyPartitions(std::string_view csv, std::string_view csv_na
 Node::ParsedPartitions Node::ParsePartitions(std::string_view csv, std::string_view csv_name,
                                              std::string_view tags_text, std::string_view tags_name,
                                              const AccountsText* accounts, const mgmt::SnapshotParts& changed,
-                                             std::vector<std::string>* problems) const {
+                                             std::vector<std::string>* problems,
+                                             const PartText* factors) const {
   // At most this many errors per file in one message (a log line); the
   // count of the rest follows them.
   constexpr size_t kErrorsShown = 10;
@@ -353,16 +357,51 @@ Node::ParsedPartitions Node::ParsePartitions(std::string_view csv, std::string_v
       out.accounts = std::make_shared<const std::vector<dns::httpdns::Account>>(*std::move(a));
     }
   }
+  if (factors != nullptr && (first || changed.factors)) {
+    common::LineErrors errors;
+    auto f = partitions::WeightFactors::FromText(factors->text, &errors);
+    if (!errors.empty() || !f.ok()) {
+      if (errors.empty()) errors.Add(0, std::string(f.status().message()));
+      add(errors, factors->name);
+    } else {
+      out.factors = *std::move(f);
+    }
+  }
   return out;
 }
 
+void Node::BindFactors() {
+  auto bound = std::make_unique<partitions::BoundWeightFactors>(
+      factors_.Bind([this](std::string_view name) -> std::optional<partitions::Partition> {
+        // Ids stay stable for the life of the process (StableCityIds), so
+        // a name maps to one city partition whatever map is current.
+        for (size_t id = 0; id < city_names_.size(); ++id) {
+          if (city_names_[id] == name) {
+            return partitions::PartitionKey(partitions::CacheLevel::kCity,
+                                            static_cast<partitions::PartitionId>(id), common::IpAddress{});
+          }
+        }
+        return std::nullopt;
+      }));
+  if (bound->unbound_sets() > 0) {
+    common::LogWarning("calibration", bound->unbound_sets(),
+                       " sets of weight factors name a partition the city map does not have: left out");
+  }
+  shared_.factors.Publish(std::move(bound));
+}
+
 void Node::PublishPartitions(ParsedPartitions parsed) {
+  const bool citymap_changed = parsed.citymap != nullptr;
   if (parsed.citymap) {
     city_names_ = std::move(parsed.city_names);
     shared_.citymap.Publish(std::move(parsed.citymap));
   }
   if (parsed.tags) shared_.tags.Publish(std::move(parsed.tags));
   if (parsed.accounts) accounts_.store(std::move(parsed.accounts), std::memory_order_release);
+  // The factors name cities: bound again when either changes.
+  const bool rebind = parsed.factors.has_value() || (citymap_changed && !factors_.empty());
+  if (parsed.factors) factors_ = *std::move(parsed.factors);
+  if (rebind) BindFactors();
   if (!shared_.cache) {
     partitions::CacheOptions co;
     co.byte_budget = config_.cache_bytes;
@@ -707,7 +746,11 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
   // The configured weights: the cached set each answered (name, partition,
   // family) holds now, every address of it (answered yet or not).
   ConformanceWindow::Counts counts;
-  ConformanceWindow::Weights weights;
+  ConformanceWindow::Weights weights;        // what the picks follow (weight x factor)
+  ConformanceWindow::Weights gslb_weights;   // as the GSLB sent them
+  std::map<AnswerSeries, double> factor_of;  // calibrated addresses only
+  const partitions::TagTable* tags = shared_.tags.Get();
+  const partitions::BoundWeightFactors* factors = shared_.factors.Get();
   std::map<std::string, uint64_t> per_name;  // name text -> answers, for the top-N cut
   const uint32_t now = shared_.clock->NowSeconds();
   std::set<std::tuple<std::string, partitions::Partition, size_t>> looked_up;
@@ -729,9 +772,20 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
     if (e == nullptr) continue;
     const size_t addr_len = e->address_record_size() - 12;
     const uint8_t* rec = e->records().data() + e->chain_bytes();
+    // A calibrated name is picked with weight x factor (rescaled to 1..255):
+    // its answers are held to those, and both are exported.
+    const partitions::FactorSet* fs = nullptr;
+    const partitions::Tag* tag = tags != nullptr ? tags->Lookup(ck.qname) : nullptr;
+    if (tag != nullptr && tag->calibrate && factors != nullptr) fs = factors->Find(k.partition, ck.qname);
+    uint8_t picking[dns::kMaxWeightedAddresses];
+    if (fs != nullptr) fs->PickWeights(*e, picking);
     for (size_t i = 0; i < e->address_count(); ++i) {
       const uint8_t* rdata = rec + i * e->address_record_size() + 12;
-      weights[{name, partition, AddressText(rdata, addr_len)}] = e->has_weights() ? e->weights()[i] : 1;
+      const std::string address = AddressText(rdata, addr_len);
+      const uint32_t gslb = e->has_weights() ? e->weights()[i] : 1;
+      weights[{name, partition, address}] = fs != nullptr ? picking[i] : gslb;
+      gslb_weights[{name, partition, address}] = gslb;
+      if (fs != nullptr) factor_of[{name, partition, address}] = fs->Factor({rdata, addr_len});
     }
   }
   // The names exported by address: the metrics_answer_names most answered.
@@ -760,9 +814,25 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
     }
     answers.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, n);
   }
-  for (const auto& [s, weight] : weights) {
+  for (const auto& [s, weight] : gslb_weights) {
     if (exported.count(s.name) != 0)
       configured.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, weight);
+  }
+  auto& factor_family =
+      w.Gauge("weir_answer_weight_factor",
+              "The traffic-share calibration's factor of each address of an exported name whose tag has "
+              "calibrate=on (docs/calibration.md); absent: factor 1.");
+  auto& effective = w.Gauge("weir_answer_effective_weight",
+                            "The weight the smooth weighted round-robin picks with, per exported name, "
+                            "partition and address: the GSLB's weight, or for a calibrated name weight x "
+                            "factor rescaled to 1..255.");
+  for (const auto& [s, f] : factor_of) {
+    if (exported.count(s.name) != 0)
+      factor_family.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, f);
+  }
+  for (const auto& [s, weight] : weights) {
+    if (exported.count(s.name) != 0)
+      effective.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, weight);
   }
   auto& other_family =
       w.Counter("weir_answers_other_total",

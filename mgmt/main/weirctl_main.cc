@@ -366,6 +366,11 @@ int main(int argc, char** argv) {
   cm->require_subcommand(1);
   CLI::App* account = app.add_subcommand("account", "HTTPDNS accounts (docs/mgmt.md#httpdns-accounts)");
   account->require_subcommand(1);
+  CLI::App* traffic =
+      app.add_subcommand("traffic", "traffic feedback for the weight calibration (docs/calibration.md)");
+  traffic->require_subcommand(1);
+  CLI::App* calibration = app.add_subcommand("calibration", "the weight calibration (docs/calibration.md)");
+  calibration->require_subcommand(1);
   std::array<CLI::App*, weir::mgmt::kCommands.size()> sub{};
   for (const weir::mgmt::CommandSpec& spec : weir::mgmt::kCommands) {
     if (spec.weirctl.empty()) continue;
@@ -386,6 +391,12 @@ int main(int argc, char** argv) {
   of(Command::kTagEdit)->add_option("changes", edits, "key=value: replaces that key, or adds it")->required();
   of(Command::kTagImport)->add_option("file", file, "tags file")->required();
   of(Command::kCitymapImport)->add_option("file", file, "CSV: cidr,city,ecs_address/prefix")->required();
+  of(Command::kTrafficImport)
+      ->add_option("file", file,
+                   "CSV: window_start,window_end,name,partition,address,weight,traffic; or the JSON document")
+      ->required();
+  std::string cal_name;
+  of(Command::kCalibrationLs)->add_option("name", cal_name, "only this name");
   std::string cm_cidr, cm_city, cm_ecs;
   bool cm_replace = false;
   CLI::App* cm_add = of(Command::kCitymapAdd);
@@ -601,7 +612,8 @@ int main(int argc, char** argv) {
       args = {cm_rm_cidr};
       break;
     case Command::kTagImport:
-    case Command::kCitymapImport: {
+    case Command::kCitymapImport:
+    case Command::kTrafficImport: {
       std::string body;
       if (!ReadFile(file, &body)) return Die("cannot read " + file);
       args = {body, file};  // the file names the bad lines weir-mgmt reports
@@ -612,6 +624,9 @@ int main(int argc, char** argv) {
       break;
     case Command::kAudit:
       args = {std::to_string(limit)};
+      break;
+    case Command::kCalibrationLs:
+      if (!cal_name.empty()) args = {cal_name};
       break;
     case Command::kAccountAdd:
     case Command::kAccountRotate:

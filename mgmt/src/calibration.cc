@@ -134,7 +134,11 @@ bool Calibrator::Decay(CalibrationSet& set, uint32_t now) {
   const double keep = std::exp2(-(now - from) / o_.decay_half_life_s);
   bool moved = false;
   for (AddressFactor& a : set.addresses) {
-    const double next = std::exp(std::log(a.factor) * keep);
+    double next = std::exp(std::log(a.factor) * keep);
+    // The tail of the decay is 1 at once: a factor within kDecaySnap of 1
+    // changes the picks by less than the weights' own rounding, and the
+    // state stops changing (no commit per step for ever).
+    if (std::abs(next - 1.0) < kDecaySnap) next = 1.0;
     moved = moved || next != a.factor;
     a.factor = next;
     a.last_error = 0;
@@ -243,10 +247,12 @@ absl::Status Calibrator::RestoreState(std::string_view text, common::LineErrors*
     uint64_t steps = 0;
     if (!num(f[3], &a.weight) || a.weight < 1 || a.weight > 65535)
       return fail(Cat("weight '", f[3], "' must be 1..65535"));
-    if (!real(f[4], &a.factor) || a.factor < o_.min_factor || a.factor > o_.max_factor) {
+    if (!real(f[4], &a.factor) || a.factor < kMinStoredFactor || a.factor > kMaxStoredFactor) {
       return fail(
-          Cat("factor '", f[4], "' must be ", Shortest(o_.min_factor), "..", Shortest(o_.max_factor)));
+          Cat("factor '", f[4], "' must be ", Shortest(kMinStoredFactor), "..", Shortest(kMaxStoredFactor)));
     }
+    // A range narrowed since the state was made applies at once.
+    a.factor = std::clamp(a.factor, o_.min_factor, o_.max_factor);
     if (!real(f[5], &a.last_error)) return fail(Cat("last_error '", f[5], "' must be a number"));
     if (!num(f[6], &sample_time) || !num(f[7], &stepped_time) || !num(f[8], &steps)) {
       return fail("sample_time, stepped_time and steps must be unsigned integers");
@@ -284,6 +290,26 @@ double Calibrator::Factor(const CalibrationKey& key, std::string_view address) c
     if (a.address == address) return a.factor;
   }
   return 1.0;
+}
+
+std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions::TagTable& tags) {
+  std::string out;
+  std::string_view last_name;
+  bool calibrated = false;
+  for (const auto& [key, set] : calibrator.sets()) {
+    if (key.name != last_name) {
+      last_name = key.name;
+      dns::NameKey wire;
+      const partitions::Tag* tag = dns::NameKeyFromText(key.name, &wire) ? tags.Lookup(wire.span()) : nullptr;
+      calibrated = tag != nullptr && tag->calibrate;
+    }
+    if (!calibrated) continue;
+    for (const AddressFactor& a : set.addresses) {
+      if (a.factor != 1.0)
+        common::CatTo(out, key.name, " ", key.partition, " ", a.address, " ", Shortest(a.factor), "\n");
+    }
+  }
+  return out;
 }
 
 }  // namespace weir::mgmt

@@ -13,6 +13,8 @@ absl::StatusOr<MgmtConfig> LoadAndCheckMgmtConfig(const std::string& path) {
   absl::Status all =
       common::CheckNamedFiles(path, cfg.status(), [&](common::TomlChecker& c, const toml::table& root) {
         if (auto token = common::FindNamedFile(root, "mgmt.token_file", path)) CheckTokenFile(c, *token);
+        if (auto token = common::FindNamedFile(root, "calibration.feedback_token_file", path))
+          CheckTokenFile(c, *token);
         // etcd's TLS files: readable as the start reads them (libcurl loads
         // them at the first call; a start must not wait for that to fail).
         for (const char* key : {"etcd.ca_file", "etcd.cert_file", "etcd.key_file"}) {

@@ -23,6 +23,11 @@ common::DescriptorNeed DescriptorsNeeded(const MgmtConfig& config) {
     const uint64_t n = common::MetricsHttpServer::Options{}.descriptors();
     need.Add(Cat(n, " metrics"), n);
   }
+  // The calibration's feedback endpoint: the same server.
+  if (config.calibration.feedback_enabled) {
+    const uint64_t n = common::MetricsHttpServer::Options{}.descriptors();
+    need.Add(Cat(n, " feedback"), n);
+  }
   need.Add(Cat(kMgmtFixedDescriptors, " fixed"), kMgmtFixedDescriptors);
   return need;
 }

@@ -57,15 +57,19 @@ using etcd_store_json::AccountsJson;
 using etcd_store_json::NodeFromJson;
 using etcd_store_json::NodeJson;
 
-// A kind's content as its blob holds it.
+// A kind's content as its blob holds it. KindContent and Load know each
+// kind by its index in kKinds: a new kind needs a case in both.
+static_assert(kKinds.size() == 4);
 std::string KindContent(const StoredConfig& c, size_t kind) {
   switch (kind) {
     case 0:
       return c.tag_lines.empty() ? std::string() : absl::StrJoin(c.tag_lines, "\n") + "\n";
     case 1:
       return c.citymap;
-    default:
+    case 2:
       return c.accounts.empty() ? std::string() : AccountsJson(c.accounts).dump();
+    default:
+      return c.calibration;
   }
 }
 
@@ -428,6 +432,7 @@ absl::StatusOr<StoredConfig> EtcdBackend::Load() {
         if (!accounts.ok()) return accounts.status();
         out.accounts = *std::move(accounts);
       }
+      if (k == 3) out.calibration = *std::move(content);
     }
   }
   origin_ = out.origin;

@@ -202,7 +202,10 @@ absl::StatusOr<StoreHead> HeadFromJson(std::string_view text) {
     if (m.Has("commit")) m.String("commit", head.commit);
     for (size_t k = 0; k < kHeadParts.size() && m.ok(); ++k) {
       auto it = j->find(kHeadParts[k]);
-      if (it == j->end()) return absl::DataLossError(Cat("store head: no \"", kHeadParts[k], "\""));
+      if (it == j->end()) {
+        if (k >= kRequiredHeadParts) continue;
+        return absl::DataLossError(Cat("store head: no \"", kHeadParts[k], "\""));
+      }
       MemberReader part(*it);
       BlobRef& ref = head.parts[k];
       constexpr uint64_t kAny = std::numeric_limits<uint64_t>::max();

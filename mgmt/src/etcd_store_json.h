@@ -51,12 +51,16 @@ struct BlobRef {
   friend bool operator==(const BlobRef&, const BlobRef&) = default;
 };
 
-// The head's parts, in the order of StoreHead::parts.
-inline constexpr std::array<const char*, 3> kHeadParts = {"tags", "citymap", "accounts"};
+// The head's parts, in the order of StoreHead::parts. Parts from
+// kRequiredHeadParts on were added later: a head an older weir-mgmt wrote
+// has none of them, and each reads as empty.
+inline constexpr std::array<const char*, 4> kHeadParts = {"tags", "citymap", "accounts", "calibration"};
+inline constexpr size_t kRequiredHeadParts = 3;
 
-// The head: {"commit": id, "tags": ref, "citymap": ref, "accounts": ref}.
-// Every part must be there; "commit" (the id of the commit that wrote it)
-// may be absent (""). An error is DataLoss, saying what is wrong.
+// The head: {"commit": id, "tags": ref, "citymap": ref, "accounts": ref,
+// "calibration": ref}. The first kRequiredHeadParts parts must be there;
+// "calibration" and "commit" (the id of the commit that wrote it) may be
+// absent (an empty part, ""). An error is DataLoss, saying what is wrong.
 struct StoreHead {
   std::string commit;
   std::array<BlobRef, kHeadParts.size()> parts;

@@ -452,6 +452,7 @@ void NodeClient::HandleSnapshot(const Snapshot& snap, const SnapshotParts* parts
     applied_parts_[0].fetch_add(changed.tags ? 1 : 0, std::memory_order_relaxed);
     applied_parts_[1].fetch_add(changed.citymap ? 1 : 0, std::memory_order_relaxed);
     applied_parts_[2].fetch_add(changed.accounts ? 1 : 0, std::memory_order_relaxed);
+    applied_parts_[3].fetch_add(changed.factors ? 1 : 0, std::memory_order_relaxed);
   }
   if (st.ok() && !options_.state_dir.empty()) {
     if (absl::Status ps = PersistSnapshot(options_.state_dir, snap); !ps.ok()) {
@@ -541,6 +542,7 @@ void NodeClient::RenderMetrics(common::PrometheusWriter& w) const {
   parts.Add({{"part", "tags"}}, applied_parts_[0].load(std::memory_order_relaxed));
   parts.Add({{"part", "citymap"}}, applied_parts_[1].load(std::memory_order_relaxed));
   parts.Add({{"part", "accounts"}}, applied_parts_[2].load(std::memory_order_relaxed));
+  parts.Add({{"part", "factors"}}, applied_parts_[3].load(std::memory_order_relaxed));
 }
 
 }  // namespace weir::mgmt

@@ -31,6 +31,7 @@
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
 #include "weir/mgmt/accounts.h"
+#include "weir/mgmt/calibration_service.h"
 #include "weir/mgmt/commands.h"
 #include "weir/mgmt/etcd_store.h"
 #include "weir/mgmt/node_client.h"
@@ -109,6 +110,51 @@ void ParseTls(common::TomlChecker& c, const toml::table& root, MgmtConfig& cfg) 
   }
 }
 
+void ParseCalibration(common::TomlChecker& c, const toml::table& root, MgmtConfig& cfg) {
+  const toml::table* t = common::SubTable(c, root, "calibration");
+  if (t == nullptr) return;
+  MgmtCalibrationConfig& k = cfg.calibration;
+  CalibrationOptions& o = k.options;
+  c.OnlyKeys(*t, "calibration",
+             {"gain_p", "gain_i", "max_step", "min_factor", "max_factor", "dead_band", "min_traffic",
+              "max_feedback_age_s", "hold_time_s", "decay_half_life_s", "step_interval_s", "feedback_listen",
+              "feedback_token_file", "max_feedback_bytes"});
+  c.Double(*t, "gain_p", &o.gain_p, 0, 2);
+  c.Double(*t, "gain_i", &o.gain_i, 0, 2);
+  c.Double(*t, "max_step", &o.max_step, 1, 10);
+  c.Double(*t, "min_factor", &o.min_factor, Calibrator::kMinStoredFactor, 1);
+  c.Double(*t, "max_factor", &o.max_factor, 1, Calibrator::kMaxStoredFactor);
+  c.Double(*t, "dead_band", &o.dead_band, 0, 0.5);
+  c.Double(*t, "min_traffic", &o.min_traffic, 0, 1e18);
+  c.Int(*t, "max_feedback_age_s", &o.max_feedback_age_s, 60, 30 * 86400);
+  c.Int(*t, "hold_time_s", &o.hold_time_s, 0, 30 * 86400);
+  c.Int(*t, "decay_half_life_s", &o.decay_half_life_s, 0, 30 * 86400);
+  c.Int(*t, "step_interval_s", &k.step_interval_s, 10, 86400);
+  c.Int(*t, "max_feedback_bytes", &k.max_feedback_bytes, 4096, 64 << 20);
+  std::string listen;
+  c.String(*t, "feedback_listen", &listen);
+  const bool token_ok = c.String(*t, "feedback_token_file", &k.feedback_token_file);
+  if (!listen.empty()) {
+    auto a = common::SocketAddress::Parse(listen, kDefaultFeedbackPort);
+    if (!a.ok()) {
+      c.Fail(t->get("feedback_listen")->source(), Text(a.status().message()));
+    } else {
+      k.feedback_listen = *a;
+      k.feedback_enabled = true;
+    }
+    if (token_ok && k.feedback_token_file.empty()) {
+      c.Fail(t->source(),
+             "[calibration] feedback_listen needs 'feedback_token_file' (the feedback's bearer token)");
+    }
+  } else if (!k.feedback_token_file.empty()) {
+    c.Fail(t->get("feedback_token_file")->source(),
+           "[calibration] feedback_token_file without feedback_listen: no endpoint would use it");
+  }
+  if (c.ok()) {
+    if (absl::Status st = ValidateCalibrationOptions(o); !st.ok()) c.Fail(t->source(), Text(st.message()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::string& name) {
@@ -116,10 +162,11 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = *parsed;
   common::TomlChecker c(name);
-  c.OnlyKeys(root, "", {"mgmt", "etcd", "tls"});
+  c.OnlyKeys(root, "", {"mgmt", "etcd", "tls", "calibration"});
   MgmtConfig cfg;
   cfg.path = name;
   ParseTls(c, root, cfg);
+  ParseCalibration(c, root, cfg);
   std::string listen = "127.0.0.1:8054";
   if (const toml::table* m = common::SubTable(c, root, "mgmt")) {
     c.OnlyKeys(*m, "mgmt",
@@ -172,7 +219,8 @@ absl::StatusOr<MgmtConfig> ParseMgmtConfig(std::string_view text, const std::str
   if (!c.ok()) return absl::InvalidArgumentError(c.error());
   common::ResolveRelativeTo(
       name, {&cfg.database, &cfg.token_file, &cfg.etcd.client.ca_file, &cfg.etcd.client.cert_file,
-             &cfg.etcd.client.key_file, &cfg.tls.cert_file, &cfg.tls.key_file, &cfg.tls.ca_file});
+             &cfg.etcd.client.key_file, &cfg.tls.cert_file, &cfg.tls.key_file, &cfg.tls.ca_file,
+             &cfg.calibration.feedback_token_file});
   if (cfg.instance.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -323,6 +371,12 @@ struct MgmtServer::Impl {
   int metrics_fd = -1;
   common::SocketAddress metrics_bound;
   std::unique_ptr<common::MetricsHttpServer> metrics;
+  // The weight calibration (loop thread), and its HTTP feedback endpoint.
+  std::unique_ptr<CalibrationService> calibration;
+  std::string feedback_token;
+  int feedback_fd = -1;
+  common::SocketAddress feedback_bound;
+  std::unique_ptr<common::MetricsHttpServer> feedback;
   // What peers can repeat as fast as they connect: rate-limited.
   common::RateLimitedLog accept_log{{.component = "accept"}};
   common::RateLimitedLog refused_log{{.component = "node"}};
@@ -417,6 +471,11 @@ struct MgmtServer::Impl {
   void RefreshStore();
   void PollStore();
   void FlushNodeRecords();
+  // The calibration's timer step; the HTTP feedback endpoint's handler (a
+  // server thread: it calls into the loop).
+  void CalibrationTick();
+  common::HttpReply Feedback(const common::HttpRequest& r);
+  static uint32_t WallSeconds();
   void CloseConn(int fd);
   void Watch(Conn& c);
   // A store call's failure: logged, and counted when the database failed.
@@ -466,6 +525,7 @@ common::SocketAddress MgmtServer::bound() const { return impl_->bound; }
 std::string MgmtServer::DescribeListeners() const {
   std::string s = Cat("listening ", impl_->bound.ToString(), "\n");
   if (impl_->metrics) s += Cat("metrics http ", impl_->metrics_bound.ToString(), "\n");
+  if (impl_->feedback) s += Cat("feedback http ", impl_->feedback_bound.ToString(), "\n");
   return s;
 }
 
@@ -483,15 +543,34 @@ absl::Status MgmtServer::Start() {
                           Cat("metrics_listen ", impl_->metrics_bound.ToString(), ": ", m.message()));
     }
   }
+  if (impl_->feedback_fd >= 0) {
+    common::MetricsHttpServer::Options o;
+    o.max_body_bytes = static_cast<size_t>(impl_->config.calibration.max_feedback_bytes);
+    // No /metrics here: this listener faces the CDN side.
+    impl_->feedback = std::make_unique<common::MetricsHttpServer>(
+        [] { return absl::StatusOr<std::string>(absl::NotFoundError("metrics are on metrics_listen")); }, o);
+    impl_->feedback->AddPostRoute(
+        "/v1/traffic", [impl = impl_.get()](const common::HttpRequest& r) { return impl->Feedback(r); });
+    if (absl::Status m = impl_->feedback->Start(impl_->feedback_fd); !m.ok()) {
+      Stop();
+      return absl::Status(m.code(),
+                          Cat("feedback_listen ", impl_->feedback_bound.ToString(), ": ", m.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
 void MgmtServer::Stop() {
-  // The metrics server first: its scrapes wait for the loop, which still runs.
+  // The HTTP servers first: their requests wait for the loop, which still runs.
   if (impl_->metrics) impl_->metrics->Stop();
   if (impl_->metrics_fd >= 0) {
     close(impl_->metrics_fd);
     impl_->metrics_fd = -1;
+  }
+  if (impl_->feedback) impl_->feedback->Stop();
+  if (impl_->feedback_fd >= 0) {
+    close(impl_->feedback_fd);
+    impl_->feedback_fd = -1;
   }
   if (!net::StopLoopThread(impl_->running, impl_->loop, impl_->thread)) return;
   for (auto& [fd, c] : impl_->conns) {
@@ -531,6 +610,12 @@ absl::Status MgmtServer::Impl::Start() {
   store = *std::move(s);
   common::LogInfo("store", store->backend().Describe(), " at version ", store->version(), ", instance ",
                   config.instance);
+  calibration = std::make_unique<CalibrationService>(*store, config.calibration.options);
+  if (config.calibration.feedback_enabled) {
+    auto tok = ReadTokenFile(config.calibration.feedback_token_file);
+    if (!tok.ok()) return tok.status();
+    feedback_token = *tok;
+  }
   listen_fd = socket(config.listen.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd < 0) return absl::InternalError(Cat("socket: ", std::strerror(errno)));
   int one = 1;
@@ -563,6 +648,13 @@ absl::Status MgmtServer::Impl::Start() {
     metrics_fd = *fd;
     metrics_bound = net::LocalAddress(*fd);
   }
+  if (config.calibration.feedback_enabled) {
+    auto fd = net::BindSocket(config.calibration.feedback_listen, SOCK_STREAM, {.listen_backlog = 64});
+    if (!fd.ok()) return absl::Status(fd.status().code(), Cat("feedback_listen: ", fd.status().message()));
+    feedback_fd = *fd;
+    feedback_bound = net::LocalAddress(*fd);
+  }
+  loop.After(std::chrono::seconds(config.calibration.step_interval_s), [this] { CalibrationTick(); });
   WatchListener();
   return absl::OkStatus();
 }
@@ -585,6 +677,64 @@ void MgmtServer::Impl::RefreshStore() {
   common::LogInfo("store", "version ", store->version(), " committed by another instance (had ", before,
                   "): pushing it");
   PushAll();
+}
+
+uint32_t MgmtServer::Impl::WallSeconds() { return static_cast<uint32_t>(std::time(nullptr)); }
+
+void MgmtServer::Impl::CalibrationTick() {
+  auto v = calibration->Tick(WallSeconds());
+  if (!v.ok()) {
+    if (IsDatabaseFailure(v.status())) ++counters.persistence_errors;
+    store_log("calibration step not committed: ", ToStd(v.status().message()));
+  } else if (*v != 0) {
+    common::LogInfo("calibration", "factors decayed: version ", *v);
+    PushAll();
+  }
+  if (running.load())
+    loop.After(std::chrono::seconds(config.calibration.step_interval_s), [this] { CalibrationTick(); });
+}
+
+common::HttpReply MgmtServer::Impl::Feedback(const common::HttpRequest& r) {
+  auto json_error = [](unsigned status, std::string why) {
+    common::HttpReply reply;
+    reply.status = status;
+    reply.content_type = "application/json";
+    reply.body = StructuredReply::DumpJson(Json{{"error", std::move(why)}}) + "\n";
+    return reply;
+  };
+  std::string_view auth;
+  if (auto it = r.headers.find("authorization"); it != r.headers.end()) auth = it->second;
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!auth.starts_with(kBearer) || !TokenEquals(auth.substr(kBearer.size()), feedback_token)) {
+    common::HttpReply reply = json_error(401, "a bearer token is needed (Authorization: Bearer ...)");
+    reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"weir-mgmt feedback\"");
+    common::LogWarning("calibration", "feedback from ", r.peer, " refused: bad or missing token");
+    return reply;
+  }
+  absl::StatusOr<StructuredReply> result = absl::UnavailableError("not run");
+  constexpr std::chrono::milliseconds kTimeout{5000};
+  const bool ran = mailbox.Call(
+      [&] {
+        result = calibration->Import(r.body, Cat("feedback from ", r.peer), Cat("feedback@", r.peer),
+                                     WallSeconds());
+        if (result.ok() && result->json()["version"].get<uint64_t>() != 0) PushAll();
+      },
+      kTimeout);
+  if (!ran)
+    return json_error(503, Cat("weir-mgmt did not take the feedback within ", kTimeout.count(), " ms"));
+  if (!result.ok()) {
+    const absl::Status& st = result.status();
+    common::LogWarning("calibration", "feedback from ", r.peer, " refused: ", ToStd(st.message()));
+    if (st.code() == absl::StatusCode::kAborted) return json_error(409, std::string(ToStd(st.message())));
+    if (IsDatabaseFailure(st)) return json_error(503, std::string(ToStd(st.message())));
+    return json_error(400, std::string(ToStd(st.message())));
+  }
+  common::LogInfo("calibration", "feedback from ", r.peer, ": ", result->json()["accepted"].get<size_t>(),
+                  " samples taken, version ", result->json()["version"].get<uint64_t>());
+  common::HttpReply reply;
+  reply.content_type = "application/json";
+  reply.body = result->RenderJson() + "\n";
+  return reply;
 }
 
 void MgmtServer::Impl::FlushNodeRecords() {
@@ -850,19 +1000,20 @@ void MgmtServer::Impl::TrackVersion() {
   // gets the whole snapshot).
   size_t bytes = 0;
   for (const auto& [v, snap] : history)
-    bytes += snap->tags.size() + snap->citymap.size() + snap->accounts.size();
+    bytes += snap->tags.size() + snap->citymap.size() + snap->accounts.size() + snap->factors.size();
   while (history.size() > kHistoryVersions || (history.size() > 1 && bytes > kHistoryBytes)) {
     const Snapshot& oldest = *history.begin()->second;
-    bytes -= oldest.tags.size() + oldest.citymap.size() + oldest.accounts.size();
+    bytes -= oldest.tags.size() + oldest.citymap.size() + oldest.accounts.size() + oldest.factors.size();
     history.erase(history.begin());
   }
 }
 
 std::shared_ptr<const std::string> MgmtServer::Impl::PushFrame(Conn& c, bool* delta) {
   const Snapshot& now = store->snapshot();
-  // Only weir-fastpath answers HTTPDNS: no other node is given the
-  // accounts' secrets (its version is the same, without them).
-  const bool with_accounts = c.kind == "fastpath" || now.accounts.empty();
+  // Only weir-fastpath answers HTTPDNS and picks weighted answers: no other
+  // node is given the accounts' secrets or the weight factors (its version
+  // is the same, without them).
+  const bool with_accounts = c.kind == "fastpath" || (now.accounts.empty() && now.factors.empty());
   uint64_t base = 0;
   if (c.delta && c.full_for != now.version && c.sent_origin == now.origin && c.acked_version != 0 &&
       c.acked_version < now.version && history.contains(c.acked_version)) {
@@ -879,6 +1030,7 @@ std::shared_ptr<const std::string> MgmtServer::Impl::PushFrame(Conn& c, bool* de
   } else {
     Snapshot without = now;
     without.accounts.clear();
+    without.factors.clear();
     frame = std::make_shared<const std::string>(Encode(SnapshotMessage(without)));
   }
   return frame;
@@ -1135,6 +1287,22 @@ void MgmtServer::Impl::HandleRequest(Conn& c, const Message& m) {
     }
     case Command::kAccountLs:
       return Reply(c, ListAccounts(*store));
+    case Command::kTrafficImport: {
+      auto r = calibration->Import(args[0], args.size() == 2 ? args[1] : "", actor, WallSeconds());
+      if (!r.ok()) {
+        if (IsDatabaseFailure(r.status())) ++counters.persistence_errors;
+        common::LogWarning("ctl", verb, " by ", actor, " refused: ", ToStd(r.status().message()));
+        return Refused(c, r.status());
+      }
+      if (const uint64_t v = r->json()["version"].get<uint64_t>(); v != 0) {
+        common::LogInfo("ctl", "traffic imported by ", actor, ": version ", v);
+        PushAll();
+      }
+      return Reply(c, *r);
+    }
+    case Command::kCalibrationLs:
+      calibration->Sync();
+      return Reply(c, calibration->List(args.empty() ? "" : args[0]));
   }
   return Reply(c, false, Cat("unknown request '", verb, "'"), "");
 }

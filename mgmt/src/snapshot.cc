@@ -17,6 +17,7 @@
 #include "weir/dns/httpdns.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
+#include "weir/partitions/weight_factors.h"
 
 namespace weir::mgmt {
 
@@ -54,20 +55,26 @@ std::string PersistedSnapshotChecksum(std::string_view body) {
 Message SnapshotMessage(const Snapshot& s) {
   Message m{MsgType::kSnapshot, {std::to_string(s.version), s.tags, s.citymap, s.origin}};
   // A node older than the accounts refuses a fifth field: without accounts
-  // (every recursor's push) the message stays the one it knows.
-  if (!s.accounts.empty()) m.fields.push_back(s.accounts);
+  // (every recursor's push) the message stays the one it knows; likewise a
+  // sixth for the factors.
+  if (!s.accounts.empty() || !s.factors.empty()) m.fields.push_back(s.accounts);
+  if (!s.factors.empty()) m.fields.push_back(s.factors);
   return m;
 }
 
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m) {
-  if (m.type != MsgType::kSnapshot || (m.fields.size() != 4 && m.fields.size() != 5)) {
+  if (m.type != MsgType::kSnapshot || m.fields.size() < 4 || m.fields.size() > 6) {
     return absl::InvalidArgumentError(
-        "a snapshot has 4 or 5 fields: version, tags, citymap, origin[, accounts]");
+        "a snapshot has 4 to 6 fields: version, tags, citymap, origin[, accounts[, factors]]");
   }
   auto v = ParseU64(m.fields[0]);
   if (!v.ok()) return v.status();
-  return Snapshot{*v, m.fields[1], m.fields[2], m.fields[3],
-                  m.fields.size() == 5 ? m.fields[4] : std::string()};
+  return Snapshot{*v,
+                  m.fields[1],
+                  m.fields[2],
+                  m.fields[3],
+                  m.fields.size() >= 5 ? m.fields[4] : std::string(),
+                  m.fields.size() == 6 ? m.fields[5] : std::string()};
 }
 
 absl::Status ValidateSnapshot(const Snapshot& s, const Snapshot* valid) {
@@ -84,15 +91,20 @@ absl::Status ValidateSnapshot(const Snapshot& s, const Snapshot* valid) {
     if (!accounts.ok())
       return absl::InvalidArgumentError(Cat("accounts: ", ToStd(accounts.status().message())));
   }
+  if (valid == nullptr || s.factors != valid->factors) {
+    auto factors = partitions::WeightFactors::FromText(s.factors);
+    if (!factors.ok()) return absl::InvalidArgumentError(Cat("factors: ", ToStd(factors.status().message())));
+  }
   return absl::OkStatus();
 }
 
 size_t EncodedSnapshotBytes(const Snapshot& s) {
   // The frame's length and type, then each field's length and bytes
-  // (SnapshotMessage: version, tags, citymap, origin[, accounts]).
+  // (SnapshotMessage: version, tags, citymap, origin[, accounts[, factors]]).
   size_t bytes =
       4 + 1 + 4 * 4 + std::to_string(s.version).size() + s.tags.size() + s.citymap.size() + s.origin.size();
-  if (!s.accounts.empty()) bytes += 4 + s.accounts.size();
+  if (!s.accounts.empty() || !s.factors.empty()) bytes += 4 + s.accounts.size();
+  if (!s.factors.empty()) bytes += 4 + s.factors.size();
   return bytes;
 }
 
@@ -173,27 +185,34 @@ absl::StatusOr<Snapshot> LoadPersistedSnapshot(const std::string& dir) {
 
 namespace {
 
-constexpr std::array<const char*, 3> kPartNames = {"tags", "citymap", "accounts"};
+constexpr std::array<const char*, 4> kPartNames = {"tags", "citymap", "accounts", "factors"};
+// The parts only weir-fastpath is given.
+constexpr size_t kFirstFastpathPart = 2;
 
-std::string& PartOf(Snapshot& s, size_t i) { return i == 0 ? s.tags : i == 1 ? s.citymap : s.accounts; }
-const std::string& PartOf(const Snapshot& s, size_t i) {
-  return i == 0 ? s.tags : i == 1 ? s.citymap : s.accounts;
+std::string& PartOf(Snapshot& s, size_t i) {
+  return i == 0 ? s.tags : i == 1 ? s.citymap : i == 2 ? s.accounts : s.factors;
 }
-bool& FlagOf(SnapshotParts& p, size_t i) { return i == 0 ? p.tags : i == 1 ? p.citymap : p.accounts; }
+const std::string& PartOf(const Snapshot& s, size_t i) {
+  return i == 0 ? s.tags : i == 1 ? s.citymap : i == 2 ? s.accounts : s.factors;
+}
+bool& FlagOf(SnapshotParts& p, size_t i) {
+  return i == 0 ? p.tags : i == 1 ? p.citymap : i == 2 ? p.accounts : p.factors;
+}
 
 }  // namespace
 
 SnapshotParts DiffParts(const Snapshot& a, const Snapshot& b) {
-  return SnapshotParts{a.tags != b.tags, a.citymap != b.citymap, a.accounts != b.accounts};
+  return SnapshotParts{a.tags != b.tags, a.citymap != b.citymap, a.accounts != b.accounts,
+                       a.factors != b.factors};
 }
 
-SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool with_accounts) {
+SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool fastpath_parts) {
   SnapshotDelta d;
   d.version = target.version;
   d.base_version = base.version;
   d.origin = target.origin;
   for (size_t i = 0; i < kPartNames.size(); ++i) {
-    if (i == 2 && !with_accounts) continue;
+    if (i >= kFirstFastpathPart && !fastpath_parts) continue;
     const std::string& from = PartOf(base, i);
     const std::string& to = PartOf(target, i);
     if (from == to) continue;
@@ -223,7 +242,7 @@ absl::StatusOr<SnapshotDelta> DeltaFromMessage(const Message& m) {
   if (m.type != MsgType::kDelta || m.fields.size() < 3 || (m.fields.size() - 3) % 4 != 0 ||
       m.fields.size() > 3 + 4 * kPartNames.size()) {
     return absl::InvalidArgumentError(
-        "a delta has a version, a base version, an origin and 4 fields per part (at most 3 parts)");
+        "a delta has a version, a base version, an origin and 4 fields per part (at most 4 parts)");
   }
   SnapshotDelta d;
   auto v = ParseU64(m.fields[0]);
@@ -265,7 +284,7 @@ absl::StatusOr<Snapshot> ApplyDelta(const Snapshot& base, const SnapshotDelta& d
   }
   Snapshot out = base;
   out.version = d.version;
-  SnapshotParts parts{false, false, false};
+  SnapshotParts parts = SnapshotParts::None();
   for (const SnapshotDelta::Part& p : d.parts) {
     const size_t i =
         static_cast<size_t>(std::find(kPartNames.begin(), kPartNames.end(), p.name) - kPartNames.begin());

@@ -193,6 +193,8 @@ absl::StatusOr<StoredConfig> SqliteBackend::Load() {
         out.citymap = q.Text(1);
       } else if (key == "origin") {
         out.origin = q.Text(1);
+      } else if (key == "calibration") {
+        out.calibration = q.Text(1);
       }
     }
     if (rc != SQLITE_DONE) return q.Error();
@@ -268,6 +270,14 @@ absl::StatusOr<uint64_t> SqliteBackend::Commit(const StoredConfig& base, const S
   if (next.citymap != base.citymap) {
     Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'citymap'");
     if (absl::Status st = up.Bind(1, next.citymap).Run(); !st.ok()) return fail(st);
+  }
+  if (next.calibration != base.calibration) {
+    // A database from before the calibration was stored has no row for it
+    // (read as ""): the first commit that sets it adds the row.
+    Stmt up(db_,
+            "INSERT INTO meta(key, value) VALUES ('calibration', ?1) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+    if (absl::Status st = up.Bind(1, next.calibration).Run(); !st.ok()) return fail(st);
   }
   {
     Stmt up(db_, "UPDATE meta SET value = ?1 WHERE key = 'version'");

@@ -10,6 +10,7 @@
 #include "weir/common/line_errors.h"
 #include "weir/common/text.h"
 #include "weir/dns/httpdns.h"
+#include "weir/mgmt/calibration.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
 
@@ -92,6 +93,25 @@ std::string AccountsText(const std::vector<AccountRecord>& records) {
 
 std::string_view OnOff(bool v) { return v ? "on" : "off"; }
 
+// The weight factors the nodes get: those of the calibration state's sets
+// whose name a calibrate=on tag covers (a tag that lost it stops its
+// factors at once), factors of exactly 1 left out (a missing one is 1).
+absl::StatusOr<std::string> FactorsText(const std::string& tags_text, const std::string& calibration) {
+  if (calibration.empty()) return std::string();
+  // The state as committed: any factor the weight factors' format allows
+  // (weir-mgmt's own [calibration] range was applied when it was made).
+  CalibrationOptions wide;
+  wide.min_factor = Calibrator::kMinStoredFactor;
+  wide.max_factor = Calibrator::kMaxStoredFactor;
+  Calibrator state(wide);
+  common::LineErrors errors;
+  if (absl::Status st = state.RestoreState(calibration, &errors); !st.ok())
+    return absl::InvalidArgumentError(Cat("calibration: ", ToStd(st.message())));
+  auto tags = partitions::TagTable::FromText(tags_text);
+  if (!tags.ok()) return tags.status();
+  return CalibratedFactorsText(state, **tags);
+}
+
 // What an audit entry says of an account's settings.
 std::string AccountSettingsText(const AccountRecord& a) {
   return Cat("unsigned=", OnOff(a.allow_unsigned), " legacy_md5=", OnOff(a.allow_legacy_md5), " rps=", a.rps);
@@ -137,6 +157,12 @@ Store::~Store() = default;
 absl::Status Store::Take(StoredConfig config) {
   Snapshot snap{config.version, JoinLines(config.tag_lines), std::move(config.citymap), config.origin,
                 AccountsText(config.accounts)};
+  auto factors = FactorsText(snap.tags, config.calibration);
+  if (!factors.ok()) {
+    return absl::DataLossError(Cat("the store holds an invalid snapshot (version ", snap.version,
+                                   "): ", ToStd(factors.status().message())));
+  }
+  snap.factors = *std::move(factors);
   // What this instance holds was checked: only the parts that differ are.
   if (absl::Status st = ValidateSnapshot(snap, snapshot_.version == 0 ? nullptr : &snapshot_); !st.ok()) {
     return absl::DataLossError(
@@ -145,6 +171,7 @@ absl::Status Store::Take(StoredConfig config) {
   version_ = snap.version;
   tag_lines_ = std::move(config.tag_lines);
   accounts_ = std::move(config.accounts);
+  calibration_ = std::move(config.calibration);
   snapshot_ = std::move(snap);
   return absl::OkStatus();
 }
@@ -178,19 +205,36 @@ absl::Status Store::NodeSeen(const std::string& node_id, const std::string& kind
 absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::string citymap,
                                        std::vector<AccountRecord> accounts, const std::string& actor,
                                        const std::string& action, const std::string& detail) {
+  return Commit(std::move(tag_lines), std::move(citymap), std::move(accounts), calibration_, actor, action,
+                detail);
+}
+
+absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::string citymap,
+                                       std::vector<AccountRecord> accounts, std::string calibration,
+                                       const std::string& actor, const std::string& action,
+                                       const std::string& detail) {
   std::sort(tag_lines.begin(), tag_lines.end(),
             [](const std::string& a, const std::string& b) { return SuffixOf(a) < SuffixOf(b); });
   std::sort(accounts.begin(), accounts.end(),
             [](const AccountRecord& a, const AccountRecord& b) { return a.name < b.name; });
   Snapshot next{version_ + 1, JoinLines(tag_lines), citymap, snapshot_.origin, AccountsText(accounts)};
   if (absl::Status st = ValidateSnapshot(next, &snapshot_); !st.ok()) return st;
+  // After the tags were checked: the factors follow them.
+  auto factors = FactorsText(next.tags, calibration);
+  if (!factors.ok()) return factors.status();
+  next.factors = *std::move(factors);
   // Nodes refuse frames above kMaxFrameBytes: never commit what none could load.
   if (const size_t bytes = EncodedSnapshotBytes(next); bytes > kMaxFrameBytes) {
     return absl::InvalidArgumentError(Cat("the snapshot would be ", bytes, " bytes, over the ",
                                           kMaxFrameBytes, "-byte limit of the push stream"));
   }
-  StoredConfig base{version_, snapshot_.origin, tag_lines_, snapshot_.citymap, accounts_};
-  StoredConfig to{0, snapshot_.origin, std::move(tag_lines), std::move(citymap), std::move(accounts)};
+  StoredConfig base{version_, snapshot_.origin, tag_lines_, snapshot_.citymap, accounts_, calibration_};
+  StoredConfig to{0,
+                  snapshot_.origin,
+                  std::move(tag_lines),
+                  std::move(citymap),
+                  std::move(accounts),
+                  std::move(calibration)};
   AuditRecord audit;
   audit.time = Now();
   audit.actor = actor;
@@ -212,6 +256,7 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
   version_ = *version;
   tag_lines_ = std::move(to.tag_lines);
   accounts_ = std::move(to.accounts);
+  calibration_ = std::move(to.calibration);
   next.version = *version;
   snapshot_ = std::move(next);
   return version_;
@@ -460,6 +505,12 @@ absl::StatusOr<uint64_t> Store::RemoveAccount(const std::string& name, const std
   std::vector<AccountRecord> accounts = accounts_;
   accounts.erase(accounts.begin() + static_cast<ptrdiff_t>(*i));
   return Commit(tag_lines_, snapshot_.citymap, std::move(accounts), actor, "account rm", name);
+}
+
+absl::StatusOr<uint64_t> Store::SetCalibration(std::string state, const std::string& actor,
+                                               const std::string& action, const std::string& detail) {
+  if (state == calibration_) return absl::AlreadyExistsError("the calibration state is unchanged");
+  return Commit(tag_lines_, snapshot_.citymap, accounts_, std::move(state), actor, action, detail);
 }
 
 }  // namespace weir::mgmt

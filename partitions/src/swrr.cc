@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "weir/partitions/weight_factors.h"
+
 namespace weir::partitions {
 
 namespace {
@@ -168,7 +170,7 @@ bool SwrrTable::Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprin
 }
 
 bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
-                 size_t cap, AnswerWrite* out, uint8_t* weights_out) {
+                 size_t cap, AnswerWrite* out, uint8_t* weights_out, const FactorSet* factors) {
   const std::span<const uint8_t> rec = e.records();
   const std::span<const uint16_t> ttls = e.ttl_offsets();
   const size_t n = e.address_count();
@@ -186,7 +188,15 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTt
   const size_t chain = e.chain_bytes();
   const size_t rsize = e.address_record_size();
   const std::span<const uint8_t> w = e.weights();
-  const uint8_t pick = swrr.Pick(e);
+  uint8_t pick;
+  if (factors == nullptr) {
+    pick = swrr.Pick(e);
+  } else {
+    uint8_t picking[dns::kMaxWeightedAddresses];
+    const uint64_t digest = factors->PickWeights(e, picking);
+    pick = swrr.Pick(SwrrTable::KeyOf(e), e.hash(), MixPickDigest(e.fingerprint(), digest),
+                     std::span<const uint8_t>(picking, n));
+  }
   const size_t total = chain + (mode == AnswerMode::kSingle ? rsize : rsize * n);
   if (total > cap) return false;
   if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, ttl);

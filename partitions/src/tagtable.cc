@@ -194,7 +194,7 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
   }
   bool level_set = false;
   uint32_t seen = 0;
-  static constexpr std::string_view kKeys[] = {"weight", "ecs", "policy", "answer", "level"};
+  static constexpr std::string_view kKeys[] = {"weight", "ecs", "policy", "answer", "level", "calibrate"};
   for (size_t i = 1; i < words.size(); ++i) {
     std::string_view w = words[i];
     size_t eq = w.find('=');
@@ -211,6 +211,8 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
       s = ParseOnOff(v, &tag.weight);
     } else if (k == "ecs") {
       s = ParseOnOff(v, &tag.ecs);
+    } else if (k == "calibrate") {
+      s = ParseOnOff(v, &tag.calibrate);
     } else if (k == "policy") {
       if (v == "iterate") {
         tag.policy = Policy::kIterate;
@@ -253,6 +255,9 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
     if (!s.ok()) return absl::InvalidArgumentError(common::Cat(k, ": ", s.message()));
   }
   if (tag.ecs && !level_set) tag.level = CacheLevel::kCity;
+  if (tag.calibrate && !tag.weight) return absl::InvalidArgumentError("calibrate=on needs weight=on");
+  if (tag.calibrate && tag.level == CacheLevel::kSubnet)
+    return absl::InvalidArgumentError("calibrate=on needs level=global or level=city (feedback is per city)");
   return tag;
 }
 
@@ -277,6 +282,9 @@ std::string FormatTag(const Tag& tag) {
                 tag.level == CacheLevel::kGlobal ? "global"
                 : tag.level == CacheLevel::kCity ? "city"
                                                  : "subnet");
+  // Written only when on, so that every tag line from before the key reads
+  // back to the same canonical text.
+  if (tag.calibrate) out += " calibrate=on";
   return out;
 }
 

@@ -370,6 +370,8 @@ WEIRCTL_REQUESTS = {
     "account retire": ("account-retire", ["account", "retire", "acme"]),
     "account ls": ("account-ls", ["account", "ls"]),
     "account rm": ("account-rm", ["account", "rm", "acme"]),
+    "traffic import": ("traffic-import", ["traffic", "import", "{traffic}"]),
+    "calibration ls": ("calibration-ls", ["calibration", "ls"]),
 }
 # weirctl's node commands (answered by a node, or by every node through weir-mgmt with --all).
 NODE_COMMANDS = {"cache", "stats", "reload", "upstreams", "partitions"}
@@ -401,7 +403,7 @@ class CommandTableTest(unittest.TestCase):
         listed = []
         for top in help_subcommands(subprocess.run([ctl, "--help"], capture_output=True, text=True).stdout):
             subs = help_subcommands(subprocess.run([ctl, top, "--help"], capture_output=True, text=True).stdout)
-            if top in ("tag", "citymap", "account"):
+            if top in ("tag", "citymap", "account", "traffic", "calibration"):
                 listed += [f"{top} {s}" for s in subs]
             else:
                 listed.append(top)
@@ -425,8 +427,11 @@ class CommandTableTest(unittest.TestCase):
         citymap = os.path.join(d, "citymap.csv")
         with open(citymap, "w") as f:
             f.write("10.1.0.0/16,city-a,198.51.100.0/24\n")
+        traffic = os.path.join(d, "traffic.csv")
+        with open(traffic, "w") as f:
+            f.write("1000,1300,x.a.example,common,192.0.2.1,1,100\n")  # a.example has no calibrate=on: skipped
         for words, (label, argv) in WEIRCTL_REQUESTS.items():
-            argv = [a.format(tags=tags, citymap=citymap) for a in argv]
+            argv = [a.format(tags=tags, citymap=citymap, traffic=traffic) for a in argv]
             if words == "tag import":
                 continue  # below, before "tag rm" needs b.example
             r = mgmt.weirctl(*argv)

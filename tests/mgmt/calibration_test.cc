@@ -338,6 +338,19 @@ TEST(CalibrationState, ARestoreGivesTheSameState) {
   EXPECT_EQ(restored.FormatState(), c.FormatState());
 }
 
+// A state made under a wider range (the operator narrowed [calibration]
+// since) is taken, each factor held to this range at once.
+TEST(CalibrationState, FactorsOutsideTheRangeAreHeldToIt) {
+  Calibrator c({});
+  common::LineErrors errors;
+  ASSERT_TRUE(c.RestoreState("a.example. x 192.0.2.1 1 9 0 10 10 1\n"
+                             "a.example. x 192.0.2.2 1 0.01 0 10 10 1\n",
+                             &errors)
+                  .ok());
+  EXPECT_EQ(c.Factor({"a.example.", "x"}, "192.0.2.1"), 5.0);
+  EXPECT_EQ(c.Factor({"a.example.", "x"}, "192.0.2.2"), 0.2);
+}
+
 TEST(CalibrationState, EveryBadLineIsNamedAndNothingChanges) {
   Calibrator c({});
   common::LineErrors first;
@@ -345,7 +358,7 @@ TEST(CalibrationState, EveryBadLineIsNamedAndNothingChanges) {
   common::LineErrors errors;
   EXPECT_FALSE(c.RestoreState("a.example. x 192.0.2.1 1 1.5 0 10 10 1\n"
                               "a.example. x 192.0.2.1 1 1.5 0 10 10 1\n"
-                              "a.example. x 192.0.2.2 1 9 0 10 10 1\n"
+                              "a.example. x 192.0.2.2 1 900 0 10 10 1\n"
                               "a.example. x 192.0.2.3 1 1 0 11 10 1\n"
                               "bad..name x 192.0.2.1 1 1 0 10 10 1\n"
                               "b.example. x 192.0.2.1 0 1 0 10 10 1\n"
@@ -356,11 +369,11 @@ TEST(CalibrationState, EveryBadLineIsNamedAndNothingChanges) {
   const std::vector<std::string> e = errors.Render("state");
   ASSERT_EQ(e.size(), 7u) << ::testing::PrintToString(e);
   EXPECT_EQ(e[0], "state:2: address 192.0.2.1 listed twice in its set");
-  EXPECT_EQ(e[1], "state:3: factor '9' must be 0.2..5");
+  EXPECT_EQ(e[1], "state:3: factor '900' must be 0.001..100");
   EXPECT_EQ(e[2], "state:4: the times and steps differ from the set's first line (1)");
   EXPECT_EQ(e[3], "state:5: bad name 'bad..name'");
   EXPECT_EQ(e[4], "state:6: weight '0' must be 1..65535");
-  EXPECT_EQ(e[5], "state:7: factor 'nan' must be 0.2..5");
+  EXPECT_EQ(e[5], "state:7: factor 'nan' must be 0.001..100");
   EXPECT_NE(e[6].find("state:8: expected 9 fields"), std::string::npos);
   EXPECT_EQ(c.Factor({"a.example.", "x"}, "192.0.2.1"), 1.5);  // the state before, kept
 }

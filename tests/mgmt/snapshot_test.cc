@@ -135,9 +135,48 @@ TEST(SnapshotAccounts, MessageOfAnOlderMgmtDecodesWithoutAccounts) {
   EXPECT_EQ(s->origin, "db-old");
   EXPECT_TRUE(s->accounts.empty());
   EXPECT_TRUE(ValidateSnapshot(*s).ok());
-  // Nor fewer, nor more than the accounts.
+  // Nor fewer, nor more than the accounts and the factors.
   EXPECT_FALSE(SnapshotFromMessage(Message{MsgType::kSnapshot, {"3", "", ""}}).ok());
-  EXPECT_FALSE(SnapshotFromMessage(Message{MsgType::kSnapshot, {"3", "", "", "o", "", "x"}}).ok());
+  EXPECT_FALSE(SnapshotFromMessage(Message{MsgType::kSnapshot, {"3", "", "", "o", "", "x", "y"}}).ok());
+}
+
+// The calibration's weight factors: a sixth field, sent only when there are
+// some (with the accounts' field before it, empty or not), and a delta part
+// that only weir-fastpath gets.
+TEST(SnapshotFactors, SixthFieldOnlyWithFactors) {
+  Snapshot s{4, "a.example weight=on calibrate=on\n", "", "db"};
+  s.factors = "a.example. common 192.0.2.1 1.25\n";
+  const Message m = SnapshotMessage(s);
+  ASSERT_EQ(m.fields.size(), 6u);
+  EXPECT_EQ(m.fields[4], "");
+  EXPECT_EQ(EncodedSnapshotBytes(s), Encode(m).size());
+  auto back = SnapshotFromMessage(m);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, s);
+  EXPECT_TRUE(ValidateSnapshot(s).ok());
+  s.factors = "a.example. common 192.0.2.1 0\n";
+  EXPECT_NE(std::string(ValidateSnapshot(s).message()).find("factors: line 1"), std::string::npos)
+      << ValidateSnapshot(s);
+}
+
+TEST(SnapshotFactors, DeltaCarriesFactorsToTheFastpathOnly) {
+  const Snapshot base{4, "a.example weight=on calibrate=on\n", "", "db"};
+  Snapshot next = base;
+  next.version = 5;
+  next.factors = "a.example. common 192.0.2.1 1.25\n";
+  const SnapshotDelta to_recursor = MakeDelta(base, next, false);
+  EXPECT_TRUE(to_recursor.parts.empty());
+  auto d = DeltaFromMessage(DeltaMessage(MakeDelta(base, next, true)));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->parts.size(), 1u);
+  EXPECT_EQ(d->parts[0].name, "factors");
+  SnapshotParts changed;
+  auto applied = ApplyDelta(base, *d, &changed);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, next);
+  EXPECT_TRUE(changed.factors);
+  EXPECT_FALSE(changed.tags || changed.citymap || changed.accounts);
+  EXPECT_EQ(DiffParts(base, next).factors, true);
 }
 
 TEST(SnapshotAccounts, ValidationNamesThePartAndLineNeverTheSecret) {

@@ -1,10 +1,26 @@
 #include "weir/mgmt/store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "weir/mgmt/etcd_client.h"
+#include "weir/mgmt/etcd_store.h"
 
 namespace weir::mgmt {
 namespace {
@@ -342,6 +358,383 @@ TEST_F(StoreTest, SnapshotsBeyondTheFrameLimitAreRefused) {
 TEST_F(StoreTest, UnopenableDatabaseIsAnError) {
   auto s = Store::Open(dir_ + "/no/such/dir/mgmt.db");
   EXPECT_FALSE(s.ok());
+}
+
+// The backends themselves (StoreBackend::Load and Commit), each on its real
+// engine: SQLite in a temporary file, etcd as one member on free loopback
+// ports. What they are tested on here is the calibrator's state, the part
+// of the configuration added last.
+
+// One etcd member (Debian's etcd-server) in its own data directory.
+class EtcdMember {
+ public:
+  EtcdMember() {
+    char tmpl[] = "/tmp/weir-store-etcd-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) dir_ = tmpl;
+  }
+  ~EtcdMember() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  std::string endpoint() const { return Url(client_port_); }
+
+  // Starts etcd and waits (up to 10 s) until it serves a Range.
+  ::testing::AssertionResult Start() {
+    if (dir_.empty()) return ::testing::AssertionFailure() << "mkdtemp failed";
+    client_port_ = FreePort();
+    const std::string peer = Url(FreePort());
+    std::vector<std::string> args = {"/usr/bin/etcd", "--name=weir-test", "--data-dir=" + dir_ + "/data",
+                                     "--listen-client-urls=" + endpoint(),
+                                     "--advertise-client-urls=" + endpoint(), "--listen-peer-urls=" + peer,
+                                     "--initial-advertise-peer-urls=" + peer,
+                                     "--initial-cluster=weir-test=" + peer,
+                                     // A single member elects itself after one election timeout.
+                                     "--heartbeat-interval=10", "--election-timeout=100", "--logger=zap",
+                                     "--log-level=error", "--log-outputs=" + dir_ + "/etcd.log"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string out = dir_ + "/etcd.out";
+    const int out_fd = open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
+      if (out_fd >= 0) {
+        dup2(out_fd, 1);
+        dup2(out_fd, 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    if (out_fd >= 0) close(out_fd);
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
+    etcd::ClientOptions o;
+    o.endpoints = {endpoint()};
+    o.request_timeout = std::chrono::milliseconds(300);
+    etcd::Client probe(o);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (probe.Range("/probe").ok()) return ::testing::AssertionSuccess();
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return ::testing::AssertionFailure() << "etcd exited; see " << dir_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ::testing::AssertionFailure() << "etcd did not answer within 10 s";
+  }
+
+ private:
+  static std::string Url(int port) { return "http://127.0.0.1:" + std::to_string(port); }
+  // A loopback port nothing listens on (it was free a moment ago).
+  static int FreePort() {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    int port = 0;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port = ntohs(addr.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+  }
+
+  std::string dir_;
+  int client_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// The member every etcd test of the run shares (each under its own prefix),
+// started by the first one that needs it.
+struct SharedEtcd {
+  EtcdMember member;
+  ::testing::AssertionResult started = member.Start();
+};
+SharedEtcd& Etcd() {
+  static SharedEtcd etcd;
+  return etcd;
+}
+
+enum class Engine { kSqlite, kEtcd };
+void PrintTo(Engine e, std::ostream* os) { *os << (e == Engine::kSqlite ? "sqlite" : "etcd"); }
+
+// Two calibrator states as Calibrator::FormatState writes them.
+constexpr char kCalibrationA[] =
+    "cdn.example. bj 192.0.2.1 1 1.25 0.02 1000000 1000000 3\n"
+    "cdn.example. bj 192.0.2.2 3 0.9166666666666666 -0.01 1000000 1000000 3\n";
+constexpr char kCalibrationB[] = "cdn.example. sh 2001:db8::1 2 0.5 -0.3 1000600 1000600 4\n";
+
+// A configuration with every part filled, `calibration` as given.
+StoredConfig FullConfig(const std::string& calibration) {
+  StoredConfig c;
+  c.tag_lines = {"cdn.example. weight=on ecs=off policy=iterate answer=single level=global"};
+  c.citymap = "10.0.0.0/8,bj,192.0.2.0/24\n";
+  c.accounts = {AccountRecord{"acme", kSecretA, "", false, true, 200, 1700000000, 0}};
+  c.calibration = calibration;
+  return c;
+}
+
+AuditRecord Audit(const std::string& action) {
+  AuditRecord a;
+  a.time = 1700000000;
+  a.actor = "test";
+  a.action = action;
+  return a;
+}
+
+// The stored parts of `got` are those of `want` (version and origin aside).
+void ExpectParts(const StoredConfig& got, const StoredConfig& want) {
+  EXPECT_EQ(got.tag_lines, want.tag_lines);
+  EXPECT_EQ(got.citymap, want.citymap);
+  EXPECT_EQ(got.accounts, want.accounts);
+  EXPECT_EQ(got.calibration, want.calibration);
+}
+
+// A backend as weir-mgmt opens it: SQLite through Store::Open (its opener
+// is private to the library), etcd through OpenEtcdBackend.
+struct OpenBackend {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<StoreBackend> etcd;
+  StoreBackend* operator->() { return store ? &store->backend() : etcd.get(); }
+};
+
+class BackendFixture : public ::testing::Test {
+ protected:
+  explicit BackendFixture(Engine engine) : engine_(engine) {}
+  void SetUp() override {
+    char tmpl[] = "/tmp/weir-store-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    prefix_ = std::string("/t/") + t->test_suite_name() + "/" + t->name() + "/";
+    if (engine_ == Engine::kEtcd) {
+      ASSERT_TRUE(Etcd().started) << Etcd().started.message();
+    }
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  etcd::ClientOptions EtcdClientOptions() const {
+    etcd::ClientOptions o;
+    o.endpoints = {Etcd().member.endpoint()};
+    return o;
+  }
+  // Opens this test's database or prefix (again: as a restarted weir-mgmt,
+  // or a second instance).
+  OpenBackend Open() {
+    OpenBackend b;
+    if (engine_ == Engine::kSqlite) {
+      auto s = Store::Open(dir_ + "/mgmt.db");
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) b.store = *std::move(s);
+    } else {
+      EtcdStoreOptions o;
+      o.client = EtcdClientOptions();
+      o.prefix = prefix_;
+      o.instance = "test";
+      auto e = OpenEtcdBackend(o);
+      EXPECT_TRUE(e.ok()) << e.status();
+      if (e.ok()) b.etcd = *std::move(e);
+    }
+    return b;
+  }
+  // Loads, failing the test on an error.
+  static StoredConfig Load(OpenBackend& b) {
+    auto c = b->Load();
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : StoredConfig{};
+  }
+
+  Engine engine_;
+  std::string dir_, prefix_;
+};
+
+class BackendTest : public BackendFixture, public ::testing::WithParamInterface<Engine> {
+ protected:
+  BackendTest() : BackendFixture(GetParam()) {}
+};
+
+INSTANTIATE_TEST_SUITE_P(Engines, BackendTest, ::testing::Values(Engine::kSqlite, Engine::kEtcd),
+                         [](const ::testing::TestParamInfo<Engine>& i) {
+                           return i.param == Engine::kSqlite ? "Sqlite" : "Etcd";
+                         });
+
+TEST_P(BackendTest, CalibrationIsCommittedAndReadBack) {
+  const StoredConfig want = FullConfig(kCalibrationA);
+  uint64_t version = 0;
+  {
+    OpenBackend b = Open();
+    const StoredConfig empty = Load(b);
+    EXPECT_EQ(empty.version, 0u);
+    EXPECT_EQ(empty.calibration, "");
+    auto v = b->Commit(empty, want, Audit("import"));
+    ASSERT_TRUE(v.ok()) << v.status();
+    version = *v;
+    const StoredConfig got = Load(b);
+    EXPECT_EQ(got.version, version);
+    ExpectParts(got, want);
+  }
+  OpenBackend again = Open();
+  const StoredConfig got = Load(again);
+  EXPECT_EQ(got.version, version);
+  ExpectParts(got, want);
+}
+
+TEST_P(BackendTest, ChangingOnePartKeepsTheOthers) {
+  OpenBackend b = Open();
+  StoredConfig want = FullConfig("");
+  ASSERT_TRUE(b->Commit(Load(b), want, Audit("import")).ok());
+
+  // The calibration alone, set, changed, then cleared.
+  for (const char* calibration : {kCalibrationA, kCalibrationB, ""}) {
+    const StoredConfig base = Load(b);
+    want = base;
+    want.calibration = calibration;
+    auto v = b->Commit(base, want, Audit("calibrate"));
+    ASSERT_TRUE(v.ok()) << v.status();
+    const StoredConfig got = Load(b);
+    EXPECT_EQ(got.version, *v);
+    ExpectParts(got, want);
+  }
+
+  // The other parts change; the calibration stays.
+  StoredConfig base = Load(b);
+  want = base;
+  want.calibration = kCalibrationB;
+  ASSERT_TRUE(b->Commit(base, want, Audit("calibrate")).ok());
+  base = Load(b);
+  want = base;
+  want.tag_lines = {"other.example. weight=off ecs=on policy=iterate answer=single level=city"};
+  want.citymap = "11.0.0.0/8,sh,198.51.100.0/24\n";
+  want.accounts.clear();
+  ASSERT_TRUE(b->Commit(base, want, Audit("import")).ok());
+  ExpectParts(Load(b), want);
+  OpenBackend again = Open();
+  ExpectParts(Load(again), want);
+}
+
+TEST_P(BackendTest, ACommitAbortedOnConflictLeavesTheCalibration) {
+  OpenBackend a = Open();
+  ASSERT_TRUE(a->Commit(Load(a), FullConfig(kCalibrationA), Audit("import")).ok());
+  // A second instance reads the store; the first commits meanwhile.
+  OpenBackend b = Open();
+  const StoredConfig stale = Load(b);
+  EXPECT_EQ(stale.calibration, kCalibrationA);
+  StoredConfig want = Load(a);
+  want.calibration = kCalibrationB;
+  auto committed = a->Commit(Load(a), want, Audit("calibrate"));
+  ASSERT_TRUE(committed.ok()) << committed.status();
+
+  StoredConfig lost = stale;
+  lost.calibration = "cdn.example. gz 192.0.2.9 1 2 0 1000900 1000900 1\n";
+  auto r = b->Commit(stale, lost, Audit("calibrate"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+  for (OpenBackend* o : {&a, &b}) {
+    const StoredConfig got = Load(*o);
+    EXPECT_EQ(got.version, *committed);
+    ExpectParts(got, want);
+  }
+}
+
+class SqliteBackendTest : public BackendFixture {
+ protected:
+  SqliteBackendTest() : BackendFixture(Engine::kSqlite) {}
+};
+
+TEST_F(SqliteBackendTest, ADatabaseWithoutTheCalibrationRowReadsAsNoneAndTakesOne) {
+  {
+    OpenBackend b = Open();
+    ASSERT_TRUE(b->Commit(Load(b), FullConfig(kCalibrationA), Audit("import")).ok());
+  }
+  // An earlier weir-mgmt kept no calibration in its database.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/mgmt.db").c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, "DELETE FROM meta WHERE key = 'calibration'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(sqlite3_changes(db), 1);
+  sqlite3_close(db);
+
+  StoredConfig want = FullConfig("");
+  {
+    OpenBackend b = Open();
+    const StoredConfig old = Load(b);
+    EXPECT_EQ(old.version, 1u);
+    ExpectParts(old, want);
+    want.calibration = kCalibrationB;
+    auto v = b->Commit(old, want, Audit("calibrate"));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, 2u);
+    ExpectParts(Load(b), want);
+  }
+  OpenBackend again = Open();
+  ExpectParts(Load(again), want);
+}
+
+class EtcdBackendTest : public BackendFixture {
+ protected:
+  EtcdBackendTest() : BackendFixture(Engine::kEtcd) {}
+  // How many blob chunks are stored under this test's prefix.
+  size_t BlobChunks() {
+    etcd::Client c(EtcdClientOptions());
+    const std::string blobs = prefix_ + "blob/";
+    auto r = c.Range(blobs, etcd::PrefixEnd(blobs), 0, /*keys_only=*/true);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->kvs.size() : 0;
+  }
+};
+
+TEST_F(EtcdBackendTest, AHeadWithoutCalibrationReadsAsNoneAndTakesOne) {
+  StoredConfig want = FullConfig("");
+  {
+    OpenBackend b = Open();
+    ASSERT_TRUE(b->Commit(Load(b), want, Audit("import")).ok());
+  }
+  // The head as an earlier weir-mgmt writes it: no "calibration" member.
+  etcd::Client client(EtcdClientOptions());
+  auto head = client.Range(prefix_ + "head");
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_EQ(head->kvs.size(), 1u);
+  nlohmann::json j = nlohmann::json::parse(head->kvs[0].value);
+  ASSERT_TRUE(j.contains("calibration")) << j.dump();
+  j.erase("calibration");
+  ASSERT_TRUE(client.Put(prefix_ + "head", j.dump()).ok());
+
+  OpenBackend b = Open();
+  const StoredConfig old = Load(b);
+  ExpectParts(old, want);
+  want.calibration = kCalibrationA;
+  ASSERT_TRUE(b->Commit(old, want, Audit("calibrate")).ok());
+  ExpectParts(Load(b), want);
+  OpenBackend again = Open();
+  ExpectParts(Load(again), want);
+}
+
+TEST_F(EtcdBackendTest, ReplacedAndAbortedCalibrationBlobsAreDeleted) {
+  OpenBackend b = Open();
+  // Every part fits in one chunk: one key per non-empty part.
+  ASSERT_TRUE(b->Commit(Load(b), FullConfig(kCalibrationA), Audit("import")).ok());
+  EXPECT_EQ(BlobChunks(), 4u);
+  StoredConfig base = Load(b);
+  StoredConfig next = base;
+  next.calibration = kCalibrationB;
+  ASSERT_TRUE(b->Commit(base, next, Audit("calibrate")).ok());
+  EXPECT_EQ(BlobChunks(), 4u) << "the replaced calibration blob stays";
+  // Aborted: its new blob is deleted again.
+  next.calibration = kCalibrationA;
+  EXPECT_EQ(b->Commit(base, next, Audit("calibrate")).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(BlobChunks(), 4u);
+  base = Load(b);
+  EXPECT_EQ(base.calibration, kCalibrationB);
+  next = base;
+  next.calibration = "";
+  ASSERT_TRUE(b->Commit(base, next, Audit("calibrate")).ok());
+  EXPECT_EQ(BlobChunks(), 3u) << "an empty part has no blob";
+  ExpectParts(Load(b), next);
 }
 
 }  // namespace

@@ -256,10 +256,12 @@ class Mgmt(_Program, _MetricsEndpoint):
 
     def __init__(self, build_dir: str, workdir: str, port: int = 0, timeout: float = 10.0, metrics: bool = False,
                  etcd: Optional[Sequence[str]] = None, instance: str = "", config_name: str = "mgmt.toml",
-                 etcd_prefix: str = "/weir/"):
+                 etcd_prefix: str = "/weir/", extra: str = ""):
         """`etcd`: the store is that etcd cluster's (its client endpoints)
         instead of the SQLite file; several Mgmt may share it (give each its
-        own `config_name` in one workdir, or their own workdirs)."""
+        own `config_name` in one workdir, or their own workdirs). `extra`:
+        more tables for the config file ([calibration]); a feedback endpoint
+        it opens is at `feedback_host`:`feedback_port`."""
         self.build_dir = build_dir
         self.workdir = workdir
         self.token_file = os.path.join(workdir, "mgmt.token")
@@ -278,12 +280,16 @@ class Mgmt(_Program, _MetricsEndpoint):
             else:
                 f.write('store = "etcd"\n[etcd]\nendpoints = [' + ", ".join(f'"{e}"' for e in etcd) + ']\n'
                         f'prefix = "{etcd_prefix}"\nrequest_timeout_ms = 1500\nconnect_timeout_ms = 300\n')
+            f.write(extra)
         self.process = Process([binary(build_dir, self.RELPATH), "-c", self.config_path], ready=r"^ready$",
                                timeout=timeout)
         m = re.match(r"^listening (\S+)$", self.process.lines[0])
         self.host, self.port = split_hostport(m.group(1))
         self.address = f"{self.host}:{self.port}"
+        self.feedback_host = self.feedback_port = None
         for line in self.process.lines[1:]:
+            if line.startswith("feedback http "):
+                self.feedback_host, self.feedback_port = split_hostport(line.split()[2])
             self._metrics_line(line)
 
     def weirctl(self, *args: str, token_file: Optional[str] = None, json_out: bool = False,

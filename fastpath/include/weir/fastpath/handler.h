@@ -29,6 +29,7 @@
 #include "weir/partitions/partition.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
+#include "weir/partitions/weight_factors.h"
 
 namespace weir::fastpath {
 
@@ -37,6 +38,9 @@ struct SharedState {
   partitions::TagTableHolder tags;
   LearnedTagsHolder learned;  // names tagged through their CNAME chain
   partitions::CityMapHolder citymap;
+  // The calibration's weight factors (docs/calibration.md), bound to the
+  // city map's partitions; null or empty: none.
+  common::RcuSnapshot<partitions::BoundWeightFactors> factors;
   std::unique_ptr<partitions::Cache> cache;
   const common::Clock* clock = &common::SystemClock::Instance();
   partitions::CacheLimits limits;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "weir/fastpath/worker_core.h"
 #include "weir/mgmt/control.h"
 #include "weir/mgmt/snapshot.h"
+#include "weir/partitions/weight_factors.h"
 
 namespace weir::mgmt {
 class NodeClient;
@@ -125,34 +127,42 @@ class Node {
   // Reads every file; each that cannot be read adds "PATH: reason" to
   // `problems` (and reads as empty).
   void ReadPartitionFiles(PartitionFiles* out, std::vector<std::string>* problems) const;
-  // HTTPDNS accounts to apply with the city map and tags: their text and its
-  // name for messages ("accounts", the file's path).
-  struct AccountsText {
+  // A part to apply with the city map and tags (the HTTPDNS accounts, the
+  // weight factors): its text and its name for messages ("accounts", the
+  // file's path).
+  struct PartText {
     std::string_view text;
     std::string_view name;
   };
+  using AccountsText = PartText;
   // What ParsePartitions built; a null part stays as it is.
   struct ParsedPartitions {
     std::unique_ptr<const partitions::CityMap> citymap;
     std::vector<std::string> city_names;  // city_names_ with the new map's cities
     std::unique_ptr<const partitions::TagTable> tags;
     std::shared_ptr<const std::vector<dns::httpdns::Account>> accounts;
+    std::optional<partitions::WeightFactors> factors;
   };
   // Validates every text, then swaps them all in (nothing changes on an
   // error, which names every bad line of every text, up to 10 per text);
   // names are for messages. `accounts` null: they stay as they are. After
   // the first apply, a part `changed` does not name is neither parsed nor
   // replaced (a tag push keeps the city map as built).
+  // `factors` null: they stay as they are (weir-mgmt's pushes carry them;
+  // a standalone node has none).
   absl::Status ApplyPartitions(std::string_view csv, std::string_view csv_name, std::string_view tags_text,
                                std::string_view tags_name, const AccountsText* accounts = nullptr,
-                               const mgmt::SnapshotParts& changed = {});
+                               const mgmt::SnapshotParts& changed = {}, const PartText* factors = nullptr);
   // ApplyPartitions' two steps, under apply_mu_: every error of every text
   // is added to `problems` ("NAME:LINE: reason"); the publish cannot fail.
   ParsedPartitions ParsePartitions(std::string_view csv, std::string_view csv_name,
                                    std::string_view tags_text, std::string_view tags_name,
                                    const AccountsText* accounts, const mgmt::SnapshotParts& changed,
-                                   std::vector<std::string>* problems) const;
+                                   std::vector<std::string>* problems,
+                                   const PartText* factors = nullptr) const;
   void PublishPartitions(ParsedPartitions parsed);
+  // The factors bound to the cities of the city map now published.
+  void BindFactors();
   // Whether LoadPartitions reads the accounts file (standalone, [httpdns] on, a file named).
   bool AccountsFromFile() const;
   // Control()'s commands (fastpath/src/control.cc).
@@ -178,6 +188,7 @@ class Node {
   // Serialises ApplyPartitions (SIGHUP thread, mgmt client thread); guards city_names_.
   std::mutex apply_mu_;
   std::vector<std::string> city_names_;  // id -> city for the life of the process
+  partitions::WeightFactors factors_;    // as weir-mgmt pushed them, unbound (apply_mu_)
   // Written under apply_mu_, read by any thread (accounts()).
   std::atomic<std::shared_ptr<const std::vector<dns::httpdns::Account>>> accounts_{
       std::make_shared<const std::vector<dns::httpdns::Account>>()};

@@ -22,7 +22,7 @@
 // Feedback is a sample per (name, partition): each address's weight as the
 // GSLB gave it and the traffic it carried over a window. A sample older
 // than max_feedback_age (or none) leaves the factors held for hold_time,
-// then they decay to 1 with decay_half_life (0: held for good); a set
+// then they decay to 1 with decay_half_life (reaching 1 within kDecaySnap; 0: held for good); a set
 // whose addresses change starts again from factor 1.
 //
 // Threading: one thread (weir-mgmt's loop); time is given by the caller
@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "weir/common/line_errors.h"
+#include "weir/partitions/tagtable.h"
 
 namespace weir::mgmt {
 
@@ -108,6 +109,8 @@ class Calibrator {
   // (InvalidArgument: a typo there would hold the set for years), a window
   // that ends no later than the set's last sample (FailedPrecondition).
   static constexpr uint32_t kMaxClockSkew = 300;
+  // A decaying factor this close to 1 becomes 1.
+  static constexpr double kDecaySnap = 0.005;
   absl::Status Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
                        uint32_t window_end, uint32_t now);
 
@@ -129,9 +132,13 @@ class Calibrator {
   // (numbers in their shortest exact form: a restore gives the same state).
   std::string FormatState() const;
   // Replaces every set with those of `text`; on any error (every bad line
-  // in `errors`: a bad field, a factor outside the options' range, an
-  // address twice in a set, a set's lines disagreeing on its times) nothing
-  // changes. Samples not yet stepped on are dropped.
+  // in `errors`: a bad field, a factor outside kMinStoredFactor..
+  // kMaxStoredFactor, an address twice in a set, a set's lines disagreeing
+  // on its times) nothing changes. A factor outside the options' range is
+  // held to it (the range was narrowed since). Samples not yet stepped on
+  // are dropped.
+  static constexpr double kMinStoredFactor = 0.001;
+  static constexpr double kMaxStoredFactor = 100;
   absl::Status RestoreState(std::string_view text, common::LineErrors* errors);
 
   // Forgets a set (its tag lost calibrate=on, the name is gone).
@@ -152,5 +159,10 @@ class Calibrator {
   std::map<CalibrationKey, CalibrationSet> sets_;
   std::map<CalibrationKey, Pending> pending_;  // samples not yet stepped on
 };
+
+// The weight factors the front nodes pick with (partitions::WeightFactors
+// text: NAME PARTITION ADDRESS FACTOR per line): those of the sets whose
+// name `tags` covers with calibrate=on, factors of exactly 1 left out.
+std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions::TagTable& tags);
 
 }  // namespace weir::mgmt

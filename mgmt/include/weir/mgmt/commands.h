@@ -33,6 +33,8 @@ enum class Command : uint8_t {
   kAccountSet,
   kAccountRm,
   kAccountLs,
+  kTrafficImport,
+  kCalibrationLs,
 };
 
 struct CommandSpec {
@@ -51,7 +53,7 @@ struct CommandSpec {
 
 inline constexpr uint8_t kAnyArgs = 255;
 
-inline constexpr std::array<CommandSpec, 20> kCommands = {{
+inline constexpr std::array<CommandSpec, 22> kCommands = {{
     {Command::kTagAdd, "tag-add", "tag add", "add a tag: SUFFIX [weight=on] [ecs=on] [policy=...] ...", 1, 2},
     {Command::kTagRm, "tag-rm", "tag rm", "remove the tag of a suffix", 1, 1},
     {Command::kTagEdit, "tag-edit", "tag set", "change keys of a suffix's tag in place: SUFFIX key=value ...",
@@ -86,6 +88,12 @@ inline constexpr std::array<CommandSpec, 20> kCommands = {{
     {Command::kAccountRm, "account-rm", "account rm", "remove an HTTPDNS account: NAME", 1, 1},
     {Command::kAccountLs, "account-ls", "account ls",
      "list the HTTPDNS accounts: settings and secret fingerprints (never a secret)", 0, 0},
+    // Traffic-share calibration (docs/calibration.md): the feedback file's
+    // text and its name.
+    {Command::kTrafficImport, "traffic-import", "traffic import",
+     "feed the CDN's observed traffic to the weight calibration: a CSV or JSON file", 1, 2},
+    {Command::kCalibrationLs, "calibration-ls", "calibration ls",
+     "the calibration's factors per name, partition and address: [NAME]", 0, 1},
 }};
 
 // The `command` label of a verb no row has, and of a request too short to

@@ -159,7 +159,7 @@ class NodeClient {
   std::atomic<uint64_t> failovers_{0};
   std::atomic<uint64_t> deltas_applied_{0};
   std::atomic<uint64_t> deltas_refused_{0};               // a base that differs: the whole snapshot follows
-  std::array<std::atomic<uint64_t>, 3> applied_parts_{};  // tags, citymap, accounts rebuilt
+  std::array<std::atomic<uint64_t>, 4> applied_parts_{};  // tags, citymap, accounts, factors rebuilt
   // What the node runs, in full: the base of the next delta (client thread).
   std::optional<Snapshot> current_;
   // A mgmt that keeps pushing what this node refuses, or that cannot be

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "weir/common/socket_address.h"
+#include "weir/mgmt/calibration.h"
 #include "weir/mgmt/etcd_store.h"
 
 namespace weir::mgmt {
@@ -26,6 +27,24 @@ struct MgmtTlsConfig {
   std::string key_file;
   std::string ca_file;  // signs the nodes' and operators' certificates
 };
+
+// [calibration]: the traffic-share calibration of the weights
+// (docs/calibration.md). The controller always runs for names tagged
+// calibrate=on; the HTTP feedback endpoint only with `feedback_listen`.
+struct MgmtCalibrationConfig {
+  CalibrationOptions options;
+  // Stale sets hold, then decay, one step this often.
+  int step_interval_s = 300;
+  // POST /v1/traffic: the JSON feedback document, with its own bearer
+  // token (the CDN side's credential, not the operators').
+  bool feedback_enabled = false;
+  common::SocketAddress feedback_listen;
+  std::string feedback_token_file;
+  int max_feedback_bytes = 8 << 20;
+};
+
+// The port of `calibration.feedback_listen` when the address names none.
+inline constexpr uint16_t kDefaultFeedbackPort = 8055;
 
 struct MgmtConfig {
   common::SocketAddress listen;
@@ -52,6 +71,7 @@ struct MgmtConfig {
   // The Prometheus endpoint (GET/HEAD /metrics); off unless configured.
   bool metrics_enabled = false;
   common::SocketAddress metrics_listen;
+  MgmtCalibrationConfig calibration;
   std::string path;  // the config file, for messages
 };
 
@@ -75,7 +95,8 @@ class MgmtServer {
   absl::Status ReloadTls();
   // The bound address (the port when 0 was configured).
   common::SocketAddress bound() const;
-  // "listening A", then "metrics http A" when the endpoint is on.
+  // "listening A", then "metrics http A" and "feedback http A" when those
+  // endpoints are on.
   std::string DescribeListeners() const;
 
  private:

@@ -1,5 +1,6 @@
 // A versioned configuration snapshot: everything mgmt pushes to a node (the
-// tag table, the city map and the HTTPDNS accounts, in their text formats),
+// tag table, the city map, the HTTPDNS accounts and the calibration's weight
+// factors, in their text formats),
 // and the file a node keeps of the last one it applied, so it can start while
 // mgmt is down (docs/behaviour.md#management). Control plane only.
 #pragma once
@@ -26,6 +27,10 @@ struct Snapshot {
   // predates accounts has none. (Initialised so that `Snapshot{v, tags,
   // citymap, origin}` still names every member for -Wmissing-field-initializers.)
   std::string accounts = {};
+  // The traffic-share calibration's weight factors of the names whose tag
+  // has calibrate=on (partitions::WeightFactors text; docs/calibration.md).
+  // weir-fastpath nodes only, like the accounts.
+  std::string factors = {};
   friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
@@ -35,12 +40,15 @@ struct SnapshotParts {
   bool tags = true;
   bool citymap = true;
   bool accounts = true;
-  bool any() const { return tags || citymap || accounts; }
+  bool factors = true;
+  bool any() const { return tags || citymap || accounts || factors; }
+  static SnapshotParts None() { return {false, false, false, false}; }
 };
 
-// SNAPSHOT {version, tags, citymap, origin[, accounts]}: the accounts field
-// is sent only when there are accounts, so a node that predates them keeps
-// taking snapshots without any, and a message without it decodes as none.
+// SNAPSHOT {version, tags, citymap, origin[, accounts[, factors]]}: the
+// accounts field is sent only when there are accounts or factors, the
+// factors only when there are factors, so a node that predates them keeps
+// taking snapshots without any, and a message without them decodes as none.
 Message SnapshotMessage(const Snapshot& s);
 absl::StatusOr<Snapshot> SnapshotFromMessage(const Message& m);
 
@@ -58,7 +66,7 @@ struct SnapshotDelta {
   uint64_t base_version = 0;
   std::string origin;
   struct Part {
-    std::string name;  // "tags" | "citymap" | "accounts"
+    std::string name;  // "tags" | "citymap" | "accounts" | "factors"
     size_t prefix = 0;
     size_t suffix = 0;
     std::string middle;
@@ -66,9 +74,9 @@ struct SnapshotDelta {
   };
   std::vector<Part> parts;
 };
-// The delta from `base` to `target` (same origin); the accounts part only
-// `with_accounts` (only weir-fastpath is given them).
-SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool with_accounts);
+// The delta from `base` to `target` (same origin); the accounts and factors
+// parts only `fastpath_parts` (only weir-fastpath is given them).
+SnapshotDelta MakeDelta(const Snapshot& base, const Snapshot& target, bool fastpath_parts);
 Message DeltaMessage(const SnapshotDelta& d);
 absl::StatusOr<SnapshotDelta> DeltaFromMessage(const Message& m);
 // `base` with the delta applied; an error (nothing changed) when the delta
@@ -82,7 +90,7 @@ std::string ContentDigest(std::string_view part);
 
 // Checks that every part builds (the same parsers the nodes use); errors
 // name the part and the line: "tags: line 3: ...", "citymap: line 7: ...",
-// "accounts: line 2: ..." (never showing a secret).
+// "accounts: line 2: ...", "factors: line 4: ..." (never showing a secret).
 // A part equal to that part of `valid` (a snapshot checked before) is not
 // checked again: a tag change does not parse the city map.
 absl::Status ValidateSnapshot(const Snapshot& s, const Snapshot* valid = nullptr);

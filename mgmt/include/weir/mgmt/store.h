@@ -81,6 +81,10 @@ struct StoredConfig {
   std::vector<std::string> tag_lines;   // canonical tag lines, sorted by suffix
   std::string citymap;                  // the city-map CSV as imported
   std::vector<AccountRecord> accounts;  // sorted by name
+  // The traffic-share calibrator's state (Calibrator::FormatState text;
+  // "" none): kept with the configuration so that another weir-mgmt, or
+  // this one restarted, goes on from the same factors.
+  std::string calibration;
 };
 
 // Where the store is kept. Every call is synchronous and bounded in time
@@ -187,6 +191,14 @@ class Store {
   // Sorted by name.
   const std::vector<AccountRecord>& accounts() const { return accounts_; }
 
+  // The traffic-share calibration (calibration.h): its state as text, and a
+  // commit of a new state (an import stepped, factors decayed). The
+  // snapshot's factors are the state's for the names a calibrate=on tag
+  // covers. AlreadyExists when `state` is what the store holds.
+  const std::string& calibration() const { return calibration_; }
+  absl::StatusOr<uint64_t> SetCalibration(std::string state, const std::string& actor,
+                                          const std::string& action, const std::string& detail);
+
   // A node connected, running `version` (what it says in its HELLO).
   absl::Status NodeSeen(const std::string& node_id, const std::string& kind, const std::string& peer,
                         uint64_t version, const std::string& mgmt = {});
@@ -213,6 +225,11 @@ class Store {
   absl::StatusOr<uint64_t> Commit(std::vector<std::string> tag_lines, std::string citymap,
                                   std::vector<AccountRecord> accounts, const std::string& actor,
                                   const std::string& action, const std::string& detail);
+  // The same with a new calibration state.
+  absl::StatusOr<uint64_t> Commit(std::vector<std::string> tag_lines, std::string citymap,
+                                  std::vector<AccountRecord> accounts, std::string calibration,
+                                  const std::string& actor, const std::string& action,
+                                  const std::string& detail);
   // The account named `name` in `accounts_`, or NotFound.
   absl::StatusOr<size_t> FindAccount(const std::string& name) const;
 
@@ -220,6 +237,7 @@ class Store {
   uint64_t version_ = 0;
   std::vector<std::string> tag_lines_;   // canonical lines, sorted by suffix
   std::vector<AccountRecord> accounts_;  // sorted by name
+  std::string calibration_;
   Snapshot snapshot_;
 };
 

@@ -148,10 +148,15 @@ struct AnswerWrite {
 // Entries without an address RRset (negative, SERVFAIL, MX...) are written as
 // cached whatever the mode. If `weights_out` is not null it receives the
 // weights of the written address records in written order (for the weight
-// option). Returns false, writing nothing useful, when `cap` is too small.
+// option): the GSLB's, always. With `factors` (the name's calibration,
+// weight_factors.h) the pick uses each weight times its address's factor,
+// as a sequence of its own (a changed factor starts it again). Returns
+// false, writing nothing useful, when `cap` is too small.
 // No allocation, no lock; `swrr` is the calling worker's table.
+class FactorSet;
 bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
-                 size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr);
+                 size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr,
+                 const FactorSet* factors = nullptr);
 
 namespace internal {
 inline void CopyAged(uint8_t* dst, const uint8_t* src, size_t len, std::span<const uint16_t> ttl_offsets,

@@ -61,6 +61,10 @@ struct Tag {
   dns::NameKey suffix;  // canonical wire form
   bool weight = false;
   bool ecs = false;
+  // Traffic-share calibration (docs/calibration.md): weighted picks use the
+  // GSLB weight times the factor weir-mgmt pushes. Needs weight=on and a
+  // global or city level.
+  bool calibrate = false;
   Policy policy = Policy::kIterate;
   std::vector<ForwardTarget> targets;  // non-empty iff policy == kForward
   AnswerMode answer = AnswerMode::kSingle;
