@@ -25,7 +25,11 @@ struct MetricsHttpServer::Impl {
   Render render;
   Options options;
   std::map<std::string, Route, std::less<>> routes;
-  std::map<std::string, PostRoute, std::less<>> post_routes;
+  struct PostEntry {
+    PostRoute route;
+    Admit admit;
+  };
+  std::map<std::string, PostEntry, std::less<>> post_routes;
   MHD_Daemon* daemon = nullptr;
 
   // libmicrohttpd's messages: kept while Start() runs (the reason of a
@@ -38,7 +42,7 @@ struct MetricsHttpServer::Impl {
   static MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
                            const char* version, const char* upload_data, size_t* upload_data_size,
                            void** request_state);
-  MHD_Result Post(MHD_Connection* connection, const char* url, const PostRoute& route,
+  MHD_Result Post(MHD_Connection* connection, const char* url, const PostEntry& route,
                   const char* upload_data, size_t* upload_data_size, void** request_state);
 };
 
@@ -194,9 +198,18 @@ MHD_Result MetricsHttpServer::Impl::Handle(void* cls, MHD_Connection* connection
 // libmicrohttpd calls a request's handler first with its headers, then with
 // each piece of the body (de-chunked), then once more with none; it takes an
 // answer only on the first call and the last.
-MHD_Result MetricsHttpServer::Impl::Post(MHD_Connection* connection, const char* url, const PostRoute& route,
+MHD_Result MetricsHttpServer::Impl::Post(MHD_Connection* connection, const char* url, const PostEntry& route,
                                          const char* upload_data, size_t* upload_data_size,
                                          void** request_state) {
+  auto head = [&] {
+    HttpRequest request;
+    request.method = MHD_HTTP_METHOD_POST;
+    request.path = url;
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, CollectArg, &request.args);
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, CollectHeader, &request.headers);
+    request.peer = PeerAddress(connection);
+    return request;
+  };
   const size_t max = options.max_body_bytes;
   auto* upload = static_cast<Upload*>(*request_state);
   if (upload == nullptr) {
@@ -211,6 +224,9 @@ MHD_Result MetricsHttpServer::Impl::Post(MHD_Connection* connection, const char*
         return Queue(connection, MHD_HTTP_CONTENT_TOO_LARGE, Cat("the body is over ", max, " bytes\n"),
                      kText);
       }
+    }
+    if (route.admit) {
+      if (std::optional<HttpReply> refused = route.admit(head())) return QueueReply(connection, *refused);
     }
     *request_state = new Upload;
     return MHD_YES;
@@ -229,14 +245,9 @@ MHD_Result MetricsHttpServer::Impl::Post(MHD_Connection* connection, const char*
   if (upload->too_large) {
     return Queue(connection, MHD_HTTP_CONTENT_TOO_LARGE, Cat("the body is over ", max, " bytes\n"), kText);
   }
-  HttpRequest request;
-  request.method = MHD_HTTP_METHOD_POST;
-  request.path = url;
-  MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, CollectArg, &request.args);
-  MHD_get_connection_values(connection, MHD_HEADER_KIND, CollectHeader, &request.headers);
+  HttpRequest request = head();
   request.body = std::move(upload->body);
-  request.peer = PeerAddress(connection);
-  return QueueReply(connection, route(request));
+  return QueueReply(connection, route.route(request));
 }
 
 MetricsHttpServer::MetricsHttpServer(Render render, Options options) : impl_(std::make_unique<Impl>()) {
@@ -250,8 +261,8 @@ void MetricsHttpServer::AddRoute(std::string path, Route route) {
   impl_->routes[std::move(path)] = std::move(route);
 }
 
-void MetricsHttpServer::AddPostRoute(std::string path, PostRoute route) {
-  impl_->post_routes[std::move(path)] = std::move(route);
+void MetricsHttpServer::AddPostRoute(std::string path, PostRoute route, Admit admit) {
+  impl_->post_routes[std::move(path)] = Impl::PostEntry{std::move(route), std::move(admit)};
 }
 
 absl::Status MetricsHttpServer::Start(int listen_fd) {

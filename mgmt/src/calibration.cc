@@ -13,6 +13,8 @@ namespace weir::mgmt {
 
 using common::Cat;
 
+static_assert(Calibrator::kMaxAddresses == dns::kMaxWeightedAddresses);
+
 absl::Status ValidateCalibrationOptions(const CalibrationOptions& o) {
   auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
   if (!in(o.gain_p, 0, 2)) return absl::InvalidArgumentError("calibration gain_p must be 0..2");
@@ -30,6 +32,10 @@ absl::Status ValidateCalibrationOptions(const CalibrationOptions& o) {
 absl::Status Calibrator::Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
                                  uint32_t window_end, uint32_t now) {
   if (sample.empty()) return absl::InvalidArgumentError(Cat(key.name, " ", key.partition, ": no address"));
+  if (sample.size() > kMaxAddresses) {
+    return absl::InvalidArgumentError(Cat(key.name, " ", key.partition, ": ", sample.size(),
+                                          " addresses, more than an answer set has (", kMaxAddresses, ")"));
+  }
   Pending p;
   p.window_end = window_end;
   p.sample.assign(sample.begin(), sample.end());
@@ -91,18 +97,32 @@ void Calibrator::Act(CalibrationSet& set, const Pending& p) {
     for (size_t i = 0; i < p.sample.size(); ++i) set.addresses[i].address = p.sample[i].address;
   }
   set.sample_time = p.window_end;
+  for (size_t i = 0; i < p.sample.size(); ++i) set.addresses[i].weight = p.sample[i].weight;
+  // Each family on its own: the front picks within one RRset (A or AAAA),
+  // and the client, not weir, chooses the family; shares across families
+  // are not weir's to correct.
+  bool acted = false;
+  for (const bool v6 : {false, true}) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < p.sample.size(); ++i) {
+      if ((p.sample[i].address.find(':') != std::string::npos) == v6) idx.push_back(i);
+    }
+    if (!idx.empty()) acted = ActFamily(set, p, idx) || acted;
+  }
+  if (acted) ++set.steps;
+}
+
+bool Calibrator::ActFamily(CalibrationSet& set, const Pending& p, const std::vector<size_t>& idx) {
   double weights = 0, traffic = 0;
-  for (size_t i = 0; i < p.sample.size(); ++i) {
-    set.addresses[i].weight = p.sample[i].weight;
+  for (size_t i : idx) {
     weights += p.sample[i].weight;
     traffic += p.sample[i].traffic;
   }
-  if (traffic < o_.min_traffic || traffic <= 0) return;  // too little to say anything
-  ++set.steps;
+  if (traffic < o_.min_traffic || traffic <= 0) return false;  // too little to say anything
   const double max_log_step = std::log(o_.max_step);
   // The largest error an address with no traffic at all is given.
   const double max_error = std::log(o_.max_factor / o_.min_factor);
-  for (size_t i = 0; i < p.sample.size(); ++i) {
+  for (size_t i : idx) {
     AddressFactor& a = set.addresses[i];
     const double wanted = p.sample[i].weight / weights;
     const double observed = p.sample[i].traffic / traffic;
@@ -116,10 +136,12 @@ void Calibrator::Act(CalibrationSet& set, const Pending& p) {
   // Only ratios matter to the picks: rescale so that the effective weights
   // add up to the GSLB's, then hold each within the bounds.
   double effective = 0;
-  for (const AddressFactor& a : set.addresses) effective += a.weight * a.factor;
-  for (AddressFactor& a : set.addresses) {
+  for (size_t i : idx) effective += set.addresses[i].weight * set.addresses[i].factor;
+  for (size_t i : idx) {
+    AddressFactor& a = set.addresses[i];
     a.factor = std::clamp(a.factor * weights / effective, o_.min_factor, o_.max_factor);
   }
+  return true;
 }
 
 bool Calibrator::Decay(CalibrationSet& set, uint32_t now) {
@@ -304,10 +326,13 @@ std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions
       calibrated = tag != nullptr && tag->calibrate;
     }
     if (!calibrated) continue;
-    for (const AddressFactor& a : set.addresses) {
-      if (a.factor != 1.0)
-        common::CatTo(out, key.name, " ", key.partition, " ", a.address, " ", Shortest(a.factor), "\n");
-    }
+    // A set whose factors are all 1 changes no pick; any other goes whole,
+    // so that the front knows the addresses the factors were made for.
+    bool any = false;
+    for (const AddressFactor& a : set.addresses) any = any || a.factor != 1.0;
+    if (!any) continue;
+    for (const AddressFactor& a : set.addresses)
+      common::CatTo(out, key.name, " ", key.partition, " ", a.address, " ", Shortest(a.factor), "\n");
   }
   return out;
 }

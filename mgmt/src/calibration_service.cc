@@ -43,6 +43,20 @@ CalibrationService::CalibrationService(Store& store, CalibrationOptions options)
 
 void CalibrationService::Sync() {
   if (store_.calibration() == synced_) return;
+  Reload();
+  // A range narrowed since the state was committed held its factors to the
+  // new one: the nodes get those, not the committed ones.
+  if (calibrator_.FormatState() != store_.calibration()) {
+    if (auto v =
+            CommitState("weir-mgmt", "calibration range", "factors held to [calibration] min/max_factor");
+        !v.ok()) {
+      common::LogWarning("calibration",
+                         "factors held to the configured range not committed: ", ToStd(v.status().message()));
+    }
+  }
+}
+
+void CalibrationService::Reload() {
   Calibrator next(options_);
   common::LineErrors errors;
   if (absl::Status st = next.RestoreState(store_.calibration(), &errors); !st.ok()) {
@@ -71,9 +85,9 @@ absl::StatusOr<uint64_t> CalibrationService::CommitState(const std::string& acto
   auto v = store_.SetCalibration(state, actor, action, detail);
   if (!v.ok()) {
     // Nothing was committed: run what the store holds (another instance's
-    // state after a conflict), not a state no node will ever see.
-    synced_.clear();
-    Sync();
+    // state after a conflict), not a state no node will ever see; the
+    // same feedback sent again is then taken.
+    Reload();
     return v.status();
   }
   synced_ = std::move(state);
@@ -115,10 +129,12 @@ absl::StatusOr<StructuredReply> CalibrationService::Import(std::string_view text
     }
     ++accepted;
   }
-  const size_t changed = calibrator_.Step(now);
-  ForgetUncalibrated();
+  // Nothing new: no step (the timer's steps decay stale sets), so an
+  // input of skipped samples commits nothing.
+  const size_t changed = accepted > 0 ? calibrator_.Step(now) : 0;
+  const bool forgot = ForgetUncalibrated();
   uint64_t version = 0;
-  if (accepted > 0) {
+  if (accepted > 0 || forgot) {
     auto v = CommitState(actor, "traffic import",
                          Cat(source.empty() ? "feedback" : source, ": ", accepted, " of ", samples->size(),
                              " samples, ", changed, " sets changed"));

@@ -382,6 +382,8 @@ struct MgmtServer::Impl {
   common::RateLimitedLog refused_log{{.component = "node"}};
   common::RateLimitedLog nack_log{{.component = "node"}};
   common::RateLimitedLog store_log{{.component = "store"}};
+  // Refused feedback: any client of the endpoint can repeat it.
+  common::RateLimitedLog feedback_log{{.component = "calibration"}};
   // The versions this instance held last (the current one included), the
   // bases deltas are made from; bounded by kHistoryVersions and
   // kHistoryBytes. The frames made for the current version, by (base
@@ -475,6 +477,7 @@ struct MgmtServer::Impl {
   // server thread: it calls into the loop).
   void CalibrationTick();
   common::HttpReply Feedback(const common::HttpRequest& r);
+  std::optional<common::HttpReply> FeedbackAdmit(const common::HttpRequest& head);
   static uint32_t WallSeconds();
   void CloseConn(int fd);
   void Watch(Conn& c);
@@ -550,7 +553,8 @@ absl::Status MgmtServer::Start() {
     impl_->feedback = std::make_unique<common::MetricsHttpServer>(
         [] { return absl::StatusOr<std::string>(absl::NotFoundError("metrics are on metrics_listen")); }, o);
     impl_->feedback->AddPostRoute(
-        "/v1/traffic", [impl = impl_.get()](const common::HttpRequest& r) { return impl->Feedback(r); });
+        "/v1/traffic", [impl = impl_.get()](const common::HttpRequest& r) { return impl->Feedback(r); },
+        [impl = impl_.get()](const common::HttpRequest& head) { return impl->FeedbackAdmit(head); });
     if (absl::Status m = impl_->feedback->Start(impl_->feedback_fd); !m.ok()) {
       Stop();
       return absl::Status(m.code(),
@@ -694,23 +698,34 @@ void MgmtServer::Impl::CalibrationTick() {
     loop.After(std::chrono::seconds(config.calibration.step_interval_s), [this] { CalibrationTick(); });
 }
 
-common::HttpReply MgmtServer::Impl::Feedback(const common::HttpRequest& r) {
-  auto json_error = [](unsigned status, std::string why) {
-    common::HttpReply reply;
-    reply.status = status;
-    reply.content_type = "application/json";
-    reply.body = StructuredReply::DumpJson(Json{{"error", std::move(why)}}) + "\n";
-    return reply;
-  };
+namespace {
+
+common::HttpReply JsonError(unsigned status, std::string why) {
+  common::HttpReply reply;
+  reply.status = status;
+  reply.content_type = "application/json";
+  reply.body = StructuredReply::DumpJson(Json{{"error", std::move(why)}}) + "\n";
+  return reply;
+}
+
+}  // namespace
+
+// Runs on a server thread with the request's head: the token is checked
+// before any body is read or held.
+std::optional<common::HttpReply> MgmtServer::Impl::FeedbackAdmit(const common::HttpRequest& head) {
   std::string_view auth;
-  if (auto it = r.headers.find("authorization"); it != r.headers.end()) auth = it->second;
+  if (auto it = head.headers.find("authorization"); it != head.headers.end()) auth = it->second;
   constexpr std::string_view kBearer = "Bearer ";
-  if (!auth.starts_with(kBearer) || !TokenEquals(auth.substr(kBearer.size()), feedback_token)) {
-    common::HttpReply reply = json_error(401, "a bearer token is needed (Authorization: Bearer ...)");
-    reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"weir-mgmt feedback\"");
-    common::LogWarning("calibration", "feedback from ", r.peer, " refused: bad or missing token");
-    return reply;
-  }
+  if (auth.starts_with(kBearer) && TokenEquals(auth.substr(kBearer.size()), feedback_token))
+    return std::nullopt;
+  common::HttpReply reply = JsonError(401, "a bearer token is needed (Authorization: Bearer ...)");
+  reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"weir-mgmt feedback\"");
+  feedback_log("feedback from ", head.peer, " refused: bad or missing token");
+  return reply;
+}
+
+common::HttpReply MgmtServer::Impl::Feedback(const common::HttpRequest& r) {
+  auto json_error = [](unsigned status, std::string why) { return JsonError(status, std::move(why)); };
   absl::StatusOr<StructuredReply> result = absl::UnavailableError("not run");
   constexpr std::chrono::milliseconds kTimeout{5000};
   const bool ran = mailbox.Call(

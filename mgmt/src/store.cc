@@ -95,7 +95,7 @@ std::string_view OnOff(bool v) { return v ? "on" : "off"; }
 
 // The weight factors the nodes get: those of the calibration state's sets
 // whose name a calibrate=on tag covers (a tag that lost it stops its
-// factors at once), factors of exactly 1 left out (a missing one is 1).
+// factors at once), every address of each (sets whose factors are all 1 left out).
 absl::StatusOr<std::string> FactorsText(const std::string& tags_text, const std::string& calibration) {
   if (calibration.empty()) return std::string();
   // The state as committed: any factor the weight factors' format allows
@@ -218,11 +218,15 @@ absl::StatusOr<uint64_t> Store::Commit(std::vector<std::string> tag_lines, std::
   std::sort(accounts.begin(), accounts.end(),
             [](const AccountRecord& a, const AccountRecord& b) { return a.name < b.name; });
   Snapshot next{version_ + 1, JoinLines(tag_lines), citymap, snapshot_.origin, AccountsText(accounts)};
-  if (absl::Status st = ValidateSnapshot(next, &snapshot_); !st.ok()) return st;
-  // After the tags were checked: the factors follow them.
+  // The factors follow the tags (a tag that does not parse fails here or
+  // below, as a tag error); then every part is checked as a node reads it.
   auto factors = FactorsText(next.tags, calibration);
-  if (!factors.ok()) return factors.status();
+  if (!factors.ok()) {
+    if (absl::Status st = ValidateSnapshot(next, &snapshot_); !st.ok()) return st;
+    return factors.status();
+  }
   next.factors = *std::move(factors);
+  if (absl::Status st = ValidateSnapshot(next, &snapshot_); !st.ok()) return st;
   // Nodes refuse frames above kMaxFrameBytes: never commit what none could load.
   if (const size_t bytes = EncodedSnapshotBytes(next); bytes > kMaxFrameBytes) {
     return absl::InvalidArgumentError(Cat("the snapshot would be ", bytes, " bytes, over the ",

@@ -43,6 +43,21 @@ SwrrTable::SwrrTable(size_t capacity) {
   std::fill_n(buckets_.get(), buckets, kNone);
 }
 
+std::span<const uint8_t> SwrrTable::CalibratedWeights(const CacheEntry& e, const FactorSet& f,
+                                                      uint64_t* fingerprint) {
+  const uint64_t fp = MixPickDigest(e.fingerprint(), f.digest());
+  *fingerprint = fp;
+  if (!memo_) memo_.reset(new MemoSlot[kMemoSlots]);
+  MemoSlot& m = memo_[common::FastMix64(fp) & (kMemoSlots - 1)];
+  const uint8_t n = e.address_count();
+  if (m.fingerprint != fp || m.n != n) {
+    f.PickWeights(e, m.weights);
+    m.fingerprint = fp;
+    m.n = n;
+  }
+  return {m.weights, n};
+}
+
 SwrrTable::~SwrrTable() = default;
 SwrrTable::SwrrTable(SwrrTable&&) noexcept = default;
 SwrrTable& SwrrTable::operator=(SwrrTable&&) noexcept = default;
@@ -192,10 +207,9 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTt
   if (factors == nullptr) {
     pick = swrr.Pick(e);
   } else {
-    uint8_t picking[dns::kMaxWeightedAddresses];
-    const uint64_t digest = factors->PickWeights(e, picking);
-    pick = swrr.Pick(SwrrTable::KeyOf(e), e.hash(), MixPickDigest(e.fingerprint(), digest),
-                     std::span<const uint8_t>(picking, n));
+    uint64_t fingerprint;
+    const std::span<const uint8_t> picking = swrr.CalibratedWeights(e, *factors, &fingerprint);
+    pick = swrr.Pick(SwrrTable::KeyOf(e), e.hash(), fingerprint, picking);
   }
   const size_t total = chain + (mode == AnswerMode::kSingle ? rsize : rsize * n);
   if (total > cap) return false;

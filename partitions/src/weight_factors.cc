@@ -85,7 +85,7 @@ uint64_t PickWeights(std::span<const uint8_t> weights, std::span<const double> f
   return d == 0 ? 1 : d;
 }
 
-double FactorSet::Factor(std::span<const uint8_t> rdata) const {
+double FactorSet::Factor(std::span<const uint8_t> rdata, size_t* known) const {
   common::IpAddress a;
   if (rdata.size() == 4) {
     a.family = 4;
@@ -98,15 +98,31 @@ double FactorSet::Factor(std::span<const uint8_t> rdata) const {
   auto it = std::lower_bound(
       addresses_.begin(), addresses_.end(), a,
       [](const AddressFactor& x, const common::IpAddress& y) { return AddressLess(x.address, y); });
-  return it != addresses_.end() && it->address == a ? it->factor : 1.0;
+  if (it == addresses_.end() || !(it->address == a)) return 1.0;
+  if (known != nullptr) ++*known;
+  return it->factor;
 }
 
 uint64_t FactorSet::PickWeights(const CacheEntry& e, uint8_t* out) const {
   const std::span<const uint8_t> weights = e.weights();
   const size_t n = std::min<size_t>(weights.size(), dns::kMaxWeightedAddresses);
   double factors[dns::kMaxWeightedAddresses];
-  for (size_t i = 0; i < n; ++i) factors[i] = Factor(e.address(i));
-  return partitions::PickWeights(weights, {factors, n}, out);
+  size_t known = 0;
+  for (size_t i = 0; i < n; ++i) {
+    factors[i] = Factor(e.address(i), &known);
+  }
+  // The factors were made for one set of addresses, and each family is
+  // corrected on its own: an entry whose addresses of its family are not
+  // exactly the set's (the GSLB added or dropped one since) is picked with
+  // the GSLB's weights until feedback for the new set arrives.
+  size_t family = 0;
+  const uint8_t want = n > 0 && e.address(0).size() == 16 ? 6 : 4;
+  for (const AddressFactor& a : addresses_) family += a.address.family == want;
+  if (known != n || family != n) {
+    std::copy(weights.begin(), weights.begin() + static_cast<ptrdiff_t>(n), out);
+    return 0;
+  }
+  return partitions::PickWeights(weights.first(n), {factors, n}, out);
 }
 
 absl::StatusOr<WeightFactors> WeightFactors::FromText(std::string_view text) {
@@ -163,6 +179,17 @@ absl::StatusOr<WeightFactors> WeightFactors::FromText(std::string_view text, com
     std::sort(
         set.addresses_.begin(), set.addresses_.end(),
         [](const AddressFactor& x, const AddressFactor& y) { return AddressLess(x.address, y.address); });
+    // The identity of the set's content, mixed into an entry's SWRR
+    // fingerprint: other factors, another sequence.
+    uint64_t d = 0x63616c6962726174ULL;
+    for (const AddressFactor& a : set.addresses_) {
+      uint64_t bits;
+      std::memcpy(&bits, &a.factor, sizeof bits);
+      d = common::Mix64(
+          d ^ common::HashBytes(a.address.bytes.data(), a.address.family == 4 ? 4 : 16, a.address.family));
+      d = common::Mix64(d ^ bits);
+    }
+    set.digest_ = d == 0 ? 1 : d;
   }
   return out;
 }

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
 
 #include "weir/common/text.h"
@@ -127,6 +130,33 @@ TEST_F(CalibrationServiceTest, AnotherInstancesStateIsTakenBeforeActing) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->json()["accepted"], 0);
   EXPECT_EQ(b.List("x.cdn.example.net").json()["addresses"].size(), 2u);
+}
+
+// A commit that fails (another weir-mgmt committed first) leaves nothing
+// ahead of the store: the same feedback sent again is taken.
+TEST(CalibrationServiceConflict, AFailedCommitLeavesTheFeedbackToBeSentAgain) {
+  char path[] = "/tmp/weir-calibration-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  unlink(path);
+  auto a = Store::Open(path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->AddTag("cdn.example.net weight=on calibrate=on", false, "t").ok());
+  auto b = Store::Open(path);  // a second instance on the same database
+  ASSERT_TRUE(b.ok()) << b.status();
+  CalibrationService svc(**b, CalibrationOptions{});
+  ASSERT_TRUE((*a)->AddTag("other.example weight=on", false, "t").ok());  // b is behind now
+  const std::string feedback = Csv(kNow - 60, 1000, 2000);
+  auto first = svc.Import(feedback, "t.csv", "t", kNow);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kAborted) << first.status();
+  EXPECT_TRUE(svc.List("").json()["addresses"].empty());
+  auto again = svc.Import(feedback, "t.csv", "t", kNow);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->json()["accepted"], 1);
+  EXPECT_FALSE((*b)->snapshot().factors.empty());
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) unlink((std::string(path) + suffix).c_str());
 }
 
 }  // namespace

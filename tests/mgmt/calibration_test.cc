@@ -4,6 +4,8 @@
 // each round on an injected clock.
 #include "weir/mgmt/calibration.h"
 
+#include "weir/common/text.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -207,6 +209,55 @@ TEST(Calibration, BadSamplesAreRefusedWhole) {
   EXPECT_FALSE(c.Observe(kKey, {}, 10, 10).ok());
   EXPECT_EQ(c.Step(20), 0u);
   EXPECT_TRUE(c.sets().empty());
+}
+
+TEST(Calibration, MoreAddressesThanAnAnswerSetAreRefused) {
+  Calibrator c({});
+  std::vector<TrafficObservation> s;
+  for (int i = 0; i <= 64; ++i) s.push_back({common::Cat("192.0.2.", i), 1, 100});
+  const absl::Status st = c.Observe(kKey, s, 10, 10);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("65 addresses"), std::string::npos) << st;
+  s.pop_back();
+  EXPECT_TRUE(c.Observe(kKey, s, 10, 10).ok());
+}
+
+// The client picks the family, weir picks within it: a skew between IPv4
+// and IPv6 traffic is not weir's to correct, and does not drag the factors
+// of either family to a bound.
+TEST(Calibration, EachFamilyIsCorrectedApart) {
+  Calibrator c({});
+  uint32_t now = 1'000'000;
+  for (int round = 0; round < 30; ++round) {
+    // 80 % of the traffic over IPv4, each family exactly as weighted within it.
+    const double f1 = c.Factor(kKey, "192.0.2.1"), f2 = c.Factor(kKey, "192.0.2.2");
+    const double g1 = c.Factor(kKey, "2001:db8::1"), g2 = c.Factor(kKey, "2001:db8::2");
+    const double v4 = 1 * f1 + 3 * f2, v6 = 1 * g1 + 1 * g2;
+    const std::vector<TrafficObservation> s{{"192.0.2.1", 1, 8000 * f1 / v4},
+                                            {"192.0.2.2", 3, 8000 * 3 * f2 / v4},
+                                            {"2001:db8::1", 1, 2000 * g1 / v6},
+                                            {"2001:db8::2", 1, 2000 * g2 / v6}};
+    now += kRound;
+    ASSERT_TRUE(c.Observe(kKey, s, now, now).ok());
+    c.Step(now);
+  }
+  for (const char* a : {"192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2"})
+    EXPECT_EQ(c.Factor(kKey, a), 1.0) << a;
+  // A skew inside one family is corrected inside it only.
+  for (int round = 0; round < 30; ++round) {
+    const double f1 = c.Factor(kKey, "192.0.2.1"), f2 = c.Factor(kKey, "192.0.2.2");
+    const double v4 = 1 * f1 + 3 * f2 * 0.5;  // the second address carries half its share
+    const std::vector<TrafficObservation> s{{"192.0.2.1", 1, 8000 * f1 / v4},
+                                            {"192.0.2.2", 3, 8000 * 3 * f2 * 0.5 / v4},
+                                            {"2001:db8::1", 1, 1000},
+                                            {"2001:db8::2", 1, 1000}};
+    now += kRound;
+    ASSERT_TRUE(c.Observe(kKey, s, now, now).ok());
+    c.Step(now);
+  }
+  EXPECT_NEAR(c.Factor(kKey, "192.0.2.2") / c.Factor(kKey, "192.0.2.1"), 2.0, 0.1);
+  EXPECT_EQ(c.Factor(kKey, "2001:db8::1"), 1.0);
+  EXPECT_EQ(c.Factor(kKey, "2001:db8::2"), 1.0);
 }
 
 TEST(Calibration, TooLittleTrafficOrAnOlderSampleChangesNothing) {

@@ -216,12 +216,12 @@ TEST(WeightFactorsPick, ScaledBackToTheGslbWeightsIsNoChange) {
 
 TEST(WeightFactorsPick, CachedEntryUsesItsAddresses) {
   const dns::NameKey q = Key("cdn.example.com");
-  // 192.0.2.3 has no factor; 192.0.2.9 and the IPv6 address are not in
-  // the entry.
+  // The entry's three addresses (192.0.2.3 at factor 1), and an IPv6
+  // address of the same set: another family, corrected apart.
   const WeightFactors f = Parse(
       "cdn.example.com common 192.0.2.1 1.5\n"
       "cdn.example.com common 192.0.2.2 0.75\n"
-      "cdn.example.com common 192.0.2.9 50\n"
+      "cdn.example.com common 192.0.2.3 1\n"
       "cdn.example.com common c000:203:: 50\n");
   ASSERT_EQ(f.size(), 1u);
   const FactorSet& factors = f.sets().begin()->second;
@@ -249,10 +249,17 @@ TEST(WeightFactorsPick, CachedEntryUsesItsAddresses) {
   EXPECT_EQ(count[1], 255u);
   EXPECT_EQ(count[2], 227u);
 
-  // A set without any of the entry's addresses changes nothing.
-  const WeightFactors unrelated = Parse("cdn.example.com common 192.0.2.77 3\n");
-  EXPECT_EQ(unrelated.sets().begin()->second.PickWeights(*e, out), 0u);
-  EXPECT_EQ(std::vector<uint8_t>(out, out + 3), (std::vector<uint8_t>{1, 3, 2}));
+  // A set without any of the entry's addresses changes nothing; nor one
+  // made for another set of addresses (the GSLB added or dropped one since
+  // the feedback): the GSLB's weights until feedback for the new set.
+  for (const char* other : {"cdn.example.com common 192.0.2.77 3\n",
+                            "cdn.example.com common 192.0.2.1 1.5\ncdn.example.com common 192.0.2.2 0.75\n",
+                            "cdn.example.com common 192.0.2.1 1.5\ncdn.example.com common 192.0.2.2 0.75\n"
+                            "cdn.example.com common 192.0.2.3 1\ncdn.example.com common 192.0.2.4 2\n"}) {
+    const WeightFactors unrelated = Parse(other);
+    EXPECT_EQ(unrelated.sets().begin()->second.PickWeights(*e, out), 0u) << other;
+    EXPECT_EQ(std::vector<uint8_t>(out, out + 3), (std::vector<uint8_t>{1, 3, 2})) << other;
+  }
 }
 
 TEST(WeightFactorsPick, AaaaEntry) {
@@ -265,6 +272,7 @@ TEST(WeightFactorsPick, AaaaEntry) {
   auto e = b.Build(EntryKind::kPositive, 100);
   ASSERT_TRUE(e.ok()) << e.status();
   const WeightFactors f = Parse(
+      "v6.example.com common 2001:db8::1 1\n"
       "v6.example.com common 2001:db8::2 4\n"
       "v6.example.com common 32.1.13.184 9\n");  // the first 4 bytes of 2001:db8::: another family
   uint8_t out[2] = {};

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,10 @@ class MetricsHttpServer {
   using Render = std::function<absl::StatusOr<std::string>()>;
   using Route = std::function<HttpReply(const HttpQueryArgs&)>;
   using PostRoute = std::function<HttpReply(const HttpRequest&)>;
+  // Asked with the request's head (no body yet) before the body is read: a
+  // reply refuses it there (an unauthenticated client never gets a body
+  // buffered), nullopt lets it in.
+  using Admit = std::function<std::optional<HttpReply>(const HttpRequest& head)>;
 
   struct Options {
     unsigned threads = 2;  // polling threads; each serves many connections
@@ -98,8 +103,8 @@ class MetricsHttpServer {
   // Content-Length declares it (before the body is read, the connection
   // closed after the answer), else once the chunked body ends, its excess
   // read and dropped, never held. A path may have a GET route and a POST
-  // route both.
-  void AddPostRoute(std::string path, PostRoute route);
+  // route both. `admit`, when given, runs first on the head (see Admit).
+  void AddPostRoute(std::string path, PostRoute route, Admit admit = nullptr);
 
   // Serves on `listen_fd`, a bound, listening TCP socket, which is made
   // non-blocking. The caller keeps ownership of it (libmicrohttpd gets a

@@ -10,7 +10,8 @@
 //
 // The controller works on the log of the share ratio, where the skew is
 // multiplicative: per address, the error is e = ln(wanted / observed)
-// (wanted = weight / sum of weights, observed = traffic / sum of traffic),
+// (wanted = weight / sum of weights, observed = traffic / sum of traffic,
+// both within the address's family: IPv4 and IPv6 are corrected apart),
 // 0 inside the dead band (|observed / wanted - 1| <= dead_band). Each step
 // is a velocity-form PI update of ln(factor):
 //     d = gain_p * (e - e_previous) + gain_i * e
@@ -103,12 +104,15 @@ class Calibrator {
   explicit Calibrator(CalibrationOptions options) : o_(options) {}
 
   // A sample for (name, partition) whose window ended at `window_end`,
-  // given at `now`. Refused, nothing changed: an empty sample, a zero
-  // weight, a negative or non-finite traffic, a repeated address
-  // (InvalidArgument), a window ending more than kMaxClockSkew after `now`
-  // (InvalidArgument: a typo there would hold the set for years), a window
-  // that ends no later than the set's last sample (FailedPrecondition).
+  // given at `now`. Refused, nothing changed: an empty sample, one of more
+  // than kMaxAddresses addresses (both families together), a zero weight, a negative or non-finite traffic, a
+  // repeated address (InvalidArgument), a window ending more than kMaxClockSkew after `now` (InvalidArgument:
+  // a typo there would hold the set for years), a window that ends no later than the set's last sample
+  // (FailedPrecondition).
   static constexpr uint32_t kMaxClockSkew = 300;
+  // At most this many addresses in a sample: an answer set's bound
+  // (dns::kMaxWeightedAddresses), what the front's factors can hold.
+  static constexpr size_t kMaxAddresses = 64;
   // A decaying factor this close to 1 becomes 1.
   static constexpr double kDecaySnap = 0.005;
   absl::Status Observe(const CalibrationKey& key, std::span<const TrafficObservation> sample,
@@ -153,6 +157,8 @@ class Calibrator {
     uint32_t window_end = 0;
   };
   void Act(CalibrationSet& set, const Pending& p);
+  // One family's addresses of the sample (indices): true when it acted.
+  bool ActFamily(CalibrationSet& set, const Pending& p, const std::vector<size_t>& idx);
   bool Decay(CalibrationSet& set, uint32_t now);
 
   CalibrationOptions o_;
@@ -162,7 +168,8 @@ class Calibrator {
 
 // The weight factors the front nodes pick with (partitions::WeightFactors
 // text: NAME PARTITION ADDRESS FACTOR per line): those of the sets whose
-// name `tags` covers with calibrate=on, factors of exactly 1 left out.
+// name `tags` covers with calibrate=on, every address of each; a set whose
+// factors are all exactly 1 left out.
 std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions::TagTable& tags);
 
 }  // namespace weir::mgmt

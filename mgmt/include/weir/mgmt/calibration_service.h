@@ -53,6 +53,8 @@ class CalibrationService {
   StructuredReply List(std::string_view name) const;
 
  private:
+  // Takes the store's state, whatever this instance ran.
+  void Reload();
   // Drops the sets whose name no calibrate=on tag covers; true when any was.
   bool ForgetUncalibrated();
   // Commits the calibrator's state; on failure takes the store's back.

@@ -27,6 +27,8 @@
 
 namespace weir::partitions {
 
+class FactorSet;  // weight_factors.h
+
 // The SWRR states of one worker: one state per key, for any set size up to
 // dns::kMaxWeightedAddresses, in one layout (448 bytes, seven cache lines of
 // which a pick reads the first one or two for a short name and a small set).
@@ -64,6 +66,12 @@ class SwrrTable {
   bool Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const;
 
   static CacheKey KeyOf(const CacheEntry& e) { return {e.partition(), e.qname(), e.qtype(), e.qclass()}; }
+
+  // The weights a calibrated entry is picked with (FactorSet::PickWeights)
+  // and the fingerprint of that sequence (the entry's mixed with the set's
+  // digest), from a small per-worker memo keyed by that fingerprint: a hot
+  // name computes them once per entry and factor change, not per pick.
+  std::span<const uint8_t> CalibratedWeights(const CacheEntry& e, const FactorSet& f, uint64_t* fingerprint);
 
   // The counters may be read from any thread (relaxed: metrics).
   size_t capacity() const { return capacity_; }
@@ -129,6 +137,15 @@ class SwrrTable {
     common::OwnedCounter evictions, resets, starts;
   };
   std::unique_ptr<Stats> stats_ = std::make_unique<Stats>();
+  // CalibratedWeights' memo: direct-mapped by fingerprint, allocated at
+  // the first calibrated pick (a worker without one pays nothing).
+  static constexpr size_t kMemoSlots = 256;
+  struct MemoSlot {
+    uint64_t fingerprint = 0;  // 0: empty
+    uint8_t n = 0;
+    uint8_t weights[kMaxAddresses];
+  };
+  std::unique_ptr<MemoSlot[]> memo_;
 };
 
 struct AnswerWrite {
@@ -153,7 +170,6 @@ struct AnswerWrite {
 // as a sequence of its own (a changed factor starts it again). Returns
 // false, writing nothing useful, when `cap` is too small.
 // No allocation, no lock; `swrr` is the calling worker's table.
-class FactorSet;
 bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
                  size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr,
                  const FactorSet* factors = nullptr);

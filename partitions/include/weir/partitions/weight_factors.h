@@ -92,18 +92,26 @@ class FactorSet {
 
   // The factor of the address whose RDATA is `rdata` (4 bytes: IPv4, 16:
   // IPv6); 1 for an address not in the set. Binary search, no allocation.
-  double Factor(std::span<const uint8_t> rdata) const;
+  // `known`, when given, is incremented when the address is in the set.
+  double Factor(std::span<const uint8_t> rdata, size_t* known = nullptr) const;
 
   // PickWeights (above) for the address RRset of a cached entry: its
-  // addresses' factors from this set (1 for those not in it), its weights.
+  // addresses' factors from this set, its weights. When the entry's
+  // addresses are not exactly the set's addresses of their family (the
+  // GSLB changed the set since the feedback), the GSLB's weights (and 0).
   // `out` has room for e.address_count() weights.
   uint64_t PickWeights(const CacheEntry& e, uint8_t* out) const;
+
+  // A hash of the addresses and factors (never 0): the same for the same
+  // content, whichever push it came with.
+  uint64_t digest() const { return digest_; }
 
   friend bool operator==(const FactorSet&, const FactorSet&) = default;
 
  private:
   friend class WeightFactors;
   std::vector<AddressFactor> addresses_;
+  uint64_t digest_ = 1;
 };
 
 // A set's key in the text: the name's canonical key and the partition's name.
