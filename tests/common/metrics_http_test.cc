@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -335,6 +336,43 @@ TEST(MetricsHttpServer, PathWithGetAndPostRoutesAnswersBoth) {
   const std::string del = Exchange(port, Request("DELETE", "/weights"));
   EXPECT_THAT(del, StartsWith("HTTP/1.1 405"));
   EXPECT_THAT(del, HasSubstr("Allow: GET, HEAD, POST\r\n"));
+  server.Stop();
+  close(fd);
+}
+
+// Admit sees the head before any body is read: a refusal is sent at once
+// (the declared body never held), the route never runs.
+TEST(MetricsHttpServer, AdmitRefusesOnTheHeadBeforeTheBody) {
+  uint16_t port = 0;
+  const int fd = Listen(&port);
+  MetricsHttpServer server([]() -> absl::StatusOr<std::string> { return std::string(); });
+  std::atomic<int> routed{0}, admitted_bodies{0};
+  server.AddPostRoute(
+      "/in",
+      [&](const HttpRequest& r) {
+        ++routed;
+        return HttpReply{200, "got " + r.body + "\n"};
+      },
+      [&](const HttpRequest& head) -> std::optional<HttpReply> {
+        admitted_bodies += head.body.empty() ? 0 : 1;
+        auto it = head.headers.find("authorization");
+        if (it != head.headers.end() && it->second == "Bearer good") return std::nullopt;
+        return HttpReply{401, "no\n", "text/plain", {{"WWW-Authenticate", "Bearer"}}};
+      });
+  ASSERT_TRUE(server.Start(fd).ok());
+  // The head alone, a large body declared and never sent: answered anyway.
+  const int c = Connect(port);
+  const std::string head = "POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n";
+  ASSERT_EQ(send(c, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  char buf[512] = {};
+  const ssize_t n = recv(c, buf, sizeof(buf) - 1, 0);
+  close(c);
+  ASSERT_GT(n, 0);
+  EXPECT_THAT(std::string(buf, static_cast<size_t>(n)), StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(std::string(buf, static_cast<size_t>(n)), HasSubstr("WWW-Authenticate: Bearer\r\n"));
+  EXPECT_EQ(Body(Exchange(port, Post("/in", "w=1", "Authorization: Bearer good\r\n"))), "got w=1\n");
+  EXPECT_EQ(routed.load(), 1);
+  EXPECT_EQ(admitted_bodies.load(), 0);
   server.Stop();
   close(fd);
 }
