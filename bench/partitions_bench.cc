@@ -397,14 +397,22 @@ BENCHMARK(BM_CacheHitBurst32)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTi
 // Pick + write the answer (single or ordered mode) for N hot weighted names
 // picked in turn: 1,024 (the states in L2) or 100,000 (a carrier's hot set
 // per worker: every state a cache miss).
-void BM_SwrrPickAndWrite(benchmark::State& state) {
-  const size_t names = static_cast<size_t>(state.range(1));
+std::string HotName(size_t i) { return "img" + std::to_string(i) + ".cdn.example.com"; }
+
+// `names` weighted entries of city 1, HotName(i) each.
+std::vector<CacheEntryPtr> HotEntries(size_t names) {
   std::vector<CacheEntryPtr> entries;
   for (size_t i = 0; i < names; ++i) {
     dns::NameKey k;
-    dns::NameKeyFromText("img" + std::to_string(i) + ".cdn.example.com", &k);
+    dns::NameKeyFromText(HotName(i), &k);
     entries.push_back(MakeEntry(PartitionKey(CacheLevel::kCity, 1, {}), k, 1000));
   }
+  return entries;
+}
+
+void BM_SwrrPickAndWrite(benchmark::State& state) {
+  const size_t names = static_cast<size_t>(state.range(1));
+  const std::vector<CacheEntryPtr> entries = HotEntries(names);
   SwrrTable swrr;
   const AnswerMode mode = state.range(0) == 0 ? AnswerMode::kSingle : AnswerMode::kOrdered;
   uint8_t buf[512];
@@ -428,15 +436,11 @@ BENCHMARK(BM_SwrrPickAndWrite)->Args({0, 1024})->Args({1, 1024})->Args({0, 10000
 // handler does; every address of every name has a factor.
 void BM_SwrrPickAndWriteCalibrated(benchmark::State& state) {
   const size_t names = static_cast<size_t>(state.range(1));
-  std::vector<CacheEntryPtr> entries;
+  const std::vector<CacheEntryPtr> entries = HotEntries(names);
   std::string text;
   for (size_t i = 0; i < names; ++i) {
-    const std::string name = "img" + std::to_string(i) + ".cdn.example.com";
-    dns::NameKey k;
-    dns::NameKeyFromText(name, &k);
-    entries.push_back(MakeEntry(PartitionKey(CacheLevel::kCity, 1, {}), k, 1000));
     for (uint32_t a = 1; a <= 4; ++a)
-      text += name + " city-1 10.0.0." + std::to_string(a) + " 1." + std::to_string(a) + "\n";
+      text += HotName(i) + " city-1 10.0.0." + std::to_string(a) + " 1." + std::to_string(a) + "\n";
   }
   auto parsed = WeightFactors::FromText(text);
   if (!parsed.ok()) return state.SkipWithError(std::string(parsed.status().message()).c_str());

@@ -22,6 +22,8 @@
 #include "weir/mgmt/etcd_client.h"
 #include "weir/mgmt/etcd_store.h"
 
+#include "etcd_member.h"
+
 namespace weir::mgmt {
 namespace {
 
@@ -365,90 +367,7 @@ TEST_F(StoreTest, UnopenableDatabaseIsAnError) {
 // ports. What they are tested on here is the calibrator's state, the part
 // of the configuration added last.
 
-// One etcd member (Debian's etcd-server) in its own data directory.
-class EtcdMember {
- public:
-  EtcdMember() {
-    char tmpl[] = "/tmp/weir-store-etcd-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) dir_ = tmpl;
-  }
-  ~EtcdMember() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  std::string endpoint() const { return Url(client_port_); }
-
-  // Starts etcd and waits (up to 10 s) until it serves a Range.
-  ::testing::AssertionResult Start() {
-    if (dir_.empty()) return ::testing::AssertionFailure() << "mkdtemp failed";
-    client_port_ = FreePort();
-    const std::string peer = Url(FreePort());
-    std::vector<std::string> args = {"/usr/bin/etcd", "--name=weir-test", "--data-dir=" + dir_ + "/data",
-                                     "--listen-client-urls=" + endpoint(),
-                                     "--advertise-client-urls=" + endpoint(), "--listen-peer-urls=" + peer,
-                                     "--initial-advertise-peer-urls=" + peer,
-                                     "--initial-cluster=weir-test=" + peer,
-                                     // A single member elects itself after one election timeout.
-                                     "--heartbeat-interval=10", "--election-timeout=100", "--logger=zap",
-                                     "--log-level=error", "--log-outputs=" + dir_ + "/etcd.log"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string out = dir_ + "/etcd.out";
-    const int out_fd = open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
-      if (out_fd >= 0) {
-        dup2(out_fd, 1);
-        dup2(out_fd, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    if (out_fd >= 0) close(out_fd);
-    if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
-    etcd::ClientOptions o;
-    o.endpoints = {endpoint()};
-    o.request_timeout = std::chrono::milliseconds(300);
-    etcd::Client probe(o);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (probe.Range("/probe").ok()) return ::testing::AssertionSuccess();
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return ::testing::AssertionFailure() << "etcd exited; see " << dir_;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return ::testing::AssertionFailure() << "etcd did not answer within 10 s";
-  }
-
- private:
-  static std::string Url(int port) { return "http://127.0.0.1:" + std::to_string(port); }
-  // A loopback port nothing listens on (it was free a moment ago).
-  static int FreePort() {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    int port = 0;
-    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      port = ntohs(addr.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-  }
-
-  std::string dir_;
-  int client_port_ = 0;
-  pid_t pid_ = -1;
-};
+using test::EtcdMember;
 
 // The member every etcd test of the run shares (each under its own prefix),
 // started by the first one that needs it.
