@@ -271,6 +271,17 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
   if (!sel.ok()) return ControlReply::Error(std::string(ToStd(sel.status().message())));
   const uint32_t now = shared_.clock->NowSeconds();
   const LearnedTags* learned = shared_.learned.Get();
+  // A calibrated entry's SWRR sequence is keyed by its fingerprint mixed
+  // with its factor set's digest (WriteAnswer): probed as the workers pick.
+  const partitions::TagTable* tags = shared_.tags.Get();
+  const partitions::BoundWeightFactors* factors = shared_.factors.Get();
+  auto pick_fingerprint = [&](const CacheEntry& e) {
+    if (factors == nullptr || factors->empty() || tags == nullptr) return e.fingerprint();
+    const partitions::Tag* tag = tags->Lookup(e.qname());
+    const partitions::FactorSet* f =
+        tag != nullptr && tag->calibrate ? factors->Find(e.partition(), e.qname()) : nullptr;
+    return f != nullptr ? partitions::MixPickDigest(e.fingerprint(), f->digest()) : e.fingerprint();
+  };
 
   // Under the cache's writer lock only the raw fields are copied; the text
   // is made after (the forwarder's inserts wait for the lock).
@@ -314,7 +325,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
       }
       x.weights.assign(e.weights().begin(), e.weights().end());
       x.hash = e.hash();
-      x.fingerprint = e.fingerprint();
+      x.fingerprint = pick_fingerprint(e);
     }
     return true;
   });
