@@ -424,15 +424,24 @@ absl::StatusOr<StoredConfig> EtcdBackend::Load() {
     for (size_t k = 0; k < kKinds.size(); ++k) {
       auto content = ReadBlob(head->parts[k], r->revision);
       if (!content.ok()) return content.status();
-      // One canonical line per tag, each ending with a newline.
-      if (k == 0) out.tag_lines = absl::StrSplit(*content, '\n', absl::SkipEmpty());
-      if (k == 1) out.citymap = *std::move(content);
-      if (k == 2 && !content->empty()) {
-        auto accounts = AccountsFromJson(*content);
-        if (!accounts.ok()) return accounts.status();
-        out.accounts = *std::move(accounts);
+      switch (k) {
+        case 0:  // one canonical line per tag, each ending with a newline
+          out.tag_lines = absl::StrSplit(*content, '\n', absl::SkipEmpty());
+          break;
+        case 1:
+          out.citymap = *std::move(content);
+          break;
+        case 2:
+          if (!content->empty()) {
+            auto accounts = AccountsFromJson(*content);
+            if (!accounts.ok()) return accounts.status();
+            out.accounts = *std::move(accounts);
+          }
+          break;
+        default:
+          out.calibration = *std::move(content);
+          break;
       }
-      if (k == 3) out.calibration = *std::move(content);
     }
   }
   origin_ = out.origin;
