@@ -410,42 +410,25 @@ std::vector<CacheEntryPtr> HotEntries(size_t names) {
   return entries;
 }
 
+// Third argument 1: calibrate=on names, the factor set's lookup (name,
+// partition) and the pick weights (weight x factor) before each pick, as the
+// fastpath's handler does; every address of every name has a factor.
 void BM_SwrrPickAndWrite(benchmark::State& state) {
   const size_t names = static_cast<size_t>(state.range(1));
+  const bool calibrated = state.range(2) != 0;
   const std::vector<CacheEntryPtr> entries = HotEntries(names);
-  SwrrTable swrr;
-  const AnswerMode mode = state.range(0) == 0 ? AnswerMode::kSingle : AnswerMode::kOrdered;
-  uint8_t buf[512];
-  size_t i = 0, bytes = 0;
-  for (auto _ : state) {
-    AnswerWrite w;
-    WriteAnswer(*entries[i], mode, swrr, AnswerTtl::Aged(10), buf, sizeof buf, &w);
-    bytes += w.bytes;
-    benchmark::DoNotOptimize(buf);
-    if (++i == names) i = 0;
+  BoundWeightFactors bound;
+  if (calibrated) {
+    std::string text;
+    for (size_t i = 0; i < names; ++i) {
+      for (uint32_t a = 1; a <= 4; ++a)
+        text += HotName(i) + " city-1 10.0.0." + std::to_string(a) + " 1." + std::to_string(a) + "\n";
+    }
+    auto parsed = WeightFactors::FromText(text);
+    if (!parsed.ok()) return state.SkipWithError(std::string(parsed.status().message()).c_str());
+    bound = parsed->Bind(
+        [](std::string_view) -> std::optional<Partition> { return PartitionKey(CacheLevel::kCity, 1, {}); });
   }
-  benchmark::DoNotOptimize(bytes);
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(mode == AnswerMode::kSingle ? "single" : "ordered");
-  state.counters["swrr_evictions"] = static_cast<double>(swrr.evictions());
-}
-BENCHMARK(BM_SwrrPickAndWrite)->Args({0, 1024})->Args({1, 1024})->Args({0, 100000});
-
-// The same for calibrate=on names: the factor set's lookup (name, partition)
-// and the pick weights (weight x factor) before each pick, as the fastpath's
-// handler does; every address of every name has a factor.
-void BM_SwrrPickAndWriteCalibrated(benchmark::State& state) {
-  const size_t names = static_cast<size_t>(state.range(1));
-  const std::vector<CacheEntryPtr> entries = HotEntries(names);
-  std::string text;
-  for (size_t i = 0; i < names; ++i) {
-    for (uint32_t a = 1; a <= 4; ++a)
-      text += HotName(i) + " city-1 10.0.0." + std::to_string(a) + " 1." + std::to_string(a) + "\n";
-  }
-  auto parsed = WeightFactors::FromText(text);
-  if (!parsed.ok()) return state.SkipWithError(std::string(parsed.status().message()).c_str());
-  const BoundWeightFactors bound = parsed->Bind(
-      [](std::string_view) -> std::optional<Partition> { return PartitionKey(CacheLevel::kCity, 1, {}); });
   SwrrTable swrr;
   const AnswerMode mode = state.range(0) == 0 ? AnswerMode::kSingle : AnswerMode::kOrdered;
   uint8_t buf[512];
@@ -453,7 +436,7 @@ void BM_SwrrPickAndWriteCalibrated(benchmark::State& state) {
   for (auto _ : state) {
     AnswerWrite w;
     const CacheEntry& e = *entries[i];
-    const FactorSet* f = bound.Find(e.partition(), e.qname());
+    const FactorSet* f = calibrated ? bound.Find(e.partition(), e.qname()) : nullptr;
     WriteAnswer(e, mode, swrr, AnswerTtl::Aged(10), buf, sizeof buf, &w, nullptr, f);
     bytes += w.bytes;
     benchmark::DoNotOptimize(buf);
@@ -461,9 +444,17 @@ void BM_SwrrPickAndWriteCalibrated(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(bytes);
   state.SetItemsProcessed(state.iterations());
-  state.SetLabel(mode == AnswerMode::kSingle ? "single" : "ordered");
+  state.SetLabel(std::string(mode == AnswerMode::kSingle ? "single" : "ordered") +
+                 (calibrated ? " calibrated" : ""));
+  state.counters["swrr_evictions"] = static_cast<double>(swrr.evictions());
 }
-BENCHMARK(BM_SwrrPickAndWriteCalibrated)->Args({0, 1024})->Args({1, 1024})->Args({0, 100000});
+BENCHMARK(BM_SwrrPickAndWrite)
+    ->Args({0, 1024, 0})
+    ->Args({1, 1024, 0})
+    ->Args({0, 100000, 0})
+    ->Args({0, 1024, 1})
+    ->Args({1, 1024, 1})
+    ->Args({0, 100000, 1});
 
 }  // namespace
 }  // namespace weir::partitions

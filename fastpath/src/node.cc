@@ -814,26 +814,23 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
     }
     answers.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, n);
   }
-  for (const auto& [s, weight] : gslb_weights) {
-    if (exported.count(s.name) != 0)
-      configured.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, weight);
-  }
-  auto& factor_family =
-      w.Gauge("weir_answer_weight_factor",
-              "The traffic-share calibration's factor of each address of an exported name whose tag has "
-              "calibrate=on (docs/calibration.md); absent: factor 1.");
-  auto& effective = w.Gauge("weir_answer_effective_weight",
-                            "The weight the smooth weighted round-robin picks with, per exported name, "
-                            "partition and address: the GSLB's weight, or for a calibrated name weight x "
-                            "factor rescaled to 1..255.");
-  for (const auto& [s, f] : factor_of) {
-    if (exported.count(s.name) != 0)
-      factor_family.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, f);
-  }
-  for (const auto& [s, weight] : weights) {
-    if (exported.count(s.name) != 0)
-      effective.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, weight);
-  }
+  // Each gauge by (name, partition, address), for the exported names only.
+  auto add_exported = [&](common::PrometheusWriter::Family& family, const auto& series) {
+    for (const auto& [s, v] : series) {
+      if (exported.count(s.name) != 0)
+        family.Add({{"name", s.name}, {"partition", s.partition}, {"address", s.address}}, v);
+    }
+  };
+  add_exported(configured, gslb_weights);
+  add_exported(w.Gauge("weir_answer_weight_factor",
+                       "The traffic-share calibration's factor of each address of an exported name whose tag "
+                       "has calibrate=on (docs/calibration.md); absent: factor 1."),
+               factor_of);
+  add_exported(
+      w.Gauge("weir_answer_effective_weight",
+              "The weight the smooth weighted round-robin picks with, per exported name, partition and "
+              "address: the GSLB's weight, or for a calibrated name weight x factor rescaled to 1..255."),
+      weights);
   auto& other_family =
       w.Counter("weir_answers_other_total",
                 "Answers to weighted names beyond server.metrics_answer_names, by partition.");

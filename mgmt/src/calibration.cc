@@ -314,6 +314,12 @@ double Calibrator::Factor(const CalibrationKey& key, std::string_view address) c
   return 1.0;
 }
 
+bool NameIsCalibrated(const partitions::TagTable& tags, std::string_view name) {
+  dns::NameKey wire;
+  const partitions::Tag* tag = dns::NameKeyFromText(name, &wire) ? tags.Lookup(wire.span()) : nullptr;
+  return tag != nullptr && tag->calibrate;
+}
+
 std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions::TagTable& tags) {
   std::string out;
   std::string_view last_name;
@@ -321,9 +327,7 @@ std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions
   for (const auto& [key, set] : calibrator.sets()) {
     if (key.name != last_name) {
       last_name = key.name;
-      dns::NameKey wire;
-      const partitions::Tag* tag = dns::NameKeyFromText(key.name, &wire) ? tags.Lookup(wire.span()) : nullptr;
-      calibrated = tag != nullptr && tag->calibrate;
+      calibrated = NameIsCalibrated(tags, key.name);
     }
     if (!calibrated) continue;
     // A set whose factors are all 1 changes no pick; any other goes whole,

@@ -28,10 +28,7 @@ std::unique_ptr<const partitions::TagTable> Tags(const Store& store) {
 }
 
 bool Calibrated(const partitions::TagTable* tags, std::string_view name) {
-  dns::NameKey wire;
-  if (tags == nullptr || !dns::NameKeyFromText(name, &wire)) return false;
-  const partitions::Tag* tag = tags->Lookup(wire.span());
-  return tag != nullptr && tag->calibrate;
+  return tags != nullptr && NameIsCalibrated(*tags, name);
 }
 
 }  // namespace

@@ -171,5 +171,8 @@ class Calibrator {
 // name `tags` covers with calibrate=on, every address of each; a set whose
 // factors are all exactly 1 left out.
 std::string CalibratedFactorsText(const Calibrator& calibrator, const partitions::TagTable& tags);
+// Whether a calibrate=on tag covers `name` (presentation form): the only
+// names the calibration touches.
+bool NameIsCalibrated(const partitions::TagTable& tags, std::string_view name);
 
 }  // namespace weir::mgmt
