@@ -5,7 +5,7 @@
 namespace weir::dns {
 namespace {
 
-constexpr size_t kOptFixedSize = 11;  // root owner + type, class, ttl, rdlength
+constexpr size_t kOptFixedSize = kBareOptSize;
 
 size_t CountOffset(Section s) {
   switch (s) {
@@ -105,12 +105,7 @@ ParseError ResponseWriter::AppendRecord(Section section, std::span<const uint8_t
 
 ParseError ResponseWriter::BeginOpt(uint16_t udp_size, bool do_bit, uint8_t ext_rcode, uint8_t version) {
   if (Reserve(kOptFixedSize) != ParseError::kOk) return ParseError::kBufferTooSmall;
-  uint8_t* o = buf_ + len_;
-  o[0] = 0;
-  Store16(o + 1, type::kOpt);
-  Store16(o + 3, udp_size);
-  Store32(o + 5, (uint32_t{ext_rcode} << 24) | (uint32_t{version} << 16) | (do_bit ? 0x8000u : 0u));
-  Store16(o + 9, 0);
+  WriteBareOpt(buf_ + len_, udp_size, do_bit, ext_rcode, version);
   opt_start_ = len_;
   len_ += kOptFixedSize;
   Bump(kOffArcount, 1);

@@ -98,34 +98,60 @@ size_t QueryHandler::WriteError(QueryContext& c, bool parsed, dns::Rcode rcode, 
   return n;
 }
 
+void QueryHandler::CountPick(const QueryContext& c, partitions::AnswerMode mode, uint8_t picked) {
+  const partitions::CacheEntry& e = *c.entry;
+  if (c.tag == nullptr || !c.tag->weight || e.address_count() == 0 || mode == partitions::AnswerMode::kAll)
+    return;
+  const std::span<const uint8_t> a = e.address(picked);
+  answers_.Count(c.hash, c.partition, c.query.qname.span(), a.data(), static_cast<uint8_t>(a.size()));
+}
+
 size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap) {
   const dns::Query& q = c.query;
   const partitions::CacheEntry& e = *c.entry;
-  dns::ResponseWriter w(out, out_cap);
-  if (w.BeginResponse({c.pkt, c.len}, q, e.rcode()) != dns::ParseError::kOk) return 0;
-  if (e.flags() & dns::flag::kAd && dns::AdAllowed(q)) w.AddFlags(dns::flag::kAd);
   // A client that asks for weights gets every address and the weights
   // (docs/behaviour.md#the-weight-option); otherwise tagged names are answered by SWRR.
   const partitions::Tag* tag = c.tag;
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   if (mode == partitions::AnswerMode::kSingle && c.ordered) mode = partitions::AnswerMode::kOrdered;
-  uint8_t weights[dns::kMaxWeightedAddresses];
-  partitions::AnswerWrite aw;
   // A calibrate=on name picks with its factors (only such names pay the lookup).
   const partitions::FactorSet* factors = nullptr;
   if (tag != nullptr && tag->calibrate && mode != partitions::AnswerMode::kAll) {
     if (const partitions::BoundWeightFactors* f = shared_->factors.Get(); f != nullptr)
       factors = f->Find(c.partition, q.qname.span());
   }
+  const uint16_t ad = (e.flags() & dns::flag::kAd) && dns::AdAllowed(q) ? dns::flag::kAd : 0;
+  partitions::AnswerWrite aw;
+  if (!q.edns.has_ecs && !q.edns.has_weight) [[likely]] {
+    // The answer template (CacheEntry::message) and a bare OPT when the
+    // query had one: copied and patched, nothing encoded. An answer that
+    // does not fit whole goes the general way below (the pick is made only
+    // once it fits).
+    const size_t opt = q.edns.present ? dns::kBareOptSize : 0;
+    const size_t limit = std::min(out_cap, c.answer_limit());
+    const size_t n = limit < opt ? 0
+                                 : partitions::WriteMessage(e, mode, swrr_, ttl, c.pkt, ad, out, limit - opt,
+                                                            &aw, factors);
+    if (n != 0) [[likely]] {
+      if (opt != 0) {
+        dns::WriteBareOpt(out + n, options_.edns_udp_size, q.edns.do_bit);
+        dns::Store16(out + dns::kOffArcount, 1);
+      }
+      CountPick(c, mode, aw.picked);
+      c.unlimited_size = n + opt;
+      return n + opt;
+    }
+  }
+  dns::ResponseWriter w(out, out_cap);
+  if (w.BeginResponse({c.pkt, c.len}, q, e.rcode()) != dns::ParseError::kOk) return 0;
+  if (ad != 0) w.AddFlags(ad);
+  uint8_t weights[dns::kMaxWeightedAddresses];
   const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights, factors);
   if (fits) {
     w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
     w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
-    if (tag != nullptr && tag->weight && e.address_count() > 0 && mode != partitions::AnswerMode::kAll) {
-      const std::span<const uint8_t> picked = e.address(aw.picked);
-      answers_.Count(c.hash, c.partition, q.qname.span(), picked.data(), static_cast<uint8_t>(picked.size()));
-    }
+    CountPick(c, mode, aw.picked);
   }
   return FinishAnswer(
       w, c, fits,

@@ -264,11 +264,13 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   if (entry_ttl == UINT32_MAX) entry_ttl = 0;
   if (ttl_offsets.size() > 255) return absl::InvalidArgumentError("more than 255 records");
 
-  // Layout: header | qname | pad to 8 | Meta | TTL offsets | weights | records.
+  // Layout: header | qname | pad to 8 | Meta | TTL offsets | weights |
+  // answer header | records.
   const size_t meta_off = CacheEntry::MetaOffset(qname_.size());
   const size_t ttl_off = meta_off + sizeof(CacheEntry::Meta);
   const size_t weights_off = ttl_off + ttl_offsets.size() * 2;
-  const size_t records_off = weights_off + weights.size();
+  const size_t header_off = weights_off + weights.size();
+  const size_t records_off = header_off + dns::kHeaderSize;
   const size_t size = sizeof(CacheEntry) + records_off + len;
   void* mem = ::operator new(size);
   CacheEntry* e = new (mem) CacheEntry();
@@ -307,6 +309,16 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   if (!ttl_offsets.empty()) std::memcpy(t + ttl_off, ttl_offsets.data(), ttl_offsets.size() * 2);
   if (!weights.empty()) std::memcpy(t + weights_off, weights.data(), weights.size());
   if (len > 0) std::memcpy(t + records_off, records, len);
+  // The answer template's header (CacheEntry::answer_header).
+  uint8_t* h = t + header_off;
+  dns::Store16(h + dns::kOffId, 0);
+  dns::Store16(h + dns::kOffFlags,
+               static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRa |
+                                     (static_cast<uint16_t>(e->rcode()) & dns::flag::kRcodeMask)));
+  dns::Store16(h + dns::kOffQdcount, 1);
+  dns::Store16(h + dns::kOffAncount, answer_count);
+  dns::Store16(h + dns::kOffNscount, authority_count);
+  dns::Store16(h + dns::kOffArcount, 0);
   return ptr;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "weir/common/copy.h"
 #include "weir/partitions/weight_factors.h"
 
 namespace weir::partitions {
@@ -184,40 +185,37 @@ bool SwrrTable::Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprin
   return true;
 }
 
-bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
-                 size_t cap, AnswerWrite* out, uint8_t* weights_out, const FactorSet* factors) {
-  const std::span<const uint8_t> rec = e.records();
-  const std::span<const uint16_t> ttls = e.ttl_offsets();
+namespace {
+
+// The SWRR pick for `e`'s address set: by its weights, or with `factors`
+// by its calibrated pick weights, as a sequence of their own.
+inline uint8_t PickFor(const CacheEntry& e, SwrrTable& swrr, const FactorSet* factors) {
+  if (factors == nullptr) return swrr.Pick(e);
+  uint64_t fingerprint;
+  const std::span<const uint8_t> picking = swrr.CalibratedWeights(e, *factors, &fingerprint);
+  return swrr.Pick(SwrrTable::KeyOf(e), e.hash(), fingerprint, picking);
+}
+
+// The bytes WriteAnswer writes for `e` in `mode`: all records, or the chain
+// and one or every address record.
+inline size_t RecordBytes(const CacheEntry& e, AnswerMode mode) {
   const size_t n = e.address_count();
-  if (n == 0 || mode == AnswerMode::kAll) {
-    if (rec.size() > cap) return false;
-    internal::CopyAged(dst, rec.data(), rec.size(), ttls, 0, ttl);
-    out->bytes = static_cast<uint16_t>(rec.size());
-    out->answer_count = e.answer_count();
-    out->authority_count = e.authority_count();
-    out->picked = 0;
-    out->weight_count = static_cast<uint8_t>(n);
-    if (weights_out != nullptr && n > 0) std::memcpy(weights_out, e.weights().data(), n);
-    return true;
-  }
-  const size_t chain = e.chain_bytes();
+  if (n == 0 || mode == AnswerMode::kAll) return e.records().size();
+  return e.chain_bytes() + e.address_record_size() * (mode == AnswerMode::kSingle ? 1 : n);
+}
+
+// Writes the address records of `e` at `p` in `mode` (kSingle or kOrdered),
+// `pick` first, with the TTLs `ttl` says; returns how many. The weights of
+// the written records go to `weights_out` (if not null) in written order.
+inline size_t PutAddresses(const CacheEntry& e, AnswerMode mode, uint8_t pick, AnswerTtl ttl, uint8_t* p,
+                           uint8_t* weights_out) {
+  const uint8_t* rec = e.records().data() + e.chain_bytes();
   const size_t rsize = e.address_record_size();
+  const size_t n = e.address_count();
   const std::span<const uint8_t> w = e.weights();
-  uint8_t pick;
-  if (factors == nullptr) {
-    pick = swrr.Pick(e);
-  } else {
-    uint64_t fingerprint;
-    const std::span<const uint8_t> picking = swrr.CalibratedWeights(e, *factors, &fingerprint);
-    pick = swrr.Pick(SwrrTable::KeyOf(e), e.hash(), fingerprint, picking);
-  }
-  const size_t total = chain + (mode == AnswerMode::kSingle ? rsize : rsize * n);
-  if (total > cap) return false;
-  if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, ttl);
-  uint8_t* p = dst + chain;
   // Every address record has its TTL 6 bytes in (2-byte pointer, type, class).
   auto put = [&](size_t i) {
-    const uint8_t* r = rec.data() + chain + i * rsize;
+    const uint8_t* r = rec + i * rsize;
     // Constant sizes: a variable-length memcpy this short costs more to set
     // up (rep movs) than to do.
     if (rsize == 16) {
@@ -239,12 +237,81 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTt
       ++written;
     }
   }
+  return written;
+}
+
+}  // namespace
+
+bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
+                 size_t cap, AnswerWrite* out, uint8_t* weights_out, const FactorSet* factors) {
+  const std::span<const uint8_t> rec = e.records();
+  const std::span<const uint16_t> ttls = e.ttl_offsets();
+  const size_t n = e.address_count();
+  if (n == 0 || mode == AnswerMode::kAll) {
+    if (rec.size() > cap) return false;
+    internal::CopyAged(dst, rec.data(), rec.size(), ttls, 0, ttl);
+    out->bytes = static_cast<uint16_t>(rec.size());
+    out->answer_count = e.answer_count();
+    out->authority_count = e.authority_count();
+    out->picked = 0;
+    out->weight_count = static_cast<uint8_t>(n);
+    if (weights_out != nullptr && n > 0) std::memcpy(weights_out, e.weights().data(), n);
+    return true;
+  }
+  const size_t chain = e.chain_bytes();
+  const uint8_t pick = PickFor(e, swrr, factors);
+  const size_t total = RecordBytes(e, mode);
+  if (total > cap) return false;
+  if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, ttl);
+  const size_t written = PutAddresses(e, mode, pick, ttl, dst + chain, weights_out);
   out->bytes = static_cast<uint16_t>(total);
   out->answer_count = static_cast<uint16_t>(e.chain_count() + written);
   out->authority_count = 0;
   out->picked = pick;
   out->weight_count = static_cast<uint8_t>(written);
   return true;
+}
+
+size_t WriteMessage(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl,
+                    const uint8_t* query, uint16_t flags, uint8_t* dst, size_t cap, AnswerWrite* out,
+                    const FactorSet* factors) {
+  const size_t head = e.head_bytes();
+  const size_t n = e.address_count();
+  const bool as_cached = n == 0 || mode == AnswerMode::kAll;
+  const size_t records = RecordBytes(e, mode);
+  if (head + records > cap) return 0;
+  // The template's header with what belongs to the query (its ID, RD and
+  // CD), the query's question as it came (the client's spelling, 0x20), the
+  // template's records up to what the pick chooses (all when nothing is).
+  const uint8_t* header = e.answer_header();
+  std::memcpy(dst, header, dns::kHeaderSize);
+  std::memcpy(dst, query, 2);
+  dns::Store16(dst + dns::kOffFlags, static_cast<uint16_t>(dns::Load16(header + dns::kOffFlags) | flags |
+                                                           (dns::Load16(query + dns::kOffFlags) &
+                                                            (dns::flag::kRd | dns::flag::kCd))));
+  common::CopyShort(dst + dns::kHeaderSize, query + dns::kHeaderSize, head - dns::kHeaderSize);
+  common::CopyShort(dst + head, header + dns::kHeaderSize, as_cached ? records : e.chain_bytes());
+  uint8_t* rec = dst + head;
+  const std::span<const uint16_t> ttls = e.ttl_offsets();
+  const bool aged = ttl.age != 0 || ttl.floor != 0;  // else every TTL stays as cached
+  out->bytes = static_cast<uint16_t>(records);
+  if (as_cached) {
+    if (aged) dns::RewriteTtls(rec, ttls, 0, ttl);
+    out->answer_count = e.answer_count();
+    out->authority_count = e.authority_count();
+    out->picked = 0;
+    out->weight_count = static_cast<uint8_t>(n);
+    return head + records;
+  }
+  if (aged && e.chain_count() != 0) dns::RewriteTtls(rec, ttls.first(e.chain_count()), 0, ttl);
+  const uint8_t pick = PickFor(e, swrr, factors);
+  const size_t written = PutAddresses(e, mode, pick, ttl, rec + e.chain_bytes(), nullptr);
+  out->answer_count = static_cast<uint16_t>(e.chain_count() + written);
+  out->authority_count = 0;
+  out->picked = pick;
+  out->weight_count = static_cast<uint8_t>(written);
+  dns::Store16(dst + dns::kOffAncount, out->answer_count);
+  return head + records;
 }
 
 }  // namespace weir::partitions

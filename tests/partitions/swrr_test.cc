@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -484,6 +486,155 @@ TEST(WriteAnswer, TooSmallBufferFails) {
   EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kOrdered, t, {}, buf, 20, &w));
   EXPECT_TRUE(WriteAnswer(*e, AnswerMode::kSingle, t, {}, buf, 20, &w));
   EXPECT_FALSE(WriteAnswer(*e, AnswerMode::kAll, t, {}, buf, 31, &w));
+}
+
+// ---------------------------------------------------------------- WriteMessage
+
+// The answer template against the general writer: ResponseWriter's header
+// and question for the query, WriteAnswer's records, the same pick.
+std::vector<uint8_t> ReferenceMessage(const CacheEntry& e, AnswerMode mode, SwrrTable& t, AnswerTtl ttl,
+                                      const std::vector<uint8_t>& query, uint16_t flags) {
+  dns::Query q;
+  EXPECT_EQ(dns::ParseQuery(query, {}, &q), dns::ParseError::kOk);
+  std::vector<uint8_t> out(4096);
+  dns::ResponseWriter w(out.data(), out.size());
+  EXPECT_EQ(w.BeginResponse(query, q, e.rcode()), dns::ParseError::kOk);
+  if (flags != 0) w.AddFlags(flags);
+  AnswerWrite aw;
+  EXPECT_TRUE(WriteAnswer(e, mode, t, ttl, w.tail(), w.room(), &aw));
+  w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
+  w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
+  out.resize(w.Finish(out.size()));
+  return out;
+}
+
+std::vector<uint8_t> TemplateMessage(const CacheEntry& e, AnswerMode mode, SwrrTable& t, AnswerTtl ttl,
+                                     const std::vector<uint8_t>& query, uint16_t flags, size_t cap = 4096) {
+  std::vector<uint8_t> out(cap);
+  AnswerWrite aw;
+  out.resize(WriteMessage(e, mode, t, ttl, query.data(), flags, out.data(), out.size(), &aw));
+  return out;
+}
+
+CacheEntryPtr MakeEntry(const CacheKey& key, EntryKind kind,
+                        const std::function<void(CacheEntryBuilder&)>& add, uint32_t now) {
+  CacheEntryBuilder b(key);
+  add(b);
+  auto e = b.Build(kind, now);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+// Every kind of entry the cache holds, in every mode, aged, stale and as
+// cached, for queries with the client's own case, RD/CD and AD: the same
+// bytes as the general writer, pick after pick.
+TEST(WriteMessage, AgreesWithTheGeneralWriterOnEveryKindOfEntry) {
+  const uint32_t now = 1000;
+  const dns::NameKey name = Key("www.example.com");
+  const CacheKey a_key{kCommonPartition, name.span(), dns::type::kA, dns::klass::kIn};
+  const CacheKey aaaa_key{kCommonPartition, name.span(), dns::type::kAaaa, dns::klass::kIn};
+  const CacheKey mx_key{kCommonPartition, name.span(), dns::type::kMx, dns::klass::kIn};
+  std::vector<std::pair<std::string, CacheEntryPtr>> entries;
+  entries.emplace_back("one address", MakeAEntry(0, name, {0x0a000001}, {}, now));
+  entries.emplace_back("weighted 3",
+                       MakeAEntry(0, name, {0x0a000001, 0x0a000002, 0x0a000003}, {3, 2, 1}, now));
+  entries.emplace_back("chain + weighted", MakeAEntry(0, name, {0x0a000001, 0x0a000002}, {1, 2}, now, 300,
+                                                      {"a.cdn.example", "b.cdn.net"}));
+  std::vector<uint32_t> many;
+  std::vector<uint8_t> many_w;
+  for (uint32_t i = 0; i < dns::kMaxWeightedAddresses; ++i) {
+    many.push_back(0x0b000000 + i);
+    many_w.push_back(static_cast<uint8_t>(1 + i % 7));
+  }
+  entries.emplace_back("64 weighted", MakeAEntry(0, name, many, many_w, now));
+  entries.emplace_back("AAAA", MakeEntry(
+                                   aaaa_key, EntryKind::kPositive,
+                                   [&](CacheEntryBuilder& b) {
+                                     for (uint8_t i = 1; i <= 3; ++i) {
+                                       std::vector<uint8_t> v6(16, 0x20);
+                                       v6[15] = i;
+                                       b.AddAddress(name.span(), v6, 120 + i);
+                                     }
+                                   },
+                                   now));
+  entries.emplace_back("MX", MakeEntry(
+                                 mx_key, EntryKind::kPositive,
+                                 [&](CacheEntryBuilder& b) {
+                                   const dns::NameKey mx = Key("mail.example.com");
+                                   std::vector<uint8_t> rdata = {0, 10};
+                                   rdata.insert(rdata.end(), mx.span().begin(), mx.span().end());
+                                   b.AddAnswer(name.span(), dns::type::kMx, dns::klass::kIn, 600, rdata);
+                                 },
+                                 now));
+  const std::vector<uint8_t> soa = {0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 60};
+  const dns::NameKey zone = Key("example.com");
+  entries.emplace_back("NXDOMAIN", MakeEntry(
+                                       a_key, EntryKind::kNxDomain,
+                                       [&](CacheEntryBuilder& b) {
+                                         b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 300,
+                                                        soa);
+                                       },
+                                       now));
+  entries.emplace_back("NODATA", MakeEntry(
+                                     aaaa_key, EntryKind::kNoData,
+                                     [&](CacheEntryBuilder& b) {
+                                       b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 300,
+                                                      soa);
+                                     },
+                                     now));
+  entries.emplace_back("SERVFAIL", MakeEntry(
+                                       a_key, EntryKind::kServFail, [](CacheEntryBuilder&) {}, now));
+
+  const AnswerTtl ttls[] = {AnswerTtl::Aged(0), AnswerTtl::Aged(17), AnswerTtl::Aged(100000),
+                            AnswerTtl::Stale(30)};
+  for (const auto& [what, e] : entries) {
+    ASSERT_NE(e, nullptr) << what;
+    dns::testing::QuerySpec spec;
+    spec.qname = "wWw.ExAmple.COM";
+    spec.qtype = e->qtype();
+    for (const AnswerMode mode : {AnswerMode::kAll, AnswerMode::kSingle, AnswerMode::kOrdered}) {
+      SwrrTable reference, templated;
+      for (int round = 0; round < 12; ++round) {
+        spec.id = static_cast<uint16_t>(0x1000 + round * 77);
+        spec.flags =
+            static_cast<uint16_t>((round & 1 ? dns::flag::kRd : 0) | (round & 2 ? dns::flag::kCd : 0));
+        spec.edns = round % 3 != 0;
+        const std::vector<uint8_t> query = dns::testing::MakeQuery(spec);
+        const uint16_t flags = round & 4 ? dns::flag::kAd : 0;
+        const AnswerTtl ttl = ttls[round % 4];
+        const std::vector<uint8_t> want = ReferenceMessage(*e, mode, reference, ttl, query, flags);
+        const std::vector<uint8_t> got = TemplateMessage(*e, mode, templated, ttl, query, flags);
+        ASSERT_EQ(got, want) << what << " mode " << static_cast<int>(mode) << " round " << round;
+        // The client's spelling, and a message the codec reads.
+        EXPECT_EQ(0, std::memcmp(got.data() + dns::kHeaderSize, query.data() + dns::kHeaderSize, name.len));
+        dns::Message m;
+        EXPECT_EQ(m.Parse(got, {}), dns::ParseError::kOk) << what;
+      }
+    }
+  }
+}
+
+// Too small a buffer: 0, and the SWRR sequence has not moved (the general
+// writer that then answers with TC picks what the template would have).
+TEST(WriteMessage, TooSmallWritesNothingAndDoesNotPick) {
+  const dns::NameKey name = Key("w.cdn.example");
+  CacheEntryPtr e = MakeAEntry(0, name, {1, 2, 3}, {5, 1, 1}, 100);
+  dns::testing::QuerySpec spec;
+  spec.qname = "w.cdn.example";
+  const std::vector<uint8_t> query = dns::testing::MakeQuery(spec);
+  SwrrTable reference, templated;
+  const size_t exact =
+      ReferenceMessage(*e, AnswerMode::kSingle, reference, AnswerTtl::Aged(0), query, 0).size();
+  SwrrTable fresh;
+  EXPECT_TRUE(
+      TemplateMessage(*e, AnswerMode::kSingle, templated, AnswerTtl::Aged(0), query, 0, exact - 1).empty());
+  EXPECT_EQ(TemplateMessage(*e, AnswerMode::kSingle, templated, AnswerTtl::Aged(0), query, 0, exact).size(),
+            exact);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(TemplateMessage(*e, AnswerMode::kSingle, templated, AnswerTtl::Aged(0), query, 0),
+              ReferenceMessage(*e, AnswerMode::kSingle, reference, AnswerTtl::Aged(0), query, 0))
+        << i;
+  }
 }
 
 }  // namespace

@@ -53,6 +53,18 @@ inline bool SetQuestionSpelling(std::span<uint8_t> msg, std::span<const uint8_t>
 // AD in its query. Both tiers, cached and relayed answers alike.
 inline bool AdAllowed(const Query& q) { return q.edns.do_bit || (q.flags & flag::kAd) != 0; }
 
+// An OPT RR without options: the root owner, TYPE OPT, CLASS the UDP size,
+// TTL the extended RCODE, version and DO, RDLENGTH 0.
+inline constexpr size_t kBareOptSize = 11;
+inline void WriteBareOpt(uint8_t* o, uint16_t udp_size, bool do_bit, uint8_t ext_rcode = 0,
+                         uint8_t version = 0) {
+  o[0] = 0;
+  Store16(o + 1, type::kOpt);
+  Store16(o + 3, udp_size);
+  Store32(o + 5, (uint32_t{ext_rcode} << 24) | (uint32_t{version} << 16) | (do_bit ? 0x8000u : 0u));
+  Store16(o + 9, 0);
+}
+
 // The response to a message whose question could not be read: its header
 // only, with its ID, opcode and RD, QR set, RA when `ra`, and `rcode`.
 // Returns kHeaderSize, or 0 when `query` is shorter than the ID and flags

@@ -264,6 +264,8 @@ class QueryHandler {
   size_t WriteError(QueryContext& c, bool parsed, dns::Rcode rcode, uint8_t* out, size_t out_cap);
   // c's cache entry, its TTLs as `ttl` says.
   size_t WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uint8_t* out, size_t out_cap);
+  // Counts the address a weighted answer of c's entry picked (AnswerCounters).
+  void CountPick(const QueryContext& c, partitions::AnswerMode mode, uint8_t picked);
   // The relayed upstream answer for c's query.
   size_t WriteRelayed(QueryContext& c, const RelayedAnswer& r, uint8_t* out, size_t out_cap);
   // The RFC 8482 answer to ANY over UDP.

@@ -168,6 +168,15 @@ class CacheEntry {
 
   // All records (answer, then authority), with TTLs as originally cached.
   std::span<const uint8_t> records() const { return {tail() + meta().records_off, meta().records_len}; }
+  // The answer template: the response to a query of this key, as written
+  // for AnswerMode::kAll, is this 12-byte header (ID 0; QR, RA and the
+  // RCODE's low bits set, nothing else; QDCOUNT 1, ANCOUNT, NSCOUNT,
+  // ARCOUNT 0), the query's own question, then records(), laid out as sent.
+  // A hit copies them and patches what belongs to the query (WriteMessage
+  // in swrr.h).
+  const uint8_t* answer_header() const { return tail() + meta().records_off - dns::kHeaderSize; }
+  // Where records() start in such a response: after the header and question.
+  size_t head_bytes() const { return dns::kHeaderSize + qname_len_ + 4u; }
   uint16_t answer_count() const { return meta().answer_count; }
   uint16_t authority_count() const { return meta().authority_count; }
   // Offset of each record's TTL within records(), in record order.
@@ -243,7 +252,8 @@ class CacheEntry {
     uint8_t has_weights;
     uint8_t ecs_source, ecs_scope;
   };
-  // Tail layout: qname | pad to 8 | Meta | TTL offsets | weights | records.
+  // Tail layout: qname | pad to 8 | Meta | TTL offsets | weights | answer
+  // header | records.
   static constexpr size_t MetaOffset(size_t qname_len) { return (qname_len + 7) & ~size_t{7}; }
   // memcmp(a, b, n) == 0 for short strings without a library call: 8-byte
   // words, the last one overlapping the one before.

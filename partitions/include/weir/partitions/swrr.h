@@ -174,6 +174,19 @@ bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, Answ
                  size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr,
                  const FactorSet* factors = nullptr);
 
+// The whole response to `query` (the received message; its question is
+// `entry`'s key) from `entry`'s template (CacheEntry::answer_header): the
+// header with the query's ID, its RD and CD bits and `flags` (e.g. AD)
+// set, the question as the client spelled it (0x20), then the records
+// WriteAnswer writes in `mode` (the same pick), TTLs as `ttl` says; ARCOUNT
+// 0 (the caller appends an OPT). `out` as WriteAnswer fills it (its bytes:
+// the records'). Returns the length, or 0, writing nothing useful, when it
+// is larger than `cap`. No allocation, no lock; `swrr` is the calling
+// worker's table.
+size_t WriteMessage(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl,
+                    const uint8_t* query, uint16_t flags, uint8_t* dst, size_t cap, AnswerWrite* out,
+                    const FactorSet* factors = nullptr);
+
 namespace internal {
 inline void CopyAged(uint8_t* dst, const uint8_t* src, size_t len, std::span<const uint16_t> ttl_offsets,
                      size_t ttl_base, AnswerTtl ttl) {
