@@ -119,6 +119,18 @@ void Enqueue(rte_ring* ring, const Bytes& frame) {
   ASSERT_EQ(rte_ring_enqueue(ring, m), 0);
 }
 
+// Enqueues `frame` at the end of its buffer, `tailroom` bytes left after it.
+rte_mbuf* EnqueueAtEnd(rte_ring* ring, const Bytes& frame, uint16_t tailroom) {
+  rte_mbuf* m = rte_pktmbuf_alloc(g_dpdk->pool);
+  EXPECT_NE(m, nullptr);
+  m->data_off = static_cast<uint16_t>(m->buf_len - frame.size() - tailroom);
+  m->data_len = static_cast<uint16_t>(frame.size());
+  m->pkt_len = static_cast<uint32_t>(frame.size());
+  std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), frame.data(), frame.size());
+  EXPECT_EQ(rte_ring_enqueue(ring, m), 0);
+  return m;
+}
+
 std::vector<Bytes> Dequeue(rte_ring* ring) {
   std::vector<Bytes> out;
   void* obj;
@@ -382,6 +394,48 @@ TEST_F(DpdkWorkerTest, AMissIsAnsweredLaterToTheSameClient) {
   EXPECT_EQ(Addresses(msg, &id), std::vector<std::string>{"192.0.2.44"});
   EXPECT_EQ(id, 77);
   EXPECT_EQ(worker_->held(), 0u);
+  EXPECT_EQ(rte_mempool_in_use_count(g_dpdk->pool), 0u);
+}
+
+// Where the mbuf has no room for the largest answer after the query, the
+// answer goes over the query in place; without room for this answer
+// either, the query is dropped and counted.
+TEST_F(DpdkWorkerTest, AnMbufWithLittleRoomIsAnsweredInPlaceOrDropped) {
+  Fill("plain.example", {203, 0, 113, 7});
+  const Bytes query = QueryFrame({}, 21, "plain.example");
+  EnqueueAtEnd(g_dpdk->wire_rx, query, 200);
+  EnqueueAtEnd(g_dpdk->wire_rx, QueryFrame({}, 22, "plain.example"), 0);
+  worker_->Poll();
+  const std::vector<Bytes> out = Dequeue(g_dpdk->wire_tx);
+  ASSERT_EQ(out.size(), 1u);
+  uint16_t id = 0;
+  EXPECT_EQ(Addresses(CheckAnswer(out[0], false, -1), &id), std::vector<std::string>{"203.0.113.7"});
+  EXPECT_EQ(id, 21);
+  EXPECT_EQ(counters().drops[static_cast<size_t>(FrameDrop::kTooBig)].Read(), 1u);
+  EXPECT_EQ(counters().tx_packets.Read(), 1u);
+  EXPECT_EQ(rte_mempool_in_use_count(g_dpdk->pool), 0u);
+}
+
+// A buffer the worker shares (another reference to it) is not written: the
+// answer leaves in a new mbuf, and the query stays as it came.
+TEST_F(DpdkWorkerTest, ASharedBufferIsAnsweredFromANewOne) {
+  Fill("plain.example", {203, 0, 113, 7});
+  FrameSpec v6;
+  v6.v6 = true;
+  v6.vlan = 9;
+  const Bytes query = QueryFrame(v6, 31, "plain.example");
+  rte_mbuf* m = EnqueueAtEnd(g_dpdk->wire_rx, query, 1800);
+  rte_mbuf_refcnt_update(m, 1);
+  worker_->Poll();
+  const std::vector<Bytes> out = Dequeue(g_dpdk->wire_tx);
+  ASSERT_EQ(out.size(), 1u);
+  uint16_t id = 0;
+  EXPECT_EQ(Addresses(CheckAnswer(out[0], true, 9), &id), std::vector<std::string>{"203.0.113.7"});
+  EXPECT_EQ(id, 31);
+  ASSERT_EQ(rte_mbuf_refcnt_read(m), 1u) << "the worker let its reference go";
+  EXPECT_EQ(Bytes(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_mtod(m, const uint8_t*) + m->data_len),
+            query);
+  rte_pktmbuf_free(m);
   EXPECT_EQ(rte_mempool_in_use_count(g_dpdk->pool), 0u);
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "frame_util.h"
@@ -242,6 +243,196 @@ TEST(FrameTest, ReplyIntoASeparateBuffer) {
   EXPECT_EQ(n, out.size());
   std::vector<uint8_t> in_place = Reply(q, std::vector<uint8_t>(10, 0xee));
   EXPECT_EQ(out, in_place);
+}
+
+TEST(FrameTest, TheShortestQueryHasAnEmptyMessage) {
+  FrameSpec s;
+  s.payload.clear();
+  auto f = Build(s);
+  ASSERT_EQ(f.size(), 14 + 20 + 8u);
+  const Parsed p = Classify(f);
+  ASSERT_EQ(p.cls, FrameClass::kQuery);
+  EXPECT_EQ(p.dns_len, 0);
+  f.pop_back();
+  EXPECT_EQ(Classify(f).cls, FrameClass::kMalformed) << "the IP length claims a byte the frame lacks";
+}
+
+// An IPv4 payload too short for a UDP header is malformed only once the
+// datagram is known to be ours; before that it is the kernel's or dropped.
+TEST(FrameTest, ShortIpv4PayloadsAreJudgedAfterTheAddresses) {
+  for (int delta = -37; delta <= -30; ++delta) {  // IP lengths 20..27
+    FrameSpec ours;
+    ours.ip_len_delta = delta;
+    EXPECT_EQ(Classify(Build(ours)).cls, FrameClass::kMalformed) << delta;
+    FrameSpec other = ours;
+    other.dst4 = {198, 18, 0, 9};
+    EXPECT_EQ(Classify(Build(other)).cls, FrameClass::kException) << delta;
+    FrameSpec bad_source = ours;
+    bad_source.src4 = {0, 1, 2, 3};
+    EXPECT_EQ(Classify(Build(bad_source)).cls, FrameClass::kNotOurs) << delta;
+  }
+  FrameSpec too_short;
+  too_short.ip_len_delta = -38;  // 19: shorter than its own header
+  EXPECT_EQ(Classify(Build(too_short)).cls, FrameClass::kMalformed);
+}
+
+TEST(FrameTest, OnlyFragmentBitsMakeAFragment) {
+  FrameSpec reserved;
+  reserved.frag = 0x8000;  // the reserved flag: not a fragment
+  EXPECT_EQ(Classify(Build(reserved)).cls, FrameClass::kQuery);
+  FrameSpec last;
+  last.frag = 0x0001;  // the last fragment of a datagram, offset 8
+  EXPECT_EQ(Classify(Build(last)).cls, FrameClass::kException);
+}
+
+// A port configured with a group MAC: frames to it are group frames, the
+// kernel's.
+TEST(FrameTest, AGroupPortMacTakesNoQueries) {
+  PortAddresses port = Port();
+  port.mac[0] |= 1;
+  FrameSpec s;
+  s.dst = port.mac;
+  const auto f = Build(s);
+  EXPECT_EQ(frame::Classify(f.data(), f.size(), port).cls, FrameClass::kException);
+}
+
+// RFC 1071 the slow way, continuing `start`: 16-bit big-endian words (an odd
+// last byte padded with zero), every carry added back, folded.
+uint32_t ReferenceSum(const uint8_t* d, size_t n, uint32_t start) {
+  uint64_t sum = start;
+  for (size_t i = 0; i < n; i += 2) sum += (uint32_t{d[i]} << 8) | (i + 1 < n ? d[i + 1] : 0);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint32_t>(sum);
+}
+
+TEST(FrameTest, ChecksumAddMatchesRfc1071AtEveryLengthAndAlignment) {
+  std::mt19937 rng(1071);
+  std::vector<uint8_t> buf(2000 + 8);
+  for (size_t len = 0; len <= 2000; ++len) {
+    for (auto& b : buf) b = static_cast<uint8_t>(rng());
+    for (size_t align = 0; align < 8; ++align) {
+      const uint32_t start = rng();
+      const std::span<const uint8_t> data(buf.data() + align, len);
+      ASSERT_EQ(ChecksumAdd(data, start), ReferenceSum(data.data(), len, start))
+          << "length " << len << ", alignment " << align << ", start " << start;
+    }
+  }
+  // Every carry, and the two zeros: all-zero data sums to 0, anything else
+  // to a value in [1, 0xffff].
+  for (const uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
+    const std::vector<uint8_t> same(2000, fill);
+    for (const uint32_t start : {0u, 1u, 0xfffeu, 0xffffu, 0x10000u, 0xffffffffu}) {
+      for (size_t len : {0, 1, 2, 7, 8, 9, 31, 32, 33, 1999, 2000})
+        EXPECT_EQ(ChecksumAdd({same.data(), len}, start), ReferenceSum(same.data(), len, start))
+            << int{fill} << " " << start << " " << len;
+    }
+  }
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t x = i < 4 ? std::array<uint32_t, 4>{0, 0xffff, 0x10000, 0xffffffff}[i] : rng();
+    ASSERT_EQ(ChecksumFold(x), ReferenceSum(nullptr, 0, x)) << x;
+  }
+}
+
+// The reply's headers field by field, and its checksums by the reference.
+void CheckReply(const std::vector<uint8_t>& q, const Parsed& p, const std::vector<uint8_t>& r, size_t dns_len,
+                const ReplyOptions& o) {
+  const size_t l2 = p.l2_len, ip = l2, udp = l2 + p.l3_len;
+  ASSERT_EQ(r.size(), udp + 8 + dns_len);
+  EXPECT_EQ(Slice(r, 0, 6), Slice(q, 6, 6)) << "to the client's MAC";
+  EXPECT_EQ(Slice(r, 6, 6), std::vector<uint8_t>(kPortMac.begin(), kPortMac.end()));
+  EXPECT_EQ(Slice(r, 12, l2 - 12), Slice(q, 12, l2 - 12)) << "the tag and the type";
+  const auto field = [&](size_t at) { return (r[at] << 8) | r[at + 1]; };
+  if (p.ipv6) {
+    EXPECT_EQ(Slice(r, ip, 4), (std::vector<uint8_t>{0x60, 0, 0, 0}));
+    EXPECT_EQ(field(ip + 4), 8 + dns_len);
+    EXPECT_EQ(r[ip + 6], 17);
+    EXPECT_EQ(r[ip + 7], 64);
+    EXPECT_EQ(Slice(r, ip + 8, 16), Slice(q, ip + 24, 16));
+    EXPECT_EQ(Slice(r, ip + 24, 16), Slice(q, ip + 8, 16));
+  } else {
+    EXPECT_EQ(Slice(r, ip, 2), (std::vector<uint8_t>{0x45, 0}));
+    EXPECT_EQ(field(ip + 2), 20 + 8 + dns_len);
+    EXPECT_EQ(field(ip + 4), 0) << "identification";
+    EXPECT_EQ(field(ip + 6), 0x4000) << "DF";
+    EXPECT_EQ(r[ip + 8], 64);
+    EXPECT_EQ(r[ip + 9], 17);
+    EXPECT_EQ(Slice(r, ip + 12, 4), Slice(q, ip + 16, 4));
+    EXPECT_EQ(Slice(r, ip + 16, 4), Slice(q, ip + 12, 4));
+    if (o.offload_ip_checksum) {
+      EXPECT_EQ(field(ip + 10), 0);
+    } else {
+      EXPECT_EQ(ReferenceChecksum(Slice(r, ip, 20)), 0) << "the IPv4 header checksum verifies";
+    }
+  }
+  EXPECT_EQ(Slice(r, udp, 2), Slice(q, udp + 2, 2)) << "from our port";
+  EXPECT_EQ(Slice(r, udp + 2, 2), Slice(q, udp, 2)) << "to the client's";
+  EXPECT_EQ(field(udp + 4), 8 + dns_len);
+  if (!p.ipv6 && !o.udp_checksum_v4) {
+    EXPECT_EQ(field(udp + 6), 0) << "no UDP checksum";
+  } else if (o.offload_udp_checksum) {
+    // The folded, uninverted pseudo-header sum, for the NIC.
+    std::vector<uint8_t> pseudo = p.ipv6 ? Slice(r, ip + 8, 32) : Slice(r, ip + 12, 8);
+    Put16(pseudo, 0);
+    Put16(pseudo, 17);
+    Put16(pseudo, static_cast<uint16_t>(8 + dns_len));
+    EXPECT_EQ(field(udp + 6), static_cast<uint16_t>(~ReferenceChecksum(pseudo) & 0xffff));
+  } else {
+    EXPECT_EQ(field(udp + 6), ReferenceUdpChecksum(r, l2, p.ipv6));
+  }
+}
+
+TEST(FrameTest, RepliesInEveryShapeCarryVerifiableChecksums) {
+  std::mt19937 rng(768);
+  int zero_sums = 0;
+  for (const bool v6 : {false, true}) {
+    for (const int vlan : {-1, 0x2064}) {
+      for (int bits = 0; bits < 8; ++bits) {
+        const ReplyOptions o{.udp_checksum_v4 = (bits & 1) != 0,
+                             .offload_ip_checksum = (bits & 2) != 0,
+                             .offload_udp_checksum = (bits & 4) != 0};
+        for (const size_t dns_len : {0, 1, 2, 7, 8, 13, 31, 32, 33, 62, 63, 64, 100, 511, 1400}) {
+          for (int round = 0; round < 3; ++round) {
+            FrameSpec s;
+            s.v6 = v6;
+            s.vlan = vlan;
+            s.src4 = {static_cast<uint8_t>(1 + rng() % 223), static_cast<uint8_t>(rng()),
+                      static_cast<uint8_t>(rng()), static_cast<uint8_t>(rng())};
+            s.sport = static_cast<uint16_t>(1 + rng() % 65535);
+            const auto q = Build(s);
+            const Parsed p = Classify(q);
+            ASSERT_EQ(p.cls, FrameClass::kQuery);
+            std::vector<uint8_t> answer(dns_len);
+            for (auto& b : answer) b = static_cast<uint8_t>(rng());
+            // Round 2 of an even length: the last word makes the UDP sum
+            // come out as zero, which goes on the wire as 0xffff.
+            const bool zero_sum = round == 2 && dns_len >= 2 && dns_len % 2 == 0 &&
+                                  (v6 || o.udp_checksum_v4) && !o.offload_udp_checksum;
+            if (zero_sum) {
+              answer[dns_len - 2] = answer[dns_len - 1] = 0;
+              const auto first = Reply(q, answer, o);
+              const size_t udp = p.l2_len + p.l3_len;
+              answer[dns_len - 2] = first[udp + 6];
+              answer[dns_len - 1] = first[udp + 7];
+            }
+            const auto in_place = Reply(q, answer, o);
+            std::vector<uint8_t> copy(p.dns_offset() + dns_len, 0xee);
+            std::copy(answer.begin(), answer.end(), copy.begin() + p.dns_offset());
+            EXPECT_EQ(WriteReply(q.data(), p, kPortMac, copy.data(), dns_len, o), copy.size());
+            EXPECT_EQ(copy, in_place) << "into another buffer as in place";
+            CheckReply(q, p, in_place, dns_len, o);
+            if (zero_sum) {
+              const size_t udp = p.l2_len + p.l3_len;
+              EXPECT_EQ((in_place[udp + 6] << 8) | in_place[udp + 7], 0xffff);
+              ++zero_sums;
+            }
+            ASSERT_FALSE(HasFailure()) << "v6 " << v6 << ", vlan " << vlan << ", options " << bits
+                                       << ", length " << dns_len << ", round " << round;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(zero_sums, 0);
 }
 
 TEST(FrameTest, ChecksumMatchesTheReference) {

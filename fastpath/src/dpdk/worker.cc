@@ -13,11 +13,16 @@
 namespace weir::fastpath::dpdk {
 namespace {
 
-// An answer is written here first (the handler reads the query while it
-// writes), then copied over the query in the same mbuf.
+// The room the handler gets for an answer: after the query in the mbuf it
+// came in, or (a buffer without that room, or not ours to write) in
+// Burst::answers, to be copied (the handler reads the query while it
+// writes).
 constexpr size_t kAnswerMax = 1500;
 // Empty passes in a row before an idle worker sleeps (with idle_sleep_us).
 constexpr int kIdlePasses = 100;
+
+// A buffer we may write: neither the device's (external) nor shared.
+bool OwnBuffer(const rte_mbuf* m) { return RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1; }
 
 }  // namespace
 
@@ -87,11 +92,12 @@ bool DpdkWorker::ExceptionAllowed(size_t i) {
   return true;
 }
 
-void DpdkWorker::PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len) {
+void DpdkWorker::PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len, bool own) {
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);
-  // The receive flags go, except what says whose buffer this is.
-  m->ol_flags = (m->ol_flags & (RTE_MBUF_F_EXTERNAL | RTE_MBUF_F_INDIRECT)) |
+  // The receive flags go, except what says whose buffer this is (nothing,
+  // in one of ours).
+  m->ol_flags = (own ? 0 : m->ol_flags & (RTE_MBUF_F_EXTERNAL | RTE_MBUF_F_INDIRECT)) |
                 (p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4);
   if ((p.ipv6 ? wp.tx_flags_v6 : wp.tx_flags_v4) != 0) {
     m->l2_len = p.l2_len;
@@ -124,7 +130,7 @@ void DpdkWorker::SendHeld(const ClientRoute& route, std::span<const uint8_t> ans
   std::memcpy(data + off, answer.data(), answer.size());
   const size_t len =
       frame::WriteReply(h.headers.data(), h.parsed, wp.addresses->mac, data, answer.size(), wp.reply);
-  PrepareTx(m, wp, h.parsed, len);
+  PrepareTx(m, wp, h.parsed, len, false);
   if (rte_eth_tx_burst(wp.port, wp.queue, &m, 1) == 1) {
     c.tx_packets.Add();
   } else {
@@ -144,37 +150,56 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
   }
   c.rx_bursts.Add();
   c.rx_packets.Add(n);
+  const frame::PortAddresses& addresses = *wp.addresses;
   size_t nq = 0, nexc = 0, nfree = 0;
+  // b.packets + nq, as a pointer: cheaper than indexing 80-byte slots.
+  QueryHandler::BurstPacket* next = b.packets;
   rte_mbuf* drop[kBurst];
   for (uint16_t j = 0; j < n; ++j) {
     rte_mbuf* m = b.rx[j];
-    if (m->nb_segs != 1) {
+    if (m->nb_segs != 1) [[unlikely]] {
       c.Drop(FrameDrop::kMalformed);
       drop[nfree++] = m;
       continue;
     }
     // A device that strips tags whatever we asked: the tag goes back in
     // place, so the frame is classified and answered as it came.
-    if ((m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) != 0 && rte_vlan_insert(&m) != 0) {
+    if ((m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) != 0 && rte_vlan_insert(&m) != 0) [[unlikely]] {
       c.Drop(FrameDrop::kMalformed);
       drop[nfree++] = m;
       continue;
     }
-    const uint8_t* data = rte_pktmbuf_mtod(m, const uint8_t*);
-    const frame::Parsed p = frame::Classify(data, m->data_len, *wp.addresses);
+    uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+    // Into the next query's slot (only a query keeps it), and a copy that
+    // the stores below cannot change.
+    frame::Classify(data, m->data_len, addresses, &b.parsed[nq]);
+    const frame::Parsed p = b.parsed[nq];
+    if (p.cls == frame::FrameClass::kQuery) [[likely]] {
+      b.queries[nq] = m;
+      QueryHandler::BurstPacket& q = *next++;
+      const size_t off = p.dns_offset();
+      q.pkt = data + off;
+      q.len = p.dns_len;
+      ClientInfo& client = q.client;
+      client = ClientInfo{};  // every field a new datagram's, then its address and port
+      frame::ClientOf(data, p, &client.addr);
+      client.port = frame::ClientPortOf(data, p);
+      // Where our own mbuf has room after the query for the reply's
+      // headers and the largest answer, the handler writes the answer there
+      // and the headers go just before it: no copy, and the query stays
+      // whole (its message, and its headers to swap) while the handler
+      // reads it.
+      const size_t query_end = off + p.dns_len;
+      q.out = OwnBuffer(m) && query_end + off + kAnswerMax <= size_t{m->buf_len} - m->data_off
+                  ? data + query_end + off
+                  : b.answers[nq];
+      q.out_cap = kAnswerMax;
+      ++nq;
+      continue;
+    }
     switch (p.cls) {
-      case frame::FrameClass::kQuery: {
-        b.queries[nq] = m;
-        b.parsed[nq] = p;
-        QueryHandler::BurstPacket& q = b.packets[nq];
-        q.pkt = data + p.dns_offset();
-        q.len = p.dns_len;
-        q.client = ClientInfo{frame::ClientOf(data, p), false, frame::ClientPortOf(data, p)};
-        q.out = b.answers[nq];
-        q.out_cap = kAnswerMax;
-        ++nq;
+      case frame::FrameClass::kQuery:  // above
         break;
-      }
       case frame::FrameClass::kException:
         if (wp.exception >= 0 && ExceptionAllowed(i)) {
           b.exceptions[nexc++] = m;
@@ -214,8 +239,18 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
       const QueryHandler::BurstPacket& q = b.packets[j];
       const frame::Parsed& p = b.parsed[j];
       const bool reply = q.verdict == Verdict::kReply || q.verdict == Verdict::kReplyAndPrefetch;
-      if (!reply) {
+      if (!reply) [[unlikely]] {
         drop[nfree++] = m;  // a miss (its headers are held), a drop the handler counted
+        continue;
+      }
+      if (q.out != b.answers[j]) [[likely]] {
+        // The answer is in the mbuf after the query: the headers before it,
+        // and the frame starts there.
+        const uint8_t* data = rte_pktmbuf_mtod(m, const uint8_t*);
+        uint8_t* reply_at = q.out - p.dns_offset();
+        m->data_off = static_cast<uint16_t>(reply_at - static_cast<uint8_t*>(m->buf_addr));
+        PrepareTx(m, wp, p, frame::WriteReply(data, p, addresses.mac, reply_at, q.out_len, wp.reply), true);
+        b.tx[ntx++] = m;
         continue;
       }
       if (size_t{p.dns_offset()} + q.out_len > size_t{m->buf_len} - m->data_off) {
@@ -224,11 +259,12 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
         continue;
       }
       uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
-      if (RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1) {
-        // In place: the answer over the query, then the swapped headers.
+      if (OwnBuffer(m)) {
+        // Ours, without that room: the answer over the query, then the
+        // swapped headers.
         std::memcpy(data + p.dns_offset(), q.out, q.out_len);
-        const size_t len = frame::WriteReply(data, p, wp.addresses->mac, data, q.out_len, wp.reply);
-        PrepareTx(m, wp, p, len);
+        const size_t len = frame::WriteReply(data, p, addresses.mac, data, q.out_len, wp.reply);
+        PrepareTx(m, wp, p, len, true);
         b.tx[ntx++] = m;
         continue;
       }
@@ -241,7 +277,7 @@ size_t DpdkWorker::PollPort(size_t i, uint32_t now) {
       }
       uint8_t* out = rte_pktmbuf_mtod(a, uint8_t*);
       std::memcpy(out + p.dns_offset(), q.out, q.out_len);
-      PrepareTx(a, wp, p, frame::WriteReply(data, p, wp.addresses->mac, out, q.out_len, wp.reply));
+      PrepareTx(a, wp, p, frame::WriteReply(data, p, addresses.mac, out, q.out_len, wp.reply), false);
       b.tx[ntx++] = a;
     }
     if (ntx > 0) {

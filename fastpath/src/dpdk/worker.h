@@ -1,7 +1,8 @@
 // One worker lcore of the DPDK backend: for each of its ports, rx_burst of
 // 32 from its queue, frames classified (frame.h), DNS queries through its
-// WorkerCore, answers written in place into the received mbufs and sent
-// back out of the same queue; the rest goes to the port's exception port
+// WorkerCore, answers written into the received mbufs (after the query,
+// the reply's headers just before them; or over the query) and sent back
+// out of the same queue; the rest goes to the port's exception port
 // (the kernel's tap) or is dropped and counted. What the kernel sends on the
 // tap goes out of the wire port. Misses keep the query's headers in a route
 // table; their answers come back through the core's ring and leave in a new
@@ -111,8 +112,9 @@ class DpdkWorker final : public WorkerIo {
   // Sends what the kernel sent on port i's exception port out of port i;
   // returns how many frames came.
   size_t PassFromKernel(size_t i);
-  // Sets the answer's length and offload fields, for a frame of `len` bytes.
-  void PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len);
+  // Sets the answer's length and offload fields, for a frame of `len` bytes;
+  // `own`: m is OwnBuffer (no flag of whose buffer it is to keep).
+  void PrepareTx(rte_mbuf* m, const WorkerPort& wp, const frame::Parsed& p, size_t len, bool own);
 
   WorkerCore& core_;
   const common::Clock& clock_;

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -64,13 +65,41 @@ struct Parsed {
   uint16_t dns_offset() const { return static_cast<uint16_t>(l2_len + l3_len + kUdpHeader); }
 };
 
-// Classifies a received frame of `len` bytes.
-Parsed Classify(const uint8_t* frame, size_t len, const PortAddresses& port);
+// Classifies a received frame of `len` bytes into *out (every field
+// written; the worker has it written straight into its burst).
+void Classify(const uint8_t* frame, size_t len, const PortAddresses& port, Parsed* out);
+inline Parsed Classify(const uint8_t* frame, size_t len, const PortAddresses& port) {
+  Parsed p;
+  Classify(frame, len, port, &p);
+  return p;
+}
 
-// The source address of a kQuery frame, as the handler sees the client.
-common::IpAddress ClientOf(const uint8_t* frame, const Parsed& p);
+// The source address of a kQuery frame, as the handler sees the client:
+// into *a (every byte of it written), or returned. Inline: the worker takes
+// one for every query.
+inline void ClientOf(const uint8_t* frame, const Parsed& p, common::IpAddress* a) {
+  const uint8_t* ip = frame + p.l2_len;
+  if (p.ipv6) {
+    a->family = 6;
+    std::memcpy(a->bytes.data(), ip + 8, 16);
+  } else {
+    a->family = 4;
+    uint64_t head = 0;  // the address and the first 4 zero bytes after it, in one store
+    std::memcpy(&head, ip + 12, 4);
+    std::memcpy(a->bytes.data(), &head, 8);
+    std::memset(a->bytes.data() + 8, 0, 8);
+  }
+}
+inline common::IpAddress ClientOf(const uint8_t* frame, const Parsed& p) {
+  common::IpAddress a;
+  ClientOf(frame, p, &a);
+  return a;
+}
 // Its source port.
-uint16_t ClientPortOf(const uint8_t* frame, const Parsed& p);
+inline uint16_t ClientPortOf(const uint8_t* frame, const Parsed& p) {
+  const uint8_t* udp = frame + p.l2_len + p.l3_len;
+  return static_cast<uint16_t>(udp[0] << 8 | udp[1]);
+}
 
 struct ReplyOptions {
   // False: IPv4 replies carry UDP checksum 0 (RFC 768 allows it; IPv6 always has one).
@@ -86,7 +115,8 @@ struct ReplyOptions {
 // frame, p.dns_offset() bytes) into reply[0, p.dns_offset()): MACs,
 // addresses and ports swapped, the VLAN tag kept, lengths and checksums for
 // the `dns_len`-byte answer that must already be at reply + p.dns_offset().
-// `reply` may be `query` (in place). Returns the frame length.
+// `reply` may be `query` (in place), or elsewhere clear of the query's
+// headers. Returns the frame length.
 size_t WriteReply(const uint8_t* query, const Parsed& p, const Mac& port_mac, uint8_t* reply, size_t dns_len,
                   const ReplyOptions& options);
 
