@@ -1,5 +1,7 @@
 #include "weir/dns/message.h"
 
+#include <bit>
+#include <cstddef>
 #include <cstring>
 
 namespace weir::dns {
@@ -466,7 +468,7 @@ ParseError CheckCounts(std::span<const uint8_t> msg, size_t pos, uint16_t an, ui
 
 // ---------------------------------------------------------------- query
 
-ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
+ParseError ParseQueryFull(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
   pkt = ClampMessage(pkt);
   if (pkt.size() < kHeaderSize) return ParseError::kTruncatedHeader;
   const uint8_t* p = pkt.data();
@@ -524,6 +526,232 @@ ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Qu
   e = WalkSection(pkt, Section::kAdditional, ar, true, opts, &pos, &out->edns);
   if (e != ParseError::kOk) return e;  // BADVERS stops the walk at the OPT
   return pos == pkt.size() ? ParseError::kOk : ParseError::kTrailingBytes;
+}
+
+namespace {
+
+// Sixteen octets as one vector: GCC and clang lower it to SSE2 on x86-64 and
+// to NEON on arm64 (and to scalar words elsewhere).
+using Octets16 = uint8_t __attribute__((vector_size(16)));
+using SignedOctets16 = int8_t __attribute__((vector_size(16)));
+
+// Lower-cases 16 octets: adding 0x80 - 'A' moves 'A'..'Z' to -128..-103,
+// the only octets then below -128 + 26 as signed values.
+inline void Lower16(uint8_t* dst, const uint8_t* src) {
+  Octets16 x;
+  std::memcpy(&x, src, 16);
+  const SignedOctets16 shifted = reinterpret_cast<SignedOctets16>(x + static_cast<uint8_t>(0x80 - 'A'));
+  const Octets16 upper = reinterpret_cast<Octets16>(shifted < static_cast<int8_t>(-128 + 26));
+  x |= upper & static_cast<uint8_t>(0x20);
+  std::memcpy(dst, &x, 16);
+}
+
+// Copies a question's name (`n` octets at `src`) to its key, lower-cased,
+// where ParseCommonQuery's blocks do not: a name longer than 32 octets, or
+// one shorter than 16 that ends a packet too short for a whole block.
+inline void LowerCopyLongName(uint8_t* dst, const uint8_t* src, size_t n) {
+  if (n < 16) return LowerCopy(dst, src, n);
+  size_t i = 0;
+  for (; i + 16 < n; i += 16) Lower16(dst + i, src + i);
+  Lower16(dst + n - 16, src + n - 16);  // may overlap the block before
+}
+
+// Eight octets as the native word a load of them gives, so that the fast
+// path checks fixed fields of the wire format with one compare.
+constexpr uint64_t NativeWord(std::array<uint8_t, 8> octets) {
+  uint64_t w = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    const size_t shift = std::endian::native == std::endian::little ? 8 * i : 8 * (7 - i);
+    w |= uint64_t{octets[i]} << shift;
+  }
+  return w;
+}
+// Header octets 4..11 of the common query: QDCOUNT 1, ANCOUNT 0, NSCOUNT 0,
+// ARCOUNT 0, but for the one bit of ARCOUNT an OPT sets.
+constexpr uint64_t kCommonCounts = NativeWord({0, 1, 0, 0, 0, 0, 0, 0});
+constexpr uint64_t kOneAdditional = NativeWord({0, 0, 0, 0, 0, 0, 0, 1});
+// An OPT's first eight octets: root owner, TYPE 41, CLASS (the UDP size),
+// extended RCODE, version 0, the flags' first octet (DO).
+constexpr uint64_t kOptFixedMask = NativeWord({0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0});
+constexpr uint64_t kOptFixed = NativeWord({0, 0, type::kOpt, 0, 0, 0, 0, 0});
+
+// Two adjacent 16-bit fields of a Query (the ID and the flags, QTYPE and
+// QCLASS) from their four wire octets at `wire`, in one load and one store:
+// each half turned to host order.
+template <size_t kFirst, size_t kSecond>
+inline void StoreFieldPair(Query* q, const uint8_t* wire) {
+  static_assert(kSecond == kFirst + 2, "the fields are adjacent, as on the wire");
+  uint32_t pair = Load32(wire);  // first field in the high half
+  if constexpr (std::endian::native == std::endian::little) pair = std::rotl(pair, 16);
+  std::memcpy(reinterpret_cast<uint8_t*>(q) + kFirst, &pair, 4);
+}
+
+// What the fast path does with a query it does not take: ParseQuery hands
+// it to ParseQueryFull, ParseQueryFast says so. Either is the fast path's
+// last call, a jump, so the common query pays for no saved registers.
+using Decline = ParseError (*)(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out);
+// ParseQueryFast's "not taken".
+constexpr ParseError kNotCommon = ParseError::kCount;
+ParseError NotCommon(std::span<const uint8_t>, const ParseOptions&, Query*) { return kNotCommon; }
+
+// The options of a common query's OPT, which ends the packet, from `pos`
+// on: ECS, the weight option and a cookie, each once and well formed,
+// checked in the full parser's order (a weight option code configured as 8
+// or 10 is ECS, or the weight option, as there). Anything else is declined.
+// Out of line: most queries carry no option. An ECS option needs a call to
+// DecodeEcs, and a call costs the loop saved registers: the instance without
+// kDecodeEcs hands the walk to the one with it at the first ECS option, so
+// that a query with a cookie alone does not pay for them.
+template <Decline decline, bool kDecodeEcs>
+[[gnu::noinline]] ParseError ParseCommonOptions(std::span<const uint8_t> pkt, const ParseOptions& opts,
+                                                Query* out, size_t pos) {
+  const uint8_t* p = pkt.data();
+  const size_t end = pkt.size();
+  Edns& edns = out->edns;
+  do {
+    if (end - pos < 4) return decline(pkt, opts, out);
+    const uint16_t code = Load16(p + pos);
+    const size_t len = Load16(p + pos + 2);
+    const size_t data = pos + 4;
+    if (end - data < len) return decline(pkt, opts, out);
+    if (code == option::kEcs) {
+      if constexpr (!kDecodeEcs) {
+        return ParseCommonOptions<decline, true>(pkt, opts, out, pos);
+      } else {
+        if (edns.has_ecs || DecodeEcs({p + data, len}, true, &edns.ecs) != ParseError::kOk) {
+          return decline(pkt, opts, out);
+        }
+        edns.has_ecs = true;
+      }
+    } else if (code == opts.weight_option_code) {
+      if (edns.has_weight) return decline(pkt, opts, out);
+      edns.has_weight = true;
+      edns.weight_offset = static_cast<uint16_t>(data);
+      edns.weight_len = static_cast<uint16_t>(len);
+    } else if (code == option::kCookie) {
+      if (edns.has_cookie) return decline(pkt, opts, out);
+      edns.has_cookie = true;
+      edns.cookie_offset = static_cast<uint16_t>(data);
+      edns.cookie_len = static_cast<uint16_t>(len);
+    } else {
+      return decline(pkt, opts, out);  // NSID, padding, unknown: the full parser's
+    }
+    ++edns.option_count;
+    pos = data + len;
+  } while (pos < end);
+  return ParseError::kOk;
+}
+
+// The common query past its name, whose key and label starts are written:
+// the rest of the question, then no additional record or one OPT owned by
+// the root, version 0, holding only the options ParseCommonOptions takes,
+// ending the packet.
+template <Decline decline>
+[[gnu::always_inline]] inline ParseError ParseCommonQueryRest(std::span<const uint8_t> pkt,
+                                                              const ParseOptions& opts, Query* out,
+                                                              size_t name_len, size_t label_count) {
+  const uint8_t* p = pkt.data();
+  const size_t n = pkt.size();
+  const size_t question_end = kHeaderSize + name_len + 4;
+  out->qname.len = static_cast<uint8_t>(name_len);
+  out->qname_labels.count = static_cast<uint8_t>(label_count);
+  StoreFieldPair<offsetof(Query, id), offsetof(Query, flags)>(out, p + kOffId);
+  StoreFieldPair<offsetof(Query, qtype), offsetof(Query, qclass)>(out, p + question_end - 4);
+  out->question_end = static_cast<uint16_t>(question_end);
+
+  Edns& edns = out->edns;
+  edns = Edns{};
+  if (p[kOffArcount + 1] == 0) return question_end == n ? ParseError::kOk : decline(pkt, opts, out);
+  // The OPT, which ends the packet. Version 0 only: BADVERS is the full
+  // parser's.
+  const uint8_t* opt = p + question_end;
+  const size_t rdata_offset = question_end + kMinRrSize;
+  if (n < rdata_offset) return decline(pkt, opts, out);
+  uint64_t opt_head;
+  std::memcpy(&opt_head, opt, 8);
+  const size_t rdlen = n - rdata_offset;
+  if ((opt_head & kOptFixedMask) != kOptFixed || Load16(opt + 9) != rdlen) return decline(pkt, opts, out);
+  edns.present = true;
+  edns.udp_size = Load16(opt + 3);
+  edns.ext_rcode = opt[5];
+  edns.do_bit = (opt[7] & 0x80) != 0;
+  edns.opt_offset = static_cast<uint16_t>(question_end);
+  edns.rdata_offset = static_cast<uint16_t>(rdata_offset);
+  edns.rdata_len = static_cast<uint16_t>(rdlen);
+  if (rdlen != 0) return ParseCommonOptions<decline, false>(pkt, opts, out, rdata_offset);
+  return ParseError::kOk;
+}
+
+// The common query with a name ParseCommonQuery's blocks do not copy. Out
+// of line, so that its loops cost the common query no saved registers.
+template <Decline decline>
+[[gnu::noinline]] ParseError ParseCommonQueryLongName(std::span<const uint8_t> pkt, const ParseOptions& opts,
+                                                      Query* out, size_t name_len, size_t label_count) {
+  LowerCopyLongName(out->qname.bytes.data(), pkt.data() + kHeaderSize, name_len);
+  return ParseCommonQueryRest<decline>(pkt, opts, out, name_len, label_count);
+}
+
+// The common query: QR clear, counts 1/0/0/0-or-1, an uncompressed
+// question, and what ParseCommonQueryRest takes after it. Fills *out
+// exactly as ParseQueryFull does for kOk and returns kOk; `decline`s
+// anything else. Never reads outside `pkt`.
+template <Decline decline>
+[[gnu::always_inline]] inline ParseError ParseCommonQuery(std::span<const uint8_t> pkt,
+                                                          const ParseOptions& opts, Query* out) {
+  const uint8_t* p = pkt.data();
+  const size_t n = pkt.size();
+  // The smallest common query: header, root name, QTYPE and QCLASS.
+  if (n < kHeaderSize + 5 || n > kMaxMessage) return decline(pkt, opts, out);
+  uint64_t counts;
+  std::memcpy(&counts, p + kOffQdcount, 8);
+  if ((counts & ~kOneAdditional) != kCommonCounts || (p[kOffFlags] & 0x80) != 0) {
+    return decline(pkt, opts, out);
+  }
+
+  // Hop over the labels, noting where each starts. A length octet is read
+  // only below `room`: inside the packet, and where the root still fits in
+  // kMaxNameWire.
+  const size_t room = std::min(n - kHeaderSize, kMaxNameWire);
+  uint8_t* starts = out->qname_labels.offsets.data();
+  size_t pos = 0;
+  size_t count = 0;
+  for (;;) {
+    if (pos >= room) return decline(pkt, opts, out);
+    const size_t len = p[kHeaderSize + pos];
+    starts[count++] = static_cast<uint8_t>(pos);
+    if (len - 1 >= kMaxLabel) {  // the root; or a pointer, a bad label type, a label too long
+      if (len != 0) return decline(pkt, opts, out);
+      break;
+    }
+    pos += 1 + len;
+  }
+  const size_t name_len = pos + 1;
+  if (kHeaderSize + name_len + 4 > n) return decline(pkt, opts, out);
+  // Most names take one or two blocks: two that overlap for 16 to 32
+  // octets, one past a shorter name's end while the packet holds it (octets
+  // of the key past its length are not part of it).
+  uint8_t* key = out->qname.bytes.data();
+  const uint8_t* name = p + kHeaderSize;
+  if (name_len > 32) return ParseCommonQueryLongName<decline>(pkt, opts, out, name_len, count);
+  if (name_len >= 16) {
+    Lower16(key, name);
+    Lower16(key + name_len - 16, name + name_len - 16);
+  } else if (n >= kHeaderSize + 16) {
+    Lower16(key, name);
+  } else {
+    return ParseCommonQueryLongName<decline>(pkt, opts, out, name_len, count);
+  }
+  return ParseCommonQueryRest<decline>(pkt, opts, out, name_len, count);
+}
+
+}  // namespace
+
+bool ParseQueryFast(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
+  return ParseCommonQuery<NotCommon>(pkt, opts, out) == ParseError::kOk;
+}
+
+ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out) {
+  return ParseCommonQuery<ParseQueryFull>(pkt, opts, out);
 }
 
 // ---------------------------------------------------------------- response

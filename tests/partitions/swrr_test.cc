@@ -568,20 +568,17 @@ TEST(WriteMessage, AgreesWithTheGeneralWriterOnEveryKindOfEntry) {
                                  now));
   const std::vector<uint8_t> soa = {0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 60};
   const dns::NameKey zone = Key("example.com");
-  entries.emplace_back("NXDOMAIN", MakeEntry(
-                                       a_key, EntryKind::kNxDomain,
-                                       [&](CacheEntryBuilder& b) {
-                                         b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 300,
-                                                        soa);
-                                       },
-                                       now));
-  entries.emplace_back("NODATA", MakeEntry(
-                                     aaaa_key, EntryKind::kNoData,
-                                     [&](CacheEntryBuilder& b) {
-                                       b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 300,
-                                                      soa);
-                                     },
-                                     now));
+  // A negative entry carries the zone's SOA in its authority section.
+  const auto negative = [&](const CacheKey& key, EntryKind kind) {
+    return MakeEntry(
+        key, kind,
+        [&](CacheEntryBuilder& b) {
+          b.AddAuthority(zone.span(), dns::type::kSoa, dns::klass::kIn, 300, soa);
+        },
+        now);
+  };
+  entries.emplace_back("NXDOMAIN", negative(a_key, EntryKind::kNxDomain));
+  entries.emplace_back("NODATA", negative(aaaa_key, EntryKind::kNoData));
   entries.emplace_back("SERVFAIL", MakeEntry(
                                        a_key, EntryKind::kServFail, [](CacheEntryBuilder&) {}, now));
 

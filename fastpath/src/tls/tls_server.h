@@ -211,7 +211,6 @@ class TlsServer final : public AnswerSink {
   std::vector<net::TcpConnectionTable::Expiry> expired_;
   std::chrono::steady_clock::time_point now_;
   uint32_t next_conn_ = 1;
-  uint32_t current_ = 0;  // the connection whose HTTP session is calling back
   TlsStats stats_;
   std::vector<uint8_t> out_;  // an answer handled now
   std::vector<uint8_t> msg_;  // a copy of the query being handled

@@ -188,7 +188,24 @@ struct Query {
 
 // The query must end with its last counted record (the question, or the
 // OPT): bytes after it are kTrailingBytes (answered FORMERR), never ignored.
+//
+// ParseQuery is the fast path for the common query (ParseQueryFast) with
+// ParseQueryFull behind it for everything else; its verdict and every field
+// defined for that verdict are ParseQueryFull's (tests/dns/
+// query_fast_path_test.cc and the query_fast_path fuzz target hold them to it).
 ParseError ParseQuery(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out);
+
+// The reference parser: every query shape, every error named.
+ParseError ParseQueryFull(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out);
+
+// The fast path alone, for the query nearly every client sends: QR clear,
+// one question with an uncompressed name, no answer or authority records,
+// and either no additional record or one OPT owned by the root, version 0,
+// that ends the packet and holds no options but ECS, the weight option and
+// a cookie, each once and well formed. Returns true with *out as
+// ParseQueryFull leaves it for kOk; false for any other query (which may
+// still be valid), with *out partly written.
+bool ParseQueryFast(std::span<const uint8_t> pkt, const ParseOptions& opts, Query* out);
 
 // ---------------------------------------------------------------- response
 
