@@ -454,11 +454,12 @@ def start_dnsdist(workdir, sim_port, prefix):
     return p
 
 
-def start_unbound(workdir, sim_port, prefix):
-    """unbound, 1 thread, forwarding everything to gslb-sim (bench/configs/unbound.conf.in)."""
+def start_unbound(workdir, sim_port, prefix, config="unbound.conf"):
+    """unbound, 1 thread, forwarding everything to gslb-sim (bench/configs/CONFIG.in,
+    default unbound.conf.in)."""
     exe = _exe(["unbound", "/usr/sbin/unbound"], "unbound")
     port = free_port()
-    conf = write_config("unbound.conf", workdir,
+    conf = write_config(config, workdir,
                         {"@PORT@": str(port), "@UPSTREAM_PORT@": str(sim_port), "@DIR@": workdir})
     p = Proc("unbound", prefix + [exe, "-d", "-c", conf], workdir)
     p.port, p.conf = port, conf

@@ -85,13 +85,14 @@ class LoadGenerator:
 
 
 def run_load(gen, port, queries, label, outdir, *, rate=None, outstanding=None, duration=None, count=None,
-             warmup=False, threads=1, sockets=4, timeout_ms=1000, server=None, names=1000, plot=True):
+             warmup=False, threads=1, sockets=4, timeout_ms=1000, server=None, names=1000, plot=True, extra=()):
     """Runs the load generator once against 127.0.0.1:port.
 
     rate: open loop at that many queries per second; else closed loop with
     `outstanding` queries in flight per thread. duration (s) or count
     (queries) ends the run. plot: weir-bench writes its plots to
-    OUTDIR/plots/LABEL/. With `server` (a peerlib.Proc), the server's CPU
+    OUTDIR/plots/LABEL/. extra: more weir-bench arguments (sources, ECS).
+    With `server` (a peerlib.Proc), the server's CPU
     time (process tree) and schedstat time are sampled just before and after.
 
     Returns the weir-bench report ("sent", "answered", "timeouts",
@@ -113,10 +114,12 @@ def run_load(gen, port, queries, label, outdir, *, rate=None, outstanding=None, 
             argv += ["--count", str(count)]
         if warmup:
             argv += ["--warmup"]
-        argv += ["--json", json_path, "--progress", "never"]
+        argv += list(extra) + ["--json", json_path, "--progress", "never"]
         if plot:
             argv += ["--plot", os.path.join(outdir, "plots", label)]
     else:
+        if extra:
+            raise SetupError(f"{label}: weir-bench arguments {' '.join(extra)} need weir-bench, not dnsperf")
         # dnsperf: -q is the total in flight, -c the sockets, -n passes over the file.
         argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", queries, "-T", str(threads),
                 "-c", str(max(sockets, threads)), "-t", str(max(1, math.ceil(timeout_ms / 1000)))]

@@ -7,12 +7,7 @@
 namespace weir::recursor {
 
 std::string CacheKey(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
-  std::string k(reinterpret_cast<const char*>(name.bytes.data()), name.len);
-  k.push_back(static_cast<char>(qtype >> 8));
-  k.push_back(static_cast<char>(qtype));
-  k.push_back(static_cast<char>(qclass >> 8));
-  k.push_back(static_cast<char>(qclass));
-  return k;
+  return CacheKeyBytes(name, qtype, qclass).str();
 }
 
 std::string NameText(const dns::NameKey& name) { return dns::NameKeyToText(name.span()); }

@@ -33,7 +33,23 @@ absl::StatusOr<int> BindSocket(const SocketAddress& a, int type) {
   return net::BindSocket(a, type, {.nonblocking = true, .listen_backlog = type == SOCK_STREAM ? 256 : 0});
 }
 
+// The largest UDP response gathered for a burst (answers are at most
+// kMaxUdpAnswer bytes); a larger one is sent on its own.
+constexpr size_t kTxSlot = 4096;
+
 }  // namespace
+
+struct Front::UdpBurst {
+  // A whole datagram fits: a query is never cut short.
+  uint8_t rx[kBurst][net::kMaxDnsMessage];
+  sockaddr_storage rx_peers[kBurst];
+  iovec riov[kBurst];
+  mmsghdr rmsg[kBurst];
+  uint8_t tx[kBurst][kTxSlot];
+  sockaddr_storage tx_peers[kBurst];
+  iovec siov[kBurst];
+  mmsghdr smsg[kBurst];
+};
 
 common::IpAddress IpOf(const SocketAddress& a) {
   common::IpAddress ip;
@@ -43,7 +59,21 @@ common::IpAddress IpOf(const SocketAddress& a) {
 }
 
 Front::Front(const RecursorConfig& cfg, net::EventLoop& loop)
-    : cfg_(cfg), loop_(loop), table_(cfg.tcp_limits) {}
+    : cfg_(cfg), loop_(loop), table_(cfg.tcp_limits), udp_(new UdpBurst) {
+  // Not zeroed (new, not make_unique): 2 MB of receive slots, touched as used.
+  UdpBurst& b = *udp_;
+  for (int i = 0; i < kBurst; ++i) {
+    b.riov[i] = {b.rx[i], sizeof(b.rx[i])};
+    b.rmsg[i].msg_hdr = {};
+    b.rmsg[i].msg_hdr.msg_name = &b.rx_peers[i];
+    b.rmsg[i].msg_hdr.msg_iov = &b.riov[i];
+    b.rmsg[i].msg_hdr.msg_iovlen = 1;
+    b.smsg[i].msg_hdr = {};
+    b.smsg[i].msg_hdr.msg_name = &b.tx_peers[i];
+    b.smsg[i].msg_hdr.msg_iov = &b.siov[i];
+    b.smsg[i].msg_hdr.msg_iovlen = 1;
+  }
+}
 
 Front::~Front() { CloseAll(); }
 
@@ -156,19 +186,38 @@ size_t Front::unsent_bytes() const {
   return unsent;
 }
 
+// Up to two bursts per wake-up (64 datagrams), so one busy socket does not
+// starve the others and the TCP connections.
 void Front::OnUdp(int fd) {
-  for (int i = 0; i < 64; ++i) {
-    sockaddr_storage from{};
-    socklen_t fl = sizeof(from);
-    const ssize_t n = recvfrom(fd, buf_, sizeof(buf_), 0, reinterpret_cast<sockaddr*>(&from), &fl);
-    if (n < 0) return;
-    FrontRef to;
-    to.udp_fd = fd;
-    to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), fl);
-    ++stats_.udp;
-    if (tap_ != nullptr) TapQuery({buf_, static_cast<size_t>(n)}, to);
-    router_->HandleQuery({buf_, static_cast<size_t>(n)}, to);
+  UdpBurst& b = *udp_;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kBurst; ++i) b.rmsg[i].msg_hdr.msg_namelen = sizeof(b.rx_peers[i]);
+    const int n = recvmmsg(fd, b.rmsg, kBurst, 0, nullptr);
+    if (n <= 0) return;
+    burst_fd_ = fd;
+    for (int i = 0; i < n; ++i) {
+      FrontRef to;
+      to.udp_fd = fd;
+      to.peer = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&b.rx_peers[i]),
+                                            b.rmsg[i].msg_hdr.msg_namelen);
+      ++stats_.udp;
+      const std::span<const uint8_t> query(b.rx[i], b.rmsg[i].msg_len);
+      if (tap_ != nullptr) TapQuery(query, to);
+      router_->HandleQuery(query, to);
+    }
+    FlushUdp();
+    burst_fd_ = -1;
+    if (n < kBurst) return;
   }
+}
+
+void Front::FlushUdp() {
+  for (int i = 0; i < tx_count_;) {
+    const int sent = sendmmsg(burst_fd_, udp_->smsg + i, static_cast<unsigned>(tx_count_ - i), 0);
+    // A datagram the kernel refuses is dropped, as a sendto of it would be.
+    i += sent > 0 ? sent : 1;
+  }
+  tx_count_ = 0;
 }
 
 void Front::OnAccept(const net::AcceptedConnection& ac, bool control) {
@@ -369,7 +418,19 @@ void Front::Send(const FrontRef& to, const uint8_t* data, size_t len) {
     tap_->Send(m);
   }
   if (!to.tcp) {
-    if (len != 0) sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
+    if (len == 0) return;
+    if (to.udp_fd == burst_fd_ && len <= kTxSlot) {
+      if (tx_count_ == kBurst) FlushUdp();
+      UdpBurst& b = *udp_;
+      const int i = tx_count_++;
+      std::memcpy(b.tx[i], data, len);
+      b.siov[i] = {b.tx[i], len};
+      std::memcpy(&b.tx_peers[i], to.peer.sa(), to.peer.len);
+      b.smsg[i].msg_hdr.msg_namelen = to.peer.len;
+      return;
+    }
+    if (to.udp_fd == burst_fd_) FlushUdp();  // the responses before it go first
+    sendto(to.udp_fd, data, len, 0, to.peer.sa(), to.peer.len);
     return;
   }
   auto it = conns_.find(to.conn);

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -93,6 +94,8 @@ class Front {
   };
   void WatchListener(int fd, bool tcp, bool control);
   void OnUdp(int fd);
+  // Sends the responses gathered during a UDP burst, in order.
+  void FlushUdp();
   void OnAccept(const net::AcceptedConnection& c, bool control);
   void OnConn(uint64_t id, uint32_t events);
   void OnControl(uint64_t id, Conn* c, uint32_t events);
@@ -116,7 +119,16 @@ class Front {
   std::vector<net::TcpConnectionTable::Expiry> expired_;
   uint64_t next_conn_ = 1;
   Stats stats_;
-  uint8_t buf_[net::kMaxDnsMessage];
+  uint8_t buf_[net::kMaxDnsMessage];  // control connections
+  // UDP queries arrive in bursts (one recvmmsg); the responses written
+  // while a burst is handled go out together (one sendmmsg) at its end.
+  // Responses for other sockets or later (a resolution completing) are
+  // sent at once.
+  static constexpr int kBurst = 32;
+  struct UdpBurst;
+  std::unique_ptr<UdpBurst> udp_;
+  int burst_fd_ = -1;  // the socket whose burst is being handled; -1: none
+  int tx_count_ = 0;   // responses gathered in udp_
 };
 
 // Writes responses to the front (answer.h) and sends them.

@@ -37,13 +37,20 @@ OrdinaryResolver::~OrdinaryResolver() = default;
 
 void OrdinaryResolver::Query(Waiter w) {
   const uint32_t now = clock_.NowSeconds();
-  const std::string key = CacheKey(w.q.qname, w.q.qtype, w.q.qclass);
+  // Looked up by a key on the stack: a hit allocates nothing; a miss or a
+  // prefetch keeps the key as a string.
+  const CacheKeyBytes key_bytes(w.q.qname, w.q.qtype, w.q.qclass);
   const PlainEntry* hit = nullptr;
-  if (auto* e = plain_.Find(key); e != nullptr && e->value.stale_until > now) hit = &e->value;
-  if (hit != nullptr && hit->a.fresh_until > now) {
+  if (auto* e = plain_.Find(key_bytes.view()); e != nullptr && e->value.stale_until > now) hit = &e->value;
+  const bool fresh = hit != nullptr && hit->a.fresh_until > now;
+  if (fresh) {
     ++stats_.wait.hits;
     replies_.Answer(w, hit->a, now - (hit->a.fresh_until - hit->a.ttl), -1);
-    if (!policy_.WantsPrefetch(hit->a, now) || fetches_.contains(key) || inflight_.Full()) return;
+    if (!policy_.WantsPrefetch(hit->a, now) || fetches_.contains(key_bytes.view()) || inflight_.Full())
+      return;
+  }
+  const std::string key = key_bytes.str();
+  if (fresh) {
     ++stats_.wait.prefetches;
     auto f = std::make_unique<Fetch>();
     f->qname = w.q.qname;

@@ -38,7 +38,8 @@ class OrdinaryResolver {
   ~OrdinaryResolver();
 
   // Answers `w` from the cache or resolves it. The hot path: a hit copies
-  // nothing of the query and reads no clock but the TTL clock.
+  // nothing of the query, allocates nothing (tests/recursor/
+  // hit_path_alloc_test.cc) and reads no clock but the TTL clock.
   void Query(Waiter w);
 
   void EraseExpired(uint32_t now) { plain_.EraseExpired(now); }

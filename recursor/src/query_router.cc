@@ -81,7 +81,8 @@ void QueryRouter::HandleQuery(std::span<const uint8_t> pkt, const FrontRef& to) 
   // never sends ECS anywhere, whatever the query carried (a subscriber's
   // subnet goes only where the operator sent it). A forward tag sends its
   // names to its targets even without weight or ecs.
-  const partitions::Tag* tag = tags_->Lookup(w.q.qname.span());
+  const partitions::Tag* tag =
+      tags_->Lookup(w.q.qname.span(), w.q.qname_labels.span());  // labels found by the parse
   const bool tagged =
       tag != nullptr &&
       (tag->weight || tag->ecs || (tag->policy == partitions::Policy::kForward && !tag->targets.empty()));

@@ -99,15 +99,16 @@ void TaggedResolver::Query(Waiter w, const partitions::Tag* tag, std::vector<Cac
   const EcsChoice c = ChooseEcs(wants_ecs, w.q.edns.has_ecs ? &w.q.edns.ecs : nullptr, client, ecs_settings_);
   const uint32_t now = clock_.NowSeconds();
   const Answer* a = nullptr;
-  const std::string key = CacheKey(w.q.qname, w.q.qtype, 0);
+  // Looked up by a key on the stack: a hit allocates nothing.
+  const CacheKeyBytes key(w.q.qname, w.q.qtype, 0);
   if (c.zero_source) {
-    auto* e = zero_source_.Find(key);
+    auto* e = zero_source_.Find(key.view());
     if (e != nullptr && e->value.stale_until > now) a = &e->value.a;
   }
   if (a == nullptr) {
     // A query without ECS upstream (and /0 queries) may only use global answers.
     const dns::ClientSubnet none{};
-    if (auto* e = scoped_.Find(key))
+    if (auto* e = scoped_.Find(key.view()))
       a = e->value.Lookup(w.q.qname.span(), w.q.qtype, c.send ? c.subnet : none, now);
   }
   if (a != nullptr && a->fresh_until > now) {

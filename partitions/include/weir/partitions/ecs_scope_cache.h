@@ -18,11 +18,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "weir/dns/message.h"
 
 namespace weir::partitions {
@@ -66,7 +68,9 @@ class EcsScopeCache {
   // the matched scope.
   const V* Lookup(std::span<const uint8_t> qname, uint16_t qtype, const dns::ClientSubnet& client,
                   uint32_t now, uint8_t* scope = nullptr) const {
-    auto it = names_.find(Key(qname, qtype));
+    if (qname.size() > dns::kMaxNameWire) return nullptr;
+    const KeyBytes key(qname, qtype);
+    auto it = names_.find(key.view());  // heterogeneous: a hit copies nothing
     if (it == names_.end()) return nullptr;
     const Scoped* best = nullptr;
     for (const Scoped& x : it->second) {
@@ -162,6 +166,20 @@ class EcsScopeCache {
     k.push_back(static_cast<char>(qtype));
     return k;
   }
+  // Key() on the stack, for lookups (qname at most kMaxNameWire bytes).
+  class KeyBytes {
+   public:
+    KeyBytes(std::span<const uint8_t> qname, uint16_t qtype) : len_(qname.size() + 2) {
+      std::memcpy(bytes_.data(), qname.data(), qname.size());
+      bytes_[qname.size()] = static_cast<char>(qtype >> 8);
+      bytes_[qname.size() + 1] = static_cast<char>(qtype);
+    }
+    absl::string_view view() const { return {bytes_.data(), len_}; }
+
+   private:
+    std::array<char, dns::kMaxNameWire + 2> bytes_;
+    size_t len_;
+  };
 
   size_t max_subnets_;
   absl::flat_hash_map<std::string, std::vector<Scoped>> names_;

@@ -42,11 +42,15 @@ class BoundedCache {
   explicit BoundedCache(size_t capacity, uint64_t seed = common::kGolden64)
       : capacity_(capacity == 0 ? 1 : capacity), rng_(seed == 0 ? 1 : seed) {}
 
-  Entry* Find(const K& key) {
+  // `key` is a K or anything the index looks up heterogeneously (an
+  // absl::string_view for std::string keys): a lookup then copies nothing.
+  template <typename L = K>
+  Entry* Find(const L& key) {
     auto it = index_.find(key);
     return it == index_.end() ? nullptr : &slots_[it->second];
   }
-  const Entry* Find(const K& key) const {
+  template <typename L = K>
+  const Entry* Find(const L& key) const {
     auto it = index_.find(key);
     return it == index_.end() ? nullptr : &slots_[it->second];
   }

@@ -5,10 +5,13 @@
 // Threading: plain values and pure functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "weir/dns/message.h"
 #include "weir/recursor/answer.h"
 #include "weir/recursor/config.h"
@@ -22,7 +25,31 @@ struct PlainEntry {
   uint32_t stale_until = 0;
 };
 
-// (name, type, class) as a cache key.
+// (name, type, class) as a cache key, built in place: the caches are keyed
+// by std::string but looked up by this key's view (absl's heterogeneous
+// lookup takes an absl::string_view, which Debian's absl does not alias to
+// std::string_view), so a cache hit allocates nothing. Only a new entry
+// copies it into a string.
+class CacheKeyBytes {
+ public:
+  CacheKeyBytes(const dns::NameKey& name, uint16_t qtype, uint16_t qclass) {
+    std::memcpy(bytes_.data(), name.bytes.data(), name.len);
+    len_ = name.len;
+    Push(static_cast<char>(qtype >> 8));
+    Push(static_cast<char>(qtype));
+    Push(static_cast<char>(qclass >> 8));
+    Push(static_cast<char>(qclass));
+  }
+  absl::string_view view() const { return {bytes_.data(), len_}; }
+  std::string str() const { return std::string(bytes_.data(), len_); }
+
+ private:
+  void Push(char c) { bytes_[len_++] = c; }
+
+  std::array<char, dns::kMaxNameWire + 4> bytes_;
+  size_t len_ = 0;
+};
+
 std::string CacheKey(const dns::NameKey& name, uint16_t qtype, uint16_t qclass);
 std::string NameText(const dns::NameKey& name);
 // The target of a CNAME record; false when its rdata is not a name.
