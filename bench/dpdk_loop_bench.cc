@@ -1,6 +1,6 @@
-// The DPDK worker loop in one process, on one lcore, against HandleBurst
-// alone. Figures and commands are in bench/RESULTS.md ("fastpath, DPDK
-// worker loop").
+// The DPDK worker loop in one process, on one or two lcores, against
+// HandleBurst alone. Figures and commands are in bench/RESULTS.md ("DPDK
+// worker loop in one process", "Two lcores (#33)").
 //
 // A plain program, not a Google Benchmark: the phases share one EAL, one
 // cache and one worker and are compared with each other. The cache is
@@ -20,6 +20,22 @@
 //            worker calls; the kernel backend calls it the same way).
 //   handler  QueryHandler::HandleBurst on them.
 //
+// --lcores 2: the loop phase on one lcore and then on two in each round.
+// Each lcore is set up as the product sets up a worker lcore, with what
+// the product shares between lcores (the cache, tag table, city map, the
+// RCU domain) shared and the rest its own: WorkerCore (its QueryHandler,
+// SWRR table, counters), MissChannel, DpdkWorker, RCU reader registration.
+// It also has its own mbuf pool, its own copy of the frames and its own
+// pair of net_ring ports (wire and exception): net_ring keeps its
+// per-queue packet counts in one array per port, so two queues of one
+// ring port would write one cache line from both lcores, which a NIC's
+// queues do not. The main lcore runs lcore 0's loop, an EAL worker lcore
+// (rte_eal_remote_launch) lcore 1's. Each round: lcore 0 alone, lcore 1
+// alone, then both started together, each for S seconds of wall time;
+// answers/s by wall time, the two's total over lcore 0 alone, and each
+// lcore with two running over itself alone (a guest's two CPUs need not be
+// equally fast; --swap-cpus puts lcore 0 on CPU 1 and lcore 1 on CPU 0).
+//
 // --seconds S: each phase for S seconds per round (--repeat rounds, phases
 // interleaved), medians printed. --iterations N: each phase for N bursts
 // once, for callgrind: the counts are zeroed before and dumped after each
@@ -27,11 +43,19 @@
 //   valgrind --tool=callgrind --instr-atstart=no dpdk_loop_bench --iterations N
 // each phase's dump holds its instructions alone (EAL start and the cache
 // fill are not counted); divide by the answers printed.
+//
+// --dnstap-sample N: dnstap on as in the product (a producer per worker,
+// one query and its response in N tapped, the I/O thread writing a file):
+// the hit path's cost with the tap hook on. Metrics counters have no off
+// switch; they are always in the figures.
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_pause.h>
 #include <rte_ring.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +63,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -67,6 +92,7 @@
 #include "weir/common/rcu.h"
 #include "weir/dns/message.h"
 #include "weir/dns/writer.h"
+#include "weir/dnstap/dnstap.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/tagtable.h"
@@ -94,8 +120,11 @@ struct Options {
   uint64_t iterations = 0;  // > 0: the fixed-count (callgrind) mode
   size_t plain = 1000;
   size_t weighted = 1000;
-  int only = -1;            // one phase only (for a profiler), or all
-  bool rate_limit = false;  // per-source limits on, set so high that nothing is limited
+  int only = -1;               // one phase only (for a profiler), or all
+  int lcores = 1;              // 2: the loop phase on one lcore, then on two
+  bool swap_cpus = false;      // lcore 0 on CPU 1, lcore 1 on CPU 0
+  bool rate_limit = false;     // per-source limits on, set so high that nothing is limited
+  uint32_t dnstap_sample = 0;  // > 0: every worker taps one query (and response) in N to a file
   // The answers' checksums: "software" (what the worker does on net_ring,
   // which offers no offloads), "offload" (as on a NIC with IPv4 and UDP
   // TX checksum offload: the worker writes the pseudo-header sum only),
@@ -117,7 +146,7 @@ std::string Positive(const std::string& text) {
 Options ParseArgs(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "dpdk_loop_bench: the DPDK worker loop against HandleBurst, in one process on one lcore "
+      "dpdk_loop_bench: the DPDK worker loop against HandleBurst, in one process on one or two lcores "
       "(figures and commands: bench/RESULTS.md)",
       "dpdk_loop_bench"};
   app.add_option("--seconds", o.seconds, "time per phase per round (default 2)")
@@ -136,12 +165,26 @@ Options ParseArgs(int argc, char** argv) {
   app.add_option("--only", only, "run one phase only, e.g. under perf")
       ->type_name("PHASE")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kPhaseName), std::end(kPhaseName))));
+  app.add_option("--lcores", o.lcores,
+                 "2: each round runs the loop phase on lcore 0 alone, lcore 1 alone, then both (EAL -l 0,1), "
+                 "each with its own ports, pool, frames and worker; the other phases stay on one (default 1)")
+      ->type_name("N")
+      ->check(CLI::IsMember({1, 2}));
+  app.add_flag(
+      "--swap-cpus", o.swap_cpus,
+      "lcore 0 (the main lcore, the one-lcore run) on CPU 1 and lcore 1 on CPU 0, to tell an lcore's "
+      "cost from its CPU's");
   std::string rate_limit = "off";
   app.add_option("--rate-limit", rate_limit,
                  "on: per-source query and byte limits on, set so high that none is reached, to measure "
                  "their cost (default off)")
       ->type_name("SWITCH")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--dnstap-sample", o.dnstap_sample,
+                 "N > 0: dnstap on, as in the product: each worker taps one client query and its response in "
+                 "N, written by the dnstap I/O thread to a file in the temporary directory, removed at exit "
+                 "(default 0: off)")
+      ->type_name("N");
   app.add_option("--checksums", o.checksums,
                  "software (default: net_ring has no offloads), offload (as a NIC with IPv4/UDP TX checksum "
                  "offload), off (no IPv4 UDP checksum)")
@@ -150,6 +193,8 @@ Options ParseArgs(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (o.plain + o.weighted == 0) throw CLI::ValidationError("--plain, --weighted", "no names to query");
+    if (o.lcores > 1 && o.iterations > 0)
+      throw CLI::ValidationError("--lcores, --iterations", "the fixed-count (callgrind) mode runs one lcore");
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
@@ -162,9 +207,9 @@ Options ParseArgs(int argc, char** argv) {
 
 // ---------------------------------------------------------------- EAL
 
-struct Dpdk {
-  std::string prefix;
-  bool eal = false;
+// One lcore's own DPDK objects: its mbuf pool, and its wire port and
+// exception port made of rings.
+struct Lane {
   rte_mempool* pool = nullptr;
   rte_ring* wire_rx = nullptr;  // the bench enqueues queries here
   rte_ring* wire_tx = nullptr;  // the worker's answers
@@ -174,13 +219,21 @@ struct Dpdk {
   int kernel = -1;
   bool started = false;
 };
+
+struct Dpdk {
+  std::string prefix;
+  bool eal = false;
+  std::vector<Lane> lanes;  // [0] on the main lcore, [1] on the EAL worker lcore
+  unsigned worker_lcore = 0;
+};
 Dpdk g_dpdk;
 
 void Cleanup() {
-  if (g_dpdk.started) {
-    rte_eth_dev_stop(static_cast<uint16_t>(g_dpdk.wire));
-    rte_eth_dev_stop(static_cast<uint16_t>(g_dpdk.kernel));
-    g_dpdk.started = false;
+  for (Lane& l : g_dpdk.lanes) {
+    if (!l.started) continue;
+    rte_eth_dev_stop(static_cast<uint16_t>(l.wire));
+    rte_eth_dev_stop(static_cast<uint16_t>(l.kernel));
+    l.started = false;
   }
   if (g_dpdk.eal) {
     rte_eal_cleanup();
@@ -197,49 +250,63 @@ void Cleanup() {
   std::exit(1);
 }
 
-// EAL as the unit test starts it: main lcore 0 only, no hugepages, no PCI;
-// the wire port and the exception port made of rings.
-void StartDpdk(const char* argv0) {
+// EAL as the unit test starts it, no hugepages, no PCI: main lcore 0 on
+// CPU 0, and lcore 1 on CPU 1 as a worker lcore for --lcores 2 (the other
+// way round with --swap-cpus). Each lane gets its pool and its wire and
+// exception ports made of rings.
+void StartDpdk(const char* argv0, int lcores, bool swap_cpus) {
   g_dpdk.prefix = "weir-bench-" + std::to_string(getpid());
-  std::vector<std::string> args = {argv0,
-                                   "-l",
-                                   "0",
-                                   "--no-huge",
-                                   "-m",
-                                   "256",
-                                   "--no-pci",
-                                   "--no-shconf",
-                                   "--no-telemetry",
-                                   "--log-level=error",
-                                   "--file-prefix=" + g_dpdk.prefix};
+  std::vector<std::string> args = {
+      argv0,
+      swap_cpus ? "--lcores" : "-l",
+      swap_cpus ? (lcores == 1 ? "0@1" : "0@1,1@0") : (lcores == 1 ? "0" : "0,1"),
+      "--no-huge",
+      "-m",
+      "256",
+      "--no-pci",
+      "--no-shconf",
+      "--no-telemetry",
+      "--log-level=error",
+      "--file-prefix=" + g_dpdk.prefix};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0)
     Fail(std::string("rte_eal_init: ") + rte_strerror(rte_errno));
   g_dpdk.eal = true;
-  g_dpdk.pool = rte_pktmbuf_pool_create("bench_pool", 4095, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
-  if (g_dpdk.pool == nullptr) Fail(std::string("mbuf pool: ") + rte_strerror(rte_errno));
-  auto ring = [](const char* name) {
-    rte_ring* r = rte_ring_create(name, 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (r == nullptr) Fail(std::string("ring ") + name + ": " + rte_strerror(rte_errno));
-    return r;
-  };
-  g_dpdk.wire_rx = ring("wire_rx");
-  g_dpdk.wire_tx = ring("wire_tx");
-  g_dpdk.kernel_rx = ring("kernel_rx");
-  g_dpdk.kernel_tx = ring("kernel_tx");
-  g_dpdk.wire = rte_eth_from_rings("wire", &g_dpdk.wire_rx, 1, &g_dpdk.wire_tx, 1, SOCKET_ID_ANY);
-  g_dpdk.kernel = rte_eth_from_rings("kernel", &g_dpdk.kernel_rx, 1, &g_dpdk.kernel_tx, 1, SOCKET_ID_ANY);
-  if (g_dpdk.wire < 0 || g_dpdk.kernel < 0) Fail("rte_eth_from_rings failed");
-  PortSetup setup;
-  setup.pool = g_dpdk.pool;
-  setup.rx_descriptors = setup.tx_descriptors = 512;
-  uint64_t offloads = 0;
-  for (auto [name, id] : {std::pair{"wire", g_dpdk.wire}, std::pair{"kernel", g_dpdk.kernel}}) {
-    if (absl::Status st = StartPort(name, static_cast<uint16_t>(id), setup, &offloads); !st.ok())
-      Fail(std::string(st.message()));
+  if (lcores > 1) {
+    g_dpdk.worker_lcore = rte_get_next_lcore(rte_get_main_lcore(), /*skip_main=*/1, /*wrap=*/0);
+    if (g_dpdk.worker_lcore >= RTE_MAX_LCORE) Fail("the EAL has no worker lcore");
   }
-  g_dpdk.started = true;
+  g_dpdk.lanes.resize(static_cast<size_t>(lcores));
+  for (int i = 0; i < lcores; ++i) {
+    Lane& l = g_dpdk.lanes[static_cast<size_t>(i)];
+    const std::string n = std::to_string(i);
+    l.pool = rte_pktmbuf_pool_create(("bench_pool" + n).c_str(), 4095, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                     SOCKET_ID_ANY);
+    if (l.pool == nullptr) Fail(std::string("mbuf pool: ") + rte_strerror(rte_errno));
+    auto ring = [&](const char* name) {
+      const std::string rn = name + n;
+      rte_ring* r = rte_ring_create(rn.c_str(), 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      if (r == nullptr) Fail("ring " + rn + ": " + rte_strerror(rte_errno));
+      return r;
+    };
+    l.wire_rx = ring("wire_rx");
+    l.wire_tx = ring("wire_tx");
+    l.kernel_rx = ring("kernel_rx");
+    l.kernel_tx = ring("kernel_tx");
+    l.wire = rte_eth_from_rings(("wire" + n).c_str(), &l.wire_rx, 1, &l.wire_tx, 1, SOCKET_ID_ANY);
+    l.kernel = rte_eth_from_rings(("kernel" + n).c_str(), &l.kernel_rx, 1, &l.kernel_tx, 1, SOCKET_ID_ANY);
+    if (l.wire < 0 || l.kernel < 0) Fail("rte_eth_from_rings failed");
+    PortSetup setup;
+    setup.pool = l.pool;
+    setup.rx_descriptors = setup.tx_descriptors = 512;
+    uint64_t offloads = 0;
+    for (auto [name, id] : {std::pair{"wire", l.wire}, std::pair{"kernel", l.kernel}}) {
+      if (absl::Status st = StartPort(name + n, static_cast<uint16_t>(id), setup, &offloads); !st.ok())
+        Fail(std::string(st.message()));
+    }
+    l.started = true;
+  }
 }
 
 // ---------------------------------------------------------------- data
@@ -352,7 +419,10 @@ class NullIo final : public WorkerIo {
   uint64_t calls = 0;
 };
 
-struct Bench {
+// One lane's phases. Alone in its cache lines: on two lcores each writes
+// its own.
+struct alignas(64) Bench {
+  const Lane* lane = nullptr;
   const Frames* frames = nullptr;
   size_t next = 0;  // the next frame to feed
   DpdkWorker* worker = nullptr;
@@ -368,7 +438,7 @@ struct Bench {
   // 32 mbufs with the next frames, on the wire port's RX ring.
   void Refill() {
     rte_mbuf* m[kBurst];
-    if (rte_pktmbuf_alloc_bulk(g_dpdk.pool, m, kBurst) != 0) Fail("the mbuf pool ran dry");
+    if (rte_pktmbuf_alloc_bulk(lane->pool, m, kBurst) != 0) Fail("the mbuf pool ran dry");
     const size_t n = frames->count();
     for (uint16_t j = 0; j < kBurst; ++j) {
       const uint16_t len = frames->len[next];
@@ -377,7 +447,7 @@ struct Bench {
       m[j]->pkt_len = len;
       if (++next == n) next = 0;
     }
-    if (rte_ring_enqueue_bulk(g_dpdk.wire_rx, reinterpret_cast<void* const*>(m), kBurst, nullptr) != kBurst)
+    if (rte_ring_enqueue_bulk(lane->wire_rx, reinterpret_cast<void* const*>(m), kBurst, nullptr) != kBurst)
       Fail("the RX ring is full");
   }
   // Frees what is on `ring`; returns how many.
@@ -399,7 +469,7 @@ struct Bench {
       Refill();
       worker->Poll();
       rcu->Quiescent();
-      answers += Drain(g_dpdk.wire_tx);
+      answers += Drain(lane->wire_tx);
     }
     return answers;
   }
@@ -407,7 +477,7 @@ struct Bench {
     uint64_t frames_fed = 0;
     for (uint64_t i = 0; i < bursts; ++i) {
       Refill();
-      frames_fed += Drain(g_dpdk.wire_rx);
+      frames_fed += Drain(lane->wire_rx);
     }
     return frames_fed;
   }
@@ -475,6 +545,7 @@ struct Sample {
   double wall_ns = 0;
   double cpu_ns = 0;
   double ns_per_answer() const { return answers ? cpu_ns / double(answers) : 0; }
+  double per_second() const { return wall_ns > 0 ? double(answers) * 1e9 / wall_ns : 0; }
 };
 
 Sample Timed(Bench& b, Phase ph, double seconds, uint64_t fixed_bursts) {
@@ -501,6 +572,45 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The loop phase of lane 1 on the EAL worker lcore, started when the main
+// lcore says so.
+struct LaneRun {
+  Bench* bench = nullptr;
+  double seconds = 0;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> go{false};
+  Sample sample;
+};
+
+int RunOnWorkerLcore(void* arg) {
+  auto* r = static_cast<LaneRun*>(arg);
+  // This lcore's own RCU reader registration, as DpdkWorker::Run makes one.
+  common::RcuThread rcu;
+  common::RcuThread* const main_rcu = r->bench->rcu;
+  r->bench->rcu = &rcu;
+  r->ready.store(true, std::memory_order_release);
+  while (!r->go.load(std::memory_order_acquire)) rte_pause();
+  r->sample = Timed(*r->bench, kLoop, r->seconds, 0);
+  r->bench->rcu = main_rcu;
+  return 0;
+}
+
+// The loop phase on two lcores at once, each for `seconds` of wall time:
+// lane `first` on the main lcore, lane `second` on the worker lcore; or,
+// `first` null, lane `second` alone on the worker lcore.
+std::array<Sample, 2> LoopOnLanes(Bench* first, Bench& second, double seconds) {
+  LaneRun run;
+  run.bench = &second;
+  run.seconds = seconds;
+  if (const int r = rte_eal_remote_launch(RunOnWorkerLcore, &run, g_dpdk.worker_lcore); r != 0)
+    Fail(std::string("rte_eal_remote_launch: ") + rte_strerror(-r));
+  while (!run.ready.load(std::memory_order_acquire)) rte_pause();
+  run.go.store(true, std::memory_order_release);
+  const Sample s = first != nullptr ? Timed(*first, kLoop, seconds, 0) : Sample{};
+  rte_eal_wait_lcore(g_dpdk.worker_lcore);
+  return {s, run.sample};
+}
+
 // One pass over every query through the worker: each one answered with
 // NOERROR and at least one record, as a hit, and nothing left over.
 void Verify(Bench& b) {
@@ -516,7 +626,7 @@ void Verify(Bench& b) {
     b.rcu->Quiescent();
     void* objs[2 * kBurst];
     unsigned n;
-    while ((n = rte_ring_dequeue_burst(g_dpdk.wire_tx, objs, 2 * kBurst, nullptr)) > 0) {
+    while ((n = rte_ring_dequeue_burst(b.lane->wire_tx, objs, 2 * kBurst, nullptr)) > 0) {
       for (unsigned j = 0; j < n; ++j) {
         auto* m = static_cast<rte_mbuf*>(objs[j]);
         const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
@@ -559,7 +669,7 @@ void Verify(Bench& b) {
 
 int Main(int argc, char** argv) {
   const Options o = ParseArgs(argc, argv);
-  StartDpdk(argv[0]);
+  StartDpdk(argv[0], o.lcores, o.swap_cpus);
 
   const common::Clock& clock = common::SystemClock::Instance();
   SharedState shared;
@@ -584,47 +694,96 @@ int Main(int argc, char** argv) {
     options.rate_limit.qps = options.rate_limit.burst = 10000000;
     options.rate_limit.bytes_per_second = 1000000000;
   }
-  MissChannel channel;
-  WorkerCore core(0, options, &shared, &channel, [] {});
+  // Per lcore, in the order the product makes them (Node::Prepare: the
+  // channels, then the cores; Backend::OpenPorts: the workers), so that
+  // what the allocator puts side by side here is what it does there.
+  const size_t lanes = g_dpdk.lanes.size();
+  std::vector<std::unique_ptr<MissChannel>> channels;
+  std::vector<std::unique_ptr<WorkerCore>> cores;
+  std::vector<std::unique_ptr<DpdkWorker>> workers;
+  for (size_t i = 0; i < lanes; ++i) channels.push_back(std::make_unique<MissChannel>());
+  for (size_t i = 0; i < lanes; ++i) {
+    cores.push_back(
+        std::make_unique<WorkerCore>(static_cast<int>(i), options, &shared, channels[i].get(), [] {}));
+  }
+  // dnstap as the product sets it up: one producer per worker, one I/O
+  // thread writing Frame Streams (here to a file).
+  struct TapFile {
+    std::filesystem::path path;
+    ~TapFile() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove(path, ec);
+    }
+  } tap_file;
+  std::unique_ptr<dnstap::Writer> tap;
+  if (o.dnstap_sample > 0) {
+    tap_file.path =
+        std::filesystem::temp_directory_path() / ("dpdk_loop_bench." + std::to_string(getpid()) + ".dnstap");
+    dnstap::Options to;
+    to.file_path = tap_file.path.string();
+    to.sample = o.dnstap_sample;
+    to.queue_size = 16384;  // the largest the writer takes
+    auto w = dnstap::Writer::Open(to, lanes);
+    if (!w.ok()) Fail(std::string("dnstap: ") + std::string(w.status().message()));
+    tap = std::move(*w);
+    for (size_t i = 0; i < lanes; ++i) cores[i]->SetTap(&tap->producer(i));
+  }
   const frame::PortAddresses port = frame::testing::Port();
-  WorkerPort wp;
-  wp.port = static_cast<uint16_t>(g_dpdk.wire);
-  wp.exception = g_dpdk.kernel;
-  wp.addresses = &port;
-  if (o.checksums == "offload") {  // what OpenPorts sets for a port with both offloads
-    wp.reply.offload_ip_checksum = wp.reply.offload_udp_checksum = true;
-    wp.tx_flags_v4 = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
-    wp.tx_flags_v6 = RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_UDP_CKSUM;
-  } else if (o.checksums == "off") {
-    wp.reply.udp_checksum_v4 = false;
+  for (size_t i = 0; i < lanes; ++i) {
+    WorkerPort wp;
+    wp.port = static_cast<uint16_t>(g_dpdk.lanes[i].wire);
+    wp.exception = g_dpdk.lanes[i].kernel;
+    wp.addresses = &port;
+    if (o.checksums == "offload") {  // what OpenPorts sets for a port with both offloads
+      wp.reply.offload_ip_checksum = wp.reply.offload_udp_checksum = true;
+      wp.tx_flags_v4 = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+      wp.tx_flags_v6 = RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_UDP_CKSUM;
+    } else if (o.checksums == "off") {
+      wp.reply.udp_checksum_v4 = false;
+    }
+    workers.push_back(std::make_unique<DpdkWorker>(*cores[i], clock, static_cast<int>(i),
+                                                   std::vector<WorkerPort>{wp}, g_dpdk.lanes[i].pool, 0));
   }
-  auto worker = std::make_unique<DpdkWorker>(core, clock, 0, std::vector<WorkerPort>{wp}, g_dpdk.pool, 0);
-
-  Bench b;
-  b.frames = &frames;
-  b.worker = worker.get();
-  b.core = &core;
-  b.rcu = rcu.get();
-  b.clock = &clock;
-  for (size_t i = 0; i < frames.count(); ++i) {
-    const uint8_t* f = frames.frame(i);
-    const frame::Parsed p = frame::Classify(f, frames.len[i], port);
-    if (p.cls != frame::FrameClass::kQuery) Fail("a prebuilt frame is not a query");
-    QueryHandler::BurstPacket q;
-    q.pkt = f + p.dns_offset();
-    q.len = p.dns_len;
-    q.client = ClientInfo{frame::ClientOf(f, p), false};
-    q.out_cap = 1500;
-    b.packets.push_back(q);
+  // Lane 0 reads the frames Populate built, each other lane its own copy.
+  std::vector<std::unique_ptr<Frames>> lane_frames;
+  for (size_t i = 1; i < lanes; ++i) lane_frames.push_back(std::make_unique<Frames>(frames));
+  std::vector<std::unique_ptr<Bench>> benches;
+  for (size_t i = 0; i < lanes; ++i) {
+    auto lb = std::make_unique<Bench>();
+    lb->lane = &g_dpdk.lanes[i];
+    lb->frames = i == 0 ? &frames : lane_frames[i - 1].get();
+    lb->worker = workers[i].get();
+    lb->core = cores[i].get();
+    lb->rcu = rcu.get();  // the worker lcore registers its own while it runs (LoopOnLanes)
+    lb->clock = &clock;
+    const Frames& fr = *lb->frames;
+    for (size_t j = 0; j < fr.count(); ++j) {
+      const uint8_t* f = fr.frame(j);
+      const frame::Parsed p = frame::Classify(f, fr.len[j], port);
+      if (p.cls != frame::FrameClass::kQuery) Fail("a prebuilt frame is not a query");
+      QueryHandler::BurstPacket q;
+      q.pkt = f + p.dns_offset();
+      q.len = p.dns_len;
+      q.client = ClientInfo{frame::ClientOf(f, p), false};
+      q.out_cap = 1500;
+      lb->packets.push_back(q);
+    }
+    benches.push_back(std::move(lb));
   }
+  Bench& b = *benches[0];
+  WorkerCore& core = *cores[0];
 
   std::printf(
       "dpdk_loop_bench: %zu plain names + %zu weighted names x 2 cities = %zu queries, bursts of %u, "
-      "one lcore, %s checksums\n",
-      o.plain, o.weighted, frames.count(), unsigned{kBurst}, o.checksums.c_str());
-  Verify(b);
-  if (PendingClient pc; channel.misses.Pop(&pc))
-    Fail("the verification pass handed a query upstream (a prefetch?)");
+      "%s, %s checksums, dnstap %s\n",
+      o.plain, o.weighted, frames.count(), unsigned{kBurst},
+      lanes == 1 ? "one lcore" : "the loop phase on one lcore, then on two", o.checksums.c_str(),
+      o.dnstap_sample > 0 ? ("one in " + std::to_string(o.dnstap_sample)).c_str() : "off");
+  for (size_t i = 0; i < lanes; ++i) {
+    Verify(*benches[i]);
+    if (PendingClient pc; channels[i]->misses.Pop(&pc))
+      Fail("the verification pass handed a query upstream (a prefetch?)");
+  }
 
   const char* what[kPhases] = {
       "loop     (refill RX ring, Poll, drain TX ring)",
@@ -650,6 +809,19 @@ int Main(int argc, char** argv) {
     CALLGRIND_STOP_INSTRUMENTATION;
   } else {
     std::vector<double> per[kPhases];
+    // --lcores 2: answers/s (wall time) of the loop on one lcore, of each
+    // lcore when two run, their total and its ratio to the one.
+    // And each one's thread CPU time per answer: with a CPU to itself, an
+    // lcore that no other lcore slows (no line both write) answers in the
+    // same CPU time as alone; the sum over the lcores of their answers per
+    // CPU-second with two running over the same lcore's alone is the ratio
+    // they would reach on CPUs of their own.
+    std::vector<double> one, lane0, lane1, total, ratio;
+    std::vector<double> one_ns, lane0_ns, lane1_ns, cpu_ratio;
+    // Lane 1 alone on the worker lcore, and the sum of each lcore's
+    // answers/s with two running over its answers/s alone.
+    std::vector<double> one1, own;
+    const bool two = lanes > 1 && (o.only < 0 || o.only == kLoop);
     for (int r = 0; r < o.repeat; ++r) {
       std::printf("round %d:", r + 1);
       for (int ph = 0; ph < kPhases; ++ph) {
@@ -657,15 +829,62 @@ int Main(int argc, char** argv) {
         const Sample s = Timed(b, static_cast<Phase>(ph), o.seconds, 0);
         per[ph].push_back(s.ns_per_answer());
         std::printf("  %s %.1f ns (cpu/wall %.2f)", kPhaseName[ph], s.ns_per_answer(), s.cpu_ns / s.wall_ns);
+        if (ph != kLoop || !two) continue;
+        // Lane 1 alone on its own lcore too: the two CPUs of a guest need
+        // not be equally fast, and each lcore is compared with its own.
+        const Sample alone1 = LoopOnLanes(nullptr, *benches[1], o.seconds)[1];
+        const std::array<Sample, 2> both = LoopOnLanes(benches[0].get(), *benches[1], o.seconds);
+        one1.push_back(alone1.per_second());
+        own.push_back(both[0].per_second() / s.per_second() + both[1].per_second() / alone1.per_second());
+        one.push_back(s.per_second());
+        lane0.push_back(both[0].per_second());
+        lane1.push_back(both[1].per_second());
+        total.push_back(lane0.back() + lane1.back());
+        ratio.push_back(total.back() / one.back());
+        one_ns.push_back(s.ns_per_answer());
+        lane0_ns.push_back(both[0].ns_per_answer());
+        lane1_ns.push_back(both[1].ns_per_answer());
+        cpu_ratio.push_back(one_ns.back() / lane0_ns.back() + alone1.ns_per_answer() / lane1_ns.back());
+        std::printf(
+            "  [1 lcore %.2f M/s (lcore 1 alone %.2f); 2 lcores %.2f + %.2f = %.2f M/s (cpu/wall %.2f, "
+            "%.2f), "
+            "x%.2f, each against itself alone x%.2f; cpu %.1f / %.1f ns, x%.2f]",
+            one.back() / 1e6, one1.back() / 1e6, lane0.back() / 1e6, lane1.back() / 1e6, total.back() / 1e6,
+            both[0].cpu_ns / both[0].wall_ns, both[1].cpu_ns / both[1].wall_ns, ratio.back(), own.back(),
+            lane0_ns.back(), lane1_ns.back(), cpu_ratio.back());
       }
       std::printf("\n");
       std::fflush(stdout);
     }
     for (int ph = 0; ph < kPhases; ++ph) ns[ph] = per[ph].empty() ? 0 : Median(per[ph]);
     std::printf("medians of %d rounds of %.1f s per phase, thread CPU time:\n", o.repeat, o.seconds);
+    if (two) {
+      std::printf(
+          "loop phase, answers/s by wall time, medians of %d rounds:\n"
+          "  1 lcore:                %6.2f M/s\n"
+          "  2 lcores, lcore %u:      %6.2f M/s\n"
+          "  2 lcores, lcore %u:      %6.2f M/s\n"
+          "  2 lcores, total:        %6.2f M/s\n"
+          "  2 lcores / 1 lcore:     %6.2f x (median of the rounds' ratios; of the medians %.2f x)\n"
+          "  lcore %u alone:          %6.2f M/s\n"
+          "  each lcore with two running over itself alone, summed: %.2f x\n",
+          o.repeat, Median(one) / 1e6, rte_get_main_lcore(), Median(lane0) / 1e6, g_dpdk.worker_lcore,
+          Median(lane1) / 1e6, Median(total) / 1e6, Median(ratio), Median(total) / Median(one),
+          g_dpdk.worker_lcore, Median(one1) / 1e6, Median(own));
+      std::printf(
+          "loop phase, thread CPU time per answer, medians:\n"
+          "  1 lcore %.1f ns; 2 lcores %.1f ns (lcore %u), %.1f ns (lcore %u)\n"
+          "  answers per CPU-second, each lcore with two running over itself alone, summed: %.2f x (the "
+          "ratio with a CPU per lcore and nothing else running)\n",
+          Median(one_ns), Median(lane0_ns), rte_get_main_lcore(), Median(lane1_ns), g_dpdk.worker_lcore,
+          Median(cpu_ratio));
+    }
   }
-  if (PendingClient pc; core.counters().misses.Read() != 0 || b.io.calls != 0 || channel.misses.Pop(&pc))
-    Fail("a measured query missed the cache or was handed upstream");
+  for (size_t i = 0; i < lanes; ++i) {
+    if (PendingClient pc;
+        cores[i]->counters().misses.Read() != 0 || benches[i]->io.calls != 0 || channels[i]->misses.Pop(&pc))
+      Fail("a measured query missed the cache or was handed upstream");
+  }
 
   {
     // The per-(name, partition, address) answer counters the handler keeps:
@@ -677,9 +896,16 @@ int Main(int argc, char** argv) {
     std::printf("answer counters: %zu of %zu slots used, %llu answers counted as overflow\n", used,
                 AnswerCounters::kSlots, static_cast<unsigned long long>(ac.overflow()));
   }
+  if (tap != nullptr) {
+    const dnstap::Writer::Totals t = tap->totals();
+    std::printf(
+        "dnstap (one in %u): %llu messages handed to the writer, %llu dropped, %llu queries sampled out\n",
+        o.dnstap_sample, static_cast<unsigned long long>(t.sent), static_cast<unsigned long long>(t.dropped),
+        static_cast<unsigned long long>(t.sampled_out));
+  }
   if (o.only >= 0) {
     std::printf("  %s: %.1f ns/answer  %.2f M answers/s\n", what[o.only], ns[o.only], 1e3 / ns[o.only]);
-    worker.reset();
+    workers.clear();
     rcu.reset();
     Cleanup();
     return 0;
@@ -698,7 +924,7 @@ int Main(int argc, char** argv) {
       worker_ns - hb, worker_ns > 0 ? 100 * (worker_ns - hb) / worker_ns : 0);
   std::printf("  WorkerCore over QueryHandler::HandleBurst (c) - (d): %5.1f ns\n", hb - qh);
 
-  worker.reset();
+  workers.clear();
   rcu.reset();
   Cleanup();
   return 0;

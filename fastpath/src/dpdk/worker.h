@@ -71,7 +71,9 @@ struct WorkerPort {
   uint32_t exception_pps = 0;
 };
 
-class DpdkWorker final : public WorkerIo {
+// Cache-line aligned: the workers are allocated one after another, and
+// each writes its own members (burst_port_) on every burst.
+class alignas(64) DpdkWorker final : public WorkerIo {
  public:
   static constexpr uint16_t kBurst = 32;
 

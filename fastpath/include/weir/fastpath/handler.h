@@ -216,7 +216,9 @@ class QueryHandler {
   // packet, what the stages add (tag, partition, cache entry) and what the
   // writers need (the answer's size limits). No handler member holds a
   // query's state: Handle uses one context, HandleBurst one per packet.
-  struct QueryContext {
+  // Cache-line aligned: written per packet by this worker only, never in
+  // a line of another worker's.
+  struct alignas(64) QueryContext {
     const uint8_t* pkt = nullptr;  // the query as received
     size_t len = 0;
     dns::Query query;

@@ -133,7 +133,9 @@ class SwrrTable {
   uint32_t used_ = 0;
   uint32_t head_ = kNone;  // most recently picked
   uint32_t tail_ = kNone;  // least recently picked
-  struct Stats {
+  // Its own cache line: written by this worker's picks, read by the metrics
+  // thread, next to no other worker's data.
+  struct alignas(64) Stats {
     common::OwnedCounter evictions, resets, starts;
   };
   std::unique_ptr<Stats> stats_ = std::make_unique<Stats>();
