@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dns/test_util.h"
 #include "weir/dns/error.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
@@ -93,29 +94,10 @@ class PacketBuilder {
   Bytes b_;
 };
 
-// One EDNS option: code, length, data.
-Bytes Option(uint16_t code, const Bytes& data) {
-  Bytes o = {static_cast<uint8_t>(code >> 8), static_cast<uint8_t>(code),
-             static_cast<uint8_t>(data.size() >> 8), static_cast<uint8_t>(data.size())};
-  o.insert(o.end(), data.begin(), data.end());
-  return o;
-}
-
-// ECS option (RFC 7871 6): family, source and scope prefix, address octets.
-Bytes EcsOption(uint16_t family, uint8_t source, uint8_t scope, const Bytes& address) {
-  Bytes data = {static_cast<uint8_t>(family >> 8), static_cast<uint8_t>(family), source, scope};
-  data.insert(data.end(), address.begin(), address.end());
-  return Option(option::kEcs, data);
-}
-
-Bytes Cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
-// dig's client cookie: 8 bytes, no server cookie.
-const Bytes kCookie = Option(option::kCookie, {0x2f, 0x9e, 0xb6, 0x69, 0x89, 0xa6, 0xb2, 0x3c});
+using testing::Cat;
+using testing::EcsOption;
+using testing::Option;
+const Bytes kCookie = testing::DigCookie();
 
 constexpr uint16_t kQueryFlags = flag::kRd | flag::kAd;  // what dig sends
 constexpr uint16_t kResponseFlags = flag::kQr | flag::kRd | flag::kRa;
@@ -518,7 +500,7 @@ std::string Expected(const MalformedCase& c) {
   return "ParseError " + std::string(ParseErrorName(c.error));
 }
 
-class Malformed : public testing::TestWithParam<MalformedCase> {};
+class Malformed : public ::testing::TestWithParam<MalformedCase> {};
 
 TEST_P(Malformed, ExactError) {
   const MalformedCase& c = GetParam();
@@ -555,8 +537,8 @@ TEST_P(Malformed, CorpusFile) {
   EXPECT_EQ(stored, pkt) << path << " is stale; run with WEIR_UPDATE_CORPUS=1";
 }
 
-INSTANTIATE_TEST_SUITE_P(Corpus, Malformed, testing::ValuesIn(kCases),
-                         [](const testing::TestParamInfo<MalformedCase>& info) {
+INSTANTIATE_TEST_SUITE_P(Corpus, Malformed, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<MalformedCase>& info) {
                            return std::string(info.param.name);
                          });
 

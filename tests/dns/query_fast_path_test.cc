@@ -138,26 +138,12 @@ class Packet {
   Bytes b_;
 };
 
-Bytes Option(uint16_t code, const Bytes& data) {
-  Bytes o = {static_cast<uint8_t>(code >> 8), static_cast<uint8_t>(code),
-             static_cast<uint8_t>(data.size() >> 8), static_cast<uint8_t>(data.size())};
-  o.insert(o.end(), data.begin(), data.end());
-  return o;
-}
-Bytes Ecs(uint16_t family, uint8_t source, uint8_t scope, const Bytes& address) {
-  Bytes data = {static_cast<uint8_t>(family >> 8), static_cast<uint8_t>(family), source, scope};
-  data.insert(data.end(), address.begin(), address.end());
-  return Option(option::kEcs, data);
-}
-Bytes Cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
-const Bytes kCookie = Option(option::kCookie, {0x2f, 0x9e, 0xb6, 0x69, 0x89, 0xa6, 0xb2, 0x3c});
-const Bytes kEcsV4 = Ecs(kEcsFamilyIpv4, 24, 0, {198, 51, 100});
-const Bytes kEcsV6 = Ecs(kEcsFamilyIpv6, 56, 0, {0x20, 0x01, 0x0d, 0xb8, 0x12, 0x34, 0x56});
+using testing::Cat;
+using testing::EcsOption;
+using testing::Option;
+const Bytes kCookie = testing::DigCookie();
+const Bytes kEcsV4 = EcsOption(kEcsFamilyIpv4, 24, 0, {198, 51, 100});
+const Bytes kEcsV6 = EcsOption(kEcsFamilyIpv6, 56, 0, {0x20, 0x01, 0x0d, 0xb8, 0x12, 0x34, 0x56});
 const Bytes kWeight = Option(kDefaultWeightOptionCode, {});
 
 // A query for `name` (wire form, any octets) with an OPT holding `options`,
@@ -205,7 +191,7 @@ TEST(QueryFastPath, TakesTheQueriesClientsSend) {
       {"kdig: no EDNS", QueryFor(WireName("www.example.com"), false)},
       {"ECS v4 and cookie", QueryFor(WireName("www.example.com"), true, Cat({kEcsV4, kCookie}))},
       {"ECS v6", QueryFor(WireName("www.example.com"), true, kEcsV6)},
-      {"ECS /0", QueryFor(WireName("www.example.com"), true, Ecs(kEcsFamilyIpv4, 0, 0, {}))},
+      {"ECS /0", QueryFor(WireName("www.example.com"), true, EcsOption(kEcsFamilyIpv4, 0, 0, {}))},
       {"weight option", QueryFor(WireName("a4.example.com"), true, kWeight)},
       {"weight, ECS, cookie", QueryFor(WireName("a4.example.com"), true, Cat({kWeight, kEcsV4, kCookie}))},
       {"0x20 case", QueryFor(WireName("WwW.ExAmPlE.CoM"))},
@@ -247,7 +233,7 @@ TEST(QueryFastPath, LeavesTheRestToTheReference) {
       {"two cookies", QueryFor(name, true, Cat({kCookie, kCookie}))},
       {"two weight options", QueryFor(name, true, Cat({kWeight, kWeight}))},
       {"two ECS", QueryFor(name, true, Cat({kEcsV4, kEcsV4}))},
-      {"bad ECS", QueryFor(name, true, Ecs(kEcsFamilyIpv4, 24, 0, {1, 2}))},
+      {"bad ECS", QueryFor(name, true, EcsOption(kEcsFamilyIpv4, 24, 0, {1, 2}))},
       {"truncated option", QueryFor(name, true, {0, 10, 0, 8, 1, 2})},
       {"option header cut", QueryFor(name, true, {0, 10, 0})},
       {"trailing byte", Cat({QueryFor(name), {0}})},
@@ -433,13 +419,13 @@ TEST(QueryFastPath, AgreesOnEveryOptShape) {
       {"weight, weight", Cat({kWeight, Option(kDefaultWeightOptionCode, {0, 3})})},
       {"cookie, cookie", Cat({kCookie, Option(option::kCookie, Bytes(16, 1))})},
       {"ECS, ECS", Cat({kEcsV4, kEcsV6})},
-      {"ECS bad family", Ecs(3, 8, 0, {1})},
-      {"ECS v4 /33", Ecs(kEcsFamilyIpv4, 33, 0, {1, 2, 3, 4, 5})},
-      {"ECS v6 /129", Ecs(kEcsFamilyIpv6, 129, 0, Bytes(17, 1))},
-      {"ECS scope in query", Ecs(kEcsFamilyIpv4, 24, 24, {1, 2, 3})},
-      {"ECS scope too long", Ecs(kEcsFamilyIpv4, 24, 40, {1, 2, 3})},
-      {"ECS address too long", Ecs(kEcsFamilyIpv4, 8, 0, {1, 2})},
-      {"ECS trailing bits", Ecs(kEcsFamilyIpv4, 9, 0, {1, 0xFF})},
+      {"ECS bad family", EcsOption(3, 8, 0, {1})},
+      {"ECS v4 /33", EcsOption(kEcsFamilyIpv4, 33, 0, {1, 2, 3, 4, 5})},
+      {"ECS v6 /129", EcsOption(kEcsFamilyIpv6, 129, 0, Bytes(17, 1))},
+      {"ECS scope in query", EcsOption(kEcsFamilyIpv4, 24, 24, {1, 2, 3})},
+      {"ECS scope too long", EcsOption(kEcsFamilyIpv4, 24, 40, {1, 2, 3})},
+      {"ECS address too long", EcsOption(kEcsFamilyIpv4, 8, 0, {1, 2})},
+      {"ECS trailing bits", EcsOption(kEcsFamilyIpv4, 9, 0, {1, 0xFF})},
       {"ECS truncated", Option(option::kEcs, {0, 1, 24})},
       {"option longer than the OPT", {0, 10, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8}},
       {"option header cut", {0, 10, 0}},

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,35 @@ inline std::vector<uint8_t> MakeQuery(const QuerySpec& s) {
   }
   const size_t len = w.Finish(sizeof buf);
   return std::vector<uint8_t>(buf, buf + len);
+}
+
+// One EDNS option as bytes: code, length, data.
+inline std::vector<uint8_t> Option(uint16_t code, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> o = {static_cast<uint8_t>(code >> 8), static_cast<uint8_t>(code),
+                            static_cast<uint8_t>(data.size() >> 8), static_cast<uint8_t>(data.size())};
+  o.insert(o.end(), data.begin(), data.end());
+  return o;
+}
+
+// An ECS option (RFC 7871 6): family, source and scope prefix, address octets.
+inline std::vector<uint8_t> EcsOption(uint16_t family, uint8_t source, uint8_t scope,
+                                      const std::vector<uint8_t>& address) {
+  std::vector<uint8_t> data = {static_cast<uint8_t>(family >> 8), static_cast<uint8_t>(family), source,
+                               scope};
+  data.insert(data.end(), address.begin(), address.end());
+  return Option(option::kEcs, data);
+}
+
+// The parts one after the other.
+inline std::vector<uint8_t> Cat(std::initializer_list<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const std::vector<uint8_t>& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// dig's client cookie option: 8 bytes, no server cookie.
+inline std::vector<uint8_t> DigCookie() {
+  return Option(option::kCookie, {0x2f, 0x9e, 0xb6, 0x69, 0x89, 0xa6, 0xb2, 0x3c});
 }
 
 }  // namespace weir::dns::testing

@@ -178,15 +178,6 @@ std::set<uintptr_t> LinesOf(const void* p, size_t n) {
   return out;
 }
 
-std::vector<uint8_t> Query(uint16_t id, const dns::NameKey& k) {
-  std::vector<uint8_t> q(512);
-  dns::ResponseWriter w(q.data(), q.size());
-  w.Begin(id, dns::flag::kRd, k.span(), dns::type::kA, dns::klass::kIn);
-  w.BeginOpt(1232, false);
-  q.resize(w.Finish(q.size()));
-  return q;
-}
-
 // One worker lcore's side: what it is told to do and what it reports.
 struct alignas(64) Lane {
   // Set up by the test.
@@ -337,8 +328,9 @@ TEST(DpdkLcores, TwoWorkersServingHitsWriteNoLineInCommon) {
   shared.cache = std::make_unique<partitions::Cache>(co, clock);
   const uint32_t now = clock.NowSeconds();
   std::vector<std::vector<uint8_t>> frames;
-  auto add = [&](partitions::Partition p, const dns::NameKey& q, std::array<uint8_t, 4> src, size_t n,
+  auto add = [&](partitions::Partition p, const std::string& name, std::array<uint8_t, 4> src, size_t n,
                  bool weighted) {
+    const dns::NameKey q = dns::testing::Key(name);
     partitions::CacheEntryBuilder b({p, q.span(), dns::type::kA, dns::klass::kIn});
     std::vector<uint8_t> weights;
     for (size_t j = 0; j < n; ++j) {
@@ -352,15 +344,15 @@ TEST(DpdkLcores, TwoWorkersServingHitsWriteNoLineInCommon) {
     frame::testing::FrameSpec s;
     s.src4 = src;
     s.sport = static_cast<uint16_t>(1024 + frames.size());
-    s.payload = Query(static_cast<uint16_t>(frames.size()), q);
+    s.payload = dns::testing::MakeQuery({.id = static_cast<uint16_t>(frames.size()), .qname = name});
     frames.push_back(frame::testing::Build(s));
   };
   for (int i = 0; i < 64; ++i) {
-    add(partitions::kCommonPartition, dns::testing::Key("h" + std::to_string(i) + ".plain.example"),
+    add(partitions::kCommonPartition, "h" + std::to_string(i) + ".plain.example",
         {198, 18, 1, static_cast<uint8_t>(i + 1)}, 1 + i % 4, false);
   }
   for (int i = 0; i < 64; ++i) {
-    const dns::NameKey q = dns::testing::Key("w" + std::to_string(i) + ".cdn.example");
+    const std::string q = "w" + std::to_string(i) + ".cdn.example";
     for (uint8_t city = 0; city < 2; ++city) {
       const std::array<uint8_t, 4> src = {198, static_cast<uint8_t>(18 + city), 1,
                                           static_cast<uint8_t>(i + 1)};

@@ -89,12 +89,6 @@ using namespace test_support;  // the scripted resolver and its record builders
 
 constexpr uint16_t kWeightCode = dns::kDefaultWeightOptionCode;
 
-std::vector<uint8_t> V4(const std::string& text) {
-  std::vector<uint8_t> a(4);
-  EXPECT_EQ(inet_pton(AF_INET, text.c_str(), a.data()), 1) << text;
-  return a;
-}
-
 // The authoritative side: keeps the last query and answers it on demand.
 class FakeTransport : public LastHopTransport {
  public:

@@ -25,6 +25,13 @@ inline dns::NameKey Key(const std::string& text) {
   return k;
 }
 
+// An IPv4 address's 4 bytes from its text.
+inline std::vector<uint8_t> V4(const std::string& text) {
+  std::vector<uint8_t> a(4);
+  EXPECT_EQ(inet_pton(AF_INET, text.c_str(), a.data()), 1) << text;
+  return a;
+}
+
 struct Rr {
   std::string owner;
   uint16_t type;

@@ -27,12 +27,6 @@ using namespace test_support;  // the scripted resolver and its record builders
 
 constexpr uint16_t kWeightCode = dns::kDefaultWeightOptionCode;
 
-std::vector<uint8_t> V4(const std::string& text) {
-  std::vector<uint8_t> a(4);
-  EXPECT_EQ(inet_pton(AF_INET, text.c_str(), a.data()), 1) << text;
-  return a;
-}
-
 std::string Text(std::span<const uint8_t> name) { return dns::NameKeyToText(name); }
 
 using FakeTimers = net::ManualTimers;
