@@ -38,61 +38,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-// Assembles a DNS packet byte by byte. Nothing is validated: the point is to
-// write exactly the broken bytes a case needs.
-class PacketBuilder {
- public:
-  PacketBuilder& Header(uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns, uint16_t ar) {
-    return U16(id).U16(flags).U16(qd).U16(an).U16(ns).U16(ar);
-  }
-  PacketBuilder& U8(uint8_t v) {
-    b_.push_back(v);
-    return *this;
-  }
-  PacketBuilder& U16(uint16_t v) { return U8(static_cast<uint8_t>(v >> 8)).U8(static_cast<uint8_t>(v)); }
-  PacketBuilder& U32(uint32_t v) { return U16(static_cast<uint16_t>(v >> 16)).U16(static_cast<uint16_t>(v)); }
-  PacketBuilder& Raw(const Bytes& bytes) {
-    b_.insert(b_.end(), bytes.begin(), bytes.end());
-    return *this;
-  }
-  // One length-prefixed label, no terminating root byte.
-  PacketBuilder& Label(std::string_view label) {
-    U8(static_cast<uint8_t>(label.size()));
-    b_.insert(b_.end(), label.begin(), label.end());
-    return *this;
-  }
-  // An uncompressed name ("www.example.com"), root byte included.
-  PacketBuilder& Name(std::string_view dotted) {
-    while (!dotted.empty()) {
-      const size_t dot = dotted.find('.');
-      Label(dotted.substr(0, dot));
-      dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
-    }
-    return U8(0);
-  }
-  // A compression pointer (RFC 1035 4.1.4).
-  PacketBuilder& Pointer(uint16_t offset) { return U16(static_cast<uint16_t>(0xC000 | offset)); }
-  PacketBuilder& Question(std::string_view name, uint16_t qtype = type::kA) {
-    return Name(name).U16(qtype).U16(klass::kIn);
-  }
-  // Type, class, TTL, RDLENGTH and RDATA of a record whose owner is already written.
-  PacketBuilder& RrBody(uint16_t rrtype, uint16_t rrclass, uint32_t ttl, const Bytes& rdata) {
-    return U16(rrtype).U16(rrclass).U32(ttl).U16(static_cast<uint16_t>(rdata.size())).Raw(rdata);
-  }
-  // An A record owned by the question's name (pointer to offset 12).
-  PacketBuilder& AToQname(uint8_t last_octet) {
-    return Pointer(kHeaderSize).RrBody(type::kA, klass::kIn, 300, {192, 0, 2, last_octet});
-  }
-  // The OPT pseudo-RR (RFC 6891 6.1.2) with a root owner; `options` is its RDATA.
-  PacketBuilder& Opt(uint16_t udp_size, const Bytes& options, uint8_t version = 0) {
-    return U8(0).RrBody(type::kOpt, udp_size, uint32_t{version} << 16, options);
-  }
-  size_t size() const { return b_.size(); }
-  Bytes Build() const { return b_; }
-
- private:
-  Bytes b_;
-};
+using testing::PacketBuilder;
 
 using testing::Cat;
 using testing::EcsOption;

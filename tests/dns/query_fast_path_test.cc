@@ -100,43 +100,7 @@ void ExpectAgreement(std::span<const uint8_t> pkt, std::string_view what) {
   }
 }
 
-// Assembles a packet byte by byte, broken or not.
-class Packet {
- public:
-  Packet& Header(uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns, uint16_t ar) {
-    return U16(id).U16(flags).U16(qd).U16(an).U16(ns).U16(ar);
-  }
-  Packet& U8(uint8_t v) {
-    b_.push_back(v);
-    return *this;
-  }
-  Packet& U16(uint16_t v) { return U8(static_cast<uint8_t>(v >> 8)).U8(static_cast<uint8_t>(v)); }
-  Packet& U32(uint32_t v) { return U16(static_cast<uint16_t>(v >> 16)).U16(static_cast<uint16_t>(v)); }
-  Packet& Raw(std::span<const uint8_t> bytes) {
-    b_.insert(b_.end(), bytes.begin(), bytes.end());
-    return *this;
-  }
-  Packet& Name(std::string_view dotted) { return Raw(WireName(dotted)); }
-  Packet& Question(std::string_view name, uint16_t qtype = type::kA) {
-    return Name(name).U16(qtype).U16(klass::kIn);
-  }
-  // An OPT RR owned by the root; `rdata` holds its options.
-  Packet& Opt(const Bytes& rdata, uint16_t udp_size = 1232, uint8_t version = 0, uint8_t ext_rcode = 0,
-              bool do_bit = false) {
-    return U8(0)
-        .U16(type::kOpt)
-        .U16(udp_size)
-        .U8(ext_rcode)
-        .U8(version)
-        .U16(do_bit ? 0x8000 : 0)
-        .U16(static_cast<uint16_t>(rdata.size()))
-        .Raw(rdata);
-  }
-  Bytes Build() const { return b_; }
-
- private:
-  Bytes b_;
-};
+using Packet = testing::PacketBuilder;
 
 using testing::Cat;
 using testing::EcsOption;
@@ -151,7 +115,7 @@ const Bytes kWeight = Option(kDefaultWeightOptionCode, {});
 Bytes QueryFor(const Bytes& name, bool edns = true, const Bytes& options = {}) {
   Packet p;
   p.Header(0x1234, flag::kRd, 1, 0, 0, edns ? 1 : 0).Raw(name).U16(type::kA).U16(klass::kIn);
-  if (edns) p.Opt(options);
+  if (edns) p.Opt(1232, options);
   return p.Build();
 }
 
@@ -206,7 +170,7 @@ TEST(QueryFastPath, TakesTheQueriesClientsSend) {
   {
     Packet p;
     p.Header(1, flag::kRd | flag::kCd, 1, 0, 0, 1).Question("www.example.com", type::kAny);
-    common.push_back({"ANY, CD, DO", p.Opt({}, 4096, 0, 0, true).Build()});
+    common.push_back({"ANY, CD, DO", p.Opt(4096, {}, 0, 0, true).Build()});
   }
   for (size_t len : {3, 15, 16, 17, 31, 32, 33, 48, 64, 100, 254}) {
     common.push_back({"name of " + std::to_string(len), QueryFor(NameOfLength(len, 63))});
@@ -242,12 +206,12 @@ TEST(QueryFastPath, LeavesTheRestToTheReference) {
   {
     Packet p;
     p.Header(1, 0, 1, 0, 0, 1).Question("www.example.com");
-    rare.push_back({"EDNS version 1", p.Opt({}, 1232, 1).Build()});
+    rare.push_back({"EDNS version 1", p.Opt(1232, {}, 1).Build()});
   }
   {
     Packet p;
-    p.Header(1, 0, 1, 0, 0, 2).Question("www.example.com").Opt({});
-    rare.push_back({"two OPTs", p.Opt({}).Build()});
+    p.Header(1, 0, 1, 0, 0, 2).Question("www.example.com").Opt(1232, {});
+    rare.push_back({"two OPTs", p.Opt(1232, {}).Build()});
   }
   {
     Packet p;
@@ -385,7 +349,7 @@ TEST(QueryFastPath, AgreesOnBadLabels) {
       Packet p;
       p.Header(0x0400, 0, 1, 0, 0, 1);
       if (after_label) p.Raw(Bytes{1, 'a'});
-      p.U16(static_cast<uint16_t>(0xC000 | target)).U16(type::kA).U16(klass::kIn).Opt({});
+      p.U16(static_cast<uint16_t>(0xC000 | target)).U16(type::kA).U16(klass::kIn).Opt(1232, {});
       ExpectAgreement(p.Build(), "pointer to " + std::to_string(target));
     }
   }
@@ -450,7 +414,7 @@ TEST(QueryFastPath, AgreesOnEveryOptShape) {
         for (bool do_bit : {false, true}) {
           Packet p;
           p.Header(7, flag::kRd, 1, 0, 0, 1).Raw(name).U16(type::kAaaa).U16(klass::kIn);
-          ExpectAgreement(p.Opt(kCookie, udp, version, ext, do_bit).Build(), "OPT fields");
+          ExpectAgreement(p.Opt(udp, kCookie, version, ext, do_bit).Build(), "OPT fields");
         }
       }
     }
@@ -479,7 +443,7 @@ TEST(QueryFastPath, AgreesOnEveryHeader) {
                   .Raw(name)
                   .U16(type::kAny)
                   .U16(klass::kIn);
-              if (edns) p.Opt(kCookie);
+              if (edns) p.Opt(1232, kCookie);
               ExpectAgreement(p.Build(), "header " + std::to_string(qd) + "/" + std::to_string(an) + "/" +
                                              std::to_string(ns) + "/" + std::to_string(ar));
             }

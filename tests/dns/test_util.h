@@ -113,4 +113,64 @@ inline std::vector<uint8_t> DigCookie() {
   return Option(option::kCookie, {0x2f, 0x9e, 0xb6, 0x69, 0x89, 0xa6, 0xb2, 0x3c});
 }
 
+// Assembles a DNS packet byte by byte. Nothing is validated: the point is to
+// write exactly the broken bytes a case needs.
+class PacketBuilder {
+ public:
+  PacketBuilder& Header(uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns, uint16_t ar) {
+    return U16(id).U16(flags).U16(qd).U16(an).U16(ns).U16(ar);
+  }
+  PacketBuilder& U8(uint8_t v) {
+    b_.push_back(v);
+    return *this;
+  }
+  PacketBuilder& U16(uint16_t v) { return U8(static_cast<uint8_t>(v >> 8)).U8(static_cast<uint8_t>(v)); }
+  PacketBuilder& U32(uint32_t v) { return U16(static_cast<uint16_t>(v >> 16)).U16(static_cast<uint16_t>(v)); }
+  PacketBuilder& Raw(const std::vector<uint8_t>& bytes) {
+    b_.insert(b_.end(), bytes.begin(), bytes.end());
+    return *this;
+  }
+  // One length-prefixed label, no terminating root byte.
+  PacketBuilder& Label(std::string_view label) {
+    U8(static_cast<uint8_t>(label.size()));
+    b_.insert(b_.end(), label.begin(), label.end());
+    return *this;
+  }
+  // An uncompressed name ("www.example.com"), root byte included.
+  PacketBuilder& Name(std::string_view dotted) {
+    while (!dotted.empty()) {
+      const size_t dot = dotted.find('.');
+      Label(dotted.substr(0, dot));
+      dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
+    }
+    return U8(0);
+  }
+  // A compression pointer (RFC 1035 4.1.4).
+  PacketBuilder& Pointer(uint16_t offset) { return U16(static_cast<uint16_t>(0xC000 | offset)); }
+  PacketBuilder& Question(std::string_view name, uint16_t qtype = type::kA) {
+    return Name(name).U16(qtype).U16(klass::kIn);
+  }
+  // Type, class, TTL, RDLENGTH and RDATA of a record whose owner is already written.
+  PacketBuilder& RrBody(uint16_t rrtype, uint16_t rrclass, uint32_t ttl, const std::vector<uint8_t>& rdata) {
+    return U16(rrtype).U16(rrclass).U32(ttl).U16(static_cast<uint16_t>(rdata.size())).Raw(rdata);
+  }
+  // An A record owned by the question's name (pointer to offset 12).
+  PacketBuilder& AToQname(uint8_t last_octet) {
+    return Pointer(kHeaderSize).RrBody(type::kA, klass::kIn, 300, {192, 0, 2, last_octet});
+  }
+  // The OPT pseudo-RR (RFC 6891 6.1.2) with a root owner; `options` is its
+  // RDATA; the TTL field holds the extended RCODE, the version and DO.
+  PacketBuilder& Opt(uint16_t udp_size, const std::vector<uint8_t>& options, uint8_t version = 0,
+                     uint8_t ext_rcode = 0, bool do_bit = false) {
+    return U8(0).RrBody(type::kOpt, udp_size,
+                        uint32_t{ext_rcode} << 24 | uint32_t{version} << 16 | (do_bit ? 0x8000u : 0u),
+                        options);
+  }
+  size_t size() const { return b_.size(); }
+  std::vector<uint8_t> Build() const { return b_; }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
 }  // namespace weir::dns::testing
