@@ -295,7 +295,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
     uint8_t address_len = 0;         // 4 or 16; 0: no address RRset
     std::vector<uint8_t> addresses;  // address_len bytes each
     std::vector<uint8_t> weights;
-    uint64_t hash = 0, fingerprint = 0;
+    uint64_t lineage = 0, fingerprint = 0;
   };
   std::vector<Raw> raws;
   bool truncated = false;
@@ -324,7 +324,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
         x.addresses.insert(x.addresses.end(), rdata, rdata + x.address_len);
       }
       x.weights.assign(e.weights().begin(), e.weights().end());
-      x.hash = e.hash();
+      x.lineage = e.lineage();
       x.fingerprint = pick_fingerprint(e);
     }
     return true;
@@ -338,12 +338,7 @@ ControlReply Node::CacheDump(const ControlRequest& r) {
     const size_t n = raws[k].weights.size();
     if (n < 2) continue;
     probed.push_back(k);
-    probe.items.push_back({{raws[k].partition, raws[k].qname, raws[k].qtype, raws[k].qclass},
-                           raws[k].hash,
-                           raws[k].fingerprint,
-                           static_cast<uint8_t>(n),
-                           false,
-                           {}});
+    probe.items.push_back({raws[k].lineage, raws[k].fingerprint, static_cast<uint8_t>(n), false, {}});
   }
   size_t weighted_rows = 0;
   for (const Raw& x : raws) weighted_rows += x.weights.size() >= 2;

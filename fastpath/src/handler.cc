@@ -16,9 +16,19 @@ void AnswerCounters::Count(uint64_t entry_hash, partitions::Partition partition,
   // when it is refreshed, so the address is part of the key). The entry's
   // hash is a finished one and the home slot is taken from the high bits,
   // where the multiplies carry the address, so no finaliser is needed.
+  // Addresses are 4 (A) or 16 (AAAA) bytes: fixed-size loads, no library
+  // call; anything else is read byte by byte.
   uint64_t lo = 0, hi = 0;
-  std::memcpy(&lo, addr, std::min<size_t>(addr_len, 8));
-  if (addr_len > 8) std::memcpy(&hi, addr + 8, std::min<size_t>(addr_len - 8, 8));
+  if (addr_len == 4) {
+    uint32_t v;
+    std::memcpy(&v, addr, 4);
+    lo = v;
+  } else if (addr_len == 16) {
+    std::memcpy(&lo, addr, 8);
+    std::memcpy(&hi, addr + 8, 8);
+  } else {
+    for (size_t i = 0; i < addr_len && i < 16; ++i) (i < 8 ? lo : hi) |= uint64_t{addr[i]} << (8 * (i % 8));
+  }
   const uint64_t key = (entry_hash ^ common::CombineWords(lo, hi)) | 1;  // never 0 (empty)
   const size_t home = static_cast<size_t>(key >> 40);
   for (size_t probe = 0; probe < 16; ++probe) {

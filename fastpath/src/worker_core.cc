@@ -225,7 +225,7 @@ void WorkerCore::AnswerProbe() {
   SwrrProbe* p = probe_.exchange(nullptr, std::memory_order_acq_rel);
   if (p == nullptr) return;
   for (SwrrProbe::Item& it : p->items) {
-    it.found = handler_.swrr().Peek(it.key, it.key_hash, it.fingerprint, it.n, it.current.data());
+    it.found = handler_.swrr().Peek(it.lineage, it.fingerprint, it.n, it.current.data());
   }
   p->done.store(true, std::memory_order_release);
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <vector>
 
@@ -29,6 +30,12 @@ uint64_t Fingerprint(const std::vector<std::pair<std::vector<uint8_t>, uint8_t>>
   uint64_t h = type;
   for (const auto& [rdata, w] : set) h = common::HashBytes(rdata.data(), rdata.size(), h ^ w);
   return h;
+}
+
+// A lineage no entry of this process had (CacheEntry::lineage); never 0.
+uint64_t NewLineage() {
+  static std::atomic<uint64_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 // How many distinct RDATA the records hold (RFC 2181 5: an RRset's
@@ -288,6 +295,7 @@ absl::StatusOr<CacheEntryPtr> CacheEntryBuilder::Build(EntryKind kind, uint32_t 
   std::memset(t + qname_.size(), 0, meta_off - qname_.size());
   CacheEntry::Meta* m = new (t + meta_off) CacheEntry::Meta{};
   m->fingerprint = fingerprint;
+  m->lineage = NewLineage();
   m->alloc_bytes = static_cast<uint32_t>(malloc_usable_size(mem));
   m->records_off = static_cast<uint16_t>(records_off);
   m->records_len = static_cast<uint16_t>(len);
@@ -749,6 +757,9 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
     PartitionCacheStats& g = GroupLocked(e->partition());
     g.bytes += block;
     g.bytes -= old->memory_bytes();
+    // The same key's next answer: its SWRR sequences go on (or restart if
+    // the set changed, which the fingerprint tells).
+    e->meta().lineage = old->meta().lineage;
     slot.store(SlotValue(e), std::memory_order_release);
     if (retired_ == nullptr) retired_ = std::make_unique<RetiredBatch>();
     retired_->entries.push_back(old);
@@ -757,6 +768,9 @@ Cache::InsertResult Cache::InsertLocked(CacheEntryPtr entry) {
     EvictToBudgetLocked(clock_.NowSeconds());
     return InsertResult::kReplaced;
   }
+  // A new life of this key (a copy of an entry cached elsewhere must not
+  // share that one's SWRR state).
+  e->meta().lineage = NewLineage();
   MaybeRehashLocked();
   PlaceLocked(index_.load(std::memory_order_relaxed), h, SlotValue(e));
   entry_bytes_ += block;

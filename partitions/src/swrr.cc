@@ -8,24 +8,6 @@
 
 namespace weir::partitions {
 
-namespace {
-
-// memcmp(a, b, n) == 0 for names, without a library call: 8-byte words, the
-// last one overlapping the one before.
-bool SameName(const uint8_t* a, const uint8_t* b, size_t n) {
-  auto load = [](const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-  };
-  if (n < 8) return std::memcmp(a, b, n) == 0;
-  uint64_t diff = 0;
-  for (size_t i = 0; i + 8 < n; i += 8) diff |= load(a + i) ^ load(b + i);
-  return (diff | (load(a + n - 8) ^ load(b + n - 8))) == 0;
-}
-
-}  // namespace
-
 SwrrTable::SwrrTable(size_t capacity) {
   capacity_ = std::clamp<size_t>(capacity, 1, size_t{kNone} - 1);
   // Default-initialised: the pages of a state are touched when it is first
@@ -80,14 +62,10 @@ uint8_t SwrrTable::Step(int16_t* current, std::span<const uint8_t> weights, uint
   return static_cast<uint8_t>(best);
 }
 
-__attribute__((always_inline)) inline uint32_t SwrrTable::Find(const CacheKey& key, uint64_t key_hash) const {
-  const uint64_t shape = Shape(key);
-  for (uint32_t i = buckets_[Bucket(key_hash)]; i != kNone; i = chain_[i]) {
-    const State& s = states_[i];
-    if (((s.key_hash ^ key_hash) | (s.partition ^ key.partition) | (s.shape ^ shape)) == 0 &&
-        SameName(s.qname(), key.qname.data(), key.qname.size())) [[likely]] {
+__attribute__((always_inline)) inline uint32_t SwrrTable::Find(uint64_t lineage) const {
+  for (uint32_t i = buckets_[Bucket(lineage)]; i != kNone; i = chain_[i]) {
+    if (states_[i].lineage == lineage) [[likely]]
       return i;
-    }
   }
   return kNone;
 }
@@ -118,7 +96,7 @@ uint32_t SwrrTable::Take() {
   // Full: the least recently picked key gives up its state.
   const uint32_t victim = tail_;
   Unlink(victim);
-  uint32_t* link = &buckets_[Bucket(states_[victim].key_hash)];
+  uint32_t* link = &buckets_[Bucket(states_[victim].lineage)];
   while (*link != victim) link = &chain_[*link];
   *link = chain_[victim];
   stats_->evictions.Add();
@@ -130,20 +108,16 @@ void SwrrTable::Start(State& s, uint64_t fingerprint, std::span<const uint8_t> w
   s.n = static_cast<uint8_t>(weights.size());
   s.total = 0;
   for (uint8_t w : weights) s.total = static_cast<uint16_t>(s.total + w);
-  std::fill_n(s.current(), weights.size(), int16_t{0});
+  std::fill_n(s.current, weights.size(), int16_t{0});
 }
 
-__attribute__((noinline)) uint32_t SwrrTable::Insert(const CacheKey& key, uint64_t key_hash,
-                                                     uint64_t fingerprint, std::span<const uint8_t> weights) {
+__attribute__((noinline)) uint32_t SwrrTable::Insert(uint64_t lineage, uint64_t fingerprint,
+                                                     std::span<const uint8_t> weights) {
   const uint32_t i = Take();
   State& s = states_[i];
-  s.key_hash = key_hash;
-  s.partition = key.partition;
-  s.shape = Shape(key);
-  s.qname_len = static_cast<uint8_t>(key.qname.size());
-  std::memcpy(s.words, key.qname.data(), key.qname.size());
+  s.lineage = lineage;
   Start(s, fingerprint, weights);
-  const size_t b = Bucket(key_hash);
+  const size_t b = Bucket(lineage);
   chain_[i] = buckets_[b];
   buckets_[b] = i;
   PushFront(i);
@@ -151,13 +125,12 @@ __attribute__((noinline)) uint32_t SwrrTable::Insert(const CacheKey& key, uint64
   return i;
 }
 
-uint8_t SwrrTable::Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
-                        std::span<const uint8_t> weights) {
+uint8_t SwrrTable::Pick(uint64_t lineage, uint64_t fingerprint, std::span<const uint8_t> weights) {
   const size_t n = weights.size();
-  if (n <= 1 || n > kMaxAddresses || key.qname.size() > dns::kMaxNameWire) return 0;
-  uint32_t i = Find(key, key_hash);
+  if (n <= 1 || n > kMaxAddresses) return 0;
+  uint32_t i = Find(lineage);
   if (i == kNone) [[unlikely]] {
-    i = Insert(key, key_hash, fingerprint, weights);
+    i = Insert(lineage, fingerprint, weights);
   } else {
     State& s = states_[i];
     if (s.fingerprint != fingerprint || s.n != n) [[unlikely]] {
@@ -171,17 +144,16 @@ uint8_t SwrrTable::Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerp
     }
   }
   State& s = states_[i];
-  return Step(s.current(), weights, s.total);
+  return Step(s.current, weights, s.total);
 }
 
-bool SwrrTable::Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint, size_t n,
-                     int16_t* out) const {
+bool SwrrTable::Peek(uint64_t lineage, uint64_t fingerprint, size_t n, int16_t* out) const {
   if (n == 0 || n > kMaxAddresses) return false;
-  const uint32_t i = Find(key, key_hash);
+  const uint32_t i = Find(lineage);
   if (i == kNone) return false;
   const State& s = states_[i];
   if (s.fingerprint != fingerprint || s.n != n) return false;
-  std::copy_n(s.current(), n, out);
+  std::copy_n(s.current, n, out);
   return true;
 }
 
@@ -193,7 +165,7 @@ inline uint8_t PickFor(const CacheEntry& e, SwrrTable& swrr, const FactorSet* fa
   if (factors == nullptr) return swrr.Pick(e);
   uint64_t fingerprint;
   const std::span<const uint8_t> picking = swrr.CalibratedWeights(e, *factors, &fingerprint);
-  return swrr.Pick(SwrrTable::KeyOf(e), e.hash(), fingerprint, picking);
+  return swrr.Pick(e.lineage(), fingerprint, picking);
 }
 
 // The bytes WriteAnswer writes for `e` in `mode`: all records, or the chain

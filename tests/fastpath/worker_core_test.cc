@@ -234,9 +234,7 @@ TEST_F(WorkerCoreTest, SwrrProbeIsAnsweredOnTheWorkersThreadBetweenBursts) {
   const partitions::CacheEntry* e =
       shared_.cache->Find({m.partition, m.qname.span(), m.qtype, m.qclass}, clock_.NowSeconds(), &f);
   ASSERT_NE(e, nullptr);
-  const std::vector<uint8_t> qname(e->qname().begin(), e->qname().end());
-  const partitions::CacheKey key{e->partition(), qname, e->qtype(), e->qclass()};
-  const SwrrProbe::Item item{key, e->hash(), e->fingerprint(), 3, false, {}};
+  const SwrrProbe::Item item{e->lineage(), e->fingerprint(), 3, false, {}};
 
   // Nobody drains: the probe times out, is withdrawn, and a later pass of
   // the worker leaves it alone.
@@ -275,9 +273,9 @@ TEST_F(WorkerCoreTest, SwrrProbeIsAnsweredOnTheWorkersThreadBetweenBursts) {
   // The state after all those answers is nginx's after as many picks.
   const size_t picks = 1 + io_.sent["198.18.1.2"].size() + io_.sent["198.18.1.3"].size();
   partitions::SwrrTable model;
-  for (size_t i = 0; i < picks; ++i) model.Pick(key, 1, 1, weights);
+  for (size_t i = 0; i < picks; ++i) model.Pick(1, 1, weights);
   int16_t want[3];
-  ASSERT_TRUE(model.Peek(key, 1, 1, 3, want));
+  ASSERT_TRUE(model.Peek(1, 1, 3, want));
   SwrrProbe last;
   last.items = {item};
   std::thread drainer([&] {

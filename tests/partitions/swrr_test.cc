@@ -9,6 +9,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "weir/common/rcu.h"
 
 namespace weir::partitions {
 namespace {
@@ -39,7 +40,9 @@ void ExpectExactWindows(const std::vector<uint8_t>& seq, const std::vector<uint8
   }
 }
 
-// A weighted key (partition, name, A, IN) for tests, with its hash.
+// A weighted key (partition, name, A, IN) for tests, with its hash, which
+// stands for the lineage a cache would give it (distinct keys, distinct
+// numbers).
 struct TestKey {
   dns::NameKey name;
   Partition partition = 0;
@@ -49,10 +52,11 @@ struct TestKey {
   }
   CacheKey key() const { return {partition, name.span(), qtype, dns::klass::kIn}; }
   uint64_t hash() const { return HashCacheKey(key()); }
+  uint64_t lineage() const { return hash(); }
 };
 
 uint8_t PickFor(SwrrTable& t, const TestKey& k, uint64_t fingerprint, std::span<const uint8_t> w) {
-  return t.Pick(k.key(), k.hash(), fingerprint, w);
+  return t.Pick(k.lineage(), fingerprint, w);
 }
 
 TEST(Swrr, TwoToOneIsSmooth) {
@@ -69,21 +73,21 @@ TEST(Swrr, PeekShowsTheCurrentValues) {
   const std::vector<uint8_t> w = {5, 3, 1};
   const TestKey k(42);
   int16_t cur[3];
-  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 7, 3, cur)) << "no state before the first pick";
+  EXPECT_FALSE(t.Peek(k.lineage(), 7, 3, cur)) << "no state before the first pick";
   // nginx's sequence: after .0 -> {-4,3,1}, .1 -> {1,-3,2}, .0 -> {-3,0,3}.
   EXPECT_EQ(PickFor(t, k, 7, w), 0);
   EXPECT_EQ(PickFor(t, k, 7, w), 1);
   EXPECT_EQ(PickFor(t, k, 7, w), 0);
-  ASSERT_TRUE(t.Peek(k.key(), k.hash(), 7, 3, cur));
+  ASSERT_TRUE(t.Peek(k.lineage(), 7, 3, cur));
   EXPECT_EQ(std::vector<int16_t>(cur, cur + 3), (std::vector<int16_t>{-3, 0, 3}));
-  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 8, 3, cur)) << "another fingerprint: another set";
-  EXPECT_FALSE(t.Peek(k.key(), k.hash(), 7, 2, cur));
+  EXPECT_FALSE(t.Peek(k.lineage(), 8, 3, cur)) << "another fingerprint: another set";
+  EXPECT_FALSE(t.Peek(k.lineage(), 7, 2, cur));
   // Sets of every size share the layout.
   const std::vector<uint8_t> big(64, 1);
   const TestKey k2(43);
   PickFor(t, k2, 1, big);
   int16_t bcur[64];
-  ASSERT_TRUE(t.Peek(k2.key(), k2.hash(), 1, 64, bcur));
+  ASSERT_TRUE(t.Peek(k2.lineage(), 1, 64, bcur));
   EXPECT_EQ(bcur[0], 1 - 64);
   EXPECT_EQ(bcur[63], 1);
   EXPECT_EQ(t.size(), 2u);
@@ -98,24 +102,24 @@ TEST(Swrr, EqualWeightsAreRoundRobin) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(PickFor(t, k, 9, w), i % 5);
 }
 
-TEST(Swrr, KeysWithOneHashStayApart) {
-  // The table compares whole keys: two keys whose hashes collide (forced
-  // here) keep their own sequences, as do a name's partitions and types.
-  SwrrTable t(1024);
+TEST(Swrr, LineagesSharingABucketStayApart) {
+  // The table compares whole lineages: 64 of them in a 64-state table (64
+  // buckets, so some share one) keep their own sequences, one of them with
+  // two sets whose fingerprints differ only in the low bits.
+  SwrrTable t(64);
   const std::vector<uint8_t> w = {3, 2, 1};
-  TestKey a(1), b(2), c(1, 5), d(1);
-  d.qtype = dns::type::kAaaa;
-  const uint64_t h = 0x1234;
-  std::vector<std::string> seq(4);
-  const TestKey* keys[] = {&a, &b, &c, &d};
+  std::vector<std::string> seq(64);
   for (int round = 0; round < 12; ++round) {
-    for (int i = 0; i < 4; ++i) seq[i] += "abc"[t.Pick(keys[i]->key(), h, 9, w)];
+    for (uint64_t l = 0; l < 64; ++l) seq[l] += "abc"[t.Pick(l * 0x10001 + 1, 9, w)];
   }
   for (const std::string& s : seq) EXPECT_EQ(s, "abacbaabacba");
-  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.size(), 64u);
   EXPECT_EQ(t.resets(), 0u);
+  EXPECT_EQ(t.evictions(), 0u);
   int16_t cur[3];
-  EXPECT_FALSE(t.Peek(TestKey(3).key(), h, 9, 3, cur)) << "same hash, unknown key";
+  EXPECT_FALSE(t.Peek(2, 9, 3, cur)) << "unknown lineage";
+  EXPECT_FALSE(t.Peek(1, 8, 3, cur)) << "known lineage, another set";
+  EXPECT_TRUE(t.Peek(1, 9, 3, cur));
 }
 
 TEST(SwrrProperty, EveryWindowIsExactPerWorker) {
@@ -161,16 +165,31 @@ TEST(SwrrProperty, CombinedShareAcrossWorkersIsWithinWorkerCount) {
   }
 }
 
+// Through a cache: a refresh hands the key's lineage on, so a refresh with
+// the same set continues the sequence; a changed set restarts it; a key's
+// partitions and types are sequences of their own; a key evicted and cached
+// again starts over.
 TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
+  common::RcuThread rcu;  // this thread reads the cache
   std::mt19937_64 rng(13);
   common::FakeClock clock;
   const dns::NameKey q = Key("cdn.example.com");
   for (int round = 0; round < 100; ++round) {
+    Cache cache({}, clock);
     std::vector<uint8_t> w = RandomWeights(rng);
+    w.push_back(1);  // at least two addresses
     std::vector<uint32_t> addrs;
     for (size_t i = 0; i < w.size(); ++i) addrs.push_back(0x0a000001 + static_cast<uint32_t>(i));
     SwrrTable t(256);
-    auto e1 = MakeAEntry(7, q, addrs, w, clock.NowSeconds());
+    const CacheKey key{7, q.span(), dns::type::kA, dns::klass::kIn};
+    auto cached = [&] {
+      Freshness f;
+      const CacheEntry* e = cache.Find(key, clock.NowSeconds(), &f);
+      EXPECT_NE(e, nullptr);
+      return e;
+    };
+    ASSERT_EQ(cache.Insert(MakeAEntry(7, q, addrs, w, clock.NowSeconds())), Cache::InsertResult::kInserted);
+    const CacheEntry* e1 = cached();
     // The refresh brings the same set in another order (upstreams rotate).
     std::vector<size_t> perm(w.size());
     std::iota(perm.begin(), perm.end(), 0);
@@ -181,29 +200,58 @@ TEST(SwrrProperty, RefreshWithSameSetKeepsSequenceAndChangeResets) {
       addrs2.push_back(addrs[i]);
       w2.push_back(w[i]);
     }
-    auto e2 = MakeAEntry(7, q, addrs2, w2, clock.NowSeconds() + 10);
-    ASSERT_EQ(e1->fingerprint(), e2->fingerprint());
     std::vector<uint8_t> seq;
     const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
     const size_t switch_at = rng() % (2 * total);
-    for (size_t i = 0; i < 3 * total; ++i) seq.push_back(t.Pick(i < switch_at ? *e1 : *e2));
-    // e1 and e2 store the set in the same canonical order, so indices agree.
-    std::vector<uint8_t> canonical(e1->weights().begin(), e1->weights().end());
+    const CacheEntry* e = e1;
+    for (size_t i = 0; i < 3 * total; ++i) {
+      if (i == switch_at) {
+        ASSERT_EQ(cache.Insert(MakeAEntry(7, q, addrs2, w2, clock.NowSeconds())),
+                  Cache::InsertResult::kReplaced);
+        e = cached();
+        ASSERT_EQ(e->fingerprint(), e1->fingerprint());
+        ASSERT_EQ(e->lineage(), e1->lineage());
+      }
+      seq.push_back(t.Pick(*e));
+    }
+    // Both store the set in the same canonical order, so indices agree.
+    std::vector<uint8_t> canonical(e->weights().begin(), e->weights().end());
     ExpectExactWindows(seq, canonical);
     EXPECT_EQ(t.resets(), 0u);
 
     // A changed weight resets the state and the new set is exact from there.
-    if (w.size() > 1) {
-      w[0] = static_cast<uint8_t>(w[0] == 255 ? 1 : w[0] + 1);
-      auto e3 = MakeAEntry(7, q, addrs, w, clock.NowSeconds() + 20);
-      EXPECT_NE(e3->fingerprint(), e1->fingerprint());
-      std::vector<uint8_t> seq3;
-      const size_t total3 = std::accumulate(w.begin(), w.end(), size_t{0});
-      for (size_t i = 0; i < 2 * total3; ++i) seq3.push_back(t.Pick(*e3));
-      EXPECT_EQ(t.resets(), 1u);
-      EXPECT_EQ(t.size(), 1u);
-      ExpectExactWindows(seq3, std::vector<uint8_t>(e3->weights().begin(), e3->weights().end()));
-    }
+    w[0] = static_cast<uint8_t>(w[0] == 255 ? 1 : w[0] + 1);
+    ASSERT_EQ(cache.Insert(MakeAEntry(7, q, addrs, w, clock.NowSeconds())), Cache::InsertResult::kReplaced);
+    const CacheEntry* e3 = cached();
+    EXPECT_NE(e3->fingerprint(), e1->fingerprint());
+    std::vector<uint8_t> seq3;
+    const size_t total3 = std::accumulate(w.begin(), w.end(), size_t{0});
+    for (size_t i = 0; i < 2 * total3; ++i) seq3.push_back(t.Pick(*e3));
+    EXPECT_EQ(t.resets(), 1u);
+    EXPECT_EQ(t.size(), 1u);
+    ExpectExactWindows(seq3, std::vector<uint8_t>(e3->weights().begin(), e3->weights().end()));
+
+    // The same name in another partition is another key: its own lineage.
+    ASSERT_EQ(cache.Insert(MakeAEntry(8, q, addrs, w, clock.NowSeconds())), Cache::InsertResult::kInserted);
+    Freshness f;
+    const CacheEntry* other =
+        cache.Find({8, q.span(), dns::type::kA, dns::klass::kIn}, clock.NowSeconds(), &f);
+    ASSERT_NE(other, nullptr);
+    EXPECT_NE(other->lineage(), e3->lineage());
+    const std::span<const uint8_t> ow = other->weights();
+    EXPECT_EQ(t.Pick(*other), std::max_element(ow.begin(), ow.end()) - ow.begin())
+        << "its own sequence, from the start: the largest weight first";
+
+    // Evicted and cached again: a new life, a new sequence.
+    const uint64_t before = e3->lineage();
+    ASSERT_TRUE(cache.Erase(key));
+    ASSERT_EQ(cache.Insert(MakeAEntry(7, q, addrs, w, clock.NowSeconds())), Cache::InsertResult::kInserted);
+    EXPECT_NE(cached()->lineage(), before);
+    EXPECT_EQ(t.starts(), 2u);
+    t.Pick(*cached());
+    EXPECT_EQ(t.starts(), 3u);
+    rcu.Quiescent();
+    cache.Barrier();
   }
 }
 
@@ -233,7 +281,7 @@ TEST(SwrrProperty, HundredThousandKeysInterleavedKeepTheirShares) {
     // cycles of every key stay a few million picks.
     for (auto& x : w) x = static_cast<uint8_t>(n <= 4 ? 1 + rng() % 9 : 1 + rng() % 4);
     if (n == 4 && i % 3 == 0) w = {4, 3, 2, 1};
-    const uint64_t h = k.hash();
+    const uint64_t h = k.lineage();
     const size_t total = std::accumulate(w.begin(), w.end(), size_t{0});
     order.insert(order.end(), total, static_cast<uint32_t>(i));
     keys.push_back({std::move(k), h, std::move(w), std::vector<uint32_t>(n, 0)});
@@ -243,7 +291,7 @@ TEST(SwrrProperty, HundredThousandKeysInterleavedKeepTheirShares) {
   ASSERT_GE(t.capacity(), kKeys);
   for (uint32_t i : order) {
     K& k = keys[i];
-    ++k.count[t.Pick(k.key.key(), k.hash, 1, k.w)];
+    ++k.count[t.Pick(k.hash, 1, k.w)];
   }
   double worst_pp = 0;
   size_t off = 0;
@@ -285,14 +333,14 @@ TEST(SwrrProperty, MoreKeysThanStatesEvictsTheLeastRecentlyPicked) {
   // The last kStates - 1 cold keys are held; the ones before were evicted.
   for (size_t i = 0; i < keys.size(); ++i) {
     const bool held = i + kStates - 1 >= keys.size();
-    EXPECT_EQ(t.Peek(keys[i].key(), keys[i].hash(), 1, 4, cur), held) << i;
+    EXPECT_EQ(t.Peek(keys[i].lineage(), 1, 4, cur), held) << i;
   }
   // An evicted key restarts: its first pick is the largest weight again,
   // and it evicts the least recently picked (the oldest held cold key).
   const size_t oldest_held = keys.size() - (kStates - 1);
   EXPECT_EQ(PickFor(t, keys[0], 1, w), 0);
-  EXPECT_FALSE(t.Peek(keys[oldest_held].key(), keys[oldest_held].hash(), 1, 4, cur));
-  EXPECT_TRUE(t.Peek(hot.key(), hot.hash(), 1, 4, cur));
+  EXPECT_FALSE(t.Peek(keys[oldest_held].lineage(), 1, 4, cur));
+  EXPECT_TRUE(t.Peek(hot.lineage(), 1, 4, cur));
 }
 
 // Random churn over a small table: the index, the LRU list and the
@@ -320,9 +368,7 @@ TEST(SwrrProperty, ChurnKeepsTheTableConsistent) {
   const uint64_t cutoff = sorted[299];
   int16_t cur[64];
   for (size_t k = 0; k < keys.size(); ++k) {
-    EXPECT_EQ(t.Peek(keys[k].key(), keys[k].hash(), 1, weights[k].size(), cur),
-              last[k] >= cutoff && last[k] > 0)
-        << k;
+    EXPECT_EQ(t.Peek(keys[k].lineage(), 1, weights[k].size(), cur), last[k] >= cutoff && last[k] > 0) << k;
   }
 }
 

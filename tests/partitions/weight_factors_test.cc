@@ -244,7 +244,7 @@ TEST(WeightFactorsPick, CachedEntryUsesItsAddresses) {
   const uint64_t fp = MixPickDigest(e->fingerprint(), d);
   size_t count[3] = {};
   for (int i = 0; i < 170 + 255 + 227; ++i)
-    ++count[swrr.Pick(SwrrTable::KeyOf(*e), e->hash(), fp, std::span<const uint8_t>(out, 3))];
+    ++count[swrr.Pick(e->lineage(), fp, std::span<const uint8_t>(out, 3))];
   EXPECT_EQ(count[0], 170u);
   EXPECT_EQ(count[1], 255u);
   EXPECT_EQ(count[2], 227u);

@@ -55,8 +55,7 @@ class WorkerIo : public AnswerSink {
 // thread alone.
 struct SwrrProbe {
   struct Item {
-    partitions::CacheKey key;  // its qname points into the prober's copy
-    uint64_t key_hash = 0;
+    uint64_t lineage = 0;  // CacheEntry::lineage
     uint64_t fingerprint = 0;
     uint8_t n = 0;       // addresses
     bool found = false;  // the worker holds a state (it has answered the RRset)

@@ -205,6 +205,13 @@ class CacheEntry {
   // Identity of the (address, weight) set: equal across refreshes that bring
   // the same set, different when it changes.
   uint64_t fingerprint() const { return meta().fingerprint; }
+  // Which life of its key this entry belongs to: a number the builder gives
+  // every entry (unique in the process), which a Cache replaces with its
+  // own when it caches the key and hands on to each refresh of it. Two
+  // entries with one lineage are the same key, refreshed; a key evicted and
+  // cached again has a new one. Workers key their SWRR state by it
+  // (SwrrTable), so a pick compares one number, never a name.
+  uint64_t lineage() const { return meta().lineage; }
 
   // ---- ECS metadata of the upstream answer (family 0: none).
   uint16_t ecs_family() const { return meta().ecs_family; }
@@ -237,6 +244,7 @@ class CacheEntry {
   // so that the qname follows the header in the first cache line.
   struct Meta {
     uint64_t fingerprint;
+    uint64_t lineage;
     uint32_t alloc_bytes;
     uint16_t records_off, records_len;  // tail offsets
     uint16_t chain_bytes;

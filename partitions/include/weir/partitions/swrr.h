@@ -3,10 +3,12 @@
 // The shared, immutable part of a weighted RRset lives in its CacheEntry
 // (address records, weights, fingerprint). The mutable SWRR state (nginx's
 // `current` vector) lives in a per-worker SwrrTable keyed by the entry's
-// whole cache key (partition, name, type, class), so workers never write
-// shared memory. The state is kept while the cached set keeps its
-// fingerprint (a refresh with the same addresses and weights continues the
-// smooth sequence) and reset when the set changes.
+// lineage (CacheEntry::lineage: one number per life of a cache key, handed
+// on to each refresh), so workers never write shared memory and a pick
+// compares one number, never a name. The state is kept while the cached
+// set keeps its fingerprint (a refresh with the same addresses and weights
+// continues the smooth sequence) and reset when the set changes; a key
+// evicted from the cache and cached again starts a new sequence.
 //
 // Per worker, every window of sum(w) consecutive picks of one RRset holds
 // address i exactly w[i] times; equal (or absent) weights give round-robin.
@@ -29,20 +31,22 @@ namespace weir::partitions {
 
 class FactorSet;  // weight_factors.h
 
-// The SWRR states of one worker: one state per key, for any set size up to
-// dns::kMaxWeightedAddresses, in one layout (448 bytes, seven cache lines of
-// which a pick reads the first one or two for a short name and a small set).
+// The SWRR states of one worker: one state per lineage, for any set size
+// up to dns::kMaxWeightedAddresses, in one layout (192 bytes, three cache
+// lines of which a pick reads the first one for a set of up to 24
+// addresses).
 //
-// Bound: `capacity` states. A key seen for the first time when the table is
-// full takes the state of the least recently picked key (exact LRU), which
-// is counted in evictions(); that key's sequence restarts when it is picked
-// again. No other key ever resets a sequence: lookups compare the whole key,
-// not just its hash. Memory is reserved at construction and touched as
-// states are first used (448 bytes each, plus 12 bytes of index per slot).
+// Bound: `capacity` states. A lineage seen for the first time when the
+// table is full takes the state of the least recently picked one (exact
+// LRU), which is counted in evictions(); that lineage's sequence restarts
+// when it is picked again. No other lineage ever resets a sequence: lookups
+// compare the whole lineage, not a hash of it. Memory is reserved at
+// construction and touched as states are first used (192 bytes each, plus
+// 12 bytes of index per slot).
 class SwrrTable {
  public:
   static constexpr size_t kDefaultCapacity = 131072;
-  static constexpr size_t kStateBytes = 448;
+  static constexpr size_t kStateBytes = 192;
 
   explicit SwrrTable(size_t capacity = kDefaultCapacity);
   ~SwrrTable();
@@ -51,21 +55,18 @@ class SwrrTable {
   SwrrTable(SwrrTable&&) noexcept;
   SwrrTable& operator=(SwrrTable&&) noexcept;
 
-  // Index of the next address for the RRset of `key` (whose HashCacheKey is
-  // `key_hash`) with this fingerprint and these weights (1..255 each, at
-  // most dns::kMaxWeightedAddresses).
-  uint8_t Pick(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
-               std::span<const uint8_t> weights);
+  // Index of the next address for the RRset of `lineage` with this
+  // fingerprint and these weights (1..255 each, at most
+  // dns::kMaxWeightedAddresses).
+  uint8_t Pick(uint64_t lineage, uint64_t fingerprint, std::span<const uint8_t> weights);
   // The same for a cached entry.
-  uint8_t Pick(const CacheEntry& e) { return Pick(KeyOf(e), e.hash(), e.fingerprint(), e.weights()); }
+  uint8_t Pick(const CacheEntry& e) { return Pick(e.lineage(), e.fingerprint(), e.weights()); }
 
-  // The SWRR `current` values of the RRset (key, fingerprint) with `n`
+  // The SWRR `current` values of the RRset (lineage, fingerprint) with `n`
   // addresses, copied to `out` (n values); false when this table holds no
   // state for it (never picked here, or evicted: the next pick starts the
   // sequence). Same thread as Pick.
-  bool Peek(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint, size_t n, int16_t* out) const;
-
-  static CacheKey KeyOf(const CacheEntry& e) { return {e.partition(), e.qname(), e.qtype(), e.qclass()}; }
+  bool Peek(uint64_t lineage, uint64_t fingerprint, size_t n, int16_t* out) const;
 
   // The weights a calibrated entry is picked with (FactorSet::PickWeights)
   // and the fingerprint of that sequence (the entry's mixed with the set's
@@ -77,47 +78,33 @@ class SwrrTable {
   size_t capacity() const { return capacity_; }
   // States in use.
   size_t size() const { return stats_->starts.Read() - stats_->evictions.Read(); }
-  // States taken from the least recently picked key to make room.
+  // States taken from the least recently picked lineage to make room.
   uint64_t evictions() const { return stats_->evictions.Read(); }
-  // Sequences restarted because a key's address/weight set changed.
+  // Sequences restarted because a lineage's address/weight set changed.
   uint64_t resets() const { return stats_->resets.Read(); }
-  // Sequences started: a key's first pick here, or its first after an eviction.
+  // Sequences started: a lineage's first pick here, or its first after an
+  // eviction.
   uint64_t starts() const { return stats_->starts.Read(); }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr size_t kMaxAddresses = dns::kMaxWeightedAddresses;
-  // The name's bytes (at most dns::kMaxNameWire), then at the next even
-  // offset the `current` values, one per address: int16 storage read as
-  // bytes for the name (char access may alias any object).
-  static constexpr size_t kWords = (dns::kMaxNameWire + 1) / 2 + kMaxAddresses;
   struct alignas(64) State {
-    uint64_t key_hash;
+    uint64_t lineage;
     uint64_t fingerprint;
-    Partition partition;
-    uint64_t shape;  // Shape(): type, class and name length, compared at once
     uint16_t total;  // sum of the weights
     uint8_t n;       // addresses
-    uint8_t qname_len;
-    int16_t words[kWords];
-
-    int16_t* current() { return words + (qname_len + 1) / 2; }
-    const int16_t* current() const { return words + (qname_len + 1) / 2; }
-    const uint8_t* qname() const { return reinterpret_cast<const uint8_t*>(words); }
+    int16_t current[kMaxAddresses];
   };
   static_assert(sizeof(State) == kStateBytes);
   struct Link {
     uint32_t prev, next;  // LRU order: prev is more recent
   };
 
-  size_t Bucket(uint64_t key_hash) const { return (key_hash * common::kGolden64) >> bucket_shift_; }
-  static uint64_t Shape(const CacheKey& k) {
-    return uint64_t{k.qtype} | uint64_t{k.qclass} << 16 | uint64_t{k.qname.size()} << 32;
-  }
-  uint32_t Find(const CacheKey& key, uint64_t key_hash) const;
-  // A key's first pick here: a free state, or the least recently used one.
-  uint32_t Insert(const CacheKey& key, uint64_t key_hash, uint64_t fingerprint,
-                  std::span<const uint8_t> weights);
+  size_t Bucket(uint64_t lineage) const { return (lineage * common::kGolden64) >> bucket_shift_; }
+  uint32_t Find(uint64_t lineage) const;
+  // A lineage's first pick here: a free state, or the least recently used one.
+  uint32_t Insert(uint64_t lineage, uint64_t fingerprint, std::span<const uint8_t> weights);
   uint32_t Take();
   void Start(State& s, uint64_t fingerprint, std::span<const uint8_t> weights);
   void Unlink(uint32_t i);
