@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "segments.h"
 #include "weir/dns/writer.h"
 
 namespace weir::gslb_sim {
@@ -82,6 +83,26 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
   auto add_soa = [&](const Zone& z) {
     authority_.push_back({z.origin, type::kSoa, z.soa.NegativeTtl(), z.soa_rdata});
     sign(&authority_, apex_node(z), z.origin, type::kSoa);
+  };
+  // A GSLB answer: the client's subnet picks the view. ECS source /0 means
+  // "do not use my address" (RFC 7871 7.1.2), so only the default applies.
+  uint16_t family = client.family;
+  const uint8_t* addr = client.address.data();
+  if (q.edns.has_ecs) {
+    family = q.edns.ecs.source_prefix == 0 ? 0 : q.edns.ecs.family;
+    addr = q.edns.ecs.address.data();
+  }
+  // The addresses of the asked type of view `v`, in the configured order.
+  auto add_view = [&](const View* v, bool weighted) {
+    res->scope = v->scope;
+    res->weighted = weighted;
+    for (const WeightedAddress& a : v->addresses) {
+      const uint16_t t = a.family == 1 ? type::kA : type::kAaaa;
+      if (q.qtype != t && q.qtype != type::kAny) continue;
+      answer_.push_back(
+          {name, t, v->ttl, {reinterpret_cast<const char*>(a.bytes.data()), a.family == 1 ? 4u : 16u}});
+      weights_.push_back(a.weight);
+    }
   };
   for (int hop = 0; hop < kMaxChain; ++hop) {
     // The delegation closest to the zone apex that covers `name`, if any, and
@@ -161,6 +182,22 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
       answer_.push_back({zone->origin, type::kSoa, zone->soa.ttl, zone->soa_rdata});
       sign(&answer_, apex_node(*zone), zone->origin, type::kSoa);
     }
+    const bool wants_address = IsAddressType(q.qtype) || q.qtype == type::kAny;
+    if (node == nullptr && zones_.segments && zones_.segments->Covers(name, zone->origin)) {
+      // A name of the segment model: answered from the client's segment
+      // (IPv4 only; any other address gets the model's default answer).
+      if (wants_address) {
+        const SegmentModel& m = *zones_.segments;
+        std::optional<uint32_t> seg;
+        if (family == 1) seg = m.Find(dns::Load32(addr));
+        m.Fill(m.GroupOf(name), seg, &segment_view_);
+        res->segment = true;
+        add_view(&segment_view_, m.config().weights);
+        res->view = &segment_view_;
+      }
+      if (answer_.size() == before) add_soa(*zone);  // NODATA
+      return;
+    }
     if (node == nullptr) {
       if (answer_.size() == before) {
         if (zone->existing.find(name) == zone->existing.end()) res->rcode = kRcodeNxDomain;
@@ -169,28 +206,11 @@ void Authority::Resolve(const dns::Query& q, const Client& client, Resolution* r
       return;
     }
     res->final_settings = node->settings ? &*node->settings : nullptr;
-    const bool wants_address = IsAddressType(q.qtype) || q.qtype == type::kAny;
     if (node->settings && node->settings->HasViews() && wants_address) {
-      // A GSLB name: the client's subnet picks the view. ECS source /0 means
-      // "do not use my address" (RFC 7871 7.1.2), so only the default applies.
-      uint16_t family = client.family;
-      const uint8_t* addr = client.address.data();
-      if (q.edns.has_ecs) {
-        family = q.edns.ecs.source_prefix == 0 ? 0 : q.edns.ecs.family;
-        addr = q.edns.ecs.address.data();
-      }
       const View* v = node->settings->Select(family, addr);
       res->view = v;
       if (v != nullptr) {
-        res->scope = v->scope;
-        res->weighted = node->settings->weights;
-        for (const WeightedAddress& a : v->addresses) {
-          const uint16_t t = a.family == 1 ? type::kA : type::kAaaa;
-          if (q.qtype != t && q.qtype != type::kAny) continue;
-          answer_.push_back(
-              {name, t, v->ttl, {reinterpret_cast<const char*>(a.bytes.data()), a.family == 1 ? 4u : 16u}});
-          weights_.push_back(a.weight);
-        }
+        add_view(v, node->settings->weights);
         for (uint16_t t : {type::kA, type::kAaaa}) {
           if (q.qtype == t || q.qtype == type::kAny) sign(&answer_, node, name, t);
         }
@@ -306,7 +326,7 @@ size_t Authority::Handle(std::span<const uint8_t> query, const Client& client, u
     }
   }
   if (res.view != nullptr) {
-    const std::string label = res.view->Label();
+    const std::string label = res.segment ? "segment " + res.view->Label() : res.view->Label();
     std::snprintf(rec->view, sizeof(rec->view), "%s", label.c_str());
   }
 
@@ -393,6 +413,10 @@ std::string Authority::SetWeights(std::string_view name, std::string_view view,
   for (size_t i = 0; i < ws.size(); ++i) target->addresses[i].weight = ws[i];
   s.weights = true;
   return "";
+}
+
+void Authority::SetSegmentsEpoch(uint64_t epoch) {
+  if (zones_.segments) zones_.segments->SetEpoch(epoch);
 }
 
 }  // namespace weir::gslb_sim

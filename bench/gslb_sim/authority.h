@@ -47,6 +47,9 @@ class Authority {
   // of a GSLB name. Returns an empty string or the reason it failed.
   std::string SetWeights(std::string_view name, std::string_view view, std::string_view weights_csv);
 
+  // Moves the segment model, if any, to change epoch `epoch`.
+  void SetSegmentsEpoch(uint64_t epoch);
+
  private:
   struct Rec {
     std::string_view owner;
@@ -61,6 +64,7 @@ class Authority {
     uint8_t scope = 0;
     const NameSettings* final_settings = nullptr;  // the name whose addresses answered
     const View* view = nullptr;
+    bool segment = false;  // `view` is the segment model's answer
     bool weighted = false;
   };
 
@@ -76,6 +80,8 @@ class Authority {
   // Names synthesized from DNAMEs for the current query; a deque so the
   // views into earlier ones stay valid.
   std::deque<std::string> synthesized_;
+  // The segment model's answer for the current query.
+  View segment_view_;
 };
 
 }  // namespace weir::gslb_sim

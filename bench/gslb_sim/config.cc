@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "segments.h"
 #include "weir/common/config_file.h"
 #include "weir/common/text.h"
 #include "weir/common/toml_checker.h"
@@ -664,8 +666,121 @@ std::optional<Zone> ReadZone(TomlChecker& c, const toml::table& t) {
   return z;
 }
 
+// `key = [lo, hi]`: two integers from `min` to `max`, lo <= hi. False with
+// the error recorded when the key is there but wrong.
+bool IntRange(TomlChecker& c, const toml::table& t, std::string_view key, uint32_t* lo, uint32_t* hi,
+              int64_t min, int64_t max) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return true;
+  const toml::array* a = n->as_array();
+  const std::string shape = Cat("'", key, "' must be [low, high], two integers from ", min, " to ", max);
+  if (a == nullptr || a->size() != 2 || !(*a)[0].is_integer() || !(*a)[1].is_integer()) {
+    c.Fail(n->source(), shape);
+    return false;
+  }
+  const int64_t l = *(*a)[0].value<int64_t>(), h = *(*a)[1].value<int64_t>();
+  if (l < min || h > max || l > h) {
+    c.Fail(n->source(), shape + Cat(", low <= high, not [", l, ", ", h, "]"));
+    return false;
+  }
+  *lo = static_cast<uint32_t>(l);
+  *hi = static_cast<uint32_t>(h);
+  return true;
+}
+
+// An IPv4 prefix at string key `key` (required).
+std::optional<Prefix> V4PrefixAt(TomlChecker& c, const toml::table& t, std::string_view key) {
+  std::string text;
+  const toml::node* n = Required(c, t, key, &text);
+  if (n == nullptr) return std::nullopt;
+  Prefix p;
+  std::string why;
+  if (!ParsePrefix(text, &p, &why)) {
+    c.Fail(n->source(), why);
+    return std::nullopt;
+  }
+  if (p.family != 1) {
+    c.Fail(n->source(), Cat("'", key, "' must be an IPv4 prefix, got '", text, "'"));
+    return std::nullopt;
+  }
+  return p;
+}
+
+// Segments and their runs take 4 bytes per (name group, segment).
+constexpr uint64_t kMaxGroupSegments = uint64_t{1} << 24;
+
+// [segments] (docs/gslb-sim.md "[segments]"), read after the zones: the
+// suffix must be in one of them.
+void ReadSegments(TomlChecker& c, const toml::table& t, ZoneSet* zs) {
+  const size_t errors = c.error_count();
+  c.OnlyKeys(
+      t, "segments",
+      {"seed", "cities", "segments_per_city", "prefix", "segment_lengths", "nodes_per_city", "node_prefix",
+       "addresses_per_answer", "weights", "weight_range", "ttl", "suffix", "name_groups",
+       "city_level_fraction", "segments_per_answer", "change_every_s", "change_fraction"});
+  SegmentConfig s;
+  c.Int(t, "seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
+  c.Int(t, "cities", &s.cities, 1, 65535);
+  c.Int(t, "segments_per_city", &s.segments_per_city, 1, 1 << 20);
+  c.Int(t, "nodes_per_city", &s.nodes_per_city, 1, 65535);
+  c.Int(t, "ttl", &s.ttl, 0, kMaxTtl);
+  c.Int(t, "name_groups", &s.name_groups, 1, 1024);
+  c.Int(t, "change_every_s", &s.change_every_s, 0, kMaxTtl);
+  c.Bool(t, "weights", &s.weights);
+  if (auto f = Probability(c, t, "city_level_fraction")) s.city_level_fraction = *f;
+  if (auto f = Probability(c, t, "change_fraction")) s.change_fraction = *f;
+  uint32_t lo = s.min_length, hi = s.max_length;
+  const bool lengths_ok = IntRange(c, t, "segment_lengths", &lo, &hi, 1, 24);
+  s.min_length = static_cast<uint8_t>(lo);
+  s.max_length = static_cast<uint8_t>(hi);
+  lo = s.weight_min;
+  hi = s.weight_max;
+  IntRange(c, t, "weight_range", &lo, &hi, 0, 65535);
+  s.weight_min = static_cast<uint16_t>(lo);
+  s.weight_max = static_cast<uint16_t>(hi);
+  IntRange(c, t, "segments_per_answer", &s.run_min, &s.run_max, 1, 1 << 20);
+  if (c.Int(t, "addresses_per_answer", &s.addresses_per_answer, 1, 65535) &&
+      s.addresses_per_answer > s.nodes_per_city) {
+    c.Fail(t.get("addresses_per_answer")->source(),
+           Cat("'addresses_per_answer' (", s.addresses_per_answer, ") must not exceed 'nodes_per_city' (",
+               s.nodes_per_city, ")"));
+  }
+  if (std::optional<Prefix> p = V4PrefixAt(c, t, "prefix")) {
+    s.prefix = *p;
+    if (lengths_ok && s.min_length < p->length) {
+      const toml::node* n = t.get("segment_lengths");
+      c.Fail(n ? n->source() : t.source(), Cat("segments of /", int{s.min_length}, " do not fit in 'prefix' ",
+                                               p->ToText(), ": lengths must be at least /", int{p->length}));
+    }
+  }
+  if (std::optional<Prefix> p = V4PrefixAt(c, t, "node_prefix")) s.node_prefix = *p;
+  std::string suffix;
+  if (const toml::node* n = Required(c, t, "suffix", &suffix)) {
+    if (suffix.empty() || suffix.back() != '.') {
+      c.Fail(n->source(), "'suffix' must be absolute (end with '.')");
+    } else if (std::optional<NameBytes> key = Checked(c, *n, ResolveName(suffix, ""))) {
+      s.suffix = *key;
+      const Zone* z = zs->FindZone(s.suffix);
+      if (z == nullptr) {
+        c.Fail(n->source(), Cat("'suffix' ", NameText(s.suffix), " is in no [[zone]]"));
+      } else {
+        s.zone_origin = z->origin;
+      }
+    }
+  }
+  const uint64_t groups_x_segments = uint64_t{s.name_groups} * s.cities * s.segments_per_city;
+  if (c.error_count() == errors && groups_x_segments > kMaxGroupSegments) {
+    c.Fail(t.source(), Cat("name_groups x cities x segments_per_city is ", groups_x_segments, ", more than ",
+                           kMaxGroupSegments));
+  }
+  if (c.error_count() != errors) return;
+  absl::StatusOr<SegmentModel> m = SegmentModel::Build(s);
+  if (!m.ok()) return c.Fail(t.source(), common::ToStd(m.status().message()));
+  zs->segments = std::make_shared<SegmentModel>(*std::move(m));
+}
+
 ZoneSet Build(TomlChecker& c, const toml::table& root) {
-  c.OnlyKeys(root, "top level", {"defaults", "faults", "zone"});
+  c.OnlyKeys(root, "top level", {"defaults", "faults", "zone", "segments"});
   ZoneSet zs;
   if (const toml::table* t = common::SubTable(c, root, "defaults")) {
     c.OnlyKeys(*t, "defaults", {"empty_weight_option"});
@@ -685,6 +800,7 @@ ZoneSet Build(TomlChecker& c, const toml::table& root) {
     zs.zones.push_back(*std::move(z));
   });
   if (root.get("zone") == nullptr) c.FailWhole("no [[zone]] defined");
+  if (const toml::table* t = common::SubTable(c, root, "segments")) ReadSegments(c, *t, &zs);
   return zs;
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -142,8 +143,12 @@ struct Zone {
   std::set<NameBytes, std::less<>> existing;
 };
 
+class SegmentModel;  // segments.h
+
 struct ZoneSet {
   std::vector<Zone> zones;
+  // [segments], if configured; shared by copies of the set (its epoch too).
+  std::shared_ptr<SegmentModel> segments;
   Faults global_faults;
   bool empty_weight_option = false;  // default for names without the setting
   std::string source_path;

@@ -21,6 +21,7 @@
 
 #include "authority.h"
 #include "query_record.h"
+#include "segments.h"
 #include "weir/common/config_file.h"
 #include "weir/common/text.h"
 #include "weir/net/dns_tcp.h"
@@ -173,6 +174,7 @@ class Server {
  public:
   Server(const ServerOptions& opts, ZoneSet zones)
       : opts_(opts),
+        segment_clock_(zones.segments ? zones.segments->config().change_every_s : 0, Clock::now()),
         authority_(std::move(zones), opts.weight_option_code, opts.seed),
         stats_(opts.stats_names),
         ring_(opts.log_capacity),
@@ -193,6 +195,7 @@ class Server {
   void ServeDnsFrames(uint32_t id, Connection& c);
   void ServeControl(Connection& c);
   std::string RunCommand(const std::string& line);
+  std::string SegmentsCommand(const std::string& cmd, std::istringstream& in);
   void Flush(uint32_t id, Connection& c);
   // After any change to a DNS connection: closes it when done (half-closed,
   // every answer written), else watches what it waits for.
@@ -207,6 +210,8 @@ class Server {
   size_t Answer(std::span<const uint8_t> msg, const sockaddr_storage& from, bool tcp, uint32_t* delay_ms);
 
   const ServerOptions& opts_;
+  // The segment model's change epoch ([segments] change_every_s).
+  SegmentClock segment_clock_;
   Authority authority_;
   QueryStats stats_;
   QueryRing ring_;
@@ -322,6 +327,7 @@ size_t Server::Answer(std::span<const uint8_t> msg, const sockaddr_storage& from
                       uint32_t* delay_ms) {
   QueryRecord rec;
   rec.time = WallNow();
+  if (authority_.zones().segments) authority_.SetSegmentsEpoch(segment_clock_.EpochAt(Clock::now()));
   rec.source = from;
   uint8_t* out = buf_.data() + 2;  // room for the TCP length prefix
   const size_t n = authority_.Handle(msg, ClientFrom(from, tcp), out, kMaxMessage, &rec);
@@ -442,12 +448,49 @@ std::string Server::RunCommand(const std::string& line) {
         reply += "error: " + e + "\n";
       return reply;
     }
+    const uint32_t period = zs->segments ? zs->segments->config().change_every_s : 0;
     authority_.Replace(*std::move(zs));
+    segment_clock_.SetPeriod(period, Clock::now());
     return "ok\n";
   }
+  if (cmd.starts_with("segments-")) return SegmentsCommand(cmd, in);
   if (cmd == "help" || cmd.empty()) {
-    return "commands: stats | log [N] | reset | set-weights NAME VIEW w1,w2,... | reload | help\n";
+    return "commands: stats | log [N] | reset | set-weights NAME VIEW w1,w2,... | reload | "
+           "segments-epoch [N] | segments-truth NAME|group=N [EPOCH] | segments-citymap | help\n";
   }
+  return "error: unknown command '" + cmd + "'\n";
+}
+
+std::string Server::SegmentsCommand(const std::string& cmd, std::istringstream& in) {
+  const std::shared_ptr<SegmentModel> model = authority_.zones().segments;
+  if (!model) return "error: the config has no [segments]\n";
+  const uint64_t now_epoch = segment_clock_.EpochAt(Clock::now());
+  auto number = [](const std::string& text, uint64_t* out) {
+    char* end = nullptr;
+    errno = 0;
+    *out = std::strtoull(text.c_str(), &end, 10);
+    return !text.empty() && text[0] != '-' && *end == '\0' && errno == 0 && *out <= kMaxSegmentEpoch;
+  };
+  std::string arg;
+  if (cmd == "segments-epoch") {
+    if (!(in >> arg)) return std::to_string(now_epoch) + "\n";
+    uint64_t epoch = 0;
+    if (!number(arg, &epoch)) return "error: the epoch must be a number from 0 to 1000000\n";
+    segment_clock_.Set(epoch, Clock::now());
+    authority_.SetSegmentsEpoch(epoch);
+    return "ok\n";
+  }
+  if (cmd == "segments-truth") {
+    if (!(in >> arg)) return "error: usage: segments-truth NAME|group=N [EPOCH]\n";
+    uint64_t epoch = now_epoch;
+    std::string epoch_text;
+    if (in >> epoch_text && !number(epoch_text, &epoch)) {
+      return "error: the epoch must be a number from 0 to 1000000\n";
+    }
+    absl::StatusOr<std::string> json = SegmentTruth(*model, arg, epoch);
+    return json.ok() ? *json + "\n" : "error: " + std::string(json.status().message()) + "\n";
+  }
+  if (cmd == "segments-citymap") return model->CityMapCsv();
   return "error: unknown command '" + cmd + "'\n";
 }
 

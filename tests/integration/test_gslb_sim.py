@@ -3,6 +3,8 @@
 Run: python3 tests/integration/test_gslb_sim.py --build-dir build
 """
 
+import ipaddress
+import json
 import os
 import sys
 import tempfile
@@ -534,6 +536,138 @@ class GslbSimStatsBoundTest(unittest.TestCase):
         subnets = sim.stats()["by_qname_ecs"]["www.example.com."]
         self.assertEqual(len(subnets), 257, "256 subnets and the rest together")
         self.assertEqual(subnets["(other subnets)"], 300 - 256)
+
+
+SEGMENTS = """
+[segments]
+seed = 5
+cities = 2
+segments_per_city = 8
+prefix = "10.0.0.0/16"
+segment_lengths = [22, 24]
+nodes_per_city = 16
+addresses_per_answer = 2
+node_prefix = "198.18.0.0/24"
+suffix = "seg.cdn.test."
+name_groups = 4
+city_level_fraction = 0
+segments_per_answer = [1, 1]
+change_every_s = 3600
+change_fraction = 1.0
+"""
+SEG_ZONES = zone("cdn.test.", rname="admin") + SEGMENTS
+
+
+class SegmentModelTest(unittest.TestCase):
+    """[segments]: every subscriber segment answered on its own, the ECS scope
+    its prefix length, the answers moved by `segments-epoch`, and the ground
+    truth and city map exports."""
+
+    NAME = "www.seg.cdn.test"
+
+    @classmethod
+    def setUpClass(cls):
+        weirtest.require_tools("dig", "kdig")
+        cls.sim = weirtest.GslbSim(BUILD_DIR, config_text=SEG_ZONES)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def setUp(self):
+        self.assertEqual(self.sim.control("segments-epoch 0").strip(), "ok")
+
+    def truth(self, epoch=None):
+        return json.loads(self.sim.control(f"segments-truth {self.NAME}" + ("" if epoch is None else f" {epoch}")))
+
+    def ask(self, address, client=weirtest.dig):
+        return client(self.sim.host, self.sim.port, self.NAME, "A", ecs=f"{address}/24", options=[W])
+
+    @staticmethod
+    def last_slash24(cidr):
+        net = ipaddress.ip_network(cidr)
+        return str(net.broadcast_address - 255)
+
+    def test_three_segments_of_one_city_get_three_answers_with_their_scopes(self):
+        segments = [s for s in self.truth()["segments"] if s["city"] == "city-0"]
+        self.assertEqual(len(segments), 8, segments)
+        picked, seen = [], set()
+        for s in segments:
+            if tuple(s["addresses"]) not in seen:
+                seen.add(tuple(s["addresses"]))
+                picked.append(s)
+        self.assertGreaterEqual(len(picked), 3, f"city-0 should have 3 distinct answers: {segments}")
+        answers = []
+        for s, client in zip(picked[:3], (weirtest.dig, weirtest.kdig, weirtest.dig)):
+            r = self.ask(self.last_slash24(s["cidr"]), client)
+            self.assertEqual(r.status, "NOERROR", r.text)
+            self.assertEqual(r.addresses(), s["addresses"], r.text)
+            self.assertEqual(r.weights(W), s["weights"], r.text)
+            self.assertEqual(r.ecs.scope, int(s["cidr"].split("/")[1]), f"scope of {s['cidr']}:\n{r.text}")
+            self.assertEqual(r.answer[0].ttl, 60, r.text)
+            answers.append(tuple(r.addresses()))
+        self.assertEqual(len(set(answers)), 3, answers)
+        # Past the last segment: scope 0 and the default answer (city 0's first nodes).
+        r = self.ask("10.0.255.0")
+        self.assertEqual((r.addresses(), r.ecs.scope), (["198.18.0.1", "198.18.0.2"], 0), r.text)
+        self.assertEqual(self.sim.log(1)[0]["view"], "segment default")
+
+    def test_epoch_command_moves_the_answer(self):
+        first = self.truth()["segments"][0]
+        address = self.last_slash24(first["cidr"])
+        before = self.ask(address).addresses()
+        self.assertEqual(before, first["addresses"])
+        self.assertEqual(self.sim.control("segments-epoch 1").strip(), "ok")
+        self.assertEqual(self.sim.control("segments-epoch").strip(), "1")
+        after = self.ask(address)
+        self.assertNotEqual(after.addresses(), before, "change_fraction = 1 moves every answer:\n" + after.text)
+        self.assertEqual(after.addresses(), self.truth(1)["segments"][0]["addresses"], after.text)
+        self.assertEqual(self.truth()["epoch"], 1)
+        self.assertEqual(self.sim.control("segments-epoch 0").strip(), "ok")
+        self.assertEqual(self.ask(address).addresses(), before)
+        self.assertTrue(self.sim.control("segments-epoch x").startswith("error: "))
+
+    def test_exports_from_the_command_line(self):
+        path = weirtest.write_temp(SEG_ZONES)
+        self.addCleanup(os.unlink, path)
+        sim = weirtest.binary(BUILD_DIR, weirtest.GslbSim.RELPATH)
+        out = weirtest.run([sim, "--config", path, "--segments-citymap"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [l.split(",") for l in out.stdout.splitlines() if not l.startswith("#")]
+        self.assertEqual(len(rows), 16, out.stdout)
+        self.assertEqual((rows[0][0].split("/")[0], rows[0][1], rows[0][2]), ("10.0.0.0", "city-0", "10.0.0.0/24"))
+        self.assertEqual([r[1] for r in rows], ["city-0"] * 8 + ["city-1"] * 8)
+        out = weirtest.run([sim, "--config", path, "--segments-truth", self.NAME, "--segments-epoch", "1"])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        doc = json.loads(out.stdout)
+        self.assertEqual((doc["name"], doc["epoch"], len(doc["subnets"])), (self.NAME + ".", 1, 256))
+        self.assertEqual(doc, self.truth(1))
+        out = weirtest.run([sim, "--config", path, "--segments-truth", "www.example.com"])
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("is not below the segments suffix seg.cdn.test.", out.stderr)
+
+    def test_example_config_serves(self):
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gslb-sim",
+                               "segments.toml")
+        with weirtest.GslbSim(BUILD_DIR, config_path=example) as sim:
+            truth = json.loads(sim.control("segments-truth www.seg.example"))
+            self.assertEqual((len(truth["segments"]), len(truth["subnets"])), (9000, 65536))
+            subnet = truth["subnets"][40000]
+            r = weirtest.kdig(sim.host, sim.port, "www.seg.example", "A", ecs=subnet["subnet"], options=[W])
+            self.assertEqual(r.addresses(), subnet["addresses"], r.text)
+            self.assertEqual(r.weights(W), subnet["weights"], r.text)
+            self.assertEqual(r.ecs.scope, subnet["scope"], r.text)
+
+    def test_bad_segments_config_names_the_line(self):
+        text = SEG_ZONES.replace("cities = 2", "cities = 0")
+        path = weirtest.write_temp(text)
+        self.addCleanup(os.unlink, path)
+        out = weirtest.run([weirtest.binary(BUILD_DIR, weirtest.GslbSim.RELPATH), "--config", path,
+                            "--listen", "127.0.0.1:0"], timeout=10)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        line = text.splitlines().index("cities = 0") + 1
+        self.assertIn(f"{path}:{line}:10: 'cities' must be between 1 and 65535, not 0", out.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -234,8 +234,8 @@ class PrivilegeDropTest(unittest.TestCase):
 # zone file (docs/gslb-sim.md), loaded by test_gslb_sim.py and the demo. Templates (*.in) are
 # filled in by a script first (test_demo_template_passes_check_once_filled).
 DAEMON_OF_CONFIG = {"fastpath.toml": "weir-fastpath", "recursor.toml": "weir-recursor", "mgmt.toml": "weir-mgmt"}
-GSLB_SIM_ZONES = {"examples/gslb-sim/zones.toml", "examples/demo/cdn-gslb.example.toml",
-                  "examples/demo/shop.example.toml"}
+GSLB_SIM_ZONES = {"examples/gslb-sim/zones.toml", "examples/gslb-sim/segments.toml",
+                  "examples/demo/cdn-gslb.example.toml", "examples/demo/shop.example.toml"}
 
 
 class ShippedExamplesTest(unittest.TestCase):
