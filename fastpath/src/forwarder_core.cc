@@ -129,6 +129,7 @@ void ForwarderCore::Drain() {
 
 void ForwarderCore::Tick() {
   SendProbes();
+  RunDueRefreshes(shared_->clock->NowSeconds());
   transport_.Housekeep(timers_.Now());
   stats_.udp_sockets.store(transport_.udp_sockets(), std::memory_order_relaxed);
   const TcpPoolStats tcp = transport_.tcp_pool();
@@ -591,9 +592,16 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
   switch (fill.outcome) {
     case partitions::CacheFill::Outcome::kNotCacheable:
       return HandleMode::kAfterFill;
-    case partitions::CacheFill::Outcome::kEntry:
-      cache.Insert(std::move(fill.entry));
+    case partitions::CacheFill::Outcome::kEntry: {
+      const uint32_t ttl = fill.entry->ttl();
+      const bool positive = fill.entry->kind() == partitions::EntryKind::kPositive;
+      const partitions::Cache::InsertResult r = cache.Insert(std::move(fill.entry));
+      if (positive && (r == partitions::Cache::InsertResult::kInserted ||
+                       r == partitions::Cache::InsertResult::kReplaced)) {
+        ScheduleRefresh(p.miss, ttl, now);
+      }
       return HandleMode::kAfterFill;
+    }
     case partitions::CacheFill::Outcome::kLearn:
       break;
   }
@@ -614,6 +622,89 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
   shared_->learned.PublishDeferred(std::move(next));
   stats_.learned.Add();
   return HandleMode::kRetry;
+}
+
+const partitions::Tag* ForwarderCore::TagOf(const dns::NameKey& qname, uint32_t now) const {
+  const partitions::TagTable* tags = shared_->tags.Get();
+  const partitions::Tag* tag = tags != nullptr ? tags->Lookup(qname.span()) : nullptr;
+  if (tag == nullptr) {
+    const LearnedTags* learned = shared_->learned.Get();
+    if (learned != nullptr) tag = learned->Lookup(qname.span(), now);
+  }
+  return tag;
+}
+
+void ForwarderCore::ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t now) {
+  if (m.do_bit || m.cd_bit) return;  // never cached
+  const partitions::Tag* tag = TagOf(m.qname, now);
+  if (tag == nullptr || !tag->active_refresh) return;
+  // Due when prefetch_percent of the TTL is left, at least a second ahead.
+  // Short TTLs too (unlike the hit path's prefetch): a refresh answered
+  // from a recursor's cached copy near its own end comes back with a few
+  // seconds left, and is asked again just before those run out, by when
+  // the recursor (whose prefetch that refresh set off) has a fresh one.
+  if (ttl < 2) return;
+  const uint32_t lead = std::max<uint32_t>(1, ttl * config_.prefetch_percent / 100);
+  std::string key = InflightTable::Key(m);
+  auto it = refreshes_.find(key);
+  if (it == refreshes_.end()) {
+    if (refreshes_.size() >= config_.active_refresh_max) {
+      stats_.active_refresh_overflow.Add();
+      return;
+    }
+    it = refreshes_.emplace(key, ScheduledRefresh{}).first;
+  }
+  it->second.miss = m;
+  it->second.due = now + (ttl - lead);
+  refresh_queue_.emplace(it->second.due, std::move(key));
+  if (refresh_queue_.size() > 2 * refreshes_.size() + 1024) {
+    // Many answers refreshed by their clients before their turn: the queue
+    // is rebuilt from the schedule, one time per key.
+    std::vector<DueRefresh> live;
+    live.reserve(refreshes_.size());
+    for (const auto& [k, r] : refreshes_) live.emplace_back(r.due, k);
+    refresh_queue_ = decltype(refresh_queue_)(std::greater<>(), std::move(live));
+  }
+  stats_.active_refresh_scheduled.store(refreshes_.size(), std::memory_order_relaxed);
+}
+
+void ForwarderCore::RunDueRefreshes(uint32_t now) {
+  while (!refresh_queue_.empty() && refresh_queue_.top().first <= now) {
+    const auto it = refreshes_.find(refresh_queue_.top().second);
+    const bool current = it != refreshes_.end() && it->second.due == refresh_queue_.top().first;
+    refresh_queue_.pop();
+    if (!current) continue;  // rescheduled since (or done)
+    PendingClient c;
+    c.miss = it->second.miss;
+    refreshes_.erase(it);
+    Refresh(std::move(c), now);
+  }
+  stats_.active_refresh_scheduled.store(refreshes_.size(), std::memory_order_relaxed);
+}
+
+void ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
+  c.route = {};  // nobody waits: a prefetch
+  const partitions::Tag* tag = TagOf(c.miss.qname, now);
+  if (tag == nullptr || !tag->active_refresh) {
+    stats_.active_refresh_untagged.Add();
+    return;
+  }
+  // Peek, not Find: looking does not count as a client's read.
+  partitions::Freshness f;
+  const partitions::CacheEntry* e =
+      shared_->cache->Peek({c.miss.partition, c.miss.qname.span(), c.miss.qtype, c.miss.qclass}, now, &f);
+  if (e == nullptr) {
+    stats_.active_refresh_gone.Add();
+    return;
+  }
+  if (!e->referenced()) {
+    // Nobody asked since the last fill: the name goes back to refreshes
+    // by its clients (its next miss or prefetch schedules it again).
+    stats_.active_refresh_idle.Add();
+    return;
+  }
+  stats_.active_refresh_sent.Add();
+  Accept(std::move(c));
 }
 
 void ForwarderCore::Finish(Pending* p, const dns::Message& up) {

@@ -518,6 +518,22 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
   w.Counter("weir_learned_tags_overflow_total",
             "CNAME chains into a tagged suffix relayed uncached because the learned names were full.")
       .Add({}, forwarder_->learned_overflow());
+  {
+    const ForwarderStats& fs = forwarder_->stats();
+    auto& refreshes =
+        w.Counter("weir_active_refresh_total",
+                  "Active refreshes (refresh=active tags) by result: sent upstream before expiry, or "
+                  "not: idle (no client read the answer since it was cached), gone (it left the "
+                  "cache), untagged (the tag no longer says refresh=active), overflow (not scheduled: "
+                  "cache.active_refresh_max were).");
+    refreshes.Add({{"result", "sent"}}, fs.active_refresh_sent.Read());
+    refreshes.Add({{"result", "idle"}}, fs.active_refresh_idle.Read());
+    refreshes.Add({{"result", "gone"}}, fs.active_refresh_gone.Read());
+    refreshes.Add({{"result", "untagged"}}, fs.active_refresh_untagged.Read());
+    refreshes.Add({{"result", "overflow"}}, fs.active_refresh_overflow.Read());
+    w.Gauge("weir_active_refresh_scheduled", "Cached answers whose active refresh is scheduled.")
+        .Add({}, fs.active_refresh_scheduled.load(std::memory_order_relaxed));
+  }
   w.Counter("weir_coalesced_total", "Misses that joined an identical question already in flight.")
       .Add({}, forwarder_->coalesced());
   w.Counter("weir_upstream_queries_total", "Queries sent to the recursors.")
@@ -537,10 +553,11 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
     // resident memory stays under their sum plus the fixed overhead.
     const uint64_t slots = cores_.size();
     const bool limiting = config_.rate_limit_qps != 0 || config_.rate_limit_bytes_per_second != 0;
-    auto& budget = w.Gauge("weir_memory_budget_bytes",
-                           "What each large allocation may hold at most, as configured: the cache (1.25 x "
-                           "cache.bytes), the SWRR states and rate-limit tables of every worker, the "
-                           "questions in flight and the clients waiting on them.");
+    auto& budget =
+        w.Gauge("weir_memory_budget_bytes",
+                "What each large allocation may hold at most, as configured: the cache (1.25 x "
+                "cache.bytes), the SWRR states and rate-limit tables of every worker, the "
+                "questions in flight and the clients waiting on them, the scheduled active refreshes.");
     budget.Add({{"part", "cache"}}, shared_.cache->options().byte_budget * 5 / 4);
     budget.Add({{"part", "swrr"}}, slots * config_.swrr_states * partitions::SwrrTable::kStateBytes);
     budget.Add({{"part", "rate_limit"}},
@@ -548,6 +565,7 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
                               RateLimiter::kEntryBytes
                         : 0);
     budget.Add({{"part", "in_flight"}}, uint64_t(config_.max_inflight) * Forwarder::kQuestionBytes);
+    budget.Add({{"part", "active_refresh"}}, uint64_t(config_.active_refresh_max) * Forwarder::kRefreshBytes);
     // The clients waiting at the forwarder, and per worker those on their way
     // to and from it (their queries, the backend's routes, held returns).
     budget.Add({{"part", "waiting"}},

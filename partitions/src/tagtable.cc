@@ -194,7 +194,8 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
   }
   bool level_set = false;
   uint32_t seen = 0;
-  static constexpr std::string_view kKeys[] = {"weight", "ecs", "policy", "answer", "level", "calibrate"};
+  static constexpr std::string_view kKeys[] = {"weight", "ecs",       "policy", "answer",
+                                               "level",  "calibrate", "refresh"};
   for (size_t i = 1; i < words.size(); ++i) {
     std::string_view w = words[i];
     size_t eq = w.find('=');
@@ -213,6 +214,12 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
       s = ParseOnOff(v, &tag.ecs);
     } else if (k == "calibrate") {
       s = ParseOnOff(v, &tag.calibrate);
+    } else if (k == "refresh") {
+      if (v == "active") {
+        tag.active_refresh = true;
+      } else if (v != "passive") {
+        return absl::InvalidArgumentError(common::Cat("refresh must be active or passive, got '", v, "'"));
+      }
     } else if (k == "policy") {
       if (v == "iterate") {
         tag.policy = Policy::kIterate;
@@ -285,6 +292,7 @@ std::string FormatTag(const Tag& tag) {
   // Written only when on, so that every tag line from before the key reads
   // back to the same canonical text.
   if (tag.calibrate) out += " calibrate=on";
+  if (tag.active_refresh) out += " refresh=active";
   return out;
 }
 

@@ -103,8 +103,9 @@ struct ReplySpec {
   uint8_t ext_rcode = 0;     // OPT's upper 8 bits (BADCOOKIE: 1 with rcode 7)
   bool echo_cookie = true;
   bool lower_case = false;  // the question in lower case (a server that does not keep it)
-  int id_delta = 0;         // a wrong ID
-  std::string other_name;   // another question
+  uint32_t ttl = 300;
+  int id_delta = 0;        // a wrong ID
+  std::string other_name;  // another question
 };
 
 ReplySpec With(std::vector<std::array<uint8_t, 4>> addrs) {
@@ -126,7 +127,7 @@ Bytes Reply(const Bytes& query, const ReplySpec& s = ReplySpec()) {
           static_cast<uint16_t>(dns::flag::kQr | dns::flag::kRd | dns::flag::kRa | s.extra_flags | s.rcode),
           name, q.qtype(), q.qclass());
   for (const auto& a : s.addrs)
-    w.AppendRecord(dns::Section::kAnswer, name, dns::type::kA, dns::klass::kIn, 300, a);
+    w.AppendRecord(dns::Section::kAnswer, name, dns::type::kA, dns::klass::kIn, s.ttl, a);
   w.BeginOpt(1232, false, s.ext_rcode);
   const std::span<const uint8_t> cookie = dns::CookieJar::OptionOf(q);
   if (s.echo_cookie && cookie.size() >= 8) {
@@ -587,6 +588,105 @@ TEST_F(ForwarderCoreTest, PrefetchIsAskedButNobodyIsAnswered) {
   Answer(transport_.sent.size() - 1);
   EXPECT_TRUE(Returns().empty());
   EXPECT_TRUE(Cached("www.example"));
+}
+
+// refresh=active (the white-list): the forwarder asks again before expiry,
+// with nobody waiting, as long as clients read the answer; an answer nobody
+// read since it was cached is left to its clients; names without the
+// option never are.
+TEST_F(ForwarderCoreTest, ActiveRefreshBeforeExpiryWhileTheAnswerIsRead) {
+  testing::PublishPartitions(&shared_, "cdn.example refresh=active\n", testing::kTwoCities);
+  config_.prefetch_percent = 10;
+  Start();
+  // Both clocks move together, as in the daemon, whose loop ticks the
+  // forwarder at least every 50 ms.
+  auto advance_s = [&](int s) {
+    clock_.Advance(s);
+    Advance(s * 1000);
+    core_->Tick();
+  };
+  Miss("www.cdn.example");
+  Miss("www.plain.example", 2);
+  ASSERT_EQ(transport_.sent.size(), 2u);
+  Answer(0);  // TTL 300
+  Answer(1);
+  EXPECT_EQ(Returns().size(), 2u);
+  EXPECT_EQ(stats_.active_refresh_scheduled.load(), 1u) << "only the refresh=active name";
+  ASSERT_TRUE(Cached("www.cdn.example"));  // a client reads it
+
+  // Due when 10 % of the TTL is left: at 270 s, not before.
+  advance_s(269);
+  EXPECT_EQ(transport_.sent.size(), 2u);
+  advance_s(1);
+  ASSERT_EQ(transport_.sent.size(), 3u) << "the refresh, before expiry";
+  EXPECT_EQ(stats_.active_refresh_sent.Read(), 1u);
+  EXPECT_EQ(stats_.waiting.load(), 1u) << "the refresh itself: no client";
+  Answer(2, With({{192, 0, 2, 7}}));
+  EXPECT_TRUE(Returns().empty()) << "nobody waits for a refresh";
+  partitions::Freshness f;
+  ASSERT_TRUE(Cached("www.cdn.example", &f));
+  EXPECT_EQ(f, partitions::Freshness::kFresh);
+  EXPECT_EQ(stats_.active_refresh_scheduled.load(), 1u) << "the refreshed answer is scheduled again";
+
+  // Read again (the Cached() above): refreshed again at 270 s of the new
+  // TTL. This time a recursor answers from its own copy, 6 s left: asked
+  // again at 5 s, a second before that runs out.
+  advance_s(270);
+  ASSERT_EQ(transport_.sent.size(), 4u);
+  ReplySpec aged = With({{192, 0, 2, 7}});
+  aged.ttl = 6;
+  Answer(3, aged);
+  EXPECT_EQ(stats_.active_refresh_sent.Read(), 2u);
+  ASSERT_TRUE(Cached("www.cdn.example"));
+  advance_s(4);
+  EXPECT_EQ(transport_.sent.size(), 4u);
+  advance_s(1);
+  ASSERT_EQ(transport_.sent.size(), 5u);
+  Answer(4);
+  EXPECT_EQ(stats_.active_refresh_sent.Read(), 3u);
+
+  // Nobody reads this one: at its turn it is not refreshed, and expires.
+  advance_s(270);
+  EXPECT_EQ(transport_.sent.size(), 5u);
+  EXPECT_EQ(stats_.active_refresh_idle.Read(), 1u);
+  EXPECT_EQ(stats_.active_refresh_scheduled.load(), 0u);
+  advance_s(600);
+  EXPECT_EQ(transport_.sent.size(), 5u) << "the plain name was never refreshed";
+  ASSERT_TRUE(Cached("www.plain.example", &f));
+  EXPECT_EQ(f, partitions::Freshness::kStale) << "expired, never refreshed";
+}
+
+// A refresh whose answer left the cache, or whose tag lost refresh=active,
+// is not sent; the schedule is bounded by cache.active_refresh_max.
+TEST_F(ForwarderCoreTest, ActiveRefreshSkipsGoneAndUntaggedAndIsBounded) {
+  testing::PublishPartitions(&shared_, "cdn.example refresh=active\n", testing::kTwoCities);
+  config_.active_refresh_max = 2;
+  Start();
+  Miss("a.cdn.example", 1);
+  Miss("b.cdn.example", 2);
+  Miss("c.cdn.example", 3);
+  for (size_t i = 0; i < 3; ++i) Answer(i);
+  Returns();
+  EXPECT_EQ(stats_.active_refresh_scheduled.load(), 2u);
+  EXPECT_EQ(stats_.active_refresh_overflow.Read(), 1u);
+  ASSERT_TRUE(Cached("a.cdn.example"));
+  ASSERT_TRUE(Cached("b.cdn.example"));
+  const dns::NameKey a = Key("a.cdn.example");
+  ASSERT_TRUE(shared_.cache->Erase({partitions::kCommonPartition, a.span(), dns::type::kA, dns::klass::kIn}));
+  clock_.Advance(270);
+  core_->Tick();
+  ASSERT_EQ(transport_.sent.size(), 4u) << "b's refresh only";
+  EXPECT_EQ(stats_.active_refresh_gone.Read(), 1u);
+  EXPECT_EQ(stats_.active_refresh_sent.Read(), 1u);
+  Answer(3);
+  ASSERT_TRUE(Cached("b.cdn.example"));
+  // The operator takes the option away: the scheduled refresh is dropped.
+  testing::PublishPartitions(&shared_, "other.example refresh=active\n", testing::kTwoCities);
+  clock_.Advance(270);
+  core_->Tick();
+  EXPECT_EQ(transport_.sent.size(), 4u);
+  EXPECT_EQ(stats_.active_refresh_untagged.Read(), 1u);
+  EXPECT_EQ(stats_.active_refresh_scheduled.load(), 0u);
 }
 
 }  // namespace

@@ -59,6 +59,22 @@ TEST(TagLine, FullLine) {
   EXPECT_EQ(again->targets, t->targets);
 }
 
+TEST(TagLine, ActiveRefresh) {
+  auto t = ParseTagLine("cdn.example.com weight=on refresh=active");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->active_refresh);
+  EXPECT_EQ(FormatTag(*t),
+            "cdn.example.com. weight=on ecs=off policy=iterate answer=single level=global refresh=active");
+  auto again = ParseTagLine(FormatTag(*t));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->active_refresh);
+  // passive (the default) writes nothing: older tag lines read back the same.
+  t = ParseTagLine("cdn.example.com refresh=passive");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->active_refresh);
+  EXPECT_EQ(FormatTag(*t).find("refresh"), std::string::npos);
+}
+
 TEST(TagText, ErrorsCarryLineNumbers) {
   const std::pair<const char*, const char*> cases[] = {
       {"a.com weight=on\nb.com weight=maybe\n", "line 2: weight: expected on/off"},
@@ -72,6 +88,7 @@ TEST(TagText, ErrorsCarryLineNumbers) {
       {"a.com policy=recurse\n", "line 1: policy must be"},
       {"a.com answer=all\n", "line 1: answer must be"},
       {"a.com level=planet\n", "line 1: level must be"},
+      {"a.com refresh=sometimes\n", "line 1: refresh must be active or passive"},
       {"a.com ecs\n", "line 1: expected key=value"},
       {"a..com\n", "line 1: bad domain suffix"},
       {"ex\\046ample.com\n", "line 1: bad domain suffix"},

@@ -179,6 +179,9 @@ struct FastpathConfig {
   // for the upstream, then gets the stale answer (0: only after every try failed).
   uint32_t stale_answer_after_ms = 1800;
   uint32_t prefetch_percent = 10;
+  // Cached answers of refresh=active tags whose next refresh the forwarder
+  // keeps scheduled at most (docs/behaviour.md#refreshing-before-expiry).
+  size_t active_refresh_max = 20000;
 
   // [upstream]
   std::vector<UpstreamConfig> ordinary;

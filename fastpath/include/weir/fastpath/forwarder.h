@@ -64,6 +64,10 @@ class Forwarder {
   // max_waiting_clients.
   static constexpr uint64_t kQuestionBytes = 2048;
   static constexpr uint64_t kWaiterBytes = 512;
+  // The memory one scheduled active refresh may hold at most (its question,
+  // its key in the map and at most twice in the queue, the map slot): what weir_memory_budget_bytes
+  // counts for cache.active_refresh_max.
+  static constexpr uint64_t kRefreshBytes = 1536;
   // Answers the forwarder holds for one worker whose return ring is full
   // before it stops taking that worker's misses.
   static constexpr size_t kMaxHeldReturns = ForwarderCore::kMaxHeldReturns;

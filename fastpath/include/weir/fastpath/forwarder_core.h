@@ -20,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,14 @@ struct ForwarderStats {
   OwnedCounter upstream_queries;
   OwnedCounter learned;
   OwnedCounter learned_overflow;
+  // Active refresh (refresh=active tags): refreshes sent; scheduled ones
+  // not sent because nobody asked for the answer since it was cached
+  // (idle), it had left the cache (gone) or its name no longer has an
+  // active tag (untagged); fills not scheduled because
+  // cache.active_refresh_max were (overflow).
+  OwnedCounter active_refresh_sent, active_refresh_idle, active_refresh_gone, active_refresh_untagged,
+      active_refresh_overflow;
+  std::atomic<uint64_t> active_refresh_scheduled{0};
   std::atomic<uint64_t> udp_sockets{0};
   // The TCP pool's connections open now and its counters (the transport's
   // TcpPoolStats, copied every turn).
@@ -184,6 +193,15 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   void StaleOrServfail(PendingClient& c) { Reply(c, HandleMode::kStaleOk, nullptr); }
   // Fills the cache from a genuine answer; says how the waiters are handled again.
   HandleMode FillCache(const Pending& p, const dns::Message& up);
+  // Active refresh: after `m` filled the cache with an answer of `ttl`
+  // seconds, its refresh is due when prefetch_percent of the TTL is left
+  // (if its name's tag says refresh=active). When due (on the cache's
+  // clock, checked every Tick), it is asked again, as a prefetch, if a
+  // client read the answer since it was cached.
+  void ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t now);
+  void RunDueRefreshes(uint32_t now);
+  void Refresh(PendingClient&& c, uint32_t now);
+  const partitions::Tag* TagOf(const dns::NameKey& qname, uint32_t now) const;
   void MarkResult(Group& g, int u, bool ok);
   void SendProbes();
   // The in-flight question a client timer was set for; null when it is done.
@@ -223,6 +241,17 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   // the question's key.
   absl::flat_hash_map<uint64_t, std::string> client_timers_;
   uint64_t next_generation_ = 1;
+  struct ScheduledRefresh {
+    MissRequest miss;
+    uint32_t due = 0;  // the cache clock's seconds
+  };
+  // The scheduled active refreshes, by the question's key
+  // (InflightTable::Key), and their due times, soonest first; a key
+  // rescheduled before its turn leaves its older time in the queue, skipped
+  // when it comes up (its due no longer matches).
+  absl::flat_hash_map<std::string, ScheduledRefresh> refreshes_;
+  using DueRefresh = std::pair<uint32_t, std::string>;
+  std::priority_queue<DueRefresh, std::vector<DueRefresh>, std::greater<>> refresh_queue_;
   absl::flat_hash_map<int, Probe> probes_;  // by handle
   common::SecureRandom rng_;
   dns::CaseMemory case_memory_;

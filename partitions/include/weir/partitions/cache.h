@@ -230,6 +230,9 @@ class CacheEntry {
            qname_len_ == k.qname.size() && SameBytes(tail(), k.qname.data(), qname_len_);
   }
 
+  // Whether a reader found the entry since it was cached (or since the
+  // CLOCK hand last passed it while the cache was over its budget).
+  bool referenced() const { return referenced_.load(std::memory_order_relaxed) != 0; }
   // CLOCK reference bit: readers set it without RMW, only when clear.
   void Touch() const {
     if (!referenced_.load(std::memory_order_relaxed)) referenced_.store(1, std::memory_order_relaxed);
@@ -413,6 +416,16 @@ class Cache {
   }
   const CacheEntry* Find(const CacheKey& key, uint32_t now, Freshness* freshness) const {
     return Find(key, HashCacheKey(key), now, freshness);
+  }
+  // Find() for the cache's own upkeep (the forwarder's active refresh): the
+  // entry is not marked as read (CacheEntry::referenced()).
+  const CacheEntry* Peek(const CacheKey& key, uint32_t now, Freshness* freshness) const {
+    size_t position;
+    const uint64_t v = Probe<std::memory_order_acquire>(index_.load(std::memory_order_acquire), key,
+                                                        HashCacheKey(key), &position);
+    const CacheEntry* e = v != kEmpty ? EntryOf(v) : nullptr;
+    *freshness = e != nullptr ? e->FreshnessAt(now, stale_window_) : Freshness::kMiss;
+    return *freshness == Freshness::kMiss ? nullptr : e;
   }
   // Looks up a burst (the fast path's 32 queries) in three passes so the
   // cache misses of the whole burst overlap instead of queueing one after

@@ -65,6 +65,10 @@ struct Tag {
   // GSLB weight times the factor weir-mgmt pushes. Needs weight=on and a
   // global or city level.
   bool calibrate = false;
+  // Active refresh (the white-list, docs/behaviour.md#refreshing-before-expiry):
+  // weir-fastpath refreshes the name's cached answers itself before they
+  // expire, for as long as subscribers keep asking for them.
+  bool active_refresh = false;
   Policy policy = Policy::kIterate;
   std::vector<ForwardTarget> targets;  // non-empty iff policy == kForward
   AnswerMode answer = AnswerMode::kSingle;
