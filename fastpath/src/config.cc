@@ -358,7 +358,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.OnlyKeys(*s, "cache",
                {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window",
                 "stale_answer_ttl", "stale_answer_after_ms", "prefetch_percent", "swrr_states",
-                "active_refresh_max"});
+                "active_refresh_max", "sibling_prefetch"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
     const bool min_ttl_ok = c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     const bool max_ttl_ok = c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
@@ -370,6 +370,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "prefetch_percent", &cfg.prefetch_percent, 0, 50);
     c.Int(*s, "swrr_states", &cfg.swrr_states, 1024, 16777216);
     c.Int(*s, "active_refresh_max", &cfg.active_refresh_max, 0, 10000000);
+    c.Int(*s, "sibling_prefetch", &cfg.sibling_prefetch, 0, 64);
     if (min_ttl_ok && max_ttl_ok && cfg.min_ttl > cfg.max_ttl)
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }

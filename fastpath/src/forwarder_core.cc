@@ -157,6 +157,7 @@ void ForwarderCore::FlushReturns() {
 void ForwarderCore::Accept(PendingClient&& c) {
   const MissRequest& m = c.miss;
   if (c.accepted == Clock::time_point{}) c.accepted = timers_.Now();
+  if (c.route.waits()) NoteSubnet(m);
   std::string key = InflightTable::Key(m);
   if (inflight_.WaitingFull()) {
     // As many clients wait as we keep (memory): answer now, stale or
@@ -587,7 +588,7 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
   if (fill.servfail) {
     partitions::Freshness f;
     // RFC 8767: keep the stale answer, do not overwrite it.
-    if (cache.Find(key, now, &f) != nullptr) return HandleMode::kStaleOk;
+    if (cache.Peek(key, now, &f) != nullptr) return HandleMode::kStaleOk;
   }
   switch (fill.outcome) {
     case partitions::CacheFill::Outcome::kNotCacheable:
@@ -599,6 +600,7 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
       if (positive && (r == partitions::Cache::InsertResult::kInserted ||
                        r == partitions::Cache::InsertResult::kReplaced)) {
         ScheduleRefresh(p.miss, ttl, now);
+        PrefetchSiblings(p.miss, ttl, now);
       }
       return HandleMode::kAfterFill;
     }
@@ -634,18 +636,33 @@ const partitions::Tag* ForwarderCore::TagOf(const dns::NameKey& qname, uint32_t 
   return tag;
 }
 
+std::string ForwarderCore::RefreshKey(const MissRequest& m) {
+  std::string key(reinterpret_cast<const char*>(&m.partition), sizeof(m.partition));
+  key.append(reinterpret_cast<const char*>(&m.qtype), 2);
+  key.append(reinterpret_cast<const char*>(&m.qclass), 2);
+  key.append(reinterpret_cast<const char*>(m.qname.bytes.data()), m.qname.len);
+  return key;
+}
+
+bool ForwarderCore::PrefetchRoom() const {
+  // Prefetches (active refreshes, siblings) take at most half the questions
+  // in flight and never the last waiting slots: clients' misses come first.
+  return inflight_.size() < static_cast<size_t>(config_.max_inflight) / 2 && !inflight_.WaitingFull();
+}
+
 void ForwarderCore::ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t now) {
-  if (m.do_bit || m.cd_bit) return;  // never cached
+  if (m.do_bit || m.cd_bit || config_.active_refresh_max == 0) return;  // never cached / off
   const partitions::Tag* tag = TagOf(m.qname, now);
   if (tag == nullptr || !tag->active_refresh) return;
   // Due when prefetch_percent of the TTL is left, at least a second ahead.
   // Short TTLs too (unlike the hit path's prefetch): a refresh answered
   // from a recursor's cached copy near its own end comes back with a few
-  // seconds left, and is asked again just before those run out, by when
-  // the recursor (whose prefetch that refresh set off) has a fresh one.
-  if (ttl < 2) return;
+  // seconds left, and is asked again just before those run out (an answer
+  // of 0-1 s a second later), by when the recursor (whose prefetch that
+  // refresh set off) has a fresh one.
   const uint32_t lead = std::max<uint32_t>(1, ttl * config_.prefetch_percent / 100);
-  std::string key = InflightTable::Key(m);
+  const uint32_t delay = ttl >= 2 ? ttl - lead : 1;
+  std::string key = RefreshKey(m);
   auto it = refreshes_.find(key);
   if (it == refreshes_.end()) {
     if (refreshes_.size() >= config_.active_refresh_max) {
@@ -655,7 +672,7 @@ void ForwarderCore::ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t
     it = refreshes_.emplace(key, ScheduledRefresh{}).first;
   }
   it->second.miss = m;
-  it->second.due = now + (ttl - lead);
+  it->second.due = now + delay;
   refresh_queue_.emplace(it->second.due, std::move(key));
   if (refresh_queue_.size() > 2 * refreshes_.size() + 1024) {
     // Many answers refreshed by their clients before their turn: the queue
@@ -669,42 +686,124 @@ void ForwarderCore::ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t
 }
 
 void ForwarderCore::RunDueRefreshes(uint32_t now) {
+  // At most kRefreshesPerTick a turn, and only while prefetches have room:
+  // answers cached together come due together, and what is left waits for
+  // the next turn (it stays due).
+  size_t started = 0;
   while (!refresh_queue_.empty() && refresh_queue_.top().first <= now) {
     const auto it = refreshes_.find(refresh_queue_.top().second);
     const bool current = it != refreshes_.end() && it->second.due == refresh_queue_.top().first;
+    if (current && (started == kRefreshesPerTick || !PrefetchRoom())) break;
     refresh_queue_.pop();
     if (!current) continue;  // rescheduled since (or done)
     PendingClient c;
     c.miss = it->second.miss;
     refreshes_.erase(it);
-    Refresh(std::move(c), now);
+    started += Refresh(std::move(c), now) ? 1 : 0;
   }
   stats_.active_refresh_scheduled.store(refreshes_.size(), std::memory_order_relaxed);
 }
 
-void ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
+bool ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
   c.route = {};  // nobody waits: a prefetch
-  const partitions::Tag* tag = TagOf(c.miss.qname, now);
-  if (tag == nullptr || !tag->active_refresh) {
+  MissRequest& m = c.miss;
+  // The question as the name's tag and the city map say now: a reload may
+  // have changed its weights, its ECS or a city's ECS source since it was
+  // scheduled.
+  const partitions::Tag* tag = TagOf(m.qname, now);
+  if (tag == nullptr || !tag->active_refresh || tag->level != partitions::LevelOf(m.partition)) {
     stats_.active_refresh_untagged.Add();
-    return;
+    return false;
+  }
+  m.tagged = true;
+  m.weighted = tag->weight;
+  m.send_ecs = false;
+  if (tag->ecs && tag->level == partitions::CacheLevel::kSubnet) {
+    m.ecs = partitions::SubnetEcsOf(m.partition);
+    m.send_ecs = true;
+  } else if (tag->ecs && tag->level == partitions::CacheLevel::kCity) {
+    const partitions::CityMap* cm = shared_->citymap.Get();
+    const partitions::PartitionId id = partitions::CityOf(m.partition);
+    if (cm != nullptr && id < cm->city_count()) {
+      m.ecs = cm->city(id).EcsFor(m.ecs.family == dns::kEcsFamilyIpv6 ? 6 : 4);
+      m.send_ecs = m.ecs.family != 0;
+    }
   }
   // Peek, not Find: looking does not count as a client's read.
   partitions::Freshness f;
   const partitions::CacheEntry* e =
-      shared_->cache->Peek({c.miss.partition, c.miss.qname.span(), c.miss.qtype, c.miss.qclass}, now, &f);
+      shared_->cache->Peek({m.partition, m.qname.span(), m.qtype, m.qclass}, now, &f);
   if (e == nullptr) {
     stats_.active_refresh_gone.Add();
-    return;
+    return false;
   }
   if (!e->referenced()) {
     // Nobody asked since the last fill: the name goes back to refreshes
     // by its clients (its next miss or prefetch schedules it again).
     stats_.active_refresh_idle.Add();
-    return;
+    return false;
   }
   stats_.active_refresh_sent.Add();
   Accept(std::move(c));
+  return true;
+}
+
+void ForwarderCore::NoteSubnet(const MissRequest& m) {
+  if (config_.sibling_prefetch == 0 || !m.tagged ||
+      partitions::LevelOf(m.partition) != partitions::CacheLevel::kSubnet)
+    return;
+  std::vector<partitions::Partition>& hot = hot_subnets_[m.city];
+  // Move (or add) it to the front: the city's most recent first.
+  auto it = std::find(hot.begin(), hot.end(), m.partition);
+  if (it == hot.end()) {
+    if (hot.size() < kHotSubnets) hot.push_back(m.partition);
+    it = hot.end() - 1;
+    *it = m.partition;  // the least recent one gives way when full
+  }
+  std::rotate(hot.begin(), it, it + 1);
+}
+
+void ForwarderCore::PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_t now) {
+  if (config_.sibling_prefetch == 0 || m.sibling || !m.tagged || m.do_bit || m.cd_bit ||
+      partitions::LevelOf(m.partition) != partitions::CacheLevel::kSubnet)
+    return;
+  const auto hot = hot_subnets_.find(m.city);
+  if (hot == hot_subnets_.end()) return;
+  // Once per (city, question) and TTL: the siblings fetched now are fresh
+  // as long as this answer.
+  std::string done_key(reinterpret_cast<const char*>(&m.city), sizeof(m.city));
+  done_key.append(reinterpret_cast<const char*>(&m.qtype), 2);
+  done_key.append(reinterpret_cast<const char*>(m.qname.bytes.data()), m.qname.len);
+  if (const auto d = siblings_done_.find(done_key); d != siblings_done_.end() && d->second > now) {
+    stats_.sibling_repeats.Add();
+    return;
+  }
+  // A copy: the loop's Accept calls must not see the list move.
+  const std::vector<partitions::Partition> subnets = hot->second;
+  if (subnets.size() < 2) return;  // no other subnet of the city known yet
+  if (siblings_done_.size() >= kSiblingsDone)
+    absl::erase_if(siblings_done_, [now](const auto& e) { return e.second <= now; });
+  if (siblings_done_.size() >= kSiblingsDone) return;
+  siblings_done_[done_key] = now + ttl;
+  uint32_t sent = 0;
+  for (const partitions::Partition p : subnets) {
+    if (sent == config_.sibling_prefetch || !PrefetchRoom()) break;
+    if (p == m.partition) continue;
+    partitions::Freshness f;
+    if (shared_->cache->Peek({p, m.qname.span(), m.qtype, m.qclass}, now, &f) != nullptr &&
+        f == partitions::Freshness::kFresh)
+      continue;  // that subnet has it already
+    PendingClient c;
+    c.miss = m;
+    c.miss.partition = p;
+    c.miss.ecs = partitions::SubnetEcsOf(p);
+    c.miss.send_ecs = m.send_ecs;
+    c.miss.sibling = true;
+    c.route = {};  // nobody waits: a prefetch
+    stats_.sibling_prefetches.Add();
+    ++sent;
+    Accept(std::move(c));
+  }
 }
 
 void ForwarderCore::Finish(Pending* p, const dns::Message& up) {

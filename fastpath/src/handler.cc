@@ -356,10 +356,12 @@ void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext
   }
   c->partition = partitions::kCommonPartition;
   c->city = nullptr;
+  c->city_id = 0;
   if (c->tag != nullptr && c->tag->level != partitions::CacheLevel::kGlobal) {
     const partitions::CityMap* cm = shared_->citymap.Get();
     const partitions::PartitionId id = cm != nullptr ? cm->Lookup(c->who) : 0;
     if (cm != nullptr) c->city = &cm->city(id);
+    c->city_id = id;
     c->partition = partitions::PartitionKey(c->tag->level, id, c->who);
   }
   // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
@@ -446,6 +448,8 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
   }
   miss->do_bit = query.edns.do_bit;
   miss->cd_bit = query.cd();
+  miss->city = c->city_id;
+  miss->sibling = false;
   return prefetch ? Verdict::kReplyAndPrefetch : Verdict::kMiss;
 }
 

@@ -533,6 +533,15 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
     refreshes.Add({{"result", "overflow"}}, fs.active_refresh_overflow.Read());
     w.Gauge("weir_active_refresh_scheduled", "Cached answers whose active refresh is scheduled.")
         .Add({}, fs.active_refresh_scheduled.load(std::memory_order_relaxed));
+    w.Counter("weir_sibling_prefetches_total",
+              "Questions sent for a city's other recently active subnets after a subnet-level miss "
+              "(cache.sibling_prefetch).")
+        .Add({}, fs.sibling_prefetches.Read());
+    w.Counter(
+         "weir_sibling_prefetch_repeats_total",
+         "Subnet-level misses whose siblings were not fetched again: that city and name had them fetched "
+         "within the answer's TTL.")
+        .Add({}, fs.sibling_repeats.Read());
   }
   w.Counter("weir_coalesced_total", "Misses that joined an identical question already in flight.")
       .Add({}, forwarder_->coalesced());
@@ -786,7 +795,8 @@ void Node::RenderAnswers(common::PrometheusWriter& w) const {
                                   qtype,
                                   dns::klass::kIn};
     partitions::Freshness fresh;
-    const partitions::CacheEntry* e = shared_.cache->Find(ck, now, &fresh);
+    // Peek: a scrape is no client's read (active refresh counts those).
+    const partitions::CacheEntry* e = shared_.cache->Peek(ck, now, &fresh);
     if (e == nullptr) continue;
     const size_t addr_len = e->address_record_size() - 12;
     const uint8_t* rec = e->records().data() + e->chain_bytes();

@@ -689,5 +689,112 @@ TEST_F(ForwarderCoreTest, ActiveRefreshSkipsGoneAndUntaggedAndIsBounded) {
   EXPECT_EQ(stats_.active_refresh_scheduled.load(), 0u);
 }
 
+// cache.sibling_prefetch: after a subnet-level miss is filled, the same
+// question goes out for the city's other recently active subnets (each with
+// its own /24 as ECS) that do not have it, at most N, once per (city, name)
+// and TTL; other cities' subnets never.
+TEST_F(ForwarderCoreTest, SiblingPrefetchFetchesTheCitysRecentSubnetsOnce) {
+  testing::PublishPartitions(&shared_, "cdn.example ecs=on level=subnet\n", testing::kTwoCities);
+  config_.sibling_prefetch = 2;
+  Start();
+  uint64_t token = 1;
+  auto miss = [&](std::string_view name, const char* addr, partitions::PartitionId city) {
+    common::IpAddress who;
+    ASSERT_TRUE(common::ParseIp(addr, &who));
+    PendingClient c;
+    c.miss.qname = Key(name);
+    c.miss.qtype = dns::type::kA;
+    c.miss.qclass = dns::klass::kIn;
+    c.miss.tagged = true;
+    c.miss.partition = partitions::PartitionKey(partitions::CacheLevel::kSubnet, city, who);
+    c.miss.ecs = partitions::SubnetEcs(who);
+    c.miss.send_ecs = true;
+    c.miss.city = city;
+    c.route = {0, Transport::kUdp, token++};
+    ASSERT_TRUE(channel_.misses.Push(std::move(c)));
+    core_->Drain();
+  };
+  auto ecs_of = [&](size_t i) {
+    dns::Query q;
+    EXPECT_EQ(dns::ParseQuery(transport_.sent[i].message, {}, &q), dns::ParseError::kOk);
+    EXPECT_TRUE(q.edns.has_ecs);
+    const auto& a = q.edns.ecs.address;
+    return common::IpToString(common::IpAddress::V4(uint32_t{a[0]} << 24 | uint32_t{a[1]} << 16 |
+                                                    uint32_t{a[2]} << 8 | a[3])) +
+           "/" + std::to_string(q.edns.ecs.source_prefix);
+  };
+  auto cached_in = [&](std::string_view name, const char* addr) {
+    common::IpAddress who;
+    EXPECT_TRUE(common::ParseIp(addr, &who));
+    const dns::NameKey k = Key(name);
+    partitions::Freshness f;
+    return shared_.cache->Find({partitions::PartitionKey(partitions::CacheLevel::kSubnet, 0, who), k.span(),
+                                dns::type::kA, dns::klass::kIn},
+                               clock_.NowSeconds(), &f) != nullptr;
+  };
+  // Subscribers of three subnets of city 0 miss x: they become its recent
+  // subnets. x's later fills find their siblings cached, or done.
+  miss("x.cdn.example", "198.18.1.1", 0);
+  Answer(0);
+  miss("x.cdn.example", "198.18.2.1", 0);
+  Answer(1);
+  EXPECT_EQ(stats_.sibling_prefetches.Read(), 0u) << "198.18.1.0/24 has x already";
+  miss("x.cdn.example", "198.18.3.1", 0);
+  Answer(2);
+  EXPECT_EQ(stats_.sibling_repeats.Read(), 1u) << "x's siblings were fetched within its TTL";
+  ASSERT_EQ(transport_.sent.size(), 3u);
+  Returns();
+
+  // A miss of y in a fourth subnet: y is fetched for the two most recent
+  // other subnets of the city, each with its own ECS.
+  miss("y.cdn.example", "198.18.4.1", 0);
+  EXPECT_EQ(ecs_of(3), "198.18.4.0/24") << "the miss itself";
+  Answer(3);
+  ASSERT_EQ(transport_.sent.size(), 6u);
+  EXPECT_EQ(stats_.sibling_prefetches.Read(), 2u);
+  EXPECT_EQ(ecs_of(4), "198.18.3.0/24");
+  EXPECT_EQ(ecs_of(5), "198.18.2.0/24");
+  Answer(4);
+  Answer(5);
+  EXPECT_TRUE(cached_in("y.cdn.example", "198.18.2.77"));
+  EXPECT_TRUE(cached_in("y.cdn.example", "198.18.3.77")) << "a sibling, before any of its clients asked";
+  EXPECT_FALSE(cached_in("y.cdn.example", "198.18.1.77")) << "beyond cache.sibling_prefetch";
+  const std::vector<ReturnedQuery> r = Returns();
+  EXPECT_EQ(r.size(), 1u) << "only the client of the miss is answered";
+
+  // Another city's subnets are not siblings.
+  miss("z.cdn.example", "198.19.0.1", 1);
+  Answer(transport_.sent.size() - 1);
+  EXPECT_EQ(transport_.sent.size(), 7u);
+  EXPECT_EQ(stats_.sibling_prefetches.Read(), 2u);
+}
+
+// A refresh asks the question as the tag says when it is sent (weights
+// turned on since the fill), and refreshes come due together are paced:
+// prefetches take at most half of upstream.max_inflight.
+TEST_F(ForwarderCoreTest, ActiveRefreshFollowsTheTagAndIsPaced) {
+  testing::PublishPartitions(&shared_, "cdn.example refresh=active\n", testing::kTwoCities);
+  config_.max_inflight = 4;
+  Start();
+  for (uint64_t i = 0; i < 3; ++i) Miss(std::string(1, static_cast<char>('a' + i)) + ".cdn.example", i + 1);
+  for (size_t i = 0; i < 3; ++i) Answer(i);
+  Returns();
+  for (const char* n : {"a.cdn.example", "b.cdn.example", "c.cdn.example"}) ASSERT_TRUE(Cached(n));
+  testing::PublishPartitions(&shared_, "cdn.example refresh=active weight=on\n", testing::kTwoCities);
+  clock_.Advance(270);
+  core_->Tick();
+  ASSERT_EQ(transport_.sent.size(), 5u) << "two refreshes: half of max_inflight";
+  dns::Query q;
+  ASSERT_EQ(dns::ParseQuery(transport_.sent[3].message, {}, &q), dns::ParseError::kOk);
+  EXPECT_TRUE(q.edns.has_weight) << "asked as the tag says now";
+  core_->Tick();
+  EXPECT_EQ(transport_.sent.size(), 5u) << "no room yet: the third stays due";
+  Answer(3);
+  core_->Tick();
+  EXPECT_EQ(transport_.sent.size(), 6u);
+  EXPECT_EQ(stats_.active_refresh_sent.Read(), 3u);
+  EXPECT_EQ(stats_.inflight_limited.Read(), 0u);
+}
+
 }  // namespace
 }  // namespace weir::fastpath

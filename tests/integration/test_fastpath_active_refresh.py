@@ -32,9 +32,12 @@ class ActiveRefreshTest(unittest.TestCase):
         self.addCleanup(d.cleanup)
         tags = os.path.join(d.name, "tags.txt")
         with open(tags, "w") as f:
-            f.write("cdn.example.com refresh=active\n")
+            # weight=on: its answers are counted per address, which the
+            # metrics scrapes (polled below) read without marking the
+            # answer as read.
+            f.write("cdn.example.com refresh=active weight=on\n")
         up = f"{self.sim.host}:{self.sim.port}"
-        conf = weirtest.fastpath_config([up], tags=tags, cache={"prefetch_percent": 10})
+        conf = weirtest.fastpath_config([up], weighted=[up], tags=tags, cache={"prefetch_percent": 10})
         self.fp = weirtest.Fastpath(BUILD_DIR, conf, test_clock=True)
         self.addCleanup(self.fp.stop)
 

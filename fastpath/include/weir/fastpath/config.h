@@ -182,6 +182,10 @@ struct FastpathConfig {
   // Cached answers of refresh=active tags whose next refresh the forwarder
   // keeps scheduled at most (docs/behaviour.md#refreshing-before-expiry).
   size_t active_refresh_max = 20000;
+  // Sibling prefetch (docs/behaviour.md#sibling-prefetch): after a
+  // subnet-level miss is filled, the name is fetched for up to this many of
+  // the city's other recently active subnets; 0: off.
+  uint32_t sibling_prefetch = 0;
 
   // [upstream]
   std::vector<UpstreamConfig> ordinary;

@@ -84,6 +84,10 @@ struct ForwarderStats {
   OwnedCounter active_refresh_sent, active_refresh_idle, active_refresh_gone, active_refresh_untagged,
       active_refresh_overflow;
   std::atomic<uint64_t> active_refresh_scheduled{0};
+  // Sibling prefetch: questions sent for a city's other subnets after a
+  // subnet-level miss; misses whose siblings were not fetched because that
+  // (city, name) had them fetched within the answer's TTL already (once).
+  OwnedCounter sibling_prefetches, sibling_repeats;
   std::atomic<uint64_t> udp_sockets{0};
   // The TCP pool's connections open now and its counters (the transport's
   // TcpPoolStats, copied every turn).
@@ -200,7 +204,20 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   // client read the answer since it was cached.
   void ScheduleRefresh(const MissRequest& m, uint32_t ttl, uint32_t now);
   void RunDueRefreshes(uint32_t now);
-  void Refresh(PendingClient&& c, uint32_t now);
+  // Sends the refresh `c` (as its tag says now) if the answer is still
+  // cached and was read; true when it went to Accept.
+  bool Refresh(PendingClient&& c, uint32_t now);
+  // The cache key of `m` as bytes: what the schedule is keyed by.
+  static std::string RefreshKey(const MissRequest& m);
+  // Whether a prefetch may start now (PrefetchRoom in forwarder_core.cc).
+  bool PrefetchRoom() const;
+  static constexpr size_t kRefreshesPerTick = 256;
+  // Sibling prefetch: remembers the subnets of each city whose clients
+  // missed (most recent first); after a subnet-level miss `m` was filled
+  // with a `ttl`-second answer, asks the same question for the city's other
+  // recent subnets that do not have it cached, once per (city, name) and TTL.
+  void NoteSubnet(const MissRequest& m);
+  void PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_t now);
   const partitions::Tag* TagOf(const dns::NameKey& qname, uint32_t now) const;
   void MarkResult(Group& g, int u, bool ok);
   void SendProbes();
@@ -245,13 +262,21 @@ class ForwarderCore final : public UpstreamTransport::Sink {
     MissRequest miss;
     uint32_t due = 0;  // the cache clock's seconds
   };
-  // The scheduled active refreshes, by the question's key
-  // (InflightTable::Key), and their due times, soonest first; a key
+  // The scheduled active refreshes, by the cache key (RefreshKey), and
+  // their due times, soonest first; a key
   // rescheduled before its turn leaves its older time in the queue, skipped
   // when it comes up (its due no longer matches).
   absl::flat_hash_map<std::string, ScheduledRefresh> refreshes_;
   using DueRefresh = std::pair<uint32_t, std::string>;
   std::priority_queue<DueRefresh, std::vector<DueRefresh>, std::greater<>> refresh_queue_;
+  // Per city, its subnets whose clients missed most recently (at most
+  // kHotSubnets, most recent first).
+  static constexpr size_t kHotSubnets = 64;
+  absl::flat_hash_map<partitions::PartitionId, std::vector<partitions::Partition>> hot_subnets_;
+  // (city, question) whose siblings were fetched -> until when (cache
+  // clock); at most kSiblingsDone, the expired ones dropped when full.
+  static constexpr size_t kSiblingsDone = 65536;
+  absl::flat_hash_map<std::string, uint32_t> siblings_done_;
   absl::flat_hash_map<int, Probe> probes_;  // by handle
   common::SecureRandom rng_;
   dns::CaseMemory case_memory_;

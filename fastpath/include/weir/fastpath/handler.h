@@ -94,6 +94,10 @@ struct MissRequest {
   dns::ClientSubnet ecs;
   bool do_bit = false;
   bool cd_bit = false;
+  // The client's city (CityMap id; tagged names): a subnet-level miss's
+  // siblings are the city's other subnets (cache.sibling_prefetch).
+  partitions::PartitionId city = 0;
+  bool sibling = false;  // a sibling prefetch itself (sets off no more)
 };
 
 // Answers per (tagged name, partition, address), so operators can compare
@@ -237,6 +241,7 @@ class QueryHandler {
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
     const partitions::City* city = nullptr;
+    partitions::PartitionId city_id = 0;
     bool dnssec = false;
     uint64_t hash = 0;  // of key()
     const partitions::CacheEntry* entry = nullptr;

@@ -73,7 +73,7 @@ struct CacheKey {
   uint16_t qclass = dns::klass::kIn;
 };
 
-// 64-bit hash of a key; also identifies the RRset for per-worker SWRR state.
+// 64-bit hash of a key (the index's; SWRR state goes by CacheEntry::lineage).
 inline uint64_t HashCacheKey(const CacheKey& k) {
   constexpr uint64_t kMul = 0x9fb21c651e98df25ULL;
   uint64_t h = (k.partition ^ 0x243f6a8885a308d3ULL) * kMul;

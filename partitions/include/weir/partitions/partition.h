@@ -85,4 +85,21 @@ inline dns::ClientSubnet SubnetEcs(const common::IpAddress& client) {
   return s;
 }
 
+// The ECS source of a subnet partition (the inverse of SubnetEcs through
+// PartitionKey): the /24 or /56 it names. Only for subnet-level partitions.
+inline dns::ClientSubnet SubnetEcsOf(Partition p) {
+  dns::ClientSubnet s;
+  const uint64_t bits = SubnetBitsOf(p);
+  if ((p >> 62) == 2) {
+    s.family = dns::kEcsFamilyIpv4;
+    s.source_prefix = 24;
+    for (int i = 0; i < 3; ++i) s.address[i] = static_cast<uint8_t>(bits >> (8 * (2 - i)));
+  } else {
+    s.family = dns::kEcsFamilyIpv6;
+    s.source_prefix = 56;
+    for (int i = 0; i < 7; ++i) s.address[i] = static_cast<uint8_t>(bits >> (8 * (6 - i)));
+  }
+  return s;
+}
+
 }  // namespace weir::partitions
