@@ -715,20 +715,12 @@ bool ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
     stats_.active_refresh_untagged.Add();
     return false;
   }
-  m.tagged = true;
-  m.weighted = tag->weight;
-  m.send_ecs = false;
-  if (tag->ecs && tag->level == partitions::CacheLevel::kSubnet) {
-    m.ecs = partitions::SubnetEcsOf(m.partition);
-    m.send_ecs = true;
-  } else if (tag->ecs && tag->level == partitions::CacheLevel::kCity) {
-    const partitions::CityMap* cm = shared_->citymap.Get();
-    const partitions::PartitionId id = partitions::CityOf(m.partition);
-    if (cm != nullptr && id < cm->city_count()) {
-      m.ecs = cm->city(id).EcsFor(m.ecs.family == dns::kEcsFamilyIpv6 ? 6 : 4);
-      m.send_ecs = m.ecs.family != 0;
-    }
-  }
+  const partitions::CityMap* cm = shared_->citymap.Get();
+  const partitions::PartitionId id = partitions::CityOf(m.partition);
+  const partitions::City* city =
+      tag->level == partitions::CacheLevel::kCity && cm != nullptr && id < cm->city_count() ? &cm->city(id)
+                                                                                            : nullptr;
+  SetUpstreamQuestion(tag, city, m.ecs.family == dns::kEcsFamilyIpv6 ? 6 : 4, &m);
   // Peek, not Find: looking does not count as a client's read.
   partitions::Freshness f;
   const partitions::CacheEntry* e =
@@ -767,6 +759,8 @@ void ForwarderCore::PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_
   if (config_.sibling_prefetch == 0 || m.sibling || !m.tagged || m.do_bit || m.cd_bit ||
       partitions::LevelOf(m.partition) != partitions::CacheLevel::kSubnet)
     return;
+  const partitions::Tag* tag = TagOf(m.qname, now);
+  if (tag == nullptr || tag->level != partitions::CacheLevel::kSubnet) return;
   const auto hot = hot_subnets_.find(m.city);
   if (hot == hot_subnets_.end()) return;
   // Once per (city, question) and TTL: the siblings fetched now are fresh
@@ -796,8 +790,7 @@ void ForwarderCore::PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_
     PendingClient c;
     c.miss = m;
     c.miss.partition = p;
-    c.miss.ecs = partitions::SubnetEcsOf(p);
-    c.miss.send_ecs = m.send_ecs;
+    SetUpstreamQuestion(tag, nullptr, 0, &c.miss);  // that subnet's own ECS
     c.miss.sibling = true;
     c.route = {};  // nobody waits: a prefetch
     stats_.sibling_prefetches.Add();

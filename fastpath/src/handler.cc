@@ -54,6 +54,23 @@ void AnswerCounters::Count(uint64_t entry_hash, partitions::Partition partition,
   overflow_.Add();
 }
 
+void SetUpstreamQuestion(const partitions::Tag* tag, const partitions::City* city, uint8_t family,
+                         MissRequest* m) {
+  m->tagged = tag != nullptr;
+  m->weighted = tag != nullptr && tag->weight;
+  m->send_ecs = false;
+  if (tag == nullptr || !tag->ecs) return;
+  if (tag->level == partitions::CacheLevel::kSubnet) {
+    // The client's own /24 (/56), as its partition names it.
+    m->ecs = partitions::SubnetEcsOf(m->partition);
+    m->send_ecs = true;
+  } else if (tag->level == partitions::CacheLevel::kCity && city != nullptr) {
+    // The city's own ECS source: subscriber addresses never leave weir.
+    m->ecs = city->EcsFor(family);
+    m->send_ecs = m->ecs.family != 0;
+  }
+}
+
 QueryHandler::QueryHandler(const HandlerOptions& options, SharedState* shared, WorkerCounters* counters)
     : options_(options),
       shared_(shared),
@@ -433,19 +450,7 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
   miss->qtype = query.qtype;
   miss->qclass = query.qclass;
   miss->qname = query.qname;
-  miss->tagged = tag != nullptr;
-  miss->weighted = tag != nullptr && tag->weight;
-  miss->send_ecs = false;
-  if (tag != nullptr && tag->ecs) {
-    if (tag->level == partitions::CacheLevel::kSubnet) {
-      miss->ecs = partitions::SubnetEcs(c->who);
-      miss->send_ecs = true;
-    } else if (tag->level == partitions::CacheLevel::kCity && c->city != nullptr) {
-      // The city's own ECS source: subscriber addresses never leave weir.
-      miss->ecs = c->city->EcsFor(c->who.family);
-      miss->send_ecs = miss->ecs.family != 0;
-    }
-  }
+  SetUpstreamQuestion(tag, c->city, c->who.family, miss);
   miss->do_bit = query.edns.do_bit;
   miss->cd_bit = query.cd();
   miss->city = c->city_id;

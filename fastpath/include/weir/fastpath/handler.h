@@ -100,6 +100,14 @@ struct MissRequest {
   bool sibling = false;  // a sibling prefetch itself (sets off no more)
 };
 
+// What a miss asks upstream as `tag` says (null: untagged): its tagged and
+// weighted bits and its ECS source, the subnet of its partition (subnet
+// level) or `city`'s source for a client of `family` (4 or 6; city level).
+// m->partition must be set. The one place for it: the handler's misses,
+// the forwarder's refreshes and sibling prefetches.
+void SetUpstreamQuestion(const partitions::Tag* tag, const partitions::City* city, uint8_t family,
+                         MissRequest* m);
+
 // Answers per (tagged name, partition, address), so operators can compare
 // the observed share with the weights. A fixed table per worker: the worker
 // fills slots (publishing each with a release store), the metrics thread

@@ -420,12 +420,8 @@ class Cache {
   // Find() for the cache's own upkeep (the forwarder's active refresh): the
   // entry is not marked as read (CacheEntry::referenced()).
   const CacheEntry* Peek(const CacheKey& key, uint32_t now, Freshness* freshness) const {
-    size_t position;
-    const uint64_t v = Probe<std::memory_order_acquire>(index_.load(std::memory_order_acquire), key,
-                                                        HashCacheKey(key), &position);
-    const CacheEntry* e = v != kEmpty ? EntryOf(v) : nullptr;
-    *freshness = e != nullptr ? e->FreshnessAt(now, stale_window_) : Freshness::kMiss;
-    return *freshness == Freshness::kMiss ? nullptr : e;
+    return FindIn</*kMark=*/false>(index_.load(std::memory_order_acquire), key, HashCacheKey(key), now,
+                                   freshness);
   }
   // Looks up a burst (the fast path's 32 queries) in three passes so the
   // cache misses of the whole burst overlap instead of queueing one after
@@ -528,11 +524,13 @@ class Cache {
   }
   static size_t Overflow(uint64_t ctrl) { return ctrl >> 56; }
 
+  // `kMark`: a reader's find, which sets the entry's CLOCK mark (Peek's does not).
+  template <bool kMark = true>
   const CacheEntry* Accept(const CacheEntry* e, uint32_t now, Freshness* freshness) const {
     const Freshness f = e->FreshnessAt(now, stale_window_);
     *freshness = f;
     if (f == Freshness::kMiss) return nullptr;
-    e->Touch();
+    if constexpr (kMark) e->Touch();
     return e;
   }
   // The slot value of the entry for `key` (kEmpty when there is none) and,
@@ -561,11 +559,12 @@ class Cache {
     *position = SIZE_MAX;
     return kEmpty;
   }
+  template <bool kMark = true>
   const CacheEntry* FindIn(const Index* idx, const CacheKey& key, uint64_t hash, uint32_t now,
                            Freshness* freshness) const {
     size_t position;
     const uint64_t v = Probe<std::memory_order_acquire>(idx, key, hash, &position);
-    if (v != kEmpty) return Accept(EntryOf(v), now, freshness);
+    if (v != kEmpty) return Accept<kMark>(EntryOf(v), now, freshness);
     *freshness = Freshness::kMiss;
     return nullptr;
   }
