@@ -358,7 +358,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.OnlyKeys(*s, "cache",
                {"bytes", "min_ttl", "max_ttl", "negative_max_ttl", "servfail_ttl", "stale_window",
                 "stale_answer_ttl", "stale_answer_after_ms", "prefetch_percent", "swrr_states",
-                "active_refresh_max", "sibling_prefetch"});
+                "active_refresh_max", "sibling_prefetch", "adaptive_names", "adaptive_segments"});
     c.Int(*s, "bytes", &cfg.cache_bytes, 1 << 20, int64_t{1} << 40);
     const bool min_ttl_ok = c.Int(*s, "min_ttl", &cfg.min_ttl, 0, 86400);
     const bool max_ttl_ok = c.Int(*s, "max_ttl", &cfg.max_ttl, 1, 7 * 86400);
@@ -371,6 +371,8 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "swrr_states", &cfg.swrr_states, 1024, 16777216);
     c.Int(*s, "active_refresh_max", &cfg.active_refresh_max, 0, 10000000);
     c.Int(*s, "sibling_prefetch", &cfg.sibling_prefetch, 0, 64);
+    c.Int(*s, "adaptive_names", &cfg.adaptive_names, 1, 16777216);
+    c.Int(*s, "adaptive_segments", &cfg.adaptive_segments, 1, 100000000);
     if (min_ttl_ok && max_ttl_ok && cfg.min_ttl > cfg.max_ttl)
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");
   }

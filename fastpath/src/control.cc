@@ -35,6 +35,19 @@ std::string CityName(const partitions::CityMap* cm, size_t id) {
   return Cat("city", id);
 }
 
+std::string StatsGroupName(const partitions::CityMap* cm, size_t group) {
+  switch (group) {
+    case 0:
+      return "common";
+    case partitions::kSubnetStatsGroup:
+      return "subnet";
+    case partitions::kAdaptiveStatsGroup:
+      return "segment";
+    default:
+      return CityName(cm, group - partitions::kCityStatsGroup);
+  }
+}
+
 namespace {
 
 // How long a dump waits for each worker to copy its SWRR states.
@@ -47,7 +60,7 @@ constexpr size_t kMaxProbedRows = 10000;
 
 // Which partitions a flush or a dump covers.
 struct PartitionFilter {
-  enum class Mode { kAny, kExact, kAllSubnets } mode = Mode::kAny;
+  enum class Mode { kAny, kExact, kAllSubnets, kAllSegments } mode = Mode::kAny;
   Partition partition = partitions::kCommonPartition;
   bool Matches(Partition p) const {
     switch (mode) {
@@ -57,13 +70,16 @@ struct PartitionFilter {
         return p == partition;
       case Mode::kAllSubnets:
         return partitions::LevelOf(p) == partitions::CacheLevel::kSubnet;
+      case Mode::kAllSegments:
+        return partitions::LevelOf(p) == partitions::CacheLevel::kAdaptive;
     }
     return false;
   }
 };
 
-// "common" (or "global"), "subnet" (every subnet partition), an address or
-// prefix (the subnet partition it falls in), or a city of the city map.
+// "common" (or "global"), "subnet" (every subnet partition), "segment"
+// (every adaptive-level answer), an address or prefix (the subnet
+// partition it falls in), or a city of the city map.
 absl::StatusOr<PartitionFilter> ParsePartition(std::string_view text, const partitions::CityMap* cm) {
   PartitionFilter f;
   if (text.empty()) return f;
@@ -71,6 +87,10 @@ absl::StatusOr<PartitionFilter> ParsePartition(std::string_view text, const part
   if (text == "common" || text == "global") return f;
   if (text == "subnet") {
     f.mode = PartitionFilter::Mode::kAllSubnets;
+    return f;
+  }
+  if (text == "segment") {
+    f.mode = PartitionFilter::Mode::kAllSegments;
     return f;
   }
   common::IpAddress ip;
@@ -95,8 +115,9 @@ absl::StatusOr<PartitionFilter> ParsePartition(std::string_view text, const part
       return f;
     }
   }
-  return absl::NotFoundError(Cat(
-      "no partition '", text, "': not 'common', 'subnet', an address, nor a city of the city map applied"));
+  return absl::NotFoundError(
+      Cat("no partition '", text,
+          "': not 'common', 'subnet', 'segment', an address, nor a city of the city map applied"));
 }
 
 std::string LevelText(Partition p) {
@@ -105,19 +126,25 @@ std::string LevelText(Partition p) {
       return "global";
     case partitions::CacheLevel::kCity:
       return "city";
+    case partitions::CacheLevel::kAdaptive:
+      return "adaptive";
     case partitions::CacheLevel::kSubnet:
       break;
   }
   return "subnet";
 }
 
-// The partition's name: "common", the city, or the subnet's prefix.
+// The partition's name: "common", the city, the subnet's prefix, or an
+// adaptive-level answer's number ("answer#N", weirctl segments ls shows
+// which segments it serves).
 std::string PartitionText(const partitions::CityMap* cm, Partition p) {
   switch (partitions::LevelOf(p)) {
     case partitions::CacheLevel::kGlobal:
       return "common";
     case partitions::CacheLevel::kCity:
       return CityName(cm, partitions::CityOf(p));
+    case partitions::CacheLevel::kAdaptive:
+      return Cat("answer#", partitions::AnswerIdOf(p));
     case partitions::CacheLevel::kSubnet:
       break;
   }
@@ -478,9 +505,7 @@ ControlReply Node::CacheStatsReply() {
   for (size_t g = 0; g < groups.size(); ++g) {
     const partitions::PartitionCacheStats& p = groups[g];
     if (p.inserts == 0) continue;
-    reply.json()["partitions"].push_back(Json{{"partition", g == 0   ? std::string("common")
-                                                            : g == 1 ? std::string("subnet")
-                                                                     : CityName(cm, g - 2)},
+    reply.json()["partitions"].push_back(Json{{"partition", StatsGroupName(cm, g)},
                                               {"entries", p.entries},
                                               {"bytes", p.bytes},
                                               {"inserts", p.inserts},
@@ -604,9 +629,12 @@ ControlReply Node::PartitionsReply() const {
   add("common", "global", 0, 0, 0, "-", "-");
   for (size_t id = 0; id < cities; ++id) {
     const partitions::City& c = cm->city(static_cast<partitions::PartitionId>(id));
-    add(c.name, "city", id + 1, id + 2, prefixes[id], EcsText(c.ecs_v4), EcsText(c.ecs_v6));
+    add(c.name, "city", id + 1, id + partitions::kCityStatsGroup, prefixes[id], EcsText(c.ecs_v4),
+        EcsText(c.ecs_v6));
   }
-  add("subnet", "subnet", QueryHandler::kSubnetSlot, 1, 0, "own /24", "own /56");
+  add("subnet", "subnet", QueryHandler::kSubnetSlot, partitions::kSubnetStatsGroup, 0, "own /24", "own /56");
+  add("segment", "adaptive", QueryHandler::kSegmentSlot, partitions::kAdaptiveStatsGroup, 0, "own /24",
+      "own /56");
   const size_t all_prefixes = cm != nullptr ? cm->prefixes().size() : 0;
   reply.Block([all_prefixes](const Json& d) {
     const std::string default_city = d["default_city"].get<std::string>();

@@ -594,6 +594,7 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
     case partitions::CacheFill::Outcome::kNotCacheable:
       return HandleMode::kAfterFill;
     case partitions::CacheFill::Outcome::kEntry: {
+      if (p.miss.adaptive && !in.dnssec) LearnSegment(p.miss, up, in, &fill);
       const uint32_t ttl = fill.entry->ttl();
       const bool positive = fill.entry->kind() == partitions::EntryKind::kPositive;
       const partitions::Cache::InsertResult r = cache.Insert(std::move(fill.entry));
@@ -624,6 +625,57 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
   shared_->learned.PublishDeferred(std::move(next));
   stats_.learned.Add();
   return HandleMode::kRetry;
+}
+
+void ForwarderCore::LearnSegment(const MissRequest& m, const dns::Message& up, partitions::AnswerToCache in,
+                                 partitions::CacheFill* fill) {
+  partitions::SegmentTable* table = shared_->segments.get();
+  const partitions::Tag* tag = TagOf(m.qname, in.now);
+  // A reload may have changed the name's level since it was asked: then it
+  // is cached as asked (its subnet).
+  if (table == nullptr || tag == nullptr || tag->level != partitions::CacheLevel::kAdaptive || !m.send_ecs)
+    return;
+  // The scope the GSLB gave the subnet asked. No ECS in the answer: not
+  // tailored, the answer for every subscriber (/0). An ECS for another
+  // family, prefix or address than asked (RFC 7871 7.3): not learned.
+  uint8_t scope = 0;
+  const dns::Edns& e = up.edns();
+  if (e.present && e.has_ecs) {
+    const dns::ClientSubnet& a = e.ecs;
+    const size_t n = m.ecs.AddressBytes();
+    if (a.family != m.ecs.family || a.source_prefix != m.ecs.source_prefix ||
+        std::memcmp(a.address.data(), m.ecs.address.data(), n) != 0) {
+      stats_.segment_mismatches.Add();
+      return;
+    }
+    scope = std::min(a.scope_prefix, a.source_prefix);
+  }
+  const partitions::SegmentTable::Learned l =
+      table->Learn(m.qname, m.qtype, m.ecs, scope, partitions::AnswerIdentity(*fill->entry),
+                   fill->entry->ttl(), in.now, tag->max_segments);
+  if (!l.stored) return;  // full: cached for the subnet, as level=subnet would
+  partitions::Cache& cache = *shared_->cache;
+  for (const partitions::Partition unused : l.unused)
+    cache.Erase({unused, m.qname.span(), m.qtype, m.qclass});
+  // The same answer again, keyed by the answer rather than the subnet.
+  in.key.partition = l.answer;
+  partitions::CacheFill keyed = partitions::EntryFromAnswer(in);
+  if (keyed.outcome == partitions::CacheFill::Outcome::kEntry) *fill = std::move(keyed);
+}
+
+const partitions::CacheEntry* ForwarderCore::Cached(const MissRequest& m, uint32_t now,
+                                                    partitions::Freshness* f) const {
+  partitions::Partition partition = m.partition;
+  if (m.adaptive) {
+    // The answer of the segment the subnet asked lies in, while it is served.
+    const partitions::SegmentTable* table = shared_->segments.get();
+    const partitions::SegmentSet* set = table != nullptr ? table->Find(m.qname.span(), m.qtype) : nullptr;
+    const partitions::Segment* seg =
+        set != nullptr ? set->Match(partitions::SegmentAddressOf(m.ecs)) : nullptr;
+    if (seg == nullptr || seg->expires <= now) return nullptr;
+    partition = seg->answer;
+  }
+  return shared_->cache->Peek({partition, m.qname.span(), m.qtype, m.qclass}, now, f);
 }
 
 const partitions::Tag* ForwarderCore::TagOf(const dns::NameKey& qname, uint32_t now) const {
@@ -711,7 +763,9 @@ bool ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
   // have changed its weights, its ECS or a city's ECS source since it was
   // scheduled.
   const partitions::Tag* tag = TagOf(m.qname, now);
-  if (tag == nullptr || !tag->active_refresh || tag->level != partitions::LevelOf(m.partition)) {
+  const partitions::CacheLevel asked =
+      m.adaptive ? partitions::CacheLevel::kAdaptive : partitions::LevelOf(m.partition);
+  if (tag == nullptr || !tag->active_refresh || tag->level != asked) {
     stats_.active_refresh_untagged.Add();
     return false;
   }
@@ -723,8 +777,7 @@ bool ForwarderCore::Refresh(PendingClient&& c, uint32_t now) {
   SetUpstreamQuestion(tag, city, m.ecs.family == dns::kEcsFamilyIpv6 ? 6 : 4, &m);
   // Peek, not Find: looking does not count as a client's read.
   partitions::Freshness f;
-  const partitions::CacheEntry* e =
-      shared_->cache->Peek({m.partition, m.qname.span(), m.qtype, m.qclass}, now, &f);
+  const partitions::CacheEntry* e = Cached(m, now, &f);
   if (e == nullptr) {
     stats_.active_refresh_gone.Add();
     return false;
@@ -760,7 +813,9 @@ void ForwarderCore::PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_
       partitions::LevelOf(m.partition) != partitions::CacheLevel::kSubnet)
     return;
   const partitions::Tag* tag = TagOf(m.qname, now);
-  if (tag == nullptr || tag->level != partitions::CacheLevel::kSubnet) return;
+  if (tag == nullptr ||
+      (tag->level != partitions::CacheLevel::kSubnet && tag->level != partitions::CacheLevel::kAdaptive))
+    return;
   const auto hot = hot_subnets_.find(m.city);
   if (hot == hot_subnets_.end()) return;
   // Once per (city, question) and TTL: the siblings fetched now are fresh
@@ -783,14 +838,13 @@ void ForwarderCore::PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_
   for (const partitions::Partition p : subnets) {
     if (sent == config_.sibling_prefetch || !PrefetchRoom()) break;
     if (p == m.partition) continue;
-    partitions::Freshness f;
-    if (shared_->cache->Peek({p, m.qname.span(), m.qtype, m.qclass}, now, &f) != nullptr &&
-        f == partitions::Freshness::kFresh)
-      continue;  // that subnet has it already
     PendingClient c;
     c.miss = m;
     c.miss.partition = p;
     SetUpstreamQuestion(tag, nullptr, 0, &c.miss);  // that subnet's own ECS
+    partitions::Freshness f;
+    if (Cached(c.miss, now, &f) != nullptr && f == partitions::Freshness::kFresh)
+      continue;  // that subnet has it already (adaptive: its segment is learned and served)
     c.miss.sibling = true;
     c.route = {};  // nobody waits: a prefetch
     stats_.sibling_prefetches.Add();

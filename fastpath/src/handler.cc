@@ -58,10 +58,14 @@ void SetUpstreamQuestion(const partitions::Tag* tag, const partitions::City* cit
                          MissRequest* m) {
   m->tagged = tag != nullptr;
   m->weighted = tag != nullptr && tag->weight;
+  m->adaptive = false;
   m->send_ecs = false;
   if (tag == nullptr || !tag->ecs) return;
-  if (tag->level == partitions::CacheLevel::kSubnet) {
-    // The client's own /24 (/56), as its partition names it.
+  if (tag->level == partitions::CacheLevel::kSubnet || tag->level == partitions::CacheLevel::kAdaptive) {
+    // The client's own /24 (/56), as its partition names it. Adaptive: the
+    // answer's scope then says how far it applies.
+    m->adaptive = tag->level == partitions::CacheLevel::kAdaptive &&
+                  partitions::LevelOf(m->partition) == partitions::CacheLevel::kSubnet;
     m->ecs = partitions::SubnetEcsOf(m->partition);
     m->send_ecs = true;
   } else if (tag->level == partitions::CacheLevel::kCity && city != nullptr) {
@@ -139,6 +143,8 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
   // A client that asks for weights gets every address and the weights
   // (docs/behaviour.md#the-weight-option); otherwise tagged names are answered by SWRR.
   const partitions::Tag* tag = c.tag;
+  // Subscriber segments sharing an answer each pick in their own sequence.
+  const uint64_t sequence = c.segment != nullptr ? c.segment->id : 0;
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   if (mode == partitions::AnswerMode::kSingle && c.ordered) mode = partitions::AnswerMode::kOrdered;
@@ -159,7 +165,7 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
     const size_t limit = std::min(out_cap, c.answer_limit());
     const size_t n = limit < opt ? 0
                                  : partitions::WriteMessage(e, mode, swrr_, ttl, c.pkt, ad, out, limit - opt,
-                                                            &aw, factors);
+                                                            &aw, factors, sequence);
     if (n != 0) [[likely]] {
       if (opt != 0) {
         dns::WriteBareOpt(out + n, options_.edns_udp_size, q.edns.do_bit);
@@ -174,7 +180,8 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
   if (w.BeginResponse({c.pkt, c.len}, q, e.rcode()) != dns::ParseError::kOk) return 0;
   if (ad != 0) w.AddFlags(ad);
   uint8_t weights[dns::kMaxWeightedAddresses];
-  const bool fits = partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights, factors);
+  const bool fits =
+      partitions::WriteAnswer(e, mode, swrr_, ttl, w.tail(), w.room(), &aw, weights, factors, sequence);
   if (fits) {
     w.Commit(dns::Section::kAnswer, aw.bytes, aw.answer_count);
     w.Commit(dns::Section::kAuthority, 0, aw.authority_count);
@@ -262,10 +269,17 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
   return ClaimRefresh(e, now);
 }
 
-bool QueryHandler::ClaimRefresh(const partitions::CacheEntry& e, uint32_t now) {
-  auto& slot = prefetched_[e.hash() & (prefetched_.size() - 1)];
-  if (slot.first == e.hash() && now - slot.second < 1) return false;
-  slot = {e.hash(), now};
+bool QueryHandler::ShouldPrefetch(const partitions::Segment& s, uint32_t now) {
+  if (options_.prefetch_percent == 0) return false;
+  if (!dns::PrefetchDue(s.ttl, s.expires > now ? s.expires - now : 0, options_.prefetch_percent))
+    return false;
+  return ClaimRefresh(common::Mix64(s.id), now);
+}
+
+bool QueryHandler::ClaimRefresh(uint64_t key, uint32_t now) {
+  auto& slot = prefetched_[key & (prefetched_.size() - 1)];
+  if (slot.first == key && now - slot.second < 1) return false;
+  slot = {key, now};
   return true;
 }
 
@@ -372,6 +386,7 @@ void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext
     c->who.bytes = query.edns.ecs.address;
   }
   c->partition = partitions::kCommonPartition;
+  c->segment = nullptr;
   c->city = nullptr;
   c->city_id = 0;
   if (c->tag != nullptr && c->tag->level != partitions::CacheLevel::kGlobal) {
@@ -381,11 +396,31 @@ void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext
     c->city_id = id;
     c->partition = partitions::PartitionKey(c->tag->level, id, c->who);
   }
+  c->miss_partition = c->partition;
+  if (c->tag != nullptr && c->tag->level == partitions::CacheLevel::kAdaptive) [[unlikely]]
+    ClassifyAdaptive(now, c);
   // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
   // does not keep: they are coalesced and relayed, never answered from or
   // written to the cache.
   c->dnssec = query.edns.do_bit || query.cd();
   c->hash = partitions::HashCacheKey(c->key());
+}
+
+void QueryHandler::ClassifyAdaptive(uint32_t now, QueryContext* c) {
+  // The subscriber's segment, if one is learned and still served: its
+  // answer's partition. Else the subscriber's subnet partition, which holds
+  // nothing (a miss, asked with the subnet: the answer's scope teaches the
+  // segment), or what was cached there while the segment table was full.
+  const partitions::SegmentTable* table = shared_->segments.get();
+  const partitions::SegmentSet* set =
+      table != nullptr ? table->Find(c->query.qname.span(), c->query.qtype) : nullptr;
+  const partitions::Segment* seg =
+      set != nullptr ? set->Match(partitions::SegmentAddressOf(c->who)) : nullptr;
+  // After every upstream failed, a segment past its time still picks the
+  // stale answer (RFC 8767).
+  if (seg == nullptr || (seg->expires <= now && !c->expired_segments)) return;
+  c->segment = seg;
+  c->partition = seg->answer;
 }
 
 Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
@@ -396,8 +431,11 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
   const partitions::CacheEntry* e = c->entry;
   const partitions::Freshness fresh = c->fresh;
   if (mode == HandleMode::kNormal) {
-    const size_t slot = PartitionSlot(partition);
+    const bool adaptive = c->tag != nullptr && c->tag->level == partitions::CacheLevel::kAdaptive;
+    const size_t slot = adaptive ? kSegmentSlot : PartitionSlot(partition);
     lookups_[slot].Add();
+    if (adaptive) [[unlikely]]
+      tiers_[c->segment == nullptr ? kTierNone : c->segment->len == 0 ? kTierGlobal : kTierSegment].Add();
     if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
   }
   if (e != nullptr) {
@@ -433,7 +471,8 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
       }
       counters_->Response(c->tcp, static_cast<unsigned>(e->rcode()));
       if (mode == HandleMode::kNormal &&
-          ((fresh == partitions::Freshness::kFresh && ShouldPrefetch(*e, now)) ||
+          ((fresh == partitions::Freshness::kFresh &&
+            (ShouldPrefetch(*e, now) || (c->segment != nullptr && ShouldPrefetch(*c->segment, now)))) ||
            (c->stale && ClaimRefresh(*e, now)))) {
         // Fill `miss` below and let the caller refresh the entry.
       } else {
@@ -446,7 +485,7 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
 
   const bool prefetch = e != nullptr && (fresh == partitions::Freshness::kFresh || c->stale);
   if (!prefetch) counters_->misses.Add();
-  miss->partition = partition;
+  miss->partition = c->miss_partition;
   miss->qtype = query.qtype;
   miss->qclass = query.qclass;
   miss->qname = query.qname;
@@ -467,6 +506,7 @@ Verdict QueryHandler::Handle(const uint8_t* pkt, size_t len, const ClientInfo& c
   if (!Begin(pkt, len, client, now, out, out_cap, out_len, mode, c, &v)) return v;
   const partitions::TagTable* tags = shared_->tags.Get();
   c->tag = tags != nullptr ? tags->Lookup(c->query.qname.span(), c->query.qname_labels.span()) : nullptr;
+  c->expired_segments = mode == HandleMode::kStaleOk;
   Classify(client, now, c);
   c->entry = nullptr;
   c->fresh = partitions::Freshness::kMiss;
@@ -518,6 +558,7 @@ void QueryHandler::HandleBurst(BurstPacket* p, size_t n, uint32_t now) {
     for (size_t j = 0; j < k; ++j) {
       QueryContext* ctx = &burst_[live[j]];
       ctx->tag = tag[j];
+      ctx->expired_segments = false;
       Classify(b[live[j]].client, now, ctx);
       ctx->entry = nullptr;
       ctx->fresh = partitions::Freshness::kMiss;

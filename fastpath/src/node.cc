@@ -412,6 +412,9 @@ void Node::PublishPartitions(ParsedPartitions parsed) {
     shared_.limits.negative_max_ttl = config_.negative_max_ttl;
     shared_.limits.servfail_ttl = config_.servfail_ttl;
   }
+  if (!shared_.segments)
+    shared_.segments =
+        std::make_unique<partitions::SegmentTable>(config_.adaptive_names, config_.adaptive_segments);
 }
 
 namespace {
@@ -420,10 +423,54 @@ std::string PartitionName(const partitions::CityMap* cm, partitions::Partition p
   const size_t slot = QueryHandler::PartitionSlot(p);
   if (slot == 0) return "common";
   if (slot == QueryHandler::kSubnetSlot) return Cat("subnet-", partitions::SubnetBitsOf(p));
+  if (slot == QueryHandler::kSegmentSlot) return Cat("answer-", partitions::AnswerIdOf(p));
   return CityName(cm, slot - 1);
 }
 
 }  // namespace
+
+void Node::RenderSegments(common::PrometheusWriter& w, const ForwarderStats& fs) const {
+  const partitions::SegmentTable& t = *shared_.segments;
+  const partitions::SegmentStats& s = t.stats();
+  w.Gauge("weir_segment_names", "Names (and types) of level=adaptive tags with learned segments.")
+      .Add({}, s.names.load(std::memory_order_relaxed));
+  w.Gauge("weir_segments", "Subscriber segments learned for level=adaptive names, over all names.")
+      .Add({}, s.segments.load(std::memory_order_relaxed));
+  w.Gauge("weir_segment_memory_bytes", "Memory of the learned segments and their index.")
+      .Add({}, t.memory_bytes());
+  w.Counter("weir_segment_learns_total", "Answers of level=adaptive names whose ECS scope was learned.")
+      .Add({}, s.learned.Read());
+  auto& changes = w.Counter(
+      "weir_segment_changes_total",
+      "Changes to the learned segments: new (a segment learned), split (learned inside a wider segment "
+      "with another answer), merge (two sibling segments with one answer became their parent), absorbed "
+      "(replaced by a wider segment the GSLB answered alike), bound_merge / bound_drop (to keep a name "
+      "within its max_segments).");
+  changes.Add({{"change", "new"}}, s.new_segments.Read());
+  changes.Add({{"change", "split"}}, s.splits.Read());
+  changes.Add({{"change", "merge"}}, s.merges.Read());
+  changes.Add({{"change", "absorbed"}}, s.absorbed.Read());
+  changes.Add({{"change", "bound_merge"}}, s.bound_merges.Read());
+  changes.Add({{"change", "bound_drop"}}, s.bound_drops.Read());
+  w.Counter("weir_segment_overflow_total",
+            "Answers of level=adaptive names cached for their subnet only: cache.adaptive_names or "
+            "cache.adaptive_segments were full.")
+      .Add({}, s.overflow.Read());
+  w.Counter("weir_segment_scope_mismatches_total",
+            "Answers of level=adaptive names whose ECS did not echo the subnet asked (cached for that "
+            "subnet only).")
+      .Add({}, fs.segment_mismatches.Read());
+  auto& tiers = w.Counter("weir_adaptive_lookups_total",
+                          "Lookups of level=adaptive names by what found the subscriber's answer: segment (a "
+                          "learned segment), global (the name's scope-0 answer), none (no segment learned "
+                          "or served: the subscriber's subnet is asked).");
+  static constexpr std::array<const char*, kAdaptiveTiers> kTierNames = {"segment", "global", "none"};
+  for (size_t i = 0; i < kAdaptiveTiers; ++i) {
+    uint64_t n = 0;
+    for (const auto& c : cores_) n += c->handler().adaptive_lookups(i);
+    tiers.Add({{"tier", kTierNames[i]}}, n);
+  }
+}
 
 absl::StatusOr<std::string> Node::RenderMetrics() const {
   common::PrometheusWriter w;
@@ -542,6 +589,7 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
          "Subnet-level misses whose siblings were not fetched again: that city and name had them fetched "
          "within the answer's TTL.")
         .Add({}, fs.sibling_repeats.Read());
+    RenderSegments(w, fs);
   }
   w.Counter("weir_coalesced_total", "Misses that joined an identical question already in flight.")
       .Add({}, forwarder_->coalesced());
@@ -575,6 +623,8 @@ void Node::WriteMetrics(common::PrometheusWriter& w) const {
                         : 0);
     budget.Add({{"part", "in_flight"}}, uint64_t(config_.max_inflight) * Forwarder::kQuestionBytes);
     budget.Add({{"part", "active_refresh"}}, uint64_t(config_.active_refresh_max) * Forwarder::kRefreshBytes);
+    budget.Add({{"part", "segments"}},
+               partitions::SegmentTable::MemoryBound(config_.adaptive_names, config_.adaptive_segments));
     // The clients waiting at the forwarder, and per worker those on their way
     // to and from it (their queries, the backend's routes, held returns).
     budget.Add({{"part", "waiting"}},
@@ -721,9 +771,7 @@ void Node::RenderPartitions(common::PrometheusWriter& w) const {
   for (size_t g = 0; g < groups.size(); ++g) {
     const partitions::PartitionCacheStats& p = groups[g];
     if (p.inserts == 0) continue;  // never used
-    const std::string name = g == 0   ? std::string("common")
-                             : g == 1 ? std::string("subnet")
-                                      : CityName(cm, g - 2);
+    const std::string name = StatsGroupName(cm, g);
     entries.Add({{"partition", name}}, p.entries);
     bytes.Add({{"partition", name}}, p.bytes);
     inserts.Add({{"partition", name}}, p.inserts);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "weir/common/copy.h"
+#include "weir/common/hash.h"
 #include "weir/partitions/weight_factors.h"
 
 namespace weir::partitions {
@@ -160,8 +161,11 @@ bool SwrrTable::Peek(uint64_t lineage, uint64_t fingerprint, size_t n, int16_t* 
 namespace {
 
 // The SWRR pick for `e`'s address set: by its weights, or with `factors`
-// by its calibrated pick weights, as a sequence of their own.
-inline uint8_t PickFor(const CacheEntry& e, SwrrTable& swrr, const FactorSet* factors) {
+// by its calibrated pick weights, as a sequence of their own; a non-zero
+// `sequence` (a subscriber segment's) picks in a sequence of its own too.
+inline uint8_t PickFor(const CacheEntry& e, SwrrTable& swrr, const FactorSet* factors, uint64_t sequence) {
+  if (sequence != 0) [[unlikely]]
+    return swrr.Pick(e.lineage() ^ common::Mix64(sequence), e.fingerprint(), e.weights());
   if (factors == nullptr) return swrr.Pick(e);
   uint64_t fingerprint;
   const std::span<const uint8_t> picking = swrr.CalibratedWeights(e, *factors, &fingerprint);
@@ -215,7 +219,8 @@ inline size_t PutAddresses(const CacheEntry& e, AnswerMode mode, uint8_t pick, A
 }  // namespace
 
 bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
-                 size_t cap, AnswerWrite* out, uint8_t* weights_out, const FactorSet* factors) {
+                 size_t cap, AnswerWrite* out, uint8_t* weights_out, const FactorSet* factors,
+                 uint64_t sequence) {
   const std::span<const uint8_t> rec = e.records();
   const std::span<const uint16_t> ttls = e.ttl_offsets();
   const size_t n = e.address_count();
@@ -231,7 +236,7 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTt
     return true;
   }
   const size_t chain = e.chain_bytes();
-  const uint8_t pick = PickFor(e, swrr, factors);
+  const uint8_t pick = PickFor(e, swrr, factors, sequence);
   const size_t total = RecordBytes(e, mode);
   if (total > cap) return false;
   if (chain != 0) internal::CopyAged(dst, rec.data(), chain, ttls.first(e.chain_count()), 0, ttl);
@@ -246,7 +251,7 @@ bool WriteAnswer(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTt
 
 size_t WriteMessage(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl,
                     const uint8_t* query, uint16_t flags, uint8_t* dst, size_t cap, AnswerWrite* out,
-                    const FactorSet* factors) {
+                    const FactorSet* factors, uint64_t sequence) {
   const size_t head = e.head_bytes();
   const size_t n = e.address_count();
   const bool as_cached = n == 0 || mode == AnswerMode::kAll;
@@ -276,7 +281,7 @@ size_t WriteMessage(const CacheEntry& e, AnswerMode mode, SwrrTable& swrr, Answe
     return head + records;
   }
   if (aged && e.chain_count() != 0) dns::RewriteTtls(rec, ttls.first(e.chain_count()), 0, ttl);
-  const uint8_t pick = PickFor(e, swrr, factors);
+  const uint8_t pick = PickFor(e, swrr, factors, sequence);
   const size_t written = PutAddresses(e, mode, pick, ttl, rec + e.chain_bytes(), nullptr);
   out->answer_count = static_cast<uint16_t>(e.chain_count() + written);
   out->authority_count = 0;

@@ -194,8 +194,8 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
   }
   bool level_set = false;
   uint32_t seen = 0;
-  static constexpr std::string_view kKeys[] = {"weight", "ecs",       "policy", "answer",
-                                               "level",  "calibrate", "refresh"};
+  static constexpr std::string_view kKeys[] = {"weight", "ecs",       "policy",  "answer",
+                                               "level",  "calibrate", "refresh", "max_segments"};
   for (size_t i = 1; i < words.size(); ++i) {
     std::string_view w = words[i];
     size_t eq = w.find('=');
@@ -220,6 +220,14 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
       } else if (v != "passive") {
         return absl::InvalidArgumentError(common::Cat("refresh must be active or passive, got '", v, "'"));
       }
+    } else if (k == "max_segments") {
+      uint32_t n = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > kMaxSegmentsPerName) {
+        return absl::InvalidArgumentError(
+            common::Cat("max_segments must be 1..", kMaxSegmentsPerName, ", got '", v, "'"));
+      }
+      tag.max_segments = static_cast<uint16_t>(n);
     } else if (k == "policy") {
       if (v == "iterate") {
         tag.policy = Policy::kIterate;
@@ -255,16 +263,24 @@ absl::StatusOr<Tag> ParseTagLine(std::string_view line) {
         tag.level = CacheLevel::kCity;
       } else if (v == "subnet") {
         tag.level = CacheLevel::kSubnet;
+      } else if (v == "adaptive") {
+        tag.level = CacheLevel::kAdaptive;
       } else {
-        return absl::InvalidArgumentError(common::Cat("level must be global, city or subnet, got '", v, "'"));
+        return absl::InvalidArgumentError(
+            common::Cat("level must be global, city, subnet or adaptive, got '", v, "'"));
       }
     }
     if (!s.ok()) return absl::InvalidArgumentError(common::Cat(k, ": ", s.message()));
   }
   if (tag.ecs && !level_set) tag.level = CacheLevel::kCity;
   if (tag.calibrate && !tag.weight) return absl::InvalidArgumentError("calibrate=on needs weight=on");
-  if (tag.calibrate && tag.level == CacheLevel::kSubnet)
+  if (tag.calibrate && (tag.level == CacheLevel::kSubnet || tag.level == CacheLevel::kAdaptive))
     return absl::InvalidArgumentError("calibrate=on needs level=global or level=city (feedback is per city)");
+  // Segments are learned from the scope of the GSLB's ECS answers.
+  if (tag.level == CacheLevel::kAdaptive && !tag.ecs)
+    return absl::InvalidArgumentError("level=adaptive needs ecs=on");
+  if ((seen & (1u << 7)) != 0 && tag.level != CacheLevel::kAdaptive)
+    return absl::InvalidArgumentError("max_segments needs level=adaptive");
   return tag;
 }
 
@@ -286,9 +302,12 @@ std::string FormatTag(const Tag& tag) {
     }
   }
   common::CatTo(out, " answer=", tag.answer == AnswerMode::kOrdered ? "ordered" : "single", " level=",
-                tag.level == CacheLevel::kGlobal ? "global"
-                : tag.level == CacheLevel::kCity ? "city"
-                                                 : "subnet");
+                tag.level == CacheLevel::kGlobal   ? "global"
+                : tag.level == CacheLevel::kCity   ? "city"
+                : tag.level == CacheLevel::kSubnet ? "subnet"
+                                                   : "adaptive");
+  if (tag.level == CacheLevel::kAdaptive && tag.max_segments != kDefaultSegmentsPerName)
+    common::CatTo(out, " max_segments=", tag.max_segments);
   // Written only when on, so that every tag line from before the key reads
   // back to the same canonical text.
   if (tag.calibrate) out += " calibrate=on";

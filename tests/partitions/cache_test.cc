@@ -278,13 +278,17 @@ TEST_F(CacheTest, PartitionStatsFollowInsertsEvictionsAndErases) {
   cache.Insert(MakeAEntry(city3, b, {1}, {}, clock_.NowSeconds()));
   cache.Insert(MakeAEntry(city3, b, {1, 2, 3}, {}, clock_.NowSeconds()));  // a refresh
   cache.Insert(MakeAEntry(subnet, a, {1}, {}, clock_.NowSeconds()));
+  const Partition answer = AnswerPartition(7);  // a level=adaptive answer
+  cache.Insert(MakeAEntry(answer, a, {1}, {}, clock_.NowSeconds()));
   std::vector<PartitionCacheStats> s = cache.partition_stats();
-  ASSERT_EQ(s.size(), 2u + 3u + 1u);
+  ASSERT_EQ(s.size(), kCityStatsGroup + 3u + 1u);
   EXPECT_EQ(s[PartitionStatsGroup(kCommonPartition)].entries, 1u);
   EXPECT_EQ(s[PartitionStatsGroup(subnet)].entries, 1u);
+  EXPECT_EQ(PartitionStatsGroup(answer), kAdaptiveStatsGroup);
+  EXPECT_EQ(s[kAdaptiveStatsGroup].entries, 1u);
   EXPECT_EQ(s[PartitionStatsGroup(city3)].entries, 2u);
   EXPECT_EQ(s[PartitionStatsGroup(city3)].inserts, 2u);
-  EXPECT_EQ(s[2].entries, 0u);  // city 0: never used
+  EXPECT_EQ(s[kCityStatsGroup].entries, 0u);  // city 0: never used
   uint64_t bytes = 0;
   for (const PartitionCacheStats& p : s) bytes += p.bytes;
   EXPECT_EQ(bytes + cache.stats().index_bytes, cache.stats().bytes);

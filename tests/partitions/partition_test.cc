@@ -36,6 +36,16 @@ TEST(PartitionKey, LevelsAreDisjoint) {
                               PartitionKey(CacheLevel::kSubnet, 0, Ip("::1")),
                               PartitionKey(CacheLevel::kCity, 0, v4), kCommonPartition};
   EXPECT_EQ(zero.size(), 4u);
+  // Adaptive-level answers: a space of their own; PartitionKey gives the
+  // subnet partition a miss is asked under.
+  EXPECT_EQ(PartitionKey(CacheLevel::kAdaptive, 3, v4), PartitionKey(CacheLevel::kSubnet, 0, v4));
+  for (const uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{0xffffff}, kMaxAnswerId}) {
+    EXPECT_EQ(LevelOf(AnswerPartition(id)), CacheLevel::kAdaptive) << id;
+    EXPECT_EQ(AnswerIdOf(AnswerPartition(id)), id);
+    EXPECT_FALSE(zero.count(AnswerPartition(id)));
+  }
+  for (const char* a : {"255.255.255.255", "ffff:ffff:ffff:ffff::1", "0.0.0.0", "::"})
+    EXPECT_EQ(LevelOf(PartitionKey(CacheLevel::kSubnet, 0, Ip(a))), CacheLevel::kSubnet) << a;
 }
 
 TEST(PartitionKey, SubnetEcs) {

@@ -75,6 +75,35 @@ TEST(TagLine, ActiveRefresh) {
   EXPECT_EQ(FormatTag(*t).find("refresh"), std::string::npos);
 }
 
+TEST(TagLine, AdaptiveLevel) {
+  auto t = ParseTagLine("seg.example.com weight=on ecs=on level=adaptive");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->level, CacheLevel::kAdaptive);
+  EXPECT_EQ(t->max_segments, kDefaultSegmentsPerName);
+  EXPECT_EQ(FormatTag(*t), "seg.example.com. weight=on ecs=on policy=iterate answer=single level=adaptive");
+  t = ParseTagLine("seg.example.com ecs=on level=adaptive max_segments=512");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->max_segments, 512);
+  auto again = ParseTagLine(FormatTag(*t));
+  ASSERT_TRUE(again.ok()) << FormatTag(*t);
+  EXPECT_EQ(again->max_segments, 512);
+  EXPECT_EQ(FormatTag(*again), FormatTag(*t));
+  const std::pair<const char*, const char*> bad[] = {
+      {"a.com level=adaptive", "level=adaptive needs ecs=on"},
+      {"a.com ecs=on level=city max_segments=4", "max_segments needs level=adaptive"},
+      {"a.com ecs=on level=adaptive max_segments=0", "max_segments must be 1..4096"},
+      {"a.com ecs=on level=adaptive max_segments=4097", "max_segments must be 1..4096"},
+      {"a.com ecs=on level=adaptive max_segments=x", "max_segments must be 1..4096"},
+      {"a.com weight=on ecs=on level=adaptive calibrate=on", "calibrate=on needs level=global or level=city"},
+      {"a.com ecs=on level=segment", "level must be global, city, subnet or adaptive"},
+  };
+  for (const auto& [line, want] : bad) {
+    auto r = ParseTagLine(line);
+    ASSERT_FALSE(r.ok()) << line;
+    EXPECT_NE(std::string(r.status().message()).find(want), std::string::npos) << line << ": " << r.status();
+  }
+}
+
 TEST(TagText, ErrorsCarryLineNumbers) {
   const std::pair<const char*, const char*> cases[] = {
       {"a.com weight=on\nb.com weight=maybe\n", "line 2: weight: expected on/off"},

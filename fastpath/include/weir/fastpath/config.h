@@ -186,6 +186,10 @@ struct FastpathConfig {
   // subnet-level miss is filled, the name is fetched for up to this many of
   // the city's other recently active subnets; 0: off.
   uint32_t sibling_prefetch = 0;
+  // level=adaptive (docs/behaviour.md#adaptive-segments): the (name, type)
+  // pairs whose segments are learned at most, and the segments over all.
+  size_t adaptive_names = 65536;
+  size_t adaptive_segments = 1000000;
 
   // [upstream]
   std::vector<UpstreamConfig> ordinary;

@@ -38,6 +38,7 @@
 #include "weir/fastpath/upstream_health.h"
 #include "weir/fastpath/upstream_transport.h"
 #include "weir/net/timers.h"
+#include "weir/partitions/entry_from_answer.h"
 
 namespace weir::dnstap {
 class Producer;
@@ -88,6 +89,9 @@ struct ForwarderStats {
   // subnet-level miss; misses whose siblings were not fetched because that
   // (city, name) had them fetched within the answer's TTL already (once).
   OwnedCounter sibling_prefetches, sibling_repeats;
+  // level=adaptive answers whose ECS did not echo the subnet asked (RFC
+  // 7871 7.3): cached for that subnet, no segment learned.
+  OwnedCounter segment_mismatches;
   std::atomic<uint64_t> udp_sockets{0};
   // The TCP pool's connections open now and its counters (the transport's
   // TcpPoolStats, copied every turn).
@@ -218,6 +222,15 @@ class ForwarderCore final : public UpstreamTransport::Sink {
   // recent subnets that do not have it cached, once per (city, name) and TTL.
   void NoteSubnet(const MissRequest& m);
   void PrefetchSiblings(const MissRequest& m, uint32_t ttl, uint32_t now);
+  // level=adaptive: learns the segment the answer `up` to `m` (asked with
+  // the subscriber's subnet) was given for, from its ECS scope, and re-keys
+  // `fill` (built from `in`) to the answer's partition (segments.h).
+  void LearnSegment(const MissRequest& m, const dns::Message& up, partitions::AnswerToCache in,
+                    partitions::CacheFill* fill);
+  // The cached answer to `m`'s question (Cache::Peek: not a client's read):
+  // under its partition, or for an adaptive miss the answer of the
+  // segment its subnet lies in, while that segment is served.
+  const partitions::CacheEntry* Cached(const MissRequest& m, uint32_t now, partitions::Freshness* f) const;
   const partitions::Tag* TagOf(const dns::NameKey& qname, uint32_t now) const;
   void MarkResult(Group& g, int u, bool ok);
   void SendProbes();

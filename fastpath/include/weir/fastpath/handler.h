@@ -27,6 +27,7 @@
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
 #include "weir/partitions/partition.h"
+#include "weir/partitions/segments.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/partitions/weight_factors.h"
@@ -42,6 +43,8 @@ struct SharedState {
   // city map's partitions; null or empty: none.
   common::RcuSnapshot<partitions::BoundWeightFactors> factors;
   std::unique_ptr<partitions::Cache> cache;
+  // level=adaptive names' learned segments (written by the forwarder).
+  std::unique_ptr<partitions::SegmentTable> segments;
   const common::Clock* clock = &common::SystemClock::Instance();
   partitions::CacheLimits limits;
 };
@@ -90,6 +93,9 @@ struct MissRequest {
   dns::NameKey qname;
   bool tagged = false;
   bool weighted = false;  // ask for weights (weight-tagged name)
+  // level=adaptive: `partition` is the subscriber's subnet partition, `ecs`
+  // its /24 (/56); the answer's scope says which segment it is cached for.
+  bool adaptive = false;
   bool send_ecs = false;  // add `ecs` upstream
   dns::ClientSubnet ecs;
   bool do_bit = false;
@@ -100,9 +106,10 @@ struct MissRequest {
   bool sibling = false;  // a sibling prefetch itself (sets off no more)
 };
 
-// What a miss asks upstream as `tag` says (null: untagged): its tagged and
-// weighted bits and its ECS source, the subnet of its partition (subnet
-// level) or `city`'s source for a client of `family` (4 or 6; city level).
+// What a miss asks upstream as `tag` says (null: untagged): its tagged,
+// weighted and adaptive bits and its ECS source, the subnet of its
+// partition (subnet and adaptive levels) or `city`'s source for a client of
+// `family` (4 or 6; city level).
 // m->partition must be set. The one place for it: the handler's misses,
 // the forwarder's refreshes and sibling prefetches.
 void SetUpstreamQuestion(const partitions::Tag* tag, const partitions::City* city, uint8_t family,
@@ -150,6 +157,12 @@ class AnswerCounters {
 // The EDNS UDP size weir advertises to clients and upstreams, and the most
 // it sends in one UDP answer (DNS flag day 2020: no fragments).
 inline constexpr uint16_t kEdnsUdpSize = 1232;
+
+// Where an adaptive-level lookup found the subscriber's answer: a learned
+// segment, the name's scope-0 answer (the /0 segment: its global tier), or
+// neither (no segment learned or still served: the subscriber's subnet is
+// asked).
+enum AdaptiveTier : uint8_t { kTierSegment = 0, kTierGlobal = 1, kTierNone = 2, kAdaptiveTiers = 3 };
 
 struct HandlerOptions {
   uint16_t weight_option_code = dns::kDefaultWeightOptionCode;
@@ -205,19 +218,25 @@ class QueryHandler {
   const RateLimiter& rate_limiter() const { return limiter_; }
   // Cache lookups and hits per partition slot: 0 the common partition,
   // 1 + city id for city partitions, kSubnetSlot for all subnet partitions.
+  // kSegmentSlot for the lookups of adaptive-level names.
   static constexpr size_t kSubnetSlot = partitions::kMaxCities + 1;
-  static constexpr size_t kPartitionSlots = kSubnetSlot + 1;
+  static constexpr size_t kSegmentSlot = kSubnetSlot + 1;
+  static constexpr size_t kPartitionSlots = kSegmentSlot + 1;
   static size_t PartitionSlot(partitions::Partition p) {
     switch (partitions::LevelOf(p)) {
       case partitions::CacheLevel::kGlobal:
         return 0;
       case partitions::CacheLevel::kCity:
         return 1 + size_t{partitions::CityOf(p)};
+      case partitions::CacheLevel::kAdaptive:
+        return kSegmentSlot;
       case partitions::CacheLevel::kSubnet:
         break;
     }
     return kSubnetSlot;
   }
+  // How adaptive-level lookups found their answer (AdaptiveTier).
+  uint64_t adaptive_lookups(size_t tier) const { return tiers_[tier].Read(); }
   // The worker's SWRR states (read by the worker itself, for a control probe).
   const partitions::SwrrTable& swrr() const { return swrr_; }
   uint64_t partition_lookups(size_t slot) const { return lookups_[slot].Read(); }
@@ -248,6 +267,13 @@ class QueryHandler {
     common::IpAddress who;  // the address that picks the partition
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
+    // What a miss is asked and coalesced under: `partition`, except for an
+    // adaptive-level name (the subscriber's subnet partition).
+    partitions::Partition miss_partition = partitions::kCommonPartition;
+    // level=adaptive: the subscriber's segment, when one is learned and
+    // still served (then `partition` is its answer's).
+    const partitions::Segment* segment = nullptr;
+    bool expired_segments = false;  // a segment past its time still counts (stale answers)
     const partitions::City* city = nullptr;
     partitions::PartitionId city_id = 0;
     bool dnssec = false;
@@ -268,6 +294,8 @@ class QueryHandler {
              size_t out_cap, size_t* out_len, HandleMode mode, QueryContext* c, Verdict* verdict);
   // Given c->tag from the tag table: learned tags, partition, cache key hash.
   void Classify(const ClientInfo& client, uint32_t now, QueryContext* c);
+  // Classify's step for an adaptive-level name: the subscriber's segment.
+  void ClassifyAdaptive(uint32_t now, QueryContext* c);
   // Given c->entry / c->fresh from the cache: the answer or the miss.
   Verdict Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t out_cap, size_t* out_len,
                  MissRequest* miss, HandleMode mode);
@@ -299,8 +327,13 @@ class QueryHandler {
   template <typename Write>
   size_t WriteBudgeted(QueryContext* c, uint32_t now, Write write);
   bool ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now);
-  // One refresh per entry per second (prefetches and optimistic stale answers).
-  bool ClaimRefresh(const partitions::CacheEntry& e, uint32_t now);
+  // The same for a subscriber segment (its own TTL: segments sharing an
+  // answer are learned apart).
+  bool ShouldPrefetch(const partitions::Segment& s, uint32_t now);
+  // One refresh per entry (or segment: `key` its id) per second (prefetches
+  // and optimistic stale answers).
+  bool ClaimRefresh(const partitions::CacheEntry& e, uint32_t now) { return ClaimRefresh(e.hash(), now); }
+  bool ClaimRefresh(uint64_t key, uint32_t now);
 
   HandlerOptions options_;
   dns::ParseOptions parse_options_;
@@ -313,6 +346,7 @@ class QueryHandler {
   AnswerCounters answers_;
   std::unique_ptr<OwnedCounter[]> lookups_{new OwnedCounter[kPartitionSlots]};
   std::unique_ptr<OwnedCounter[]> hits_{new OwnedCounter[kPartitionSlots]};
+  OwnedCounter tiers_[kAdaptiveTiers];
   // Prefetches asked for recently, by entry hash: at most one per entry per
   // second from this worker (the forwarder coalesces across workers).
   std::vector<std::pair<uint64_t, uint32_t>> prefetched_;

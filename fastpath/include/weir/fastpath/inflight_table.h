@@ -73,7 +73,8 @@ class InflightTable {
     key.reserve(16 + m.qname.len);
     key.append(reinterpret_cast<const char*>(&m.partition), sizeof(m.partition));
     key.append(reinterpret_cast<const char*>(&m.qtype), 2);
-    key.push_back(static_cast<char>((m.do_bit ? 1 : 0) | (m.cd_bit ? 2 : 0) | (m.weighted ? 4 : 0)));
+    key.push_back(static_cast<char>((m.do_bit ? 1 : 0) | (m.cd_bit ? 2 : 0) | (m.weighted ? 4 : 0) |
+                                    (m.adaptive ? 8 : 0)));
     key.append(reinterpret_cast<const char*>(m.qname.bytes.data()), m.qname.len);
     return key;
   }

@@ -174,6 +174,8 @@ class Node {
   // RenderMetrics' parts.
   void RenderPartitions(common::PrometheusWriter& w) const;
   void RenderAnswers(common::PrometheusWriter& w) const;
+  // The learned segments of level=adaptive names (weir_segment*, weir_adaptive_lookups_total).
+  void RenderSegments(common::PrometheusWriter& w, const ForwarderStats& fs) const;
 
   FastpathConfig config_;
   common::FakeClock* test_clock_;
@@ -208,5 +210,8 @@ class Node {
 // A partition's name as operators see it: "common", the city's name (from
 // `cm`, the current city map), "subnet" for the subnet slot.
 std::string CityName(const partitions::CityMap* cm, size_t id);
+// The name of a cache statistics group (partitions::PartitionStatsGroup):
+// "common", "subnet", "segment" (adaptive-level answers) or the city's.
+std::string StatsGroupName(const partitions::CityMap* cm, size_t group);
 
 }  // namespace weir::fastpath

@@ -385,17 +385,23 @@ struct PartitionCacheStats {
 };
 
 // The group a partition's statistics are kept in: 0 the common partition,
-// 1 every subnet partition together, 2 + city id for a city partition.
+// 1 every subnet partition together, 2 every adaptive-level answer
+// together, kCityStatsGroup + city id for a city partition.
+inline constexpr size_t kSubnetStatsGroup = 1;
+inline constexpr size_t kAdaptiveStatsGroup = 2;
+inline constexpr size_t kCityStatsGroup = 3;
 inline size_t PartitionStatsGroup(Partition p) {
   switch (LevelOf(p)) {
     case CacheLevel::kGlobal:
       return 0;
     case CacheLevel::kSubnet:
-      return 1;
+      return kSubnetStatsGroup;
+    case CacheLevel::kAdaptive:
+      return kAdaptiveStatsGroup;
     case CacheLevel::kCity:
       break;
   }
-  return 2 + size_t{CityOf(p)};
+  return kCityStatsGroup + size_t{CityOf(p)};
 }
 
 class EntrySlab;

@@ -5,8 +5,13 @@
 //   level global            -> kCommonPartition (untagged and weight-only names)
 //   level city              -> the client's city (CityMap lookup)
 //   level subnet            -> the client's own /24 (IPv4) or /56 (IPv6)
-// The top two bits keep the three spaces (and the two families of subnets)
-// disjoint, so a city-level key can never equal a subnet-level key.
+//   level adaptive          -> an answer of the name's learned segments
+//                              (segments.h); PartitionKey gives the
+//                              client's subnet partition, which a miss is
+//                              asked and coalesced under
+// The top three bits keep the spaces (and the two families of subnets)
+// disjoint, so a city-level key can never equal a subnet-level key, nor a
+// subnet key an adaptive one.
 //
 // Everything here is header-only, allocation-free and thread-compatible.
 #pragma once
@@ -32,7 +37,7 @@ using PartitionId = uint16_t;
 inline constexpr size_t kMaxCities = 0x7fff;
 
 // Cache granularity of a tagged name (docs/behaviour.md#domain-tags).
-enum class CacheLevel : uint8_t { kGlobal = 0, kCity = 1, kSubnet = 2 };
+enum class CacheLevel : uint8_t { kGlobal = 0, kCity = 1, kSubnet = 2, kAdaptive = 3 };
 
 using Partition = uint64_t;
 inline constexpr Partition kCommonPartition = 0;
@@ -47,6 +52,7 @@ inline Partition PartitionKey(CacheLevel level, PartitionId city, const common::
     case CacheLevel::kCity:
       return (uint64_t{1} << 62) | city;
     case CacheLevel::kSubnet:
+    case CacheLevel::kAdaptive:
       if (client.family == 4 || client.IsV4Mapped()) {
         const uint8_t* p = client.family == 4 ? client.bytes.data() : client.bytes.data() + 12;
         return (uint64_t{2} << 62) | (dns::Load32(p) >> 8);
@@ -64,8 +70,18 @@ inline Partition PartitionKey(CacheLevel level, PartitionId city, const common::
 inline CacheLevel LevelOf(Partition p) {
   return p == kCommonPartition ? CacheLevel::kGlobal
          : (p >> 62) == 1      ? CacheLevel::kCity
+         : (p >> 61) == 5      ? CacheLevel::kAdaptive
                                : CacheLevel::kSubnet;
 }
+
+// The partition of an adaptive-level answer: its number (SegmentTable
+// gives each distinct answer of a name one, never reused) in the space
+// 0b101 (subnet partitions never set bit 61).
+inline constexpr uint64_t kMaxAnswerId = (uint64_t{1} << 61) - 1;
+inline constexpr Partition AnswerPartition(uint64_t answer_id) {
+  return (uint64_t{5} << 61) | (answer_id & kMaxAnswerId);
+}
+inline constexpr uint64_t AnswerIdOf(Partition p) { return p & kMaxAnswerId; }
 inline PartitionId CityOf(Partition p) { return static_cast<PartitionId>(p & 0x7fff); }
 inline uint64_t SubnetBitsOf(Partition p) { return p & ((uint64_t{1} << 62) - 1); }
 

@@ -156,12 +156,14 @@ struct AnswerWrite {
 // weights of the written address records in written order (for the weight
 // option): the GSLB's, always. With `factors` (the name's calibration,
 // weight_factors.h) the pick uses each weight times its address's factor,
-// as a sequence of its own (a changed factor starts it again). Returns
-// false, writing nothing useful, when `cap` is too small.
+// as a sequence of its own (a changed factor starts it again). A non-zero
+// `sequence` picks in a sequence of its own too, for the entry's life and
+// that number (a subscriber segment's id: segments.h). Returns false,
+// writing nothing useful, when `cap` is too small.
 // No allocation, no lock; `swrr` is the calling worker's table.
 bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl, uint8_t* dst,
                  size_t cap, AnswerWrite* out, uint8_t* weights_out = nullptr,
-                 const FactorSet* factors = nullptr);
+                 const FactorSet* factors = nullptr, uint64_t sequence = 0);
 
 // The whole response to `query` (the received message; its question is
 // `entry`'s key) from `entry`'s template (CacheEntry::answer_header): the
@@ -174,7 +176,7 @@ bool WriteAnswer(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, Answ
 // worker's table.
 size_t WriteMessage(const CacheEntry& entry, AnswerMode mode, SwrrTable& swrr, AnswerTtl ttl,
                     const uint8_t* query, uint16_t flags, uint8_t* dst, size_t cap, AnswerWrite* out,
-                    const FactorSet* factors = nullptr);
+                    const FactorSet* factors = nullptr, uint64_t sequence = 0);
 
 namespace internal {
 inline void CopyAged(uint8_t* dst, const uint8_t* src, size_t len, std::span<const uint16_t> ttl_offsets,

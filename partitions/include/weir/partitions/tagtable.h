@@ -15,6 +15,7 @@
 // partitions/README.md):
 //   cdn.example.com weight=on ecs=on policy=forward:192.0.2.53@5300,[2001:db8::53]@53 answer=ordered
 //   level=city
+//   seg.example.com weight=on ecs=on level=adaptive max_segments=512
 // Every key is optional: weight=off ecs=off policy=iterate answer=single,
 // level=global, or level=city when ecs=on.
 //
@@ -51,6 +52,10 @@ enum class Policy : uint8_t { kIterate = 0, kForward = 1 };
 // untagged behaviour: the records as cached, no SWRR.
 enum class AnswerMode : uint8_t { kAll = 0, kSingle = 1, kOrdered = 2 };
 
+// level=adaptive's bound on a name's segments (the tag key max_segments).
+inline constexpr uint16_t kDefaultSegmentsPerName = 256;
+inline constexpr uint32_t kMaxSegmentsPerName = 4096;
+
 struct ForwardTarget {
   common::IpAddress address;
   uint16_t port = 53;
@@ -73,6 +78,8 @@ struct Tag {
   std::vector<ForwardTarget> targets;  // non-empty iff policy == kForward
   AnswerMode answer = AnswerMode::kSingle;
   CacheLevel level = CacheLevel::kGlobal;  // already resolved: ecs implies city unless set
+  // level=adaptive: the most segments learned per (name, type) (segments.h).
+  uint16_t max_segments = kDefaultSegmentsPerName;
 };
 
 // Parses one line of the text format (without comment). Errors say what is

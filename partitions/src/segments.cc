@@ -1,0 +1,363 @@
+#include "weir/partitions/segments.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "weir/common/hash.h"
+#include "weir/common/rcu.h"
+#include "weir/common/text.h"
+#include "weir/dns/wire.h"
+#include "weir/partitions/cache.h"
+
+namespace weir::partitions {
+namespace {
+
+uint8_t MaxLen(uint8_t family) { return family == 4 ? 24 : 56; }
+
+// The index's slots for `names`: a power of two, at most half full.
+size_t SlotsFor(size_t names) {
+  size_t n = 16;
+  while (n < 2 * std::max<size_t>(names, 1)) n *= 2;
+  return n;
+}
+
+bool SameKey(const Segment& a, const Segment& b) {
+  return a.family == b.family && a.len == b.len && a.bits == b.bits;
+}
+
+bool Before(const Segment& a, const Segment& b) {
+  if (a.family != b.family) return a.family < b.family;
+  if (a.bits != b.bits) return a.bits < b.bits;
+  return a.len < b.len;
+}
+
+// `inner` lies inside `outer` (or is it).
+bool Inside(const Segment& inner, const Segment& outer) {
+  return inner.len >= outer.len && outer.Contains(inner.family, inner.bits);
+}
+
+// The other half of s's parent.
+Segment SiblingOf(const Segment& s) {
+  Segment t = s;
+  t.bits = s.bits ^ (uint64_t{1} << (64 - s.len));
+  return t;
+}
+
+}  // namespace
+
+SegmentAddress SegmentAddressOf(const common::IpAddress& a) {
+  SegmentAddress s;
+  if (a.family == 4 || a.IsV4Mapped()) {
+    s.family = 4;
+    s.bits = uint64_t{dns::Load32(a.bytes.data() + (a.family == 4 ? 0 : 12))} << 32;
+  } else {
+    s.family = 6;
+    for (int i = 0; i < 8; ++i) s.bits = (s.bits << 8) | a.bytes[i];
+  }
+  return s;
+}
+
+SegmentAddress SegmentAddressOf(const dns::ClientSubnet& e) {
+  SegmentAddress s;
+  if (e.family == dns::kEcsFamilyIpv4) {
+    s.family = 4;
+    s.bits = uint64_t{dns::Load32(e.address.data())} << 32;
+  } else {
+    s.family = 6;
+    for (int i = 0; i < 8; ++i) s.bits = (s.bits << 8) | e.address[i];
+  }
+  return s;
+}
+
+std::string SegmentText(const Segment& s) {
+  common::IpAddress a;
+  a.family = s.family;
+  const int bytes = s.family == 4 ? 4 : 8;
+  const uint64_t v = s.family == 4 ? s.bits >> 32 : s.bits;
+  for (int i = 0; i < bytes; ++i) a.bytes[i] = static_cast<uint8_t>(v >> (8 * (bytes - 1 - i)));
+  return common::Cat(common::IpToString(a), "/", int{s.len});
+}
+
+uint64_t AnswerIdentity(const CacheEntry& e) {
+  // The records with their TTLs zeroed (the addresses are cached sorted, so
+  // the GSLB's order does not count), the weights, kind and RCODE.
+  const std::span<const uint8_t> r = e.records();
+  std::string buf(reinterpret_cast<const char*>(r.data()), r.size());
+  for (const uint16_t off : e.ttl_offsets()) {
+    if (size_t{off} + 4 <= buf.size()) std::memset(buf.data() + off, 0, 4);
+  }
+  uint64_t h = common::HashBytes(buf.data(), buf.size());
+  if (e.has_weights()) {
+    const std::span<const uint8_t> w = e.weights();
+    h = common::HashBytes(w.data(), w.size(), h);
+  }
+  return common::HashWords(
+      h, (uint64_t{static_cast<uint8_t>(e.kind())} << 16) | static_cast<uint64_t>(e.rcode()));
+}
+
+const Segment* SegmentSet::Match(const SegmentAddress& a) const {
+  // The last segment sorting at or before the address, then out through
+  // its enclosing segments to the first that contains it.
+  Segment probe;
+  probe.family = a.family;
+  probe.bits = a.bits;
+  probe.len = 64;
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), probe, Before);
+  if (it == segments_.begin()) return nullptr;
+  size_t i = static_cast<size_t>(it - segments_.begin()) - 1;
+  while (true) {
+    const Segment& s = segments_[i];
+    if (s.Contains(a.family, a.bits)) return &s;
+    if (s.parent == Segment::kNoParent) return nullptr;
+    i = s.parent;
+  }
+}
+
+SegmentTable::SegmentTable(size_t names, size_t total)
+    : names_(std::max<size_t>(names, 1)), total_(std::max<size_t>(total, 1)) {
+  capacity_ = SlotsFor(names_);
+  slots_ = std::make_unique<Slot[]>(capacity_);
+}
+
+SegmentTable::~SegmentTable() {
+  // No reader may be using the table any more.
+  for (size_t i = 0; i < capacity_; ++i) delete slots_[i].set.load(std::memory_order_relaxed);
+}
+
+uint64_t SegmentTable::Hash(std::span<const uint8_t> qname, uint16_t qtype) {
+  return common::HashBytes(qname.data(), qname.size(), qtype) | 1;  // never 0 (free)
+}
+
+const SegmentSet* SegmentTable::Find(uint64_t hash, std::span<const uint8_t> qname, uint16_t qtype) const {
+  const size_t mask = capacity_ - 1;
+  for (size_t i = hash & mask, n = 0; n < capacity_; i = (i + 1) & mask, ++n) {
+    const uint64_t h = slots_[i].hash.load(std::memory_order_acquire);
+    if (h == 0) return nullptr;
+    if (h != hash) continue;
+    const SegmentSet* s = slots_[i].set.load(std::memory_order_acquire);
+    if (s != nullptr && s->qtype_ == qtype && s->qname_.len == qname.size() &&
+        std::memcmp(s->qname_.bytes.data(), qname.data(), qname.size()) == 0) {
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+SegmentTable::Slot* SegmentTable::SlotFor(uint64_t hash, std::span<const uint8_t> qname, uint16_t qtype) {
+  const size_t mask = capacity_ - 1;
+  for (size_t i = hash & mask, n = 0; n < capacity_; i = (i + 1) & mask, ++n) {
+    Slot& slot = slots_[i];
+    const uint64_t h = slot.hash.load(std::memory_order_relaxed);
+    if (h == 0) {
+      if (used_ >= names_) {
+        stats_.overflow.Add();
+        return nullptr;
+      }
+      ++used_;
+      slot.hash.store(hash, std::memory_order_release);
+      return &slot;
+    }
+    if (h != hash) continue;
+    const SegmentSet* s = slot.set.load(std::memory_order_relaxed);
+    if (s == nullptr) return &slot;  // claimed by a learn that stored nothing
+    if (s->qtype_ == qtype && s->qname_.len == qname.size() &&
+        std::memcmp(s->qname_.bytes.data(), qname.data(), qname.size()) == 0) {
+      return &slot;
+    }
+  }
+  stats_.overflow.Add();
+  return nullptr;
+}
+
+void SegmentTable::Publish(Slot* slot, std::unique_ptr<SegmentSet> next) {
+  const SegmentSet* old = slot->set.load(std::memory_order_relaxed);
+  const size_t old_n = old != nullptr ? old->segments_.size() : 0;
+  const size_t new_n = next->segments_.size();
+  if (old == nullptr) stats_.names.fetch_add(1, std::memory_order_relaxed);
+  segment_bytes_ = segment_bytes_ + new_n * sizeof(Segment) - old_n * sizeof(Segment);
+  stats_.segments.store(stats_.segments.load(std::memory_order_relaxed) + new_n - old_n,
+                        std::memory_order_relaxed);
+  slot->set.store(next.release(), std::memory_order_release);
+  if (old != nullptr)
+    common::RcuRetire(const_cast<SegmentSet*>(old), [](void* p) { delete static_cast<SegmentSet*>(p); });
+}
+
+SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qtype,
+                                          const dns::ClientSubnet& asked, uint8_t scope, uint64_t fingerprint,
+                                          uint32_t ttl, uint32_t now, size_t max_segments) {
+  Learned out;
+  const uint64_t hash = Hash(qname.span(), qtype);
+  Slot* slot = SlotFor(hash, qname.span(), qtype);
+  if (slot == nullptr) return out;
+  max_segments = std::clamp<size_t>(max_segments, 1, kMaxMaxSegments);
+  const SegmentSet* old = slot->set.load(std::memory_order_relaxed);
+  std::vector<Segment> segs;
+  if (old != nullptr) segs = old->segments_;
+
+  const SegmentAddress a = SegmentAddressOf(asked);
+  Segment s;
+  s.family = a.family;
+  s.len = std::min({scope, asked.source_prefix, MaxLen(a.family)});
+  s.bits = PrefixBits(a.bits, s.len);
+  s.expires = now + ttl;
+  s.ttl = ttl;
+  s.learned = now;
+  s.fingerprint = fingerprint;
+  // The answer's partition: the one its identity has in this set already,
+  // else a new one.
+  s.answer = 0;
+  for (const Segment& x : segs) {
+    if (x.fingerprint == fingerprint) {
+      s.answer = x.answer;
+      break;
+    }
+  }
+  if (s.answer == 0) s.answer = AnswerPartition(next_answer_++);
+
+  // Longer segments that hold the subnet asked: the answer says it is part
+  // of a wider segment now. (Other segments inside the new one stay: a GSLB
+  // may nest its segments, e.g. a default answer of scope 0 around them.)
+  const auto contradicted = [&](const Segment& x) { return Inside(x, s) && x.Contains(a.family, a.bits); };
+  const Segment* same = nullptr;
+  size_t absorbed = 0;
+  const Segment* enclosing = nullptr;
+  for (const Segment& x : segs) {
+    if (SameKey(x, s)) {
+      same = &x;
+    } else if (contradicted(x)) {
+      ++absorbed;
+    } else if (Inside(s, x) && (enclosing == nullptr || x.len > enclosing->len)) {
+      enclosing = &x;
+    }
+  }
+  // The same segment with the same answer continues its SWRR sequence.
+  s.id = same != nullptr && same->fingerprint == fingerprint ? same->id : next_segment_++;
+  if (same == nullptr) {
+    stats_.new_segments.Add();
+    if (enclosing != nullptr && enclosing->fingerprint != fingerprint) stats_.splits.Add();
+  }
+  stats_.absorbed.Add(absorbed);
+  std::erase_if(segs, contradicted);
+
+  // ORTC: while the sibling holds the same answer (and is still served),
+  // the two are their parent.
+  while (s.len > 0) {
+    const Segment sib = SiblingOf(s);
+    auto it = std::find_if(segs.begin(), segs.end(), [&](const Segment& x) { return SameKey(x, sib); });
+    if (it == segs.end() || it->fingerprint != fingerprint || it->expires <= now) break;
+    Segment parent = s;
+    parent.len = static_cast<uint8_t>(s.len - 1);
+    parent.bits = PrefixBits(s.bits, parent.len);
+    parent.expires = std::min(s.expires, it->expires);
+    parent.ttl = std::min(s.ttl, it->ttl);
+    parent.id = next_segment_++;
+    segs.erase(it);
+    // A segment that was the parent already is replaced.
+    std::erase_if(segs, [&](const Segment& x) { return SameKey(x, parent); });
+    stats_.merges.Add();
+    s = parent;
+  }
+  segs.push_back(s);
+
+  // The bound: what is past its time first, then the least recently
+  // learned, never the segment just learned.
+  while (segs.size() > max_segments) {
+    size_t victim = segs.size();
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const Segment& x = segs[i];
+      if (SameKey(x, s)) continue;
+      if (victim == segs.size()) {
+        victim = i;
+        continue;
+      }
+      const Segment& v = segs[victim];
+      const bool x_over = x.expires <= now, v_over = v.expires <= now;
+      if (x_over != v_over ? x_over : x.learned < v.learned) victim = i;
+    }
+    if (victim == segs.size()) break;  // max_segments 1: the new one alone
+    const Segment v = segs[victim];
+    segs.erase(segs.begin() + static_cast<std::ptrdiff_t>(victim));
+    if (v.len == 0) {
+      stats_.bound_drops.Add();
+      continue;
+    }
+    const Segment sib = SiblingOf(v);
+    auto it = std::find_if(segs.begin(), segs.end(), [&](const Segment& x) { return SameKey(x, sib); });
+    if (v.expires > now && it != segs.end() && it->expires > now) {
+      // The sibling's answer for the pair: one prefix instead of two.
+      Segment parent = *it;
+      parent.len = static_cast<uint8_t>(v.len - 1);
+      parent.bits = PrefixBits(v.bits, parent.len);
+      parent.id = next_segment_++;
+      segs.erase(it);
+      std::erase_if(segs, [&](const Segment& x) { return SameKey(x, parent); });
+      segs.push_back(parent);
+      stats_.bound_merges.Add();
+    } else {
+      stats_.bound_drops.Add();
+    }
+  }
+
+  const size_t old_n = old != nullptr ? old->segments_.size() : 0;
+  if (segs.size() > old_n && stats_.segments.load(std::memory_order_relaxed) - old_n + segs.size() > total_) {
+    stats_.overflow.Add();
+    return out;
+  }
+
+  auto next = std::make_unique<SegmentSet>();
+  next->qname_ = qname;
+  next->qtype_ = qtype;
+  std::sort(segs.begin(), segs.end(), Before);
+  // A segment past its time whose two halves are both segments now serves
+  // no address: it goes.
+  const auto has = [&](const Segment& x) {
+    const auto it = std::lower_bound(segs.begin(), segs.end(), x, Before);
+    return it != segs.end() && SameKey(*it, x);
+  };
+  std::vector<Segment> covered;
+  for (const Segment& x : segs) {
+    if (x.expires > now || x.len >= MaxLen(x.family)) continue;
+    Segment lo = x;
+    lo.len = static_cast<uint8_t>(x.len + 1);
+    if (has(lo) && has(SiblingOf(lo))) covered.push_back(x);
+  }
+  if (!covered.empty()) {
+    std::erase_if(segs, [&](const Segment& x) {
+      return std::any_of(covered.begin(), covered.end(), [&](const Segment& c) { return SameKey(c, x); });
+    });
+  }
+  // Each segment's closest enclosing one: a stack of the open prefixes.
+  std::vector<uint16_t> open;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    while (!open.empty() && !Inside(segs[i], segs[open.back()])) open.pop_back();
+    segs[i].parent = open.empty() ? Segment::kNoParent : open.back();
+    open.push_back(static_cast<uint16_t>(i));
+  }
+  // Answers the old set used and the new one does not.
+  if (old != nullptr) {
+    for (const Segment& x : old->segments_) {
+      const bool used =
+          std::any_of(segs.begin(), segs.end(), [&](const Segment& y) { return y.answer == x.answer; });
+      if (!used && std::find(out.unused.begin(), out.unused.end(), x.answer) == out.unused.end())
+        out.unused.push_back(x.answer);
+    }
+  }
+  next->segments_ = std::move(segs);
+  Publish(slot, std::move(next));
+  stats_.learned.Add();
+  out.stored = true;
+  out.answer = s.answer;
+  return out;
+}
+
+size_t SegmentTable::MemoryBound(size_t names, size_t total) {
+  return SlotsFor(names) * sizeof(Slot) + total * sizeof(Segment) + names * sizeof(SegmentSet);
+}
+
+size_t SegmentTable::memory_bytes() const {
+  return capacity_ * sizeof(Slot) + segment_bytes_ +
+         stats_.names.load(std::memory_order_relaxed) * sizeof(SegmentSet);
+}
+
+}  // namespace weir::partitions

@@ -1,0 +1,217 @@
+#include "weir/partitions/segments.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "test_util.h"
+#include "weir/common/rcu.h"
+
+namespace weir::partitions {
+namespace {
+
+using testing::Ip;
+using testing::Key;
+using testing::MakeAEntry;
+
+constexpr uint16_t kA = dns::type::kA;
+
+dns::ClientSubnet Subnet(std::string_view address) { return SubnetEcs(Ip(address)); }
+
+class SegmentTableTest : public ::testing::Test {
+ protected:
+  // What the table answers for a subscriber: its segment's text and
+  // fingerprint, or "-".
+  std::string SegmentOf(const SegmentTable& t, std::string_view who,
+                        const dns::NameKey& name = Key("x.cdn")) {
+    const SegmentSet* set = t.Find(name.span(), kA);
+    const Segment* s = set != nullptr ? set->Match(SegmentAddressOf(Ip(who))) : nullptr;
+    return s == nullptr ? "-" : SegmentText(*s) + "=" + std::to_string(s->fingerprint);
+  }
+  SegmentTable::Learned Learn(SegmentTable& t, std::string_view subnet, uint8_t scope, uint64_t fp,
+                              uint32_t now = 1000, uint32_t ttl = 60, size_t max = 256,
+                              const dns::NameKey& name = Key("x.cdn")) {
+    return t.Learn(name, kA, Subnet(subnet), scope, fp, ttl, now, max);
+  }
+  common::RcuThread rcu_;
+};
+
+TEST_F(SegmentTableTest, ThreeSegmentsOfOneCityEachKeepTheirAnswer) {
+  SegmentTable t(16);
+  const auto a = Learn(t, "10.1.0.1", 20, 1);
+  const auto b = Learn(t, "10.1.16.1", 22, 2);
+  const auto c = Learn(t, "10.1.32.1", 24, 3);
+  ASSERT_TRUE(a.stored && b.stored && c.stored);
+  EXPECT_EQ(LevelOf(a.answer), CacheLevel::kAdaptive);
+  EXPECT_EQ(std::set<Partition>({a.answer, b.answer, c.answer}).size(), 3u);
+  EXPECT_EQ(SegmentOf(t, "10.1.15.200"), "10.1.0.0/20=1");
+  EXPECT_EQ(SegmentOf(t, "10.1.19.7"), "10.1.16.0/22=2");
+  EXPECT_EQ(SegmentOf(t, "10.1.32.9"), "10.1.32.0/24=3");
+  EXPECT_EQ(SegmentOf(t, "10.1.33.9"), "-") << "never learned";
+  EXPECT_EQ(SegmentOf(t, "10.1.20.1"), "-") << "past the /22";
+  EXPECT_EQ(t.stats().segments.load(), 3u);
+  EXPECT_EQ(t.stats().names.load(), 1u);
+  // Another name knows none of them.
+  EXPECT_EQ(t.Find(Key("y.cdn").span(), kA), nullptr);
+  EXPECT_EQ(t.Find(Key("x.cdn").span(), dns::type::kAaaa), nullptr);
+}
+
+TEST_F(SegmentTableTest, ScopeIsCutToTheSourceAndZeroIsTheWholeFamily) {
+  SegmentTable t(16);
+  // A scope longer than the /24 asked: the /24.
+  Learn(t, "10.9.9.9", 28, 7);
+  EXPECT_EQ(SegmentOf(t, "10.9.9.200"), "10.9.9.0/24=7");
+  // Scope 0: every IPv4 subscriber; longer segments still win.
+  Learn(t, "10.200.0.1", 0, 8);
+  EXPECT_EQ(SegmentOf(t, "192.0.2.1"), "0.0.0.0/0=8");
+  EXPECT_EQ(SegmentOf(t, "10.9.9.1"), "10.9.9.0/24=7");
+  EXPECT_EQ(SegmentOf(t, "2001:db8::1"), "-") << "IPv6 is a space of its own";
+  Learn(t, "2001:db8:1::1", 48, 9);
+  EXPECT_EQ(SegmentOf(t, "2001:db8:1:ff::1"), "2001:db8:1::/48=9");
+  EXPECT_EQ(SegmentOf(t, "::ffff:10.9.9.3"), "10.9.9.0/24=7") << "v4-mapped is IPv4";
+}
+
+TEST_F(SegmentTableTest, SiblingsWithOneAnswerMergeIntoTheirParent) {
+  SegmentTable t(16);
+  const auto a = Learn(t, "10.1.0.1", 21, 5);
+  const auto b = Learn(t, "10.1.8.1", 21, 5);
+  EXPECT_EQ(a.answer, b.answer) << "one entry per distinct answer";
+  EXPECT_EQ(SegmentOf(t, "10.1.3.1"), "10.1.0.0/20=5");
+  EXPECT_EQ(SegmentOf(t, "10.1.15.1"), "10.1.0.0/20=5");
+  EXPECT_EQ(t.stats().merges.Read(), 1u);
+  EXPECT_EQ(t.stats().segments.load(), 1u);
+  // Repeatedly: the /20's sibling with the same answer makes a /19.
+  Learn(t, "10.1.16.1", 20, 5);
+  EXPECT_EQ(SegmentOf(t, "10.1.31.1"), "10.1.0.0/19=5");
+  EXPECT_EQ(t.stats().merges.Read(), 2u);
+  // A sibling with another answer is not merged.
+  Learn(t, "10.1.32.1", 19, 6);
+  EXPECT_EQ(SegmentOf(t, "10.1.40.1"), "10.1.32.0/19=6");
+  EXPECT_EQ(t.stats().segments.load(), 2u);
+  // Nor one past its time.
+  Learn(t, "10.2.0.1", 24, 4, /*now=*/1000, /*ttl=*/10);
+  Learn(t, "10.2.1.1", 24, 4, /*now=*/1011);
+  EXPECT_EQ(SegmentOf(t, "10.2.1.1"), "10.2.1.0/24=4");
+  EXPECT_EQ(t.stats().merges.Read(), 2u);
+}
+
+TEST_F(SegmentTableTest, AnotherAnswerInsideASegmentSplitsIt) {
+  SegmentTable t(16);
+  Learn(t, "10.1.0.1", 16, 1);
+  const auto inner = Learn(t, "10.1.77.1", 24, 2);
+  EXPECT_EQ(t.stats().splits.Read(), 1u);
+  EXPECT_EQ(SegmentOf(t, "10.1.77.9"), "10.1.77.0/24=2");
+  EXPECT_EQ(SegmentOf(t, "10.1.76.9"), "10.1.0.0/16=1");
+  EXPECT_EQ(SegmentOf(t, "10.1.78.9"), "10.1.0.0/16=1");
+  EXPECT_EQ(SegmentOf(t, "10.1.255.9"), "10.1.0.0/16=1");
+  // The GSLB answers the whole /16 alike again: the inner segment goes,
+  // and with it its answer (the caller erases that entry).
+  const auto whole = Learn(t, "10.1.77.1", 16, 1);
+  EXPECT_EQ(SegmentOf(t, "10.1.77.9"), "10.1.0.0/16=1");
+  EXPECT_EQ(whole.unused, std::vector<Partition>{inner.answer});
+  EXPECT_EQ(t.stats().absorbed.Read(), 1u);
+  EXPECT_EQ(t.stats().segments.load(), 1u);
+}
+
+TEST_F(SegmentTableTest, ARefreshWithTheSameAnswerKeepsTheSegmentsSequence) {
+  SegmentTable t(16);
+  Learn(t, "10.1.0.1", 24, 1, 1000);
+  const uint64_t id = t.Find(Key("x.cdn").span(), kA)->segments()[0].id;
+  Learn(t, "10.1.0.9", 24, 1, 1050);
+  EXPECT_EQ(t.Find(Key("x.cdn").span(), kA)->segments()[0].id, id);
+  EXPECT_EQ(t.Find(Key("x.cdn").span(), kA)->segments()[0].expires, 1110u);
+  Learn(t, "10.1.0.9", 24, 2, 1060);
+  EXPECT_NE(t.Find(Key("x.cdn").span(), kA)->segments()[0].id, id) << "another answer: a new sequence";
+}
+
+TEST_F(SegmentTableTest, TheBoundDropsWhatIsPastItsTimeThenMergesOrDropsTheLeastRecentlyLearned) {
+  SegmentTable t(16);
+  // Four /24s far apart (no siblings), learned one second apart; the first
+  // has a short TTL and is past its time when the fifth comes.
+  Learn(t, "10.0.0.1", 24, 1, 1000, /*ttl=*/5, /*max=*/4);
+  Learn(t, "10.0.2.1", 24, 2, 1001, 60, 4);
+  Learn(t, "10.0.4.1", 24, 3, 1002, 60, 4);
+  Learn(t, "10.0.6.1", 24, 4, 1003, 60, 4);
+  Learn(t, "10.0.8.1", 24, 5, 1010, 60, 4);
+  EXPECT_EQ(t.stats().segments.load(), 4u);
+  EXPECT_EQ(SegmentOf(t, "10.0.0.1"), "-") << "past its time: dropped first";
+  EXPECT_EQ(t.stats().bound_drops.Read(), 1u);
+  // Now all are served: the least recently learned (10.0.2.0/24) goes.
+  Learn(t, "10.0.10.1", 24, 6, 1011, 60, 4);
+  EXPECT_EQ(SegmentOf(t, "10.0.2.1"), "-");
+  EXPECT_EQ(t.stats().bound_drops.Read(), 2u);
+  // The least recently learned with a sibling: the pair becomes the parent
+  // with the sibling's answer.
+  Learn(t, "10.0.5.1", 24, 9, 1012, 60, 4);  // 10.0.4.0/24's sibling
+  EXPECT_EQ(t.stats().segments.load(), 4u);
+  EXPECT_EQ(t.stats().bound_merges.Read(), 1u);
+  EXPECT_EQ(SegmentOf(t, "10.0.4.1"), "10.0.4.0/23=9");
+  EXPECT_EQ(SegmentOf(t, "10.0.5.1"), "10.0.4.0/23=9");
+  EXPECT_EQ(SegmentOf(t, "10.0.10.1"), "10.0.10.0/24=6") << "the newest stays";
+}
+
+TEST_F(SegmentTableTest, ManyMoreNamesThanRoomAndASegmentBound) {
+  // More names than the table holds: the first 1,000 are learned and found,
+  // the others counted as overflow and never found.
+  SegmentTable t(1000, 100000);
+  for (int i = 0; i < 5000; ++i) {
+    const dns::NameKey name = Key("n" + std::to_string(i) + ".cdn");
+    const auto l = t.Learn(name, kA, Subnet("10.1.2.3"), 24, i + 1, 60, 1000, 256);
+    EXPECT_EQ(l.stored, i < 1000) << i;
+  }
+  EXPECT_EQ(t.stats().names.load(), 1000u);
+  EXPECT_EQ(t.stats().overflow.Read(), 4000u);
+  for (int i = 0; i < 5000; ++i) {
+    const dns::NameKey name = Key("n" + std::to_string(i) + ".cdn");
+    const SegmentSet* s = t.Find(name.span(), kA);
+    ASSERT_EQ(s != nullptr, i < 1000) << i;
+    if (s != nullptr) {
+      EXPECT_EQ(s->segments()[0].fingerprint, uint64_t(i + 1));
+    }
+  }
+  // The total bound: a learn that adds a segment past it is not stored.
+  SegmentTable small(16, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Learn(small, "10.0." + std::to_string(2 * i) + ".1", 24, 1).stored);
+  EXPECT_FALSE(Learn(small, "10.0.9.1", 24, 2).stored);
+  EXPECT_TRUE(Learn(small, "10.0.0.1", 24, 3).stored) << "replacing a segment adds none";
+  EXPECT_EQ(small.stats().overflow.Read(), 1u);
+}
+
+TEST_F(SegmentTableTest, LongestMatchOverManyNestedSegments) {
+  // Nested and disjoint segments of every length, checked against a plain
+  // scan over every /24 of the /16.
+  SegmentTable t(16);
+  uint64_t fp = 1;
+  for (int len = 16; len <= 24; len += 2) {
+    for (int j = 0; j < 256; j += (1 << (24 - len)) * 3)
+      Learn(t, "10.7." + std::to_string(j) + ".1", len, fp++ * 2);
+  }
+  const SegmentSet* set = t.Find(Key("x.cdn").span(), kA);
+  ASSERT_NE(set, nullptr);
+  for (int j = 0; j < 256; ++j) {
+    const SegmentAddress a = SegmentAddressOf(Ip("10.7." + std::to_string(j) + ".5"));
+    const Segment* best = nullptr;
+    for (const Segment& s : set->segments())
+      if (s.Contains(a.family, a.bits) && (best == nullptr || s.len > best->len)) {
+        best = &s;
+      }
+    EXPECT_EQ(set->Match(a), best) << j;
+  }
+}
+
+TEST(AnswerIdentity, SameRecordsAndWeightsWhateverTheTtlOrOrder) {
+  common::RcuThread rcu;
+  const dns::NameKey name = Key("x.cdn");
+  auto id = [&](const std::vector<uint32_t>& addresses, const std::vector<uint8_t>& weights, uint32_t ttl) {
+    return AnswerIdentity(*MakeAEntry(AnswerPartition(1), name, addresses, weights, 1000, ttl));
+  };
+  EXPECT_EQ(id({1, 2}, {3, 4}, 60), id({1, 2}, {3, 4}, 300));
+  EXPECT_EQ(id({1, 2}, {3, 4}, 60), id({2, 1}, {4, 3}, 60));
+  EXPECT_NE(id({1, 2}, {3, 4}, 60), id({1, 2}, {4, 3}, 60));
+  EXPECT_NE(id({1, 2}, {3, 4}, 60), id({1, 3}, {3, 4}, 60));
+  EXPECT_NE(id({1, 2}, {}, 60), id({1}, {}, 60));
+}
+
+}  // namespace
+}  // namespace weir::partitions
