@@ -14,6 +14,7 @@
 #include "weir/fastpath/node.h"
 #include "weir/mgmt/node_client.h"
 #include "weir/mgmt/structured_reply.h"
+#include "weir/partitions/segment_report.h"
 
 namespace weir::fastpath {
 
@@ -256,10 +257,14 @@ ControlReply Node::Control(const ControlRequest& r) {
     if (no_args()) reply = UpstreamsReply();
   } else if (r.verb == "partitions") {
     if (no_args()) reply = PartitionsReply();
+  } else if (r.verb == "segments-ls") {
+    reply = SegmentsList(r);
+  } else if (r.verb == "segments-diff") {
+    reply = SegmentsDiff(r);
   } else {
-    reply = ControlReply::Error(
-        Cat("unknown command '", r.verb,
-            "' (weir-fastpath: cache-flush, cache-dump, cache-stats, stats, reload, upstreams, partitions)"));
+    reply = ControlReply::Error(Cat("unknown command '", r.verb,
+                                    "' (weir-fastpath: cache-flush, cache-dump, cache-stats, stats, reload, "
+                                    "upstreams, partitions, segments-ls, segments-diff)"));
   }
   rcu.Offline();
   return reply;
@@ -658,6 +663,146 @@ ControlReply Node::PartitionsReply() const {
                                                    static_cast<double>(lookups));
         }},
        StructuredReply::Field("ENTRIES", "entries")});
+  return reply.Render();
+}
+
+ControlReply Node::SegmentsList(const ControlRequest& r) {
+  auto a = ControlArgs::Parse(r.args, {"name", "type", "limit"});
+  if (!a.ok()) return ControlReply::Error(std::string(ToStd(a.status().message())));
+  auto limit = a->Number("limit", 1000, 1, partitions::SegmentTable::kMaxMaxSegments);
+  if (!limit.ok()) return ControlReply::Error(std::string(ToStd(limit.status().message())));
+  dns::NameKey name;
+  if (a->Get("name").empty() || !dns::NameKeyFromText(a->Get("name"), &name))
+    return ControlReply::Error(Cat("segments ls needs a name, got '", a->Get("name"), "'"));
+  const uint16_t qtype = dns::TypeFromText(a->Get("type", "A"));
+  if (qtype == 0) return ControlReply::Error(Cat("unknown type '", a->Get("type"), "'"));
+  const partitions::CityMap* cm = shared_.citymap.Get();
+  const uint32_t now = shared_.clock->NowSeconds();
+  const partitions::SegmentSet* set = shared_.segments->Find(name.span(), qtype);
+  StructuredReply reply(Json{{"name", dns::NameKeyToText(name.span())},
+                             {"type", a->Get("type", "A")},
+                             {"segments", Json::array()},
+                             {"truncated", false}});
+  if (set != nullptr) {
+    for (const partitions::Segment& s : set->segments()) {
+      if (reply.json()["segments"].size() == *limit) {
+        reply.json()["truncated"] = true;
+        break;
+      }
+      // The city of its first address (segments may span cities).
+      common::IpAddress first;
+      first.family = s.family;
+      const int bytes = s.family == 4 ? 4 : 8;
+      const uint64_t v = s.family == 4 ? s.bits >> 32 : s.bits;
+      for (int i = 0; i < bytes; ++i) first.bytes[i] = static_cast<uint8_t>(v >> (8 * (bytes - 1 - i)));
+      // The addresses of its answer, when the entry is cached.
+      Json addresses = Json::array();
+      partitions::Freshness f;
+      if (const CacheEntry* e =
+              shared_.cache->Peek({s.answer, name.span(), qtype, dns::klass::kIn}, now, &f)) {
+        for (size_t i = 0; i < e->address_count(); ++i) {
+          const std::span<const uint8_t> ad = e->address(i);
+          std::string text = AddressText(ad.data(), ad.size());
+          if (e->has_weights()) text += Cat("*", int{e->weights()[i]});
+          addresses.push_back(text);
+        }
+      }
+      reply.json()["segments"].push_back(Json{{"segment", partitions::SegmentText(s)},
+                                              {"city", cm != nullptr ? CityName(cm, cm->Lookup(first)) : "-"},
+                                              {"answer", PartitionText(cm, s.answer)},
+                                              {"addresses", addresses},
+                                              {"ttl_left", s.expires > now ? s.expires - now : 0},
+                                              {"expired", s.expires <= now},
+                                              {"learned_ago", now >= s.learned ? now - s.learned : 0}});
+    }
+  }
+  reply.Block([](const Json& d) {
+    return Cat(CellText(d, "name"), " ", CellText(d, "type"), ": ", d["segments"].size(), " segments",
+               d["truncated"].get<bool>() ? " (truncated)" : "", "\n");
+  });
+  reply.Table("/segments", {StructuredReply::Field("SEGMENT", "segment"),
+                            StructuredReply::Field("CITY", "city"),
+                            StructuredReply::Field("ANSWER", "answer"),
+                            {"ADDRESSES",
+                             [](const Json& row) {
+                               std::string out;
+                               for (const Json& x : row["addresses"])
+                                 out += (out.empty() ? "" : ",") + x.get<std::string>();
+                               return out.empty() ? std::string("-") : out;
+                             }},
+                            {"TTL LEFT",
+                             [](const Json& row) {
+                               return row["expired"].get<bool>() ? std::string("expired")
+                                                                 : CellText(row, "ttl_left");
+                             }},
+                            StructuredReply::Field("LEARNED AGO", "learned_ago")});
+  return reply.Render();
+}
+
+ControlReply Node::SegmentsDiff(const ControlRequest& r) {
+  auto a = ControlArgs::Parse(r.args, {"name", "max_names", "proposal"});
+  if (!a.ok()) return ControlReply::Error(std::string(ToStd(a.status().message())));
+  auto max_names = a->Number("max_names", 100, 1, 100000);
+  if (!max_names.ok()) return ControlReply::Error(std::string(ToStd(max_names.status().message())));
+  partitions::SegmentDiffOptions options;
+  options.max_names = *max_names;
+  if (a->Has("name")) {
+    for (std::string_view n : common::Split(a->Get("name"), ',')) {
+      dns::NameKey k;
+      if (!dns::NameKeyFromText(n, &k)) return ControlReply::Error(Cat("bad name '", n, "'"));
+      options.names.push_back(k);
+    }
+  }
+  const partitions::CityMap* cm = shared_.citymap.Get();
+  if (cm == nullptr) return ControlReply::Error("no city map applied");
+  absl::StatusOr<partitions::SegmentDiff> diff = partitions::DiffSegments(*shared_.segments, *cm, options);
+  if (!diff.ok()) return ControlReply::Error(std::string(ToStd(diff.status().message())));
+  StructuredReply reply(Json{{"names", diff->names},
+                             {"cities", Json::array()},
+                             {"alike", Json::array()},
+                             {"proposal", Json::array()}});
+  for (const partitions::SegmentDiff::City& c : diff->cities) {
+    reply.json()["cities"].push_back(Json{{"city", CityName(cm, c.city)},
+                                          {"slash24s", c.slash24s},
+                                          {"learned", c.learned},
+                                          {"cells", c.cells},
+                                          {"verdict", c.cells > 1    ? Cat("split in ", c.cells)
+                                                      : c.cells == 1 ? std::string("one")
+                                                                     : std::string("-")}});
+  }
+  for (const auto& group : diff->alike) {
+    Json names = Json::array();
+    for (const partitions::PartitionId id : group) names.push_back(CityName(cm, id));
+    reply.json()["alike"].push_back(names);
+  }
+  const bool proposal = a->Flag("proposal");
+  for (const partitions::SegmentDiff::Line& l : diff->proposal) {
+    reply.json()["proposal"].push_back(Json{{"cidr", l.cidr}, {"city", l.city}, {"ecs", l.ecs}});
+  }
+  if (proposal) {
+    // The city map CSV itself, ready for weirctl citymap / partitions.citymap.
+    reply.Block([](const Json& d) {
+      std::string out = Cat("# city map proposed from the segments of ", CellText(d, "names"), " names\n");
+      for (const Json& l : d["proposal"])
+        out += Cat(l["cidr"].get<std::string>(), ",", l["city"].get<std::string>(), ",",
+                   l["ecs"].get<std::string>(), "\n");
+      return out;
+    });
+    return reply.Render();
+  }
+  reply.Block([](const Json& d) { return Cat("names compared: ", CellText(d, "names"), "\n\n"); });
+  reply.Table("/cities",
+              {StructuredReply::Field("CITY", "city"), StructuredReply::Field("/24S", "slash24s"),
+               StructuredReply::Field("LEARNED", "learned"), StructuredReply::Field("GSLB SEES", "verdict")});
+  reply.Block([](const Json& d) {
+    std::string out;
+    for (const Json& g : d["alike"]) {
+      std::string names;
+      for (const Json& n : g) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+      out += Cat("answered as one city: ", names, "\n");
+    }
+    return out.empty() ? std::string() : "\n" + out;
+  });
   return reply.Render();
 }
 

@@ -465,6 +465,28 @@ int main(int argc, char** argv) {
   CLI::App* upstreams = app.add_subcommand("upstreams", "a node's upstreams: health, latency, ring share");
   CLI::App* partitions =
       app.add_subcommand("partitions", "a node's city map as applied and each partition's hits");
+  CLI::App* segments =
+      app.add_subcommand("segments", "a node's learned subscriber segments (level=adaptive)");
+  segments->require_subcommand(1);
+  CLI::App* seg_ls = segments->add_subcommand("ls", "the segments learned for NAME, with their answers");
+  std::string s_name, s_type = "A";
+  int s_limit = 1000;
+  seg_ls->add_option("name", s_name, "the name")->required();
+  seg_ls->add_option("--type", s_type, "the type (default A)");
+  seg_ls->add_option("--limit", s_limit, "at most this many segments")->check(CLI::Range(1, 4096));
+  CLI::App* seg_diff = segments->add_subcommand(
+      "diff",
+      "the learned segments against the city map: cities the GSLB splits, cities it answers as one; "
+      "--proposal prints a city map that follows the GSLB");
+  std::string sd_names;
+  int sd_max = 100;
+  bool sd_proposal = false;
+  seg_diff->add_option("--name", sd_names,
+                       "compare these names (comma-separated; default: the names with most segments)");
+  seg_diff->add_option("--max-names", sd_max, "without --name: this many names (default 100)")
+      ->check(CLI::Range(1, 100000));
+  seg_diff->add_flag("--proposal", sd_proposal,
+                     "print the proposed city map (CSV) instead of the comparison");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -481,7 +503,7 @@ int main(int argc, char** argv) {
   g_json = json;
   g_timeout_ms = timeout_ms;
   if (actor.empty()) actor = DefaultActor();
-  const bool node_command = *cache || *node_stats || *reload || *upstreams || *partitions;
+  const bool node_command = *cache || *node_stats || *reload || *upstreams || *partitions || *segments;
   if (!all_kind.empty() && !all) return Die("--kind applies with --all");
   if (all && *reload) {
     return Die(
@@ -525,6 +547,16 @@ int main(int argc, char** argv) {
       verb = "reload";
     } else if (*upstreams) {
       verb = "upstreams";
+    } else if (*seg_ls) {
+      verb = "segments-ls";
+      arg("name", s_name);
+      arg("type", s_type);
+      arg("limit", std::to_string(s_limit));
+    } else if (*seg_diff) {
+      verb = "segments-diff";
+      arg("name", sd_names);
+      arg("max_names", std::to_string(sd_max));
+      arg("proposal", sd_proposal ? "1" : "");
     } else {
       verb = "partitions";
     }

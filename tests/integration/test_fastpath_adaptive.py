@@ -8,7 +8,9 @@ Run: python3 tests/integration/test_fastpath_adaptive.py --build-dir build
 """
 
 import collections
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,7 +20,7 @@ import weirtest  # noqa: E402
 from weirtest.zones import default, gslb_name, view, zone  # noqa: E402
 
 BUILD_DIR = weirtest.parse_build_dir()
-WEIGHT_CODE = 65001
+WEIRCTL = weirtest.binary(BUILD_DIR, "mgmt/weirctl")
 
 
 def three_segments(ttl=60, inner=("192.0.2.1",)):
@@ -43,10 +45,18 @@ class AdaptiveTest(unittest.TestCase):
         with open(citymap, "w") as f:
             f.write("127.1.0.0/16,city-1,127.1.0.0/24\n127.2.0.0/16,city-2,127.2.0.0/24\n")
         up = f"{self.sim.host}:{self.sim.port}"
+        self.control = os.path.join(d.name, "control.sock")
         self.fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config([up], weighted=[up], citymap=citymap,
-                                                                        tags=tags, cache=cache or {}),
+                                                                        tags=tags, cache=cache or {},
+                                                                        control={"socket": self.control}),
                                     test_clock=True)
         self.addCleanup(self.fp.stop)
+
+    def weirctl(self, *args, json_out=True):
+        r = subprocess.run([WEIRCTL, "-C", self.control, *args] + (["--json"] if json_out else []),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        return json.loads(r.stdout) if json_out else r.stdout
 
     def asked(self):
         """The ECS subnets gslb-sim was asked with, in order."""
@@ -174,6 +184,38 @@ class AdaptiveTest(unittest.TestCase):
             self.assertEqual(self.fp.dig("z.seg.example.com", source=f"127.1.{i}.99").addresses(), [f"192.0.2.{i}"])
         self.assertEqual(self.metric("weir_cache_misses_total"), misses)
         self.assertEqual(len(z_asked()), 3)
+
+
+    def test_weirctl_lists_the_segments_and_compares_them_with_the_city_map(self):
+        self.start(three_segments())
+        for source in ("127.1.3.7", "127.1.17.7", "127.1.32.7", "127.2.0.9"):
+            self.fp.dig("x.seg.example.com", source=source)
+        ls = self.weirctl("segments", "ls", "x.seg.example.com")
+        rows = {r["segment"]: r for r in ls["segments"]}
+        self.assertEqual(sorted(rows), ["0.0.0.0/0", "127.1.0.0/20", "127.1.16.0/22", "127.1.32.0/24"])
+        self.assertEqual(rows["127.1.16.0/22"]["addresses"], ["192.0.2.2"])
+        self.assertEqual(rows["127.1.16.0/22"]["city"], "city-1")
+        self.assertEqual(rows["127.1.16.0/22"]["ttl_left"], 60)
+        self.assertIn("127.1.32.0/24", self.weirctl("segments", "ls", "x.seg.example.com", json_out=False))
+        self.assertEqual(self.weirctl("segments", "ls", "nothing.seg.example.com")["segments"], [])
+        # city-1 is four answers for the GSLB (three segments and the
+        # default around them); city-2 is one, the default's.
+        diff = self.weirctl("segments", "diff")
+        cities = {c["city"]: c for c in diff["cities"]}
+        self.assertEqual(cities["city-1"]["cells"], 4)
+        self.assertEqual(cities["city-1"]["verdict"], "split in 4")
+        self.assertEqual(cities["city-2"]["cells"], 1)
+        # The proposal: city-1 cut along the segments, each part with an ECS
+        # source inside it; every /24 of the map is in exactly one line.
+        text = self.weirctl("segments", "diff", "--proposal", json_out=False)
+        lines = [l.split(",") for l in text.splitlines() if l and not l.startswith("#")]
+        by_cidr = {cidr: (city, ecs) for cidr, city, ecs in lines}
+        self.assertEqual(by_cidr["127.1.16.0/22"][1], "127.1.16.0/24")
+        self.assertEqual(by_cidr["127.1.32.0/24"], (by_cidr["127.1.32.0/24"][0], "127.1.32.0/24"))
+        self.assertEqual(by_cidr["127.2.0.0/16"][0], "city-2")
+        self.assertEqual(len({city for city, _ in by_cidr.values() if city.startswith("city-1")}), 4)
+        total = sum(1 << (24 - int(c.split("/")[1])) for c in by_cidr)
+        self.assertEqual(total, 2 * 256)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ REFERENCES = {
     "systemctl daemon-reload",  # after copying the DPDK drop-in: no systemd here
 }
 # Node commands of weirctl (the rest go to weir-mgmt).
-NODE_VERBS = {"cache", "stats", "reload", "upstreams", "partitions"}
+NODE_VERBS = {"cache", "stats", "reload", "upstreams", "partitions", "segments"}
 
 
 def guide_text() -> str:
@@ -260,6 +260,12 @@ class OperatorGuideTest(unittest.TestCase):
         self.guide("weirctl upstreams")
         self.guide("weirctl cache dump [--name NAME [--suffix]] [--partition P] [--type T] [--limit N]",
                    NAME="cdn.example.com", P="default", T="A", N="10")
+        # The guide's tags learn no segments (no level=adaptive): empty, but answered.
+        self.assertIn("0 segments", self.guide("weirctl segments ls NAME [--type T] [--limit N]",
+                                               NAME="cdn.example.com", T="A", N="10").stdout)
+        self.assertIn("GSLB SEES", self.guide("weirctl segments diff").stdout)
+        self.guide("weirctl segments diff [--name N1,N2] [--max-names K] [--proposal]",
+                   **{"N1,N2": "cdn.example.com,www.example.com", "K": "5"})
         self.guide("weirctl cache flush NAME --type T", NAME="cdn.example.com", T="A")
         self.guide("weirctl cache flush [NAME] --partition P", NAME="cdn.example.com", P="default")
         self.guide("weirctl cache flush NAME --suffix", NAME="example.com")

@@ -1,7 +1,10 @@
 #include "weir/partitions/segments.h"
 
+#include "weir/partitions/segment_report.h"
+
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -198,6 +201,51 @@ TEST_F(SegmentTableTest, LongestMatchOverManyNestedSegments) {
       }
     EXPECT_EQ(set->Match(a), best) << j;
   }
+}
+
+TEST_F(SegmentTableTest, DiffFindsSplitAndAlikeCitiesAndProposesAMapThatFollowsTheGslb) {
+  auto cm =
+      CityMap::FromCsv("10.1.0.0/16,a,10.1.0.0/24\n10.2.0.0/16,b,10.2.0.0/24\n10.3.0.0/16,c,10.3.0.0/24\n");
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  SegmentTable t(16);
+  // x: city a is two segments (a /17 each); b and c are one segment each,
+  // with the same answer for both. y: the same picture.
+  for (const char* name : {"x.cdn", "y.cdn"}) {
+    const dns::NameKey k = Key(name);
+    t.Learn(k, kA, Subnet("10.1.1.1"), 17, 1, 60, 1000, 256);
+    t.Learn(k, kA, Subnet("10.1.200.1"), 17, 2, 60, 1000, 256);
+    t.Learn(k, kA, Subnet("10.2.0.1"), 16, 3, 60, 1000, 256);
+    t.Learn(k, kA, Subnet("10.3.0.1"), 16, 3, 60, 1000, 256);
+  }
+  auto diff = DiffSegments(t, **cm, {});
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_EQ(diff->names, 2u);
+  ASSERT_EQ(diff->cities.size(), 3u);
+  EXPECT_EQ(diff->cities[0].cells, 2u);
+  EXPECT_EQ(diff->cities[0].slash24s, 256u);
+  EXPECT_EQ(diff->cities[1].cells, 1u);
+  ASSERT_EQ(diff->alike.size(), 1u);
+  EXPECT_EQ(diff->alike[0],
+            (std::vector<PartitionId>{(*cm)->FindCity("b").value(), (*cm)->FindCity("c").value()}));
+  std::map<std::string, std::pair<std::string, std::string>> lines;
+  for (const SegmentDiff::Line& l : diff->proposal) lines[l.cidr] = {l.city, l.ecs};
+  EXPECT_EQ(lines["10.1.0.0/17"].second, "10.1.0.0/24");
+  EXPECT_EQ(lines["10.1.128.0/17"].second, "10.1.128.0/24");
+  EXPECT_NE(lines["10.1.0.0/17"].first, lines["10.1.128.0/17"].first);
+  EXPECT_EQ(lines["10.2.0.0/16"], std::make_pair(std::string("b_c"), std::string("10.2.0.0/24")));
+  EXPECT_EQ(lines["10.3.0.0/16"], std::make_pair(std::string("b_c"), std::string("10.2.0.0/24")));
+  EXPECT_EQ(lines.size(), 4u);
+  // The proposal reads back as a city map.
+  std::string csv;
+  for (const SegmentDiff::Line& l : diff->proposal) csv += l.cidr + "," + l.city + "," + l.ecs + "\n";
+  EXPECT_TRUE(CityMap::FromCsv(csv).ok()) << csv;
+  // One name asked for; a map too large is refused.
+  SegmentDiffOptions only;
+  only.names.push_back(Key("y.cdn"));
+  EXPECT_EQ(DiffSegments(t, **cm, only)->names, 1u);
+  SegmentDiffOptions small;
+  small.max_slash24s = 500;
+  EXPECT_FALSE(DiffSegments(t, **cm, small).ok());
 }
 
 TEST(AnswerIdentity, SameRecordsAndWeightsWhateverTheTtlOrOrder) {

@@ -171,6 +171,9 @@ class Node {
   mgmt::ControlReply CacheStatsReply();
   mgmt::ControlReply UpstreamsReply() const;
   mgmt::ControlReply PartitionsReply() const;
+  // weirctl segments ls NAME / segments diff (level=adaptive's learned segments).
+  mgmt::ControlReply SegmentsList(const mgmt::ControlRequest& r);
+  mgmt::ControlReply SegmentsDiff(const mgmt::ControlRequest& r);
   // RenderMetrics' parts.
   void RenderPartitions(common::PrometheusWriter& w) const;
   void RenderAnswers(common::PrometheusWriter& w) const;
