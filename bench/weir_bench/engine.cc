@@ -93,8 +93,10 @@ struct Slot {
   uint64_t sent_ns = 0;
   uint64_t miss_seq = 0;
   uint32_t question = 0;
+  uint32_t subnet = 0;  // --subscriber-ecs: the subscriber /24 it was asked for
   uint8_t busy = 0;
   uint8_t weight = 0;
+  uint8_t subscriber = 0;
 };
 
 struct Sock {
@@ -193,6 +195,8 @@ struct Engine::Thread final : Sender {
     slot.sent_ns = now;
     slot.question = d.question;
     slot.weight = d.weight;
+    slot.subscriber = d.subscriber;
+    slot.subnet = d.subnet;
     slot.miss_seq = d.question == kMiss ? miss_seq++ : 0;
     *id = s.next_id++;
     ++s.inflight;
@@ -448,6 +452,7 @@ struct Engine::Thread final : Sender {
     const uint64_t lat = now > slot.sent_ns ? now - slot.sent_ns : 0;
     const uint32_t question = slot.question;
     const bool weight = slot.weight;
+    if (slot.subscriber) CheckSegments(question, slot.subnet, m);
     Release(s, id);
     CountAnswer(m.rcode(), (m.flags() & dns::flag::kTc) != 0, lat, question, weight, s.city,
                 [&m](common::IpAddress* a) { return FirstAddress(m, a); });
@@ -578,7 +583,9 @@ struct Engine::Thread final : Sender {
 // ------------------------------------------------------------ engine
 
 Engine::Engine(const Options& options, const QueryMix& mix, const Sources& sources)
-    : o_(options), mix_(mix), sources_(sources) {}
+    : o_(options), mix_(mix), sources_(sources) {
+  if (mix_.subscribers() != nullptr) subscriber_ecs_ = SubscriberEcs(mix_.subscribers()->first());
+}
 Engine::~Engine() = default;
 
 absl::StatusOr<std::vector<std::vector<uint8_t>>> Engine::Ask(uint32_t source,
@@ -606,6 +613,7 @@ absl::Status Engine::Preflight() {
   p.qo.edns = true;
   p.qo.weight = true;
   p.qo.weight_option_code = o_.weight_option_code;
+  p.qo.ecs = SubscriberEcsOrNull();
   // The JSON form cannot carry the option: its preflight is a plain JSON
   // query, the run's own kind.
   const bool json = o_.transport == Transport::kDohJson;
@@ -635,6 +643,7 @@ absl::Status Engine::Probe(ExpectedWeights* expected) {
       p.qo.edns = true;
       p.qo.weight = true;
       p.qo.weight_option_code = o_.weight_option_code;
+      p.qo.ecs = SubscriberEcsOrNull();
       plan.push_back(p);
       qs.push_back(q);
     }
@@ -699,6 +708,8 @@ absl::Status Engine::Warmup() {
       // an SWRR pick, so the server's pick counters match the run's.
       p.qo.edns = p.qo.weight = q.tagged;
       p.qo.weight_option_code = o_.weight_option_code;
+      p.qo.ecs = SubscriberEcsOrNull();
+      p.qo.edns = p.qo.edns || p.qo.ecs != nullptr;
       plan.push_back(p);
     }
     if (plan.empty()) return absl::OkStatus();
@@ -737,6 +748,7 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
     t->mix = &mix_;
     t->sources = &sources_;
     t->tracked = &tracked;
+    t->segments = segments_;
     t->rng.seed(o_.seed * common::kGolden64 + i);  // one stream per thread
     t->popts.weight_option_code = o_.weight_option_code;
     if (o_.count != 0) t->count_limit = o_.count / o_.threads + (i < o_.count % o_.threads ? 1 : 0);
@@ -880,6 +892,13 @@ absl::StatusOr<Report> Engine::Run(const ExpectedWeights& expected, const Progre
   for (int i = 0; i < 33; ++i) {
     if (total.rcodes[i] != 0)
       r.rcodes[i < 32 ? RcodeName(static_cast<uint16_t>(i)) : "OTHER"] += total.rcodes[i];
+  }
+  if (segments_ != nullptr) {
+    r.segments_check = true;
+    r.segments_model = segments_->description();
+    r.segments_checked = total.segments_checked;
+    r.segments_misscheduled = total.segments_misscheduled;
+    r.segments_unanswered = total.segments_unanswered;
   }
   r.shares = AnalyseShares(tallies, expected, names, cities);
   for (NameCityShare& row : r.shares) {

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "options.h"
 #include "query_mix.h"
 #include "report.h"
+#include "segment_check.h"
 #include "shares.h"
 #include "sources.h"
 
@@ -55,6 +57,10 @@ class Engine {
 
   // Called once a second during the run with the report so far.
   using ProgressFn = std::function<void(const Report&)>;
+  // --segments-truth: answers to the model's names are checked against it
+  // during the run (null: no check). Must outlive Run().
+  void set_segment_check(const SegmentCheck* check) { segments_ = check; }
+
   // The measured run. `expected` is read-only during it.
   absl::StatusOr<Report> Run(const ExpectedWeights& expected, const ProgressFn& progress);
 
@@ -68,6 +74,16 @@ class Engine {
   const Options& o_;
   const QueryMix& mix_;
   const Sources& sources_;
+  const SegmentCheck* segments_ = nullptr;
+  // --subscriber-ecs: the ECS of the queries before the run (the map's
+  // first /24). A query from a trusted forwarder without ECS would be asked
+  // upstream for the forwarder's own address, which is no subscriber's: a
+  // GSLB answers it with its default (scope 0), and a cache that learns
+  // segments from scopes would take that for every subscriber's answer.
+  std::optional<dns::ClientSubnet> subscriber_ecs_;
+  const dns::ClientSubnet* SubscriberEcsOrNull() const {
+    return subscriber_ecs_ ? &*subscriber_ecs_ : nullptr;
+  }
 };
 
 }  // namespace weir::bench

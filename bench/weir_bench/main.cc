@@ -11,6 +11,7 @@
 #include "plot.h"
 #include "query_mix.h"
 #include "report_writer.h"
+#include "segment_check.h"
 #include "sources.h"
 #include "weights_file.h"
 #include "weir/common/text.h"
@@ -91,7 +92,15 @@ int Main(int argc, char** argv) {
     if (absl::Status st = LoadWeights(o, *mix, *sources, &expected); !st.ok()) return Fail(2, st);
   }
 
+  std::unique_ptr<const SegmentCheck> segment_check;
+  if (!o.segments_truth_file.empty()) {
+    auto check = SegmentCheck::Load(o.segments_truth_file, o.segments_epoch, mix->questions());
+    if (!check.ok()) return Fail(2, check.status());
+    segment_check = *std::move(check);
+  }
+
   Engine engine(o, *mix, *sources);
+  engine.set_segment_check(segment_check.get());
   if (absl::Status st = engine.Preflight(); !st.ok()) return Fail(1, st);
   if (o.probe && mix->has_tagged()) {
     if (absl::Status st = engine.Probe(&expected); !st.ok()) return Fail(1, st);

@@ -157,6 +157,13 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
       ->type_name("FILE")
       ->check(CLI::ExistingFile)
       ->group(src);
+  app.add_option("--subscriber-ecs", o.subscriber_ecs_file,
+                 "city-map CSV whose IPv4 prefixes are the subscribers: every query carries an ECS option "
+                 "(source /24, implies EDNS) for a /24 drawn from them, each /24 equally likely; sent from "
+                 "the usual sources, which the server must trust as forwarders")
+      ->type_name("CITYMAP")
+      ->check(CLI::ExistingFile)
+      ->group(src);
   bool no_probe = false;
   app.add_flag("--no-probe", no_probe,
                "do not send the weight-option probe per (tagged name, city) before the run")
@@ -257,6 +264,20 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   app.add_option("--doh-json-path", o.doh_json_path, "doh-json: the path of JSON queries (default /resolve)")
       ->type_name("PATH")
       ->group(tr);
+
+  auto* seg = "Scheduling check (gslb-sim's segment model)";
+  app.add_option("--segments-truth", o.segments_truth_file,
+                 "gslb-sim config with a [segments] table: every answer to a name below its suffix asked "
+                 "with a --subscriber-ecs /24 is checked against the model's answer for that /24; an A "
+                 "address outside it makes the answer mis-scheduled")
+      ->type_name("GSLB_SIM_CONFIG")
+      ->check(CLI::ExistingFile)
+      ->group(seg);
+  app.add_option("--segments-epoch", o.segments_epoch,
+                 "the model's change epoch the answers are checked at (default 0)")
+      ->type_name("N")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}))
+      ->group(seg);
 
   auto* out = "Output";
   app.add_option("--json", o.json_file, "write every figure of the run to this JSON file")
@@ -360,6 +381,15 @@ std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   if (!o.citymap_file.empty() && !o.sources.empty())
     return fail("--source cannot be combined with --citymap");
   if (!city_share.empty() && o.citymap_file.empty()) return fail("--city-share needs --citymap");
+  if (!o.subscriber_ecs_file.empty() && (o.ecs_fraction > 0 || stream)) {
+    return fail(
+        "--subscriber-ecs sets the ECS of every query: not with --ecs-fraction, and only over --transport "
+        "udp");
+  }
+  if (!o.segments_truth_file.empty() && o.subscriber_ecs_file.empty())
+    return fail("--segments-truth checks answers by their subscriber: it needs --subscriber-ecs");
+  if (app.count("--segments-epoch") > 0 && o.segments_truth_file.empty())
+    return fail("--segments-epoch needs --segments-truth");
   if (!o.weights_file.empty() && o.citymap_file.empty()) return fail("--weights needs --citymap");
   if (o.rate && app.count("--outstanding"))
     return fail("--rate (open loop) and --outstanding (closed loop) exclude each other");

@@ -55,6 +55,10 @@ struct Options {
   uint32_t sources_per_city = 16;
   std::vector<std::string> sources;  // explicit, without a city map
   std::string weights_file;
+  // A city map whose IPv4 prefixes are the subscribers: every query carries
+  // an ECS option for a /24 drawn from them (the sources stay the trusted
+  // forwarders that send it).
+  std::string subscriber_ecs_file;
   bool probe = true;  // learn each (name, city)'s weights from a weight-option query
   bool warmup = false;
 
@@ -82,6 +86,11 @@ struct Options {
   std::string doh_path = "/dns-query";
   DohMethod doh_method = DohMethod::kPost;
   std::string doh_json_path = "/resolve";
+
+  // Scheduling check against gslb-sim's segment model: its config file and
+  // the change epoch the answers are compared at.
+  std::string segments_truth_file;
+  uint64_t segments_epoch = 0;
 
   // Output.
   std::string json_file;

@@ -117,6 +117,12 @@ absl::StatusOr<QueryMix> QueryMix::Build(const Options& o) {
     return absl::InvalidArgumentError(common::Cat("--zone: invalid or too long zone '", o.zone, "'"));
   }
 
+  if (!o.subscriber_ecs_file.empty()) {
+    auto subs = SubscriberSubnets::Load(o.subscriber_ecs_file);
+    if (!subs.ok()) return subs.status();
+    m.subscribers_ = *std::move(subs);
+  }
+
   if (!o.queries_file.empty()) {
     std::ifstream in(o.queries_file, std::ios::binary);
     if (!in) return absl::InvalidArgumentError(common::Cat("cannot read query file ", o.queries_file));
@@ -202,7 +208,11 @@ Draw QueryMix::Next(std::mt19937_64& rng, uint64_t* cursor) const {
   if (ecs_fraction_ > 0) d.ecs = uniform() < ecs_fraction_;
   if (weight_fraction_ > 0) d.weight = uniform() < weight_fraction_;
   if (edns_fraction_ > 0) d.edns = uniform() < edns_fraction_;
-  d.edns = d.edns || d.ecs || d.weight;
+  if (subscribers_) {
+    d.subscriber = true;
+    d.subnet = subscribers_->Draw(rng);
+  }
+  d.edns = d.edns || d.ecs || d.weight || d.subscriber;
   return d;
 }
 

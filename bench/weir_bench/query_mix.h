@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "options.h"
+#include "subscriber_ecs.h"
 #include "weir/dns/message.h"
 #include "weir/dns/wire.h"
 
@@ -44,6 +46,10 @@ struct Draw {
   bool edns = false;
   bool ecs = false;
   bool weight = false;
+  // --subscriber-ecs: the query carries the ECS of subscriber /24 `subnet`
+  // (host order).
+  bool subscriber = false;
+  uint32_t subnet = 0;
 };
 inline constexpr uint32_t kMiss = 0xffffffffu;
 
@@ -56,6 +62,8 @@ class QueryMix {
   const std::vector<Question>& questions() const { return questions_; }
   bool has_tagged() const { return first_tagged_ < questions_.size(); }
   // Presentation form of the zone unique miss names are generated under.
+  // The --subscriber-ecs subnets (null without it).
+  const SubscriberSubnets* subscribers() const { return subscribers_ ? &*subscribers_ : nullptr; }
   const dns::NameKey& miss_zone() const { return miss_zone_; }
   uint16_t miss_qtype() const { return miss_qtype_; }
 
@@ -80,6 +88,7 @@ class QueryMix {
   double tagged_fraction_ = 0;
   double miss_fraction_ = 0;
   double tcp_fraction_ = 0, edns_fraction_ = 0, ecs_fraction_ = 0, weight_fraction_ = 0;
+  std::optional<SubscriberSubnets> subscribers_;
   dns::NameKey miss_zone_;
   uint16_t miss_qtype_ = 1;
 };

@@ -112,6 +112,19 @@ struct Report {
   LatencyHistogram latency;  // every answered query, microseconds
   std::vector<TimelinePoint> timeline;
 
+  // --segments-truth: answers to the segment model's names checked against
+  // the model's answer for their subscriber /24.
+  bool segments_check = false;
+  std::string segments_model;          // the config and model it was built from
+  uint64_t segments_checked = 0;       // answers with A records compared
+  uint64_t segments_misscheduled = 0;  // ... with an address the model does not give the subnet
+  uint64_t segments_unanswered = 0;    // answers without an A record (SERVFAIL, NXDOMAIN, NODATA)
+  double misscheduled_per_10k() const {
+    return segments_checked > 0
+               ? 10000.0 * static_cast<double>(segments_misscheduled) / static_cast<double>(segments_checked)
+               : 0;
+  }
+
   std::vector<NameCityShare> shares;
   double worst_deviation_pp = 0;  // max over shares with known weights
   uint64_t leaked_answers = 0;    // sum over shares

@@ -96,6 +96,16 @@ std::string ReportText(const Report& r, const std::vector<std::string>& notes) {
   for (const auto& [name, n] : r.rcodes) s += fmt::format(" {} {}", name, n);
   s += "\n";
   if (r.stream) s += StreamText(r);
+  if (r.segments_check) {
+    s += fmt::format("segments: {}\n", r.segments_model);
+    s += fmt::format("  checked     {:>12}  (answers to the model's names, by their subscriber /24)\n",
+                     r.segments_checked);
+    s += fmt::format(
+        "  misscheduled {:>11}  ({:.2f} per 10,000 checked: an address the model does not give the /24)\n",
+        r.segments_misscheduled, r.misscheduled_per_10k());
+    s += fmt::format("  unanswered  {:>12}  (no A record: SERVFAIL, NXDOMAIN, NODATA)\n",
+                     r.segments_unanswered);
+  }
   if (!r.shares.empty()) {
     s += fmt::format("shares: worst deviation {:.2f} pp, {} leaked answers (another city's address)\n",
                      r.worst_deviation_pp, r.leaked_answers);
@@ -215,6 +225,13 @@ std::string ReportJson(const Report& r, const std::vector<std::string>& notes) {
       doc["http_errors"] = f.http_errors;
       doc["stream_resets"] = f.stream_resets;
     }
+  }
+  if (r.segments_check) {
+    doc["segments"] = Json{{"model", r.segments_model},
+                           {"checked", r.segments_checked},
+                           {"misscheduled", r.segments_misscheduled},
+                           {"misscheduled_per_10k", Num(r.misscheduled_per_10k())},
+                           {"unanswered", r.segments_unanswered}};
   }
   // Invalid UTF-8 (a name is bytes) replaced rather than thrown on.
   return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

@@ -28,6 +28,7 @@
 #include "latency_histogram.h"
 #include "options.h"
 #include "query_mix.h"
+#include "segment_check.h"
 #include "shares.h"
 #include "sources.h"
 #include "weir/dns/message.h"
@@ -93,6 +94,9 @@ struct Counters {
   uint64_t sent = 0, sent_tcp = 0, answered = 0, timeouts = 0, mismatched = 0, truncated = 0, send_errors = 0,
            tcp_errors = 0;
   uint64_t rcodes[33] = {};  // [32]: anything above 31
+  // --segments-truth: answers compared with the model's, those with an
+  // address the model would not give the subscriber, those with no A record.
+  uint64_t segments_checked = 0, segments_misscheduled = 0, segments_unanswered = 0;
 
   // DoT and DoH.
   uint64_t connections_opened = 0;          // connects started
@@ -117,6 +121,9 @@ struct Counters {
     send_errors += o.send_errors;
     tcp_errors += o.tcp_errors;
     for (int i = 0; i < 33; ++i) rcodes[i] += o.rcodes[i];
+    segments_checked += o.segments_checked;
+    segments_misscheduled += o.segments_misscheduled;
+    segments_unanswered += o.segments_unanswered;
     connections_opened += o.connections_opened;
     connect_failures += o.connect_failures;
     handshakes_full += o.handshakes_full;
@@ -147,6 +154,7 @@ class Sender {
   const QueryMix* mix = nullptr;
   const Sources* sources = nullptr;
   const std::vector<uint8_t>* tracked = nullptr;  // per question: its answers go into the shares
+  const SegmentCheck* segments = nullptr;         // --segments-truth, else null
   std::mt19937_64 rng;
   uint64_t cursor = 0;
   uint64_t miss_seq = 0;
@@ -173,6 +181,11 @@ class Sender {
     qo.edns = d.edns;
     qo.edns_size = o->edns_size;
     qo.ecs = d.ecs ? &sources->sources()[source].ecs : nullptr;
+    dns::ClientSubnet subscriber;
+    if (d.subscriber) {
+      subscriber = SubscriberEcs(d.subnet);
+      qo.ecs = &subscriber;
+    }
     qo.weight = d.weight;
     qo.weight_option_code = o->weight_option_code;
     if (d.question == kMiss) {
@@ -221,6 +234,24 @@ class Sender {
     if (question != kMiss && (*tracked)[question] && !weight && rcode == 0) {
       common::IpAddress a;
       if (first_address(&a)) shares.Count(question, city, a);
+    }
+  }
+
+  // --segments-truth: checks the answer `m` to `question`, asked for
+  // subscriber `subnet`, against the model and counts the verdict.
+  void CheckSegments(uint32_t question, uint32_t subnet, const dns::Message& m) {
+    if (segments == nullptr || question == kMiss || !segments->Covers(question)) return;
+    switch (segments->Check(question, subnet, m)) {
+      case SegmentCheck::Verdict::kRight:
+        ++c.segments_checked;
+        break;
+      case SegmentCheck::Verdict::kMisscheduled:
+        ++c.segments_checked;
+        ++c.segments_misscheduled;
+        break;
+      case SegmentCheck::Verdict::kUnanswered:
+        ++c.segments_unanswered;
+        break;
     }
   }
 

@@ -371,7 +371,7 @@ absl::StatusOr<FastpathConfig> ParseConfig(std::string_view text, const std::str
     c.Int(*s, "swrr_states", &cfg.swrr_states, 1024, 16777216);
     c.Int(*s, "active_refresh_max", &cfg.active_refresh_max, 0, 10000000);
     c.Int(*s, "sibling_prefetch", &cfg.sibling_prefetch, 0, 64);
-    c.Int(*s, "adaptive_names", &cfg.adaptive_names, 1, 16777216);
+    c.Int(*s, "adaptive_names", &cfg.adaptive_names, 1, 4194304);
     c.Int(*s, "adaptive_segments", &cfg.adaptive_segments, 1, 100000000);
     if (min_ttl_ok && max_ttl_ok && cfg.min_ttl > cfg.max_ttl)
       c.Fail(s->get("min_ttl") ? s->get("min_ttl")->source() : s->source(), "min_ttl is larger than max_ttl");

@@ -130,6 +130,9 @@ void ForwarderCore::Drain() {
 void ForwarderCore::Tick() {
   SendProbes();
   RunDueRefreshes(shared_->clock->NowSeconds());
+  // Segments of adaptive names past even the stale window go, a few
+  // hundred index slots a turn.
+  if (shared_->segments) shared_->segments->Sweep(shared_->clock->NowSeconds(), config_.stale_window, 256);
   transport_.Housekeep(timers_.Now());
   stats_.udp_sockets.store(transport_.udp_sockets(), std::memory_order_relaxed);
   const TcpPoolStats tcp = transport_.tcp_pool();
@@ -587,8 +590,9 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
   partitions::CacheFill fill = partitions::EntryFromAnswer(in);
   if (fill.servfail) {
     partitions::Freshness f;
-    // RFC 8767: keep the stale answer, do not overwrite it.
-    if (cache.Peek(key, now, &f) != nullptr) return HandleMode::kStaleOk;
+    // RFC 8767: keep the stale answer, do not overwrite it (an adaptive
+    // name's: its segment's, even past the segment's TTL).
+    if (Cached(p.miss, now, &f, /*expired_segments=*/true) != nullptr) return HandleMode::kStaleOk;
   }
   switch (fill.outcome) {
     case partitions::CacheFill::Outcome::kNotCacheable:
@@ -630,6 +634,8 @@ HandleMode ForwarderCore::FillCache(const Pending& p, const dns::Message& up) {
 void ForwarderCore::LearnSegment(const MissRequest& m, const dns::Message& up, partitions::AnswerToCache in,
                                  partitions::CacheFill* fill) {
   partitions::SegmentTable* table = shared_->segments.get();
+  // A SERVFAIL says nothing of the GSLB's segments: cached for the subnet.
+  if (fill->entry->kind() == partitions::EntryKind::kServFail) return;
   const partitions::Tag* tag = TagOf(m.qname, in.now);
   // A reload may have changed the name's level since it was asked: then it
   // is cached as asked (its subnet).
@@ -664,7 +670,7 @@ void ForwarderCore::LearnSegment(const MissRequest& m, const dns::Message& up, p
 }
 
 const partitions::CacheEntry* ForwarderCore::Cached(const MissRequest& m, uint32_t now,
-                                                    partitions::Freshness* f) const {
+                                                    partitions::Freshness* f, bool expired_segments) const {
   partitions::Partition partition = m.partition;
   if (m.adaptive) {
     // The answer of the segment the subnet asked lies in, while it is served.
@@ -672,7 +678,7 @@ const partitions::CacheEntry* ForwarderCore::Cached(const MissRequest& m, uint32
     const partitions::SegmentSet* set = table != nullptr ? table->Find(m.qname.span(), m.qtype) : nullptr;
     const partitions::Segment* seg =
         set != nullptr ? set->Match(partitions::SegmentAddressOf(m.ecs)) : nullptr;
-    if (seg == nullptr || seg->expires <= now) return nullptr;
+    if (seg == nullptr || (seg->expires <= now && !expired_segments)) return nullptr;
     partition = seg->answer;
   }
   return shared_->cache->Peek({partition, m.qname.span(), m.qtype, m.qclass}, now, f);

@@ -144,7 +144,7 @@ size_t QueryHandler::WriteCached(QueryContext& c, partitions::AnswerTtl ttl, uin
   // (docs/behaviour.md#the-weight-option); otherwise tagged names are answered by SWRR.
   const partitions::Tag* tag = c.tag;
   // Subscriber segments sharing an answer each pick in their own sequence.
-  const uint64_t sequence = c.segment != nullptr ? c.segment->id : 0;
+  const uint64_t sequence = c.sequence;
   partitions::AnswerMode mode = partitions::AnswerMode::kAll;
   if (!q.edns.has_weight && tag != nullptr) mode = tag->answer;
   if (mode == partitions::AnswerMode::kSingle && c.ordered) mode = partitions::AnswerMode::kOrdered;
@@ -387,6 +387,8 @@ void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext
   }
   c->partition = partitions::kCommonPartition;
   c->segment = nullptr;
+  c->sequence = 0;
+  c->slot = 0;
   c->city = nullptr;
   c->city_id = 0;
   if (c->tag != nullptr && c->tag->level != partitions::CacheLevel::kGlobal) {
@@ -395,10 +397,10 @@ void QueryHandler::Classify(const ClientInfo& client, uint32_t now, QueryContext
     if (cm != nullptr) c->city = &cm->city(id);
     c->city_id = id;
     c->partition = partitions::PartitionKey(c->tag->level, id, c->who);
+    c->slot = c->tag->level == partitions::CacheLevel::kCity ? 1 + size_t{id} : kSubnetSlot;
+    if (c->tag->level == partitions::CacheLevel::kAdaptive) [[unlikely]]
+      ClassifyAdaptive(now, c);
   }
-  c->miss_partition = c->partition;
-  if (c->tag != nullptr && c->tag->level == partitions::CacheLevel::kAdaptive) [[unlikely]]
-    ClassifyAdaptive(now, c);
   // DNSSEC-aware queries (DO or CD) need RRSIGs and CD semantics the cache
   // does not keep: they are coalesced and relayed, never answered from or
   // written to the cache.
@@ -416,10 +418,12 @@ void QueryHandler::ClassifyAdaptive(uint32_t now, QueryContext* c) {
       table != nullptr ? table->Find(c->query.qname.span(), c->query.qtype) : nullptr;
   const partitions::Segment* seg =
       set != nullptr ? set->Match(partitions::SegmentAddressOf(c->who)) : nullptr;
+  c->slot = kSegmentSlot;
   // After every upstream failed, a segment past its time still picks the
   // stale answer (RFC 8767).
   if (seg == nullptr || (seg->expires <= now && !c->expired_segments)) return;
   c->segment = seg;
+  c->sequence = seg->id;
   c->partition = seg->answer;
 }
 
@@ -431,10 +435,9 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
   const partitions::CacheEntry* e = c->entry;
   const partitions::Freshness fresh = c->fresh;
   if (mode == HandleMode::kNormal) {
-    const bool adaptive = c->tag != nullptr && c->tag->level == partitions::CacheLevel::kAdaptive;
-    const size_t slot = adaptive ? kSegmentSlot : PartitionSlot(partition);
+    const size_t slot = c->slot;
     lookups_[slot].Add();
-    if (adaptive) [[unlikely]]
+    if (slot == kSegmentSlot) [[unlikely]]
       tiers_[c->segment == nullptr ? kTierNone : c->segment->len == 0 ? kTierGlobal : kTierSegment].Add();
     if (e != nullptr && fresh == partitions::Freshness::kFresh) hits_[slot].Add();
   }
@@ -485,7 +488,11 @@ Verdict QueryHandler::Finish(QueryContext* c, uint32_t now, uint8_t* out, size_t
 
   const bool prefetch = e != nullptr && (fresh == partitions::Freshness::kFresh || c->stale);
   if (!prefetch) counters_->misses.Add();
-  miss->partition = c->miss_partition;
+  // An adaptive name's miss is asked and coalesced under the subscriber's
+  // subnet partition, whatever segment answered it.
+  miss->partition = c->segment != nullptr
+                        ? partitions::PartitionKey(partitions::CacheLevel::kSubnet, 0, c->who)
+                        : partition;
   miss->qtype = query.qtype;
   miss->qclass = query.qclass;
   miss->qname = query.qname;

@@ -98,6 +98,10 @@ absl::StatusOr<SegmentDiff> DiffSegments(const SegmentTable& table, const CityMa
     if (r.sig != 0) ++c.learned;
     cells[{r.city, r.sig}].push_back(r.n);
   }
+  // Each learned cell's ECS source: its first /24 (before the unlearned
+  // ones join it: the GSLB answered that one for the cell).
+  std::map<std::pair<PartitionId, uint64_t>, uint32_t> first_learned;
+  for (const auto& [key, list] : cells) first_learned[key] = list.front();
   // /24s no segment covers join their city's largest learned cell.
   std::map<PartitionId, uint64_t> largest;
   for (const auto& [key, list] : cells) {
@@ -172,10 +176,26 @@ absl::StatusOr<SegmentDiff> DiffSegments(const SegmentTable& table, const CityMa
     }
     // Alike cities share the first city's ECS source.
     const uint32_t ecs = by_sig.contains(sig) && by_sig[sig].size() > 1 && sig != 0
-                             ? cells[{by_sig[sig].front(), sig}].front()
-                             : list.front();
+                             ? first_learned[{by_sig[sig].front(), sig}]
+                             : first_learned[key];
     for (const auto& [addr, len] : prefixes)
       diff.proposal.push_back({V4Text(addr, len), name, V4Text(ecs << 8, 24)});
+  }
+  // What the comparison does not cut (IPv6, IPv4 longer than /24): the
+  // city map's own lines, unchanged.
+  for (const CityPrefix& p : citymap.prefixes()) {
+    if (p.cidr.address.family == 4 && p.cidr.prefix <= 24) continue;
+    const City& c = citymap.city(p.city);
+    const dns::ClientSubnet& e = c.EcsFor(p.cidr.address.family);
+    std::string ecs;
+    if (e.family != 0) {
+      common::IpAddress a;
+      a.family = e.family == dns::kEcsFamilyIpv4 ? 4 : 6;
+      std::memcpy(a.bytes.data(), e.address.data(), a.family == 4 ? 4 : 16);
+      ecs = common::Cat(common::IpToString(a), "/", int{e.source_prefix});
+    }
+    diff.proposal.push_back(
+        {common::Cat(common::IpToString(p.cidr.address), "/", int{p.cidr.prefix}), c.name, ecs});
   }
   return diff;
 }

@@ -37,6 +37,11 @@ bool Inside(const Segment& inner, const Segment& outer) {
   return inner.len >= outer.len && outer.Contains(inner.family, inner.bits);
 }
 
+// Inserts `x` into the sorted `segs`, keeping them sorted.
+void InsertSorted(std::vector<Segment>* segs, const Segment& x) {
+  segs->insert(std::upper_bound(segs->begin(), segs->end(), x, Before), x);
+}
+
 // The other half of s's parent.
 Segment SiblingOf(const Segment& s) {
   Segment t = s;
@@ -145,48 +150,89 @@ const SegmentSet* SegmentTable::Find(uint64_t hash, std::span<const uint8_t> qna
 }
 
 SegmentTable::Slot* SegmentTable::SlotFor(uint64_t hash, std::span<const uint8_t> qname, uint16_t qtype) {
+  // The name's own slot, else the first free one on its probe path: a
+  // slot whose set is null (its name was swept, or a learn stored nothing)
+  // or, at the end of the path, an empty one. Readers skip slots without a
+  // set, so a free slot may take another name's hash at any time.
   const size_t mask = capacity_ - 1;
+  Slot* free_slot = nullptr;
   for (size_t i = hash & mask, n = 0; n < capacity_; i = (i + 1) & mask, ++n) {
     Slot& slot = slots_[i];
     const uint64_t h = slot.hash.load(std::memory_order_relaxed);
     if (h == 0) {
-      if (used_ >= names_) {
-        stats_.overflow.Add();
-        return nullptr;
-      }
-      ++used_;
-      slot.hash.store(hash, std::memory_order_release);
-      return &slot;
+      if (free_slot == nullptr) free_slot = &slot;
+      break;
     }
-    if (h != hash) continue;
     const SegmentSet* s = slot.set.load(std::memory_order_relaxed);
-    if (s == nullptr) return &slot;  // claimed by a learn that stored nothing
-    if (s->qtype_ == qtype && s->qname_.len == qname.size() &&
+    if (s == nullptr) {
+      if (free_slot == nullptr) free_slot = &slot;
+      continue;
+    }
+    if (h == hash && s->qtype_ == qtype && s->qname_.len == qname.size() &&
         std::memcmp(s->qname_.bytes.data(), qname.data(), qname.size()) == 0) {
       return &slot;
     }
   }
-  stats_.overflow.Add();
-  return nullptr;
+  if (free_slot == nullptr || stats_.names.load(std::memory_order_relaxed) >= names_) {
+    stats_.overflow.Add();
+    return nullptr;
+  }
+  free_slot->hash.store(hash, std::memory_order_release);
+  return free_slot;
 }
 
 void SegmentTable::Publish(Slot* slot, std::unique_ptr<SegmentSet> next) {
   const SegmentSet* old = slot->set.load(std::memory_order_relaxed);
   const size_t old_n = old != nullptr ? old->segments_.size() : 0;
   const size_t new_n = next->segments_.size();
-  if (old == nullptr) stats_.names.fetch_add(1, std::memory_order_relaxed);
+  if (old == nullptr && new_n != 0) stats_.names.fetch_add(1, std::memory_order_relaxed);
+  if (old != nullptr && new_n == 0) stats_.names.fetch_sub(1, std::memory_order_relaxed);
   segment_bytes_ = segment_bytes_ + new_n * sizeof(Segment) - old_n * sizeof(Segment);
   stats_.segments.store(stats_.segments.load(std::memory_order_relaxed) + new_n - old_n,
                         std::memory_order_relaxed);
-  slot->set.store(next.release(), std::memory_order_release);
+  // A name without segments frees its slot (readers skip a null set).
+  slot->set.store(new_n != 0 ? next.release() : nullptr, std::memory_order_release);
   if (old != nullptr)
     common::RcuRetire(const_cast<SegmentSet*>(old), [](void* p) { delete static_cast<SegmentSet*>(p); });
+}
+
+void SegmentTable::Link(std::vector<Segment>* segs) {
+  // Each segment's closest enclosing one: a stack of the open prefixes.
+  std::vector<uint16_t> open;
+  for (size_t i = 0; i < segs->size(); ++i) {
+    Segment& x = (*segs)[i];
+    while (!open.empty() && !Inside(x, (*segs)[open.back()])) open.pop_back();
+    x.parent = open.empty() ? Segment::kNoParent : open.back();
+    open.push_back(static_cast<uint16_t>(i));
+  }
+}
+
+size_t SegmentTable::Sweep(uint32_t now, uint32_t horizon, size_t max_slots) {
+  size_t dropped = 0;
+  for (size_t n = 0; n < std::min(max_slots, capacity_); ++n) {
+    Slot& slot = slots_[sweep_cursor_];
+    sweep_cursor_ = (sweep_cursor_ + 1) & (capacity_ - 1);
+    const SegmentSet* old = slot.set.load(std::memory_order_relaxed);
+    if (old == nullptr) continue;
+    const auto gone = [&](const Segment& x) { return uint64_t{x.expires} + horizon <= now; };
+    if (std::none_of(old->segments_.begin(), old->segments_.end(), gone)) continue;
+    auto next = std::make_unique<SegmentSet>();
+    next->qname_ = old->qname_;
+    next->qtype_ = old->qtype_;
+    next->segments_ = old->segments_;
+    dropped += static_cast<size_t>(std::erase_if(next->segments_, gone));
+    Link(&next->segments_);
+    Publish(&slot, std::move(next));
+  }
+  stats_.swept.Add(dropped);
+  return dropped;
 }
 
 SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qtype,
                                           const dns::ClientSubnet& asked, uint8_t scope, uint64_t fingerprint,
                                           uint32_t ttl, uint32_t now, size_t max_segments) {
   Learned out;
+  if (ttl == 0) return out;  // nothing to serve: cached for the subnet, not learned
   const uint64_t hash = Hash(qname.span(), qtype);
   Slot* slot = SlotFor(hash, qname.span(), qtype);
   if (slot == nullptr) return out;
@@ -233,13 +279,20 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   }
   // The same segment with the same answer continues its SWRR sequence.
   s.id = same != nullptr && same->fingerprint == fingerprint ? same->id : next_segment_++;
-  if (same == nullptr) {
-    stats_.new_segments.Add();
-    if (enclosing != nullptr && enclosing->fingerprint != fingerprint) stats_.splits.Add();
-  }
-  stats_.absorbed.Add(absorbed);
-  std::erase_if(segs, contradicted);
+  const bool is_new = same == nullptr;
+  const bool split = is_new && enclosing != nullptr && enclosing->fingerprint != fingerprint;
+  // The answers of segments that go: maybe unused after this learn.
+  std::vector<Partition> gone;
+  const auto remove_if = [&](auto pred) {
+    std::erase_if(segs, [&](const Segment& x) {
+      if (!pred(x)) return false;
+      gone.push_back(x.answer);
+      return true;
+    });
+  };
+  remove_if(contradicted);
 
+  size_t merges = 0, bound_merges = 0, bound_drops = 0;
   // ORTC: while the sibling holds the same answer (and is still served),
   // the two are their parent.
   while (s.len > 0) {
@@ -254,11 +307,11 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     parent.id = next_segment_++;
     segs.erase(it);
     // A segment that was the parent already is replaced.
-    std::erase_if(segs, [&](const Segment& x) { return SameKey(x, parent); });
-    stats_.merges.Add();
+    remove_if([&](const Segment& x) { return SameKey(x, parent); });
+    ++merges;
     s = parent;
   }
-  segs.push_back(s);
+  InsertSorted(&segs, s);
 
   // The bound: what is past its time first, then the least recently
   // learned, never the segment just learned.
@@ -278,8 +331,9 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     if (victim == segs.size()) break;  // max_segments 1: the new one alone
     const Segment v = segs[victim];
     segs.erase(segs.begin() + static_cast<std::ptrdiff_t>(victim));
+    gone.push_back(v.answer);
     if (v.len == 0) {
-      stats_.bound_drops.Add();
+      ++bound_drops;
       continue;
     }
     const Segment sib = SiblingOf(v);
@@ -291,11 +345,15 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
       parent.bits = PrefixBits(v.bits, parent.len);
       parent.id = next_segment_++;
       segs.erase(it);
-      std::erase_if(segs, [&](const Segment& x) { return SameKey(x, parent); });
-      segs.push_back(parent);
-      stats_.bound_merges.Add();
+      remove_if([&](const Segment& x) { return SameKey(x, parent); });
+      InsertSorted(&segs, parent);
+      ++bound_merges;
     } else {
-      stats_.bound_drops.Add();
+      // Dropped. The segments around it go too: their answers are not the
+      // dropped one's subscribers' (that is why it was a segment of its
+      // own), and those subscribers must be asked, not answered wrong.
+      remove_if([&](const Segment& x) { return Inside(v, x) && !SameKey(v, x) && !SameKey(x, s); });
+      ++bound_drops;
     }
   }
 
@@ -305,10 +363,6 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     return out;
   }
 
-  auto next = std::make_unique<SegmentSet>();
-  next->qname_ = qname;
-  next->qtype_ = qtype;
-  std::sort(segs.begin(), segs.end(), Before);
   // A segment past its time whose two halves are both segments now serves
   // no address: it goes.
   const auto has = [&](const Segment& x) {
@@ -323,26 +377,26 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     if (has(lo) && has(SiblingOf(lo))) covered.push_back(x);
   }
   if (!covered.empty()) {
-    std::erase_if(segs, [&](const Segment& x) {
-      return std::any_of(covered.begin(), covered.end(), [&](const Segment& c) { return SameKey(c, x); });
-    });
+    remove_if(
+        [&](const Segment& x) { return std::binary_search(covered.begin(), covered.end(), x, Before); });
   }
-  // Each segment's closest enclosing one: a stack of the open prefixes.
-  std::vector<uint16_t> open;
-  for (size_t i = 0; i < segs.size(); ++i) {
-    while (!open.empty() && !Inside(segs[i], segs[open.back()])) open.pop_back();
-    segs[i].parent = open.empty() ? Segment::kNoParent : open.back();
-    open.push_back(static_cast<uint16_t>(i));
+  Link(&segs);
+  // Answers of the segments that went which no segment uses now.
+  std::sort(gone.begin(), gone.end());
+  gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+  for (const Partition g : gone) {
+    if (std::none_of(segs.begin(), segs.end(), [&](const Segment& y) { return y.answer == g; }))
+      out.unused.push_back(g);
   }
-  // Answers the old set used and the new one does not.
-  if (old != nullptr) {
-    for (const Segment& x : old->segments_) {
-      const bool used =
-          std::any_of(segs.begin(), segs.end(), [&](const Segment& y) { return y.answer == x.answer; });
-      if (!used && std::find(out.unused.begin(), out.unused.end(), x.answer) == out.unused.end())
-        out.unused.push_back(x.answer);
-    }
-  }
+  if (is_new) stats_.new_segments.Add();
+  if (split) stats_.splits.Add();
+  stats_.absorbed.Add(absorbed);
+  stats_.merges.Add(merges);
+  stats_.bound_merges.Add(bound_merges);
+  stats_.bound_drops.Add(bound_drops);
+  auto next = std::make_unique<SegmentSet>();
+  next->qname_ = qname;
+  next->qtype_ = qtype;
   next->segments_ = std::move(segs);
   Publish(slot, std::move(next));
   stats_.learned.Add();

@@ -129,6 +129,27 @@ class AdaptiveTest(unittest.TestCase):
         self.assertEqual(self.metric("weir_segment_changes_total", change="split"), 1)
         self.assertEqual(self.metric("weir_segments"), 2)
 
+    def test_an_upstream_servfail_keeps_the_stale_answer_and_teaches_nothing(self):
+        def zones(servfail):
+            return (zone("example.com.") +
+                    gslb_name("s.seg", view("127.1.0.0/20", ["192.0.2.1"], scope=20), servfail=servfail, ttl=60))
+        self.start(zones(False))
+        self.assertEqual(self.fp.dig("s.seg.example.com", source="127.1.1.1").addresses(), ["192.0.2.1"])
+        with open(self.sim.config_path, "w") as f:
+            f.write(zones(True))
+        self.sim.reload()
+        self.fp.advance_clock(61)
+        # The segment is past its TTL: asked again, SERVFAIL: the segment's
+        # stale answer (RFC 8767), and no segment learned from the failure.
+        for source in ("127.1.2.2", "127.1.9.9"):
+            r = self.fp.dig("s.seg.example.com", source=source)
+            self.assertEqual(r.status, "NOERROR", source)
+            self.assertEqual(r.addresses(), ["192.0.2.1"], source)
+        self.assertEqual(self.metric("weir_segments"), 1)
+        self.assertEqual(self.metric("weir_segment_learns_total"), 1)
+        ls = self.weirctl("segments", "ls", "s.seg.example.com")
+        self.assertEqual([r["segment"] for r in ls["segments"]], ["127.1.0.0/20"])
+
     def test_the_bound_keeps_a_name_within_max_segments(self):
         self.start(three_segments(), tag="seg.example.com ecs=on level=adaptive max_segments=2")
         for i, source in enumerate(("127.1.3.7", "127.1.17.7", "127.1.32.7")):

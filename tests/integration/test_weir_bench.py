@@ -50,6 +50,33 @@ TAGS = "cdn.example.net weight=on ecs=on answer=single level=city\n"
 WEIGHTS = "".join(f"{QNAME},city-a,{a},{w}\n" for a, w in zip(CITY_A, CITY_A_WEIGHTS)) + \
           "".join(f"{QNAME},city-b,{a},{w}\n" for a, w in zip(CITY_B, CITY_B_WEIGHTS))
 
+# gslb-sim's segment model, small: 2 cities x 8 segments of one /24 each
+# (10.0.0.0/24 .. 10.0.15.0/24), one name group, every segment its own run
+# (no city-wide answers) and 8 nodes per city with one address per answer,
+# so the segments of a city get different nodes; static (no change epochs).
+SEGMENTS = """\
+[[zone]]
+origin = "example."
+[zone.soa]
+mname = "ns1"
+rname = "hostmaster"
+
+[segments]
+suffix = "seg.example."
+prefix = "10.0.0.0/16"
+node_prefix = "198.18.0.0/16"
+seed = 3
+cities = 2
+segments_per_city = 8
+segment_lengths = [24, 24]
+nodes_per_city = 8
+addresses_per_answer = 1
+name_groups = 1
+city_level_fraction = 0
+segments_per_answer = [1, 1]
+change_every_s = 0
+"""
+
 
 class WeirBenchTest(unittest.TestCase):
     @classmethod
@@ -89,6 +116,58 @@ class WeirBenchTest(unittest.TestCase):
     def shares(report):
         return {(row["city"], a["address"]): a["answers"] for row in report["shares"] for a in row["addresses"]
                 if a["answers"] > 0}
+
+    # ------------------------------------------------------------ the segment model
+
+    def segments_run(self, level):
+        """gslb-sim's segment model (2 cities x 8 /24 segments, every segment
+        its own answer), weir-fastpath with tag `seg.example ecs=on
+        level=<level>` trusting 127.0.0.1 as a forwarder, and weir-bench
+        sending from 127.0.0.1 with a subscriber /24 as ECS, each answer
+        checked against the model."""
+        config = os.path.join(self.tmp.name, f"segments-{level}.toml")
+        with open(config, "w") as f:
+            f.write(SEGMENTS)
+        sim = weirtest.GslbSim(BUILD_DIR, config_path=config)
+        self.addCleanup(sim.stop)
+        citymap_text = subprocess.run([weirtest.binary(BUILD_DIR, "bench/gslb_sim/gslb-sim"), "--config", config,
+                                       "--segments-citymap"], capture_output=True, text=True, check=True,
+                                      timeout=30).stdout
+        files = weirtest.PartitionFiles(citymap_text, f"seg.example ecs=on level={level}\n")
+        self.addCleanup(files.cleanup)
+        upstream = f"{sim.host}:{sim.port}"
+        fp = weirtest.Fastpath(BUILD_DIR, weirtest.fastpath_config(
+            [upstream], weighted=[upstream], citymap=files.citymap, tags=files.tags,
+            acl={"trusted_forwarders": ["127.0.0.1/32"]}))
+        self.addCleanup(fp.stop)
+        report, p = self.run_bench("--server", f"{fp.host}:{fp.port}", "--source", "127.0.0.1",
+                                   "--subscriber-ecs", files.citymap, "--names", "20", "--zone", "seg.example.",
+                                   "--segments-truth", config, "--count", "4000", "--outstanding", "20")
+        self.assertEqual(report["answered"], 4000, p.stdout)
+        self.assertIn("segments", report, p.stdout)
+        self.assertIn("misscheduled", p.stdout)
+        return report["segments"], p, sim
+
+    def test_subnet_level_answers_every_subscriber_from_its_own_segment(self):
+        seg, p, sim = self.segments_run("subnet")
+        self.assertEqual(seg["checked"], 4000, p.stdout)
+        self.assertEqual(seg["unanswered"], 0, p.stdout)
+        self.assertEqual(seg["misscheduled"], 0, p.stdout)
+        self.assertEqual(seg["misscheduled_per_10k"], 0, p.stdout)
+        # The GSLB was asked with the subscribers' own /24s, all 16 of them,
+        # and never for the forwarder's own address (the preflight carries
+        # the map's first /24 too).
+        asked = {q["ecs"]["address"] for q in sim.log(10000) if q.get("ecs")}
+        self.assertEqual(asked, {f"10.0.{i}.0" for i in range(16)})
+
+    def test_city_level_answers_a_citys_segments_with_one_answer(self):
+        # One answer per city for 8 segments with 8 different answers: most
+        # subscribers get another segment's node.
+        seg, p, _ = self.segments_run("city")
+        self.assertEqual(seg["checked"], 4000, p.stdout)
+        self.assertEqual(seg["unanswered"], 0, p.stdout)
+        self.assertGreater(seg["misscheduled"], 1000, p.stdout)
+        self.assertAlmostEqual(seg["misscheduled_per_10k"], 10000 * seg["misscheduled"] / seg["checked"], delta=1)
 
     # ------------------------------------------------------------ the right GSLB
 

@@ -154,6 +154,21 @@ TEST_F(SegmentTableTest, TheBoundDropsWhatIsPastItsTimeThenMergesOrDropsTheLeast
   EXPECT_EQ(SegmentOf(t, "10.0.10.1"), "10.0.10.0/24=6") << "the newest stays";
 }
 
+TEST_F(SegmentTableTest, ADroppedSegmentTakesTheSegmentsAroundItAlong) {
+  // A /24 with its own answer inside a /16: when the bound drops the /24,
+  // its subscribers must be asked again, not given the /16's answer.
+  SegmentTable t(16);
+  Learn(t, "10.1.5.1", 24, 2, 1000, 60, 2);
+  Learn(t, "10.1.200.1", 16, 1, 1001, 60, 2);
+  EXPECT_EQ(SegmentOf(t, "10.1.5.9"), "10.1.5.0/24=2");
+  EXPECT_EQ(SegmentOf(t, "10.1.9.9"), "10.1.0.0/16=1");
+  const auto l = Learn(t, "10.9.0.1", 24, 3, 1002, 60, 2);
+  EXPECT_EQ(SegmentOf(t, "10.1.5.9"), "-");
+  EXPECT_EQ(SegmentOf(t, "10.1.9.9"), "-");
+  EXPECT_EQ(SegmentOf(t, "10.9.0.9"), "10.9.0.0/24=3");
+  EXPECT_EQ(l.unused.size(), 2u) << "both answers' entries may go";
+}
+
 TEST_F(SegmentTableTest, ManyMoreNamesThanRoomAndASegmentBound) {
   // More names than the table holds: the first 1,000 are learned and found,
   // the others counted as overflow and never found.
@@ -204,8 +219,9 @@ TEST_F(SegmentTableTest, LongestMatchOverManyNestedSegments) {
 }
 
 TEST_F(SegmentTableTest, DiffFindsSplitAndAlikeCitiesAndProposesAMapThatFollowsTheGslb) {
-  auto cm =
-      CityMap::FromCsv("10.1.0.0/16,a,10.1.0.0/24\n10.2.0.0/16,b,10.2.0.0/24\n10.3.0.0/16,c,10.3.0.0/24\n");
+  auto cm = CityMap::FromCsv(
+      "10.1.0.0/16,a,10.1.0.0/24\n10.2.0.0/16,b,10.2.0.0/24\n10.3.0.0/16,c,10.3.0.0/24\n"
+      "2001:db8::/32,a,2001:db8::/56\n");
   ASSERT_TRUE(cm.ok()) << cm.status();
   SegmentTable t(16);
   // x: city a is two segments (a /17 each); b and c are one segment each,
@@ -234,7 +250,9 @@ TEST_F(SegmentTableTest, DiffFindsSplitAndAlikeCitiesAndProposesAMapThatFollowsT
   EXPECT_NE(lines["10.1.0.0/17"].first, lines["10.1.128.0/17"].first);
   EXPECT_EQ(lines["10.2.0.0/16"], std::make_pair(std::string("b_c"), std::string("10.2.0.0/24")));
   EXPECT_EQ(lines["10.3.0.0/16"], std::make_pair(std::string("b_c"), std::string("10.2.0.0/24")));
-  EXPECT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines["2001:db8::/32"], std::make_pair(std::string("a"), std::string("2001:db8::/56")))
+      << "IPv6 lines are carried over";
+  EXPECT_EQ(lines.size(), 5u);
   // The proposal reads back as a city map.
   std::string csv;
   for (const SegmentDiff::Line& l : diff->proposal) csv += l.cidr + "," + l.city + "," + l.ecs + "\n";
@@ -246,6 +264,28 @@ TEST_F(SegmentTableTest, DiffFindsSplitAndAlikeCitiesAndProposesAMapThatFollowsT
   SegmentDiffOptions small;
   small.max_slash24s = 500;
   EXPECT_FALSE(DiffSegments(t, **cm, small).ok());
+}
+
+TEST_F(SegmentTableTest, SweepDropsWhatIsLongPastItsTimeAndFreesTheName) {
+  SegmentTable t(2);
+  Learn(t, "10.1.0.1", 20, 1, /*now=*/1000, /*ttl=*/60, 256, Key("a.cdn"));
+  Learn(t, "10.2.0.1", 20, 2, /*now=*/1000, /*ttl=*/60, 256, Key("b.cdn"));
+  Learn(t, "10.2.64.1", 20, 3, /*now=*/5000, /*ttl=*/60, 256, Key("b.cdn"));
+  EXPECT_FALSE(Learn(t, "10.3.0.1", 20, 4, 5000, 60, 256, Key("c.cdn")).stored) << "two names at most";
+  // An hour past a's and b's first segment: they go; b keeps its second.
+  EXPECT_EQ(t.Sweep(1060 + 3600, 3600, 1 << 20), 2u);
+  EXPECT_EQ(t.Find(Key("a.cdn").span(), kA), nullptr);
+  EXPECT_EQ(SegmentOf(t, "10.2.64.1", Key("b.cdn")), "10.2.64.0/20=3");
+  EXPECT_EQ(SegmentOf(t, "10.2.0.1", Key("b.cdn")), "-");
+  EXPECT_EQ(t.stats().names.load(), 1u);
+  EXPECT_EQ(t.stats().segments.load(), 1u);
+  EXPECT_EQ(t.stats().swept.Read(), 2u);
+  // a's slot is free again: a third name fits.
+  EXPECT_TRUE(Learn(t, "10.3.0.1", 20, 4, 5000, 60, 256, Key("c.cdn")).stored);
+  EXPECT_EQ(SegmentOf(t, "10.3.0.1", Key("c.cdn")), "10.3.0.0/20=4");
+  EXPECT_EQ(SegmentOf(t, "10.2.64.1", Key("b.cdn")), "10.2.64.0/20=3");
+  // Nothing to serve, nothing learned.
+  EXPECT_FALSE(Learn(t, "10.4.0.1", 20, 5, 5000, /*ttl=*/0, 256, Key("c.cdn")).stored);
 }
 
 TEST(AnswerIdentity, SameRecordsAndWeightsWhateverTheTtlOrOrder) {

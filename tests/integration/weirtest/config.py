@@ -36,15 +36,18 @@ def fastpath_config(ordinary: Sequence[str], *, weighted: Optional[Sequence[str]
                     allow: Sequence[str] = ("127.0.0.0/8",), citymap: Optional[str] = None,
                     tags: Optional[str] = None, cache: Optional[dict] = None, upstream: Optional[dict] = None,
                     server: Optional[dict] = None, rate_limit: Optional[dict] = None,
-                    control: Optional[dict] = None) -> str:
+                    control: Optional[dict] = None, acl: Optional[dict] = None) -> str:
     """A weir-fastpath TOML config (docs/fastpath-config.md) listening on
     127.0.0.1 port 0 with metrics on 127.0.0.1 port 0. `ordinary`/`weighted`
     are "ip:port" upstreams; `citymap`/`tags` are file paths; the dicts add
     keys to their sections. The control channel is off unless `control`
-    gives its [control] keys (tests must not share the default socket)."""
+    gives its [control] keys (tests must not share the default socket).
+    `acl` adds [acl] keys (e.g. trusted_forwarders) next to `allow`."""
     srv = {"listen": ["127.0.0.1:0"], "workers": workers, "metrics_listen": "127.0.0.1:0"}
     srv.update(server or {})
-    sections = [("server", srv), ("acl", {"allow": list(allow)})]
+    acl_keys = {"allow": list(allow)}
+    acl_keys.update(acl or {})
+    sections = [("server", srv), ("acl", acl_keys)]
     if rate_limit:
         sections.append(("rate_limit", rate_limit))
     parts = {}

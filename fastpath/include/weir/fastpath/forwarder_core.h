@@ -229,8 +229,10 @@ class ForwarderCore final : public UpstreamTransport::Sink {
                     partitions::CacheFill* fill);
   // The cached answer to `m`'s question (Cache::Peek: not a client's read):
   // under its partition, or for an adaptive miss the answer of the
-  // segment its subnet lies in, while that segment is served.
-  const partitions::CacheEntry* Cached(const MissRequest& m, uint32_t now, partitions::Freshness* f) const;
+  // segment its subnet lies in, while that segment is served (or, with
+  // `expired_segments`, past its TTL too: a stale answer).
+  const partitions::CacheEntry* Cached(const MissRequest& m, uint32_t now, partitions::Freshness* f,
+                                       bool expired_segments = false) const;
   const partitions::Tag* TagOf(const dns::NameKey& qname, uint32_t now) const;
   void MarkResult(Group& g, int u, bool ok);
   void SendProbes();

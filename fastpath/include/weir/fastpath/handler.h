@@ -267,13 +267,15 @@ class QueryHandler {
     common::IpAddress who;  // the address that picks the partition
     bool trusted_ecs = false;
     partitions::Partition partition = partitions::kCommonPartition;
-    // What a miss is asked and coalesced under: `partition`, except for an
-    // adaptive-level name (the subscriber's subnet partition).
-    partitions::Partition miss_partition = partitions::kCommonPartition;
     // level=adaptive: the subscriber's segment, when one is learned and
     // still served (then `partition` is its answer's).
     const partitions::Segment* segment = nullptr;
     bool expired_segments = false;  // a segment past its time still counts (stale answers)
+    // Its lookup counters' slot (PartitionSlot; kSegmentSlot for every
+    // lookup of an adaptive-level name) and its SWRR sequence (the
+    // segment's id; 0: the entry's own).
+    size_t slot = 0;
+    uint64_t sequence = 0;
     const partitions::City* city = nullptr;
     partitions::PartitionId city_id = 0;
     bool dnssec = false;

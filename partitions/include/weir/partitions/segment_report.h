@@ -12,7 +12,8 @@
 // it is split; "a_b" when cities are one), with the cell's first /24 as its
 // ECS source, so that one question per cell asks the GSLB for an address it
 // answers the cell with. /24s no segment covers stay with their city's
-// largest cell.
+// largest cell. The map's IPv6 lines and IPv4 lines longer than /24 are
+// carried into the proposal unchanged (the comparison is per IPv4 /24).
 //
 // Control plane only: it allocates, and costs one longest-prefix match per
 // (/24, name).

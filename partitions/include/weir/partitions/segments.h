@@ -23,11 +23,12 @@
 //  * past the name's bound (max_segments), segments past their time go
 //    first, then the least recently learned one is merged with its sibling
 //    (the parent takes the sibling's answer) or, without a sibling,
-//    dropped (its subscribers are asked again).
+//    dropped with the segments around it (its subscribers are asked
+//    again, never given a wider segment's answer).
 // A scope of 0 is the name's answer for every subscriber of that family:
 // the /0 segment, which every longer segment overrides.
 //
-// Threading: one writer thread (Learn); readers (Find, Match) on
+// Threading: one writer thread (Learn, Sweep); readers (Find, Match) on
 // RCU reader threads (common/rcu.h) get immutable SegmentSets, valid until
 // their next quiescent state; a replaced set is freed after a grace period.
 #pragma once
@@ -115,6 +116,7 @@ struct SegmentStats {
   common::OwnedCounter bound_merges;  // merged to keep a name within max_segments
   common::OwnedCounter bound_drops;   // dropped to keep a name within max_segments
   common::OwnedCounter overflow;      // answers not learned: names or total segments full
+  common::OwnedCounter swept;         // segments dropped long past their TTL (Sweep)
   std::atomic<uint64_t> names{0};
   std::atomic<uint64_t> segments{0};
 };
@@ -153,6 +155,10 @@ class SegmentTable {
   // `scope` (cut to the source's length). `now`: the cache clock.
   Learned Learn(const dns::NameKey& qname, uint16_t qtype, const dns::ClientSubnet& asked, uint8_t scope,
                 uint64_t fingerprint, uint32_t ttl, uint32_t now, size_t max_segments);
+  // Drops the segments of up to `max_slots` index slots (from where the
+  // last call stopped) that ended `horizon` seconds or more before `now`;
+  // a name left with none frees its slot. Returns the segments dropped.
+  size_t Sweep(uint32_t now, uint32_t horizon, size_t max_slots);
   // Calls `visit` with each name's set (reader or writer thread).
   template <typename F>
   void ForEach(F visit) const {
@@ -176,11 +182,13 @@ class SegmentTable {
   // The slot of (qname, type): its own, or a free one (null when full).
   Slot* SlotFor(uint64_t hash, std::span<const uint8_t> qname, uint16_t qtype);
   void Publish(Slot* slot, std::unique_ptr<SegmentSet> next);
+  // Links each of a set's segments (sorted) to its closest enclosing one.
+  static void Link(std::vector<Segment>* segs);
 
   size_t names_ = 0;     // the bound on (name, type) pairs
   size_t total_ = 0;     // the bound on segments
   size_t capacity_ = 0;  // slots (a power of two, at least 2x names_)
-  size_t used_ = 0;
+  size_t sweep_cursor_ = 0;
   std::unique_ptr<Slot[]> slots_;
   uint64_t next_answer_ = 1;
   uint64_t next_segment_ = 1;
