@@ -444,13 +444,12 @@ void Node::RenderSegments(common::PrometheusWriter& w, const ForwarderStats& fs)
       "weir_segment_changes_total",
       "Changes to the learned segments: new (a segment learned), split (learned inside a wider segment "
       "with another answer), merge (two sibling segments with one answer became their parent), absorbed "
-      "(replaced by a wider segment the GSLB answered alike), bound_merge / bound_drop (to keep a name "
-      "within its max_segments).");
+      "(replaced by a wider segment the GSLB answered alike), bound_drop (dropped to keep a name within its "
+      "max_segments).");
   changes.Add({{"change", "new"}}, s.new_segments.Read());
   changes.Add({{"change", "split"}}, s.splits.Read());
   changes.Add({{"change", "merge"}}, s.merges.Read());
   changes.Add({{"change", "absorbed"}}, s.absorbed.Read());
-  changes.Add({{"change", "bound_merge"}}, s.bound_merges.Read());
   changes.Add({{"change", "bound_drop"}}, s.bound_drops.Read());
   w.Counter("weir_segment_overflow_total",
             "Answers of level=adaptive names cached for their subnet only: cache.adaptive_names or "

@@ -292,7 +292,7 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   };
   remove_if(contradicted);
 
-  size_t merges = 0, bound_merges = 0, bound_drops = 0;
+  size_t merges = 0, bound_drops = 0;
   // ORTC: while the sibling holds the same answer (and is still served),
   // the two are their parent.
   while (s.len > 0) {
@@ -332,29 +332,13 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     const Segment v = segs[victim];
     segs.erase(segs.begin() + static_cast<std::ptrdiff_t>(victim));
     gone.push_back(v.answer);
-    if (v.len == 0) {
-      ++bound_drops;
-      continue;
-    }
-    const Segment sib = SiblingOf(v);
-    auto it = std::find_if(segs.begin(), segs.end(), [&](const Segment& x) { return SameKey(x, sib); });
-    if (v.expires > now && it != segs.end() && it->expires > now) {
-      // The sibling's answer for the pair: one prefix instead of two.
-      Segment parent = *it;
-      parent.len = static_cast<uint8_t>(v.len - 1);
-      parent.bits = PrefixBits(v.bits, parent.len);
-      parent.id = next_segment_++;
-      segs.erase(it);
-      remove_if([&](const Segment& x) { return SameKey(x, parent); });
-      InsertSorted(&segs, parent);
-      ++bound_merges;
-    } else {
-      // Dropped. The segments around it go too: their answers are not the
-      // dropped one's subscribers' (that is why it was a segment of its
-      // own), and those subscribers must be asked, not answered wrong.
-      remove_if([&](const Segment& x) { return Inside(v, x) && !SameKey(v, x) && !SameKey(x, s); });
-      ++bound_drops;
-    }
+    // Dropped, with the segments around it: their answers are not the
+    // dropped one's subscribers' (that is why it was a segment of its
+    // own), and those subscribers must be asked again, never answered
+    // wrong. (Merging it into its sibling would keep its subscribers
+    // answered, with the sibling's answer: a mis-scheduled answer each.)
+    remove_if([&](const Segment& x) { return Inside(v, x) && !SameKey(v, x) && !SameKey(x, s); });
+    ++bound_drops;
   }
 
   const size_t old_n = old != nullptr ? old->segments_.size() : 0;
@@ -392,7 +376,6 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   if (split) stats_.splits.Add();
   stats_.absorbed.Add(absorbed);
   stats_.merges.Add(merges);
-  stats_.bound_merges.Add(bound_merges);
   stats_.bound_drops.Add(bound_drops);
   auto next = std::make_unique<SegmentSet>();
   next->qname_ = qname;

@@ -21,10 +21,9 @@
 //    are merged into their parent, repeatedly (ORTC: the fewest prefixes
 //    that give every address the answer it was given);
 //  * past the name's bound (max_segments), segments past their time go
-//    first, then the least recently learned one is merged with its sibling
-//    (the parent takes the sibling's answer) or, without a sibling,
-//    dropped with the segments around it (its subscribers are asked
-//    again, never given a wider segment's answer).
+//    first, then the least recently learned one, with the segments around
+//    it (its subscribers are asked again, never given another segment's
+//    answer).
 // A scope of 0 is the name's answer for every subscriber of that family:
 // the /0 segment, which every longer segment overrides.
 //
@@ -113,7 +112,6 @@ struct SegmentStats {
   common::OwnedCounter splits;        // learned inside a wider segment with another answer
   common::OwnedCounter merges;        // sibling pairs with one answer merged (ORTC)
   common::OwnedCounter absorbed;      // longer segments replaced by a wider one learned for their subnet
-  common::OwnedCounter bound_merges;  // merged to keep a name within max_segments
   common::OwnedCounter bound_drops;   // dropped to keep a name within max_segments
   common::OwnedCounter overflow;      // answers not learned: names or total segments full
   common::OwnedCounter swept;         // segments dropped long past their TTL (Sweep)
