@@ -28,7 +28,6 @@ import csv
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import socket
@@ -37,6 +36,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peerlib  # noqa: E402
+from peerlib import SetupError, log  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,82 +53,25 @@ FIELDS = ["strategy", "queries", "answered", "upstream_queries", "hit_ratio", "m
           "misscheduled", "checked", "unanswered", "cache_bytes", "segments", "qps", "seconds"]
 
 
-class SetupError(Exception):
-    """The study cannot run (a binary missing, a server not starting)."""
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-class Proc:
-    """A process we started, stdout read through a pipe until its start-up
-    lines are in (then to NAME.log), stderr to NAME.err; stopped by its PID."""
+class Proc(peerlib.Proc):
+    """peerlib's server process, its stdout read through a pipe until its
+    start-up lines are in, then drained to NAME.log so the pipe never fills."""
 
     def __init__(self, name, argv, workdir):
-        self.name = name
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        self.err_path = os.path.join(workdir, f"{name}.err")
-        self.log_file = open(self.log_path, "w")
-        self.err_file = open(self.err_path, "w")
-        try:
-            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.err_file)
-        except OSError as e:
-            self.log_file.close()
-            self.err_file.close()
-            raise SetupError(f"{name}: cannot start {argv[0]}: {e}") from e
-
-    @property
-    def pid(self):
-        return self.p.pid
+        super().__init__(name, argv, workdir, stdout_pipe=True)
+        self._drain = None
 
     def lines_until(self, pattern, timeout=30.0):
         """The stdout lines up to the first matching `pattern`."""
-        fd = self.p.stdout.fileno()
-        sel = selectors.DefaultSelector()
-        sel.register(fd, selectors.EVENT_READ)
-        buf, lines = b"", []
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if not sel.select(timeout=0.2):
-                if self.p.poll() is not None:
-                    break
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                line = line.decode(errors="replace")
-                lines.append(line)
-                self.log_file.write(line + "\n")
-                self.log_file.flush()
-                if re.search(pattern, line):
-                    # Later output goes to the log, so the pipe never fills.
-                    self._drain = subprocess.Popen(["cat"], stdin=self.p.stdout, stdout=self.log_file)
-                    return lines
-        self.stop()
-        with open(self.err_path, errors="replace") as f:
-            err = f.read().strip().splitlines()[-3:]
-        raise SetupError(f"{self.name}: no line matching {pattern!r} within {timeout}s: {err}")
+        lines = self.read_lines_until(pattern, timeout)
+        self._drain = subprocess.Popen(["cat"], stdin=self.p.stdout, stdout=self.log_file)
+        return lines
 
     def stop(self):
-        if self.log_file.closed:
-            return
-        if self.p.poll() is None:
-            os.kill(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.p.pid, signal.SIGKILL)
-                self.p.wait()
-        drain = getattr(self, "_drain", None)
-        if drain is not None:
-            drain.wait(timeout=10)
-        self.p.stdout.close()
-        self.log_file.close()
-        self.err_file.close()
+        super().stop()
+        if self._drain is not None:
+            self._drain.wait(timeout=10)
+            self._drain = None
 
 
 def hostport(text):
