@@ -374,7 +374,7 @@ WEIRCTL_REQUESTS = {
     "calibration ls": ("calibration-ls", ["calibration", "ls"]),
 }
 # weirctl's node commands (answered by a node, or by every node through weir-mgmt with --all).
-NODE_COMMANDS = {"cache", "stats", "reload", "upstreams", "partitions"}
+NODE_COMMANDS = {"cache", "stats", "reload", "upstreams", "partitions", "segments"}
 
 
 def help_subcommands(text: str) -> list:

@@ -1,6 +1,6 @@
 // The learned segments against the city map (weirctl segments diff): which
 // cities the GSLB treats as several segments, which cities it treats as one,
-// and a city map that follows the GSLB (docs/operator-guide.md#segments).
+// and a city map that follows the GSLB (docs/operator-guide.md#cache-control).
 //
 // Every IPv4 /24 of the city map's prefixes gets a signature: for each name
 // studied, the answer of the segment that holds it (its last learned one,
