@@ -717,8 +717,16 @@ void ReadSegments(TomlChecker& c, const toml::table& t, ZoneSet* zs) {
       t, "segments",
       {"seed", "cities", "segments_per_city", "prefix", "segment_lengths", "nodes_per_city", "node_prefix",
        "addresses_per_answer", "weights", "weight_range", "ttl", "suffix", "name_groups",
-       "city_level_fraction", "segments_per_answer", "change_every_s", "change_fraction"});
+       "city_level_fraction", "segments_per_answer", "change_every_s", "change_fraction", "scope"});
   SegmentConfig s;
+  std::string scope = "segment";
+  if (c.String(t, "scope", &scope)) {
+    if (scope == "run") {
+      s.run_scope = true;
+    } else if (scope != "segment") {
+      c.Fail(t.get("scope")->source(), Cat("'scope' must be \"segment\" or \"run\", not \"", scope, "\""));
+    }
+  }
   c.Int(t, "seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
   c.Int(t, "cities", &s.cities, 1, 65535);
   c.Int(t, "segments_per_city", &s.segments_per_city, 1, 1 << 20);

@@ -201,10 +201,32 @@ void SegmentModel::Fill(uint32_t group, std::optional<uint32_t> segment, View* o
     return;
   }
   const Segment& s = segments_[*segment];
-  out->cidr = V4Prefix(s.start, s.length);
-  out->scope = s.length;
+  const Prefix scope = ScopeOf(group, *segment);
+  out->scope = scope.length;
+  out->cidr = scope;
   const uint32_t run = run_[size_t{group} * segments_.size() + *segment];
   AnswerOf(s.city, rotation_[run_base_[group] + run], out);
+}
+
+Prefix SegmentModel::ScopeOf(uint32_t group, uint32_t segment) const {
+  const Segment& s = segments_[segment];
+  if (!config_.run_scope) return V4Prefix(s.start, s.length);
+  // The run's address range [lo, hi): its segments are neighbours.
+  const uint32_t* run = run_.data() + size_t{group} * segments_.size();
+  uint32_t first = segment, last = segment;
+  while (first > 0 && run[first - 1] == run[segment]) --first;
+  while (last + 1 < segments_.size() && run[last + 1] == run[segment]) ++last;
+  const uint64_t lo = segments_[first].start;
+  const uint64_t hi = uint64_t{segments_[last].start} + segments_[last].Size();
+  uint32_t length = s.length;
+  while (length > config_.prefix.length) {
+    const uint64_t size = uint64_t{1} << (32 - (length - 1));
+    const uint64_t start = s.start & ~(size - 1);
+    if (start < lo || start + size > hi) break;
+    --length;
+  }
+  const uint32_t mask = length == 0 ? 0 : ~uint32_t{0} << (32 - length);
+  return V4Prefix(s.start & mask, static_cast<uint8_t>(length));
 }
 
 std::string SegmentModel::TruthJson(uint32_t group, uint64_t epoch, std::string_view name) const {
@@ -248,6 +270,7 @@ std::string SegmentModel::TruthJson(uint32_t group, uint64_t epoch, std::string_
     o["cidr"] = V4Prefix(s.start, s.length).ToText();
     o["city"] = CityName(s.city);
     o["run"] = run;
+    o["scope"] = ScopeOf(group, i).length;
     answer(&o);
     seg_answers.push_back(o);
     segs.push_back(std::move(o));
@@ -266,7 +289,7 @@ std::string SegmentModel::TruthJson(uint32_t group, uint64_t epoch, std::string_
       const Json& sa = seg_answers[*seg];
       o["segment"] = sa["cidr"];
       o["city"] = sa["city"];
-      o["scope"] = segments_[*seg].length;
+      o["scope"] = sa["scope"];
       o["addresses"] = sa["addresses"];
       o["weights"] = sa["weights"];
     } else {

@@ -52,6 +52,10 @@ struct SegmentConfig {
   uint32_t run_max = 4;
   uint32_t change_every_s = 0;  // 0: the epoch only changes by `segments-epoch`
   double change_fraction = 0.1;
+  // The ECS scope of an answer: false, the segment's own prefix; true
+  // (`scope = "run"`), the shortest aligned prefix holding the segment that
+  // lies inside its run (a GSLB that aggregates neighbours it answers alike).
+  bool run_scope = false;
 };
 
 // The highest epoch `segments-epoch` and the export accept: reaching epoch N
@@ -89,6 +93,9 @@ class SegmentModel {
   // The answer of `group` for `segment` (nullopt: the default answer) at the
   // current epoch: cidr, scope, ttl and weighted addresses in `out`.
   void Fill(uint32_t group, std::optional<uint32_t> segment, View* out) const;
+  // The prefix `group`'s answers for `segment` are scoped to: the segment,
+  // or with `run_scope` the widest aligned prefix holding it inside its run.
+  Prefix ScopeOf(uint32_t group, uint32_t segment) const;
 
   // The ground truth (JSON, one line): every /24 of the prefix with its
   // segment, city, scope and answer, for `group` at `epoch`.

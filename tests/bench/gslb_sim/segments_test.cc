@@ -370,6 +370,53 @@ TEST(GslbSimSegmentsTest, CarrierScaleLoadsFast) {
   EXPECT_EQ(per_group.size(), 64u);
 }
 
+TEST(GslbSimSegmentsTest, RunScopeIsTheWidestAlignedPrefixInsideTheRun) {
+  // scope = "run": an answer is valid for the shortest aligned prefix that
+  // holds the segment and lies inside its run; checked against the runs of
+  // the ground truth: every segment inside the scope is of the same run, the
+  // next shorter prefix is not.
+  const SegmentModel m = Load("scope = \"run\"\nname_groups = 2\n");
+  const SegmentModel plain = Load("name_groups = 2\n");
+  const auto& segs = m.segments();
+  size_t wider = 0, wide = 0;
+  for (uint32_t g = 0; g < 2; ++g) {
+    const nlohmann::json truth = nlohmann::json::parse(m.TruthJson(g, 0, ""));
+    ASSERT_EQ(truth["segments"].size(), segs.size());
+    // The run of the segment holding `addr`, -1 outside every segment.
+    auto run_at = [&](uint64_t addr) -> int64_t {
+      const std::optional<uint32_t> s = m.Find(static_cast<uint32_t>(addr));
+      return s ? truth["segments"][*s]["run"].get<int64_t>() : -1;
+    };
+    for (uint32_t i = 0; i < segs.size(); ++i) {
+      View v;
+      m.Fill(g, i, &v);
+      const Prefix scope = m.ScopeOf(g, i);
+      EXPECT_EQ(v.scope, scope.length);
+      EXPECT_EQ(truth["segments"][i]["scope"], scope.length);
+      ASSERT_TRUE(v.cidr.has_value());
+      EXPECT_EQ(v.cidr->ToText(), scope.ToText());
+      ASSERT_LE(scope.length, segs[i].length);
+      const uint64_t size = uint64_t{1} << (32 - scope.length);
+      const uint64_t start = segs[i].start & ~(size - 1);
+      EXPECT_EQ(Ip(scope.ToText().substr(0, scope.ToText().find('/')).c_str()), start) << i;
+      const int64_t run = run_at(segs[i].start);
+      for (uint64_t a = start; a < start + size; a += 256) ASSERT_EQ(run_at(a), run) << i << " " << a;
+      if (scope.length > 8) {
+        const uint64_t up = size * 2, up_start = start & ~(up - 1);
+        bool leaves = false;
+        for (uint64_t a = up_start; a < up_start + up && !leaves; a += 256) leaves = run_at(a) != run;
+        EXPECT_TRUE(leaves) << i;
+      }
+      wider += scope.length < segs[i].length;
+      wide += scope.length <= 16;
+      // The answers are those of scope = "segment".
+      EXPECT_EQ(Answer(m, g, i), Answer(plain, g, i));
+    }
+  }
+  EXPECT_GT(wider, segs.size() / 4);
+  EXPECT_GT(wide, 0u);  // city-wide runs give wide prefixes
+}
+
 TEST(GslbSimSegmentsTest, ConfigErrorsNameTheirPosition) {
   auto one = [](const std::string& text) {
     const std::vector<std::string> e = Errors(text);
@@ -386,6 +433,9 @@ TEST(GslbSimSegmentsTest, ConfigErrorsNameTheirPosition) {
   EXPECT_EQ(one(head + ok_prefixes), "z.toml:6:1: missing key 'prefix'");
   const std::string p = head + "prefix = \"10.0.0.0/16\"\n" + ok_prefixes;  // keys from line 10
   EXPECT_EQ(one(p + "cities = 0\n"), "z.toml:10:10: 'cities' must be between 1 and 65535, not 0");
+  EXPECT_EQ(one(p + "scope = \"city\"\n"),
+            "z.toml:10:9: 'scope' must be \"segment\" or \"run\", not \"city\"");
+  EXPECT_EQ(one(p + "scope = 24\n"), "z.toml:10:9: 'scope' must be a string");
   EXPECT_EQ(one(p + "segments_per_city = 0\n"),
             "z.toml:10:21: 'segments_per_city' must be between 1 and 1048576, not 0");
   EXPECT_EQ(one(p + "nodes_per_city = 0\n"),
