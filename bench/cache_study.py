@@ -9,7 +9,7 @@ For each strategy (`--strategies`, all by default):
 
   city               tag `level=city`: one answer per city of the model's city map
   subnet             tag `level=subnet`: one answer per subscriber /24
-  adaptive           tag `level=adaptive max_segments=4096`: segments learned from the ECS scopes
+  adaptive           tag `level=adaptive max_segments=16384`: segments learned from the ECS scopes
   adaptive+prefetch  the same with cache.sibling_prefetch = 4
 
 it starts gslb-sim with the [segments] config (`--config`, examples/gslb-sim/segments.toml by default,
@@ -46,11 +46,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = {
     "city": ("level=city", {}),
     "subnet": ("level=subnet", {}),
-    "adaptive": ("level=adaptive max_segments=4096", {}),
-    "adaptive+prefetch": ("level=adaptive max_segments=4096", {"sibling_prefetch": 4}),
+    "adaptive": ("level=adaptive max_segments=16384", {}),
+    "adaptive+prefetch": ("level=adaptive max_segments=16384", {"sibling_prefetch": 4}),
 }
 FIELDS = ["strategy", "queries", "answered", "upstream_queries", "hit_ratio", "misscheduled_per_10k",
           "misscheduled", "checked", "unanswered", "cache_bytes", "segments", "qps", "seconds"]
+# --rate: one row per (strategy, simulated second) in the time series CSV.
+SERIES_FIELDS = ["strategy", "second", "queries", "hits", "misses", "hit_ratio", "upstream_queries", "segments",
+                 "cache_bytes"]
 
 
 class Proc(peerlib.Proc):
@@ -159,28 +162,20 @@ def run_strategy(name, args, build, workdir, config, citymap):
             f.write(f"seg.example ecs=on {keys}\n")
         conf = os.path.join(workdir, f"fastpath-{label}.toml")
         fastpath_config(conf, sim_addr, citymap, tags, args, cache_extra)
-        fp = Proc(f"fastpath-{label}", [binary(build, "fastpath/weir-fastpath"), "-c", conf], workdir)
+        fp_argv = [binary(build, "fastpath/weir-fastpath"), "-c", conf]
+        if args.rate:
+            fp_argv.append("--test-clock")
+        fp = Proc(f"fastpath-{label}", fp_argv, workdir)
         lines = fp.lines_until(r"^ready$")
         fp_addr = next(l.split()[2] for l in lines if l.startswith("listening udp "))
         fp_metrics = hostport(next(l.split()[2] for l in lines if l.startswith("metrics http ")))
 
-        report = os.path.join(workdir, f"bench-{label}.json")
-        argv = [binary(build, "bench/weir_bench/weir-bench"), "--server", fp_addr, "--source", "127.0.0.1",
-                "--subscriber-ecs", citymap, "--names", str(args.names), "--zone", "seg.example.",
-                "--zipf", str(args.zipf), "--segments-truth", config, "--count", str(args.count),
-                "--outstanding", str(args.outstanding), "--seed", str(args.seed), "--timeout", "3000",
-                "--progress", "never", "--json", report]
-        log(f"{name}: {' '.join(argv)}")
-        t0 = time.time()
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
-        seconds = time.time() - t0
-        with open(os.path.join(workdir, f"bench-{label}.txt"), "w") as f:
-            f.write(p.stdout + p.stderr)
-        if p.returncode != 0:
-            raise SetupError(f"{name}: weir-bench exited {p.returncode}: {p.stderr.strip()}")
-        with open(report) as f:
-            r = json.load(f)
-        m = metrics(*fp_metrics)
+        if args.rate:
+            r, m, series = run_steady(name, label, args, build, workdir, config, citymap, fp_addr, fp_metrics)
+        else:
+            series = []
+            r = run_bench(label, args, build, workdir, config, citymap, fp_addr, args.count, args.seed)
+            m = metrics(*fp_metrics)
         gslb = json.loads(control(*sim_control, "stats"))
     finally:
         if fp is not None:
@@ -190,6 +185,7 @@ def run_strategy(name, args, build, workdir, config, citymap):
 
     hits, misses = m.get("weir_cache_hits_total", 0), m.get("weir_cache_misses_total", 0)
     seg = r.get("segments", {})
+    seconds = r.get("wall_seconds", 0)
     row = {
         "strategy": name,
         "queries": r["sent"],
@@ -206,16 +202,91 @@ def run_strategy(name, args, build, workdir, config, citymap):
         "seconds": round(seconds, 1),
     }
     log(f"{name}: {row} (gslb-sim saw {gslb.get('queries')} queries)")
-    return row
+    return row, series
 
 
-def plot(rows, plot_dir, title):
+def run_bench(label, args, build, workdir, config, citymap, fp_addr, count, seed):
+    """One weir-bench run of `count` queries: its JSON report, with its wall
+    time added as wall_seconds."""
+    report = os.path.join(workdir, f"bench-{label}.json")
+    argv = [binary(build, "bench/weir_bench/weir-bench"), "--server", fp_addr, "--source", "127.0.0.1",
+            "--subscriber-ecs", citymap, "--names", str(args.names), "--zone", "seg.example.",
+            "--zipf", str(args.zipf), "--segments-truth", config, "--count", str(count),
+            "--outstanding", str(args.outstanding), "--seed", str(seed), "--timeout", "3000",
+            "--progress", "never", "--json", report]
+    if not args.rate:
+        log(f"{label}: {' '.join(argv)}")
+    t0 = time.time()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    seconds = time.time() - t0
+    with open(os.path.join(workdir, f"bench-{label}.txt"), "a") as f:
+        f.write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise SetupError(f"{label}: weir-bench exited {p.returncode}: {p.stderr.strip()}")
+    with open(report) as f:
+        r = json.load(f)
+    r["wall_seconds"] = seconds
+    return r
+
+
+def advance_clock(fp_metrics, seconds):
+    host, port = fp_metrics
+    urllib.request.urlopen(f"http://{host}:{port}/test/advance-clock?seconds={seconds}", timeout=10).read()
+
+
+def run_steady(name, label, args, build, workdir, config, citymap, fp_addr, fp_metrics):
+    """The steady state on weir-fastpath's test clock: --rate queries per
+    simulated second for --simulated-seconds, the clock moved one second after
+    each second's queries (weir-bench seeded anew each second). The figures are
+    the differences over the seconds after --warmup-seconds; the series has one
+    row per simulated second."""
+    total = {"sent": 0, "answered": 0, "qps_answered": 0.0, "wall_seconds": 0.0,
+             "segments": {"misscheduled": 0, "checked": 0, "unanswered": 0}}
+    series = []
+    start = prev = metrics(*fp_metrics)
+    log(f"{name}: {args.simulated_seconds} simulated seconds of {args.rate} queries "
+        f"(the first {args.warmup_seconds} not counted)")
+    for second in range(args.simulated_seconds):
+        r = run_bench(label, args, build, workdir, config, citymap, fp_addr, args.rate,
+                      args.seed * 1000003 + second)
+        advance_clock(fp_metrics, 1)
+        now = metrics(*fp_metrics)
+        d = {k: now.get(k, 0) - prev.get(k, 0) for k in
+             ("weir_cache_hits_total", "weir_cache_misses_total", "weir_upstream_queries_total")}
+        looked = d["weir_cache_hits_total"] + d["weir_cache_misses_total"]
+        series.append({"strategy": name, "second": second + 1, "queries": r["sent"],
+                       "hits": int(d["weir_cache_hits_total"]), "misses": int(d["weir_cache_misses_total"]),
+                       "hit_ratio": round(d["weir_cache_hits_total"] / looked, 5) if looked else 0,
+                       "upstream_queries": int(d["weir_upstream_queries_total"]),
+                       "segments": int(now.get("weir_segments", 0)), "cache_bytes": int(now.get("weir_cache_bytes", 0))})
+        prev = now
+        if second + 1 == args.warmup_seconds:
+            start = now
+        if second + 1 > args.warmup_seconds:
+            for k in ("sent", "answered", "wall_seconds"):
+                total[k] += r[k] if k in r else 0
+            for k in ("misscheduled", "checked", "unanswered"):
+                total["segments"][k] += r.get("segments", {}).get(k, 0)
+        if (second + 1) % 30 == 0:
+            log(f"{name}: simulated second {second + 1}: hit ratio {series[-1]['hit_ratio']}")
+    seg = total["segments"]
+    seg["misscheduled_per_10k"] = round(seg["misscheduled"] * 10000 / seg["checked"], 2) if seg["checked"] else 0
+    total["qps_answered"] = total["answered"] / total["wall_seconds"] if total["wall_seconds"] else 0
+    end = metrics(*fp_metrics)
+    m = {k: end.get(k, 0) - start.get(k, 0) for k in
+         ("weir_cache_hits_total", "weir_cache_misses_total", "weir_upstream_queries_total")}
+    m["weir_cache_bytes"] = end.get("weir_cache_bytes", 0)
+    m["weir_segments"] = end.get("weir_segments", 0)
+    return total, m, series
+
+
+def plot(rows, plot_dir, title, prefix):
     """One bar chart per figure, PNG and SVG, with gnuplot (skipped when it is not installed)."""
     gnuplot = shutil.which("gnuplot")
     if gnuplot is None:
         log("gnuplot not found: no plots")
         return []
-    data = os.path.join(plot_dir, "cache_study.dat")
+    data = os.path.join(plot_dir, f"{prefix}.dat")
     with open(data, "w") as f:
         f.write("# strategy " + " ".join(FIELDS[1:]) + "\n")
         for r in rows:
@@ -227,7 +298,7 @@ def plot(rows, plot_dir, title):
     for key, label, fmt in figures:
         col = FIELDS.index(key) + 1
         for term, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
-            out = os.path.join(plot_dir, f"cache_study_{key}.{ext}")
+            out = os.path.join(plot_dir, f"{prefix}_{key}.{ext}")
             script = (f'set terminal {term}\nset output "{out}"\n'
                       f'set title "{label} per cache strategy\\n{{/*0.8 {title}}}"\n'
                       "set style fill solid 0.6 border -1\nset boxwidth 0.6\nset grid ytics\n"
@@ -239,13 +310,46 @@ def plot(rows, plot_dir, title):
                 log(f"gnuplot failed for {out}: {p.stderr.strip()}")
                 continue
             written.append(out)
+    os.remove(data)
     return written
 
 
-def write_csv(path, rows):
+def plot_series(series, plot_dir, title, prefix):
+    """The hit ratio of each simulated second, one line per strategy."""
+    gnuplot = shutil.which("gnuplot")
+    if gnuplot is None or not series:
+        return []
+    strategies = list(dict.fromkeys(r["strategy"] for r in series))
+    data = os.path.join(plot_dir, f"{prefix}_series.dat")
+    with open(data, "w") as f:
+        for s in strategies:
+            f.write(f'"{s}"\n')
+            for r in series:
+                if r["strategy"] == s:
+                    f.write(f'{r["second"]} {r["hit_ratio"]}\n')
+            f.write("\n\n")
+    written = []
+    for term, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
+        out = os.path.join(plot_dir, f"{prefix}_hit_ratio_over_time.{ext}")
+        script = (f'set terminal {term}\nset output "{out}"\n'
+                  f'set title "hit ratio per simulated second\\n{{/*0.8 {title}}}"\n'
+                  "set xlabel \"simulated second\"\nset ylabel \"hit ratio\"\nset grid\nset yrange [0:1]\n"
+                  "set key bottom right\n"
+                  f'plot for [i=0:{len(strategies) - 1}] "{data}" index i using 1:2 with lines lw 2 '
+                  "title columnheader(1)\n")
+        p = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
+        if p.returncode != 0:
+            log(f"gnuplot failed for {out}: {p.stderr.strip()}")
+            continue
+        written.append(out)
+    os.remove(data)
+    return written
+
+
+def write_csv(path, rows, fields=FIELDS):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
 
@@ -276,11 +380,28 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "cache_study.csv"),
                     help="the CSV (default bench/results/cache_study.csv)")
     ap.add_argument("--plot-dir", default=os.path.join(REPO, "bench", "results"),
-                    help="where cache_study_*.png and .svg go (default bench/results)")
+                    help="where the plots go (default bench/results)")
+    ap.add_argument("--plot-prefix", default="cache_study",
+                    help="plot file names: PREFIX_<figure>.png and .svg (default cache_study)")
+    ap.add_argument("--rate", type=int, default=0,
+                    help="steady state on weir-fastpath's test clock: this many queries per simulated second "
+                         "(--count is then unused; default 0: one closed-loop run of --count)")
+    ap.add_argument("--simulated-seconds", type=int, default=240,
+                    help="with --rate: simulated seconds to run (default 240, four TTLs of the model)")
+    ap.add_argument("--warmup-seconds", type=int, default=60,
+                    help="with --rate: simulated seconds not counted in the figures (default 60, one TTL)")
+    ap.add_argument("--series-out", default="",
+                    help="with --rate: the per-second CSV (default: --out with _series before .csv)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (configs, logs, JSON)")
     args = ap.parse_args()
     if args.quick:
         args.names, args.count = 10000, 100000
+        if args.rate:
+            args.simulated_seconds, args.warmup_seconds = min(args.simulated_seconds, 20), 0
+    if args.rate and not 0 <= args.warmup_seconds < args.simulated_seconds:
+        ap.error("--warmup-seconds must be below --simulated-seconds")
+    if not args.series_out:
+        args.series_out = re.sub(r"(\.csv)?$", "_series.csv", args.out, count=1)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     for s in strategies:
         if s not in STRATEGIES:
@@ -288,7 +409,7 @@ def main():
     build = os.path.abspath(args.build_dir)
 
     workdir = tempfile.mkdtemp(prefix="cache-study-")
-    rows = []
+    rows, series = [], []
     try:
         config = os.path.join(workdir, "segments.toml")
         static_config(args.config, config)
@@ -301,9 +422,13 @@ def main():
             f.write(p.stdout)
         t0 = time.time()
         for s in strategies:
-            rows.append(run_strategy(s, args, build, workdir, config, citymap))
+            row, rows_series = run_strategy(s, args, build, workdir, config, citymap)
+            rows.append(row)
+            series += rows_series
             # After each strategy, so an interrupted study keeps what it measured.
             write_csv(args.out, rows)
+            if args.rate:
+                write_csv(args.series_out, series, SERIES_FIELDS)
         log(f"all strategies in {time.time() - t0:.0f} s")
     except SetupError as e:
         log(f"cache_study: {e} (work directory {workdir})")
@@ -318,8 +443,14 @@ def main():
             shutil.rmtree(workdir, ignore_errors=True)
 
     os.makedirs(args.plot_dir, exist_ok=True)
-    title = f"{args.names} names, zipf {args.zipf}, {args.count} queries"
-    files = plot(rows, args.plot_dir, title)
+    if args.rate:
+        title = (f"{args.names} names, zipf {args.zipf}, {args.rate} queries per simulated second, "
+                 f"seconds {args.warmup_seconds + 1}-{args.simulated_seconds}")
+    else:
+        title = f"{args.names} names, zipf {args.zipf}, {args.count} queries"
+    files = plot(rows, args.plot_dir, title, args.plot_prefix)
+    if args.rate:
+        files += plot_series(series, args.plot_dir, title, args.plot_prefix)
     print(",".join(FIELDS))
     for r in rows:
         print(",".join(str(r[k]) for k in FIELDS))

@@ -711,9 +711,9 @@ ControlReply Node::SegmentsList(const ControlRequest& r) {
                                               {"city", cm != nullptr ? CityName(cm, cm->Lookup(first)) : "-"},
                                               {"answer", PartitionText(cm, s.answer)},
                                               {"addresses", addresses},
-                                              {"ttl_left", s.expires > now ? s.expires - now : 0},
-                                              {"expired", s.expires <= now},
-                                              {"learned_ago", now >= s.learned ? now - s.learned : 0}});
+                                              {"ttl_left", s.Expires() > now ? s.Expires() - now : 0},
+                                              {"expired", s.Expires() <= now},
+                                              {"learned_ago", now >= s.Learned() ? now - s.Learned() : 0}});
     }
   }
   reply.Block([](const Json& d) {

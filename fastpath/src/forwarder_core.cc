@@ -678,7 +678,7 @@ const partitions::CacheEntry* ForwarderCore::Cached(const MissRequest& m, uint32
     const partitions::SegmentSet* set = table != nullptr ? table->Find(m.qname.span(), m.qtype) : nullptr;
     const partitions::Segment* seg =
         set != nullptr ? set->Match(partitions::SegmentAddressOf(m.ecs)) : nullptr;
-    if (seg == nullptr || (seg->expires <= now && !expired_segments)) return nullptr;
+    if (seg == nullptr || (seg->Expires() <= now && !expired_segments)) return nullptr;
     partition = seg->answer;
   }
   return shared_->cache->Peek({partition, m.qname.span(), m.qtype, m.qclass}, now, f);

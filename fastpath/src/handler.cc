@@ -271,7 +271,7 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
 
 bool QueryHandler::ShouldPrefetch(const partitions::Segment& s, uint32_t now) {
   if (options_.prefetch_percent == 0) return false;
-  if (!dns::PrefetchDue(s.ttl, s.expires > now ? s.expires - now : 0, options_.prefetch_percent))
+  if (!dns::PrefetchDue(s.Ttl(), s.Expires() > now ? s.Expires() - now : 0, options_.prefetch_percent))
     return false;
   return ClaimRefresh(common::Mix64(s.id), now);
 }
@@ -421,7 +421,7 @@ void QueryHandler::ClassifyAdaptive(uint32_t now, QueryContext* c) {
   c->slot = kSegmentSlot;
   // After every upstream failed, a segment past its time still picks the
   // stale answer (RFC 8767).
-  if (seg == nullptr || (seg->expires <= now && !c->expired_segments)) return;
+  if (seg == nullptr || (seg->Expires() <= now && !c->expired_segments)) return;
   c->segment = seg;
   c->sequence = seg->id;
   c->partition = seg->answer;

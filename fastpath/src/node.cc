@@ -440,6 +440,10 @@ void Node::RenderSegments(common::PrometheusWriter& w, const ForwarderStats& fs)
       .Add({}, t.memory_bytes());
   w.Counter("weir_segment_learns_total", "Answers of level=adaptive names whose ECS scope was learned.")
       .Add({}, s.learned.Read());
+  w.Counter("weir_segment_refreshes_total",
+            "Of the segment learns, those that only moved a segment's time on (the same answer again, "
+            "refreshed in place).")
+      .Add({}, s.refreshed.Read());
   auto& changes = w.Counter(
       "weir_segment_changes_total",
       "Changes to the learned segments: new (a segment learned), split (learned inside a wider segment "

@@ -49,6 +49,18 @@ Segment SiblingOf(const Segment& s) {
   return t;
 }
 
+// The segment with s's key in the sorted `segs`, if any.
+template <typename Vec>
+auto FindKey(Vec& segs, const Segment& s) {
+  const auto it = std::lower_bound(segs.begin(), segs.end(), s, Before);
+  return it != segs.end() && SameKey(*it, s) ? it : segs.end();
+}
+
+void Store(const uint32_t& field, uint32_t v) {
+  // The published set is immutable but for these fields (Segment).
+  std::atomic_ref<uint32_t>(const_cast<uint32_t&>(field)).store(v, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 SegmentAddress SegmentAddressOf(const common::IpAddress& a) {
@@ -238,8 +250,6 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   if (slot == nullptr) return out;
   max_segments = std::clamp<size_t>(max_segments, 1, kMaxMaxSegments);
   const SegmentSet* old = slot->set.load(std::memory_order_relaxed);
-  std::vector<Segment> segs;
-  if (old != nullptr) segs = old->segments_;
 
   const SegmentAddress a = SegmentAddressOf(asked);
   Segment s;
@@ -250,6 +260,34 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   s.ttl = ttl;
   s.learned = now;
   s.fingerprint = fingerprint;
+
+  // The same segment with the same answer, where the learn changes nothing
+  // else: no longer segment holds the subnet asked (it would be absorbed),
+  // no live sibling with this answer (they would merge), the bound kept.
+  if (old != nullptr && old->segments_.size() <= max_segments) {
+    const auto x = FindKey(old->segments_, s);
+    bool refresh = x != old->segments_.end() && x->fingerprint == fingerprint && old->Match(a) == &*x;
+    if (refresh && s.len > 0) {
+      const auto sib = FindKey(old->segments_, SiblingOf(s));
+      refresh = sib == old->segments_.end() || sib->fingerprint != fingerprint || sib->expires <= now;
+    }
+    if (refresh) {
+      Store(x->ttl, ttl);
+      Store(x->learned, now);
+      Store(x->expires, now + ttl);
+      stats_.refreshed.Add();
+      stats_.learned.Add();
+      out.stored = true;
+      out.answer = x->answer;
+      return out;
+    }
+  }
+  // Room for the new segment from the start: one allocation, one copy.
+  std::vector<Segment> segs;
+  if (old != nullptr) {
+    segs.reserve(old->segments_.size() + 1);
+    segs.assign(old->segments_.begin(), old->segments_.end());
+  }
   // The answer's partition: the one its identity has in this set already,
   // else a new one.
   s.answer = 0;
@@ -296,8 +334,7 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
   // ORTC: while the sibling holds the same answer (and is still served),
   // the two are their parent.
   while (s.len > 0) {
-    const Segment sib = SiblingOf(s);
-    auto it = std::find_if(segs.begin(), segs.end(), [&](const Segment& x) { return SameKey(x, sib); });
+    const auto it = FindKey(segs, SiblingOf(s));
     if (it == segs.end() || it->fingerprint != fingerprint || it->expires <= now) break;
     Segment parent = s;
     parent.len = static_cast<uint8_t>(s.len - 1);

@@ -10,8 +10,11 @@
 
 #include "text_util.h"
 #include "weir/common/text.h"
+#include "weir/partitions/segments.h"
 
 namespace weir::partitions {
+
+static_assert(kMaxSegmentsPerName == SegmentTable::kMaxMaxSegments);
 namespace internal {
 
 namespace {

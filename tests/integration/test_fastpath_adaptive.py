@@ -129,6 +129,26 @@ class AdaptiveTest(unittest.TestCase):
         self.assertEqual(self.metric("weir_segment_changes_total", change="split"), 1)
         self.assertEqual(self.metric("weir_segments"), 2)
 
+    def test_a_segment_asked_again_after_its_ttl_with_the_same_answer_is_refreshed_in_place(self):
+        self.start(three_segments())
+        self.assertEqual(self.fp.dig("x.seg.example.com", source="127.1.17.7").addresses(), ["192.0.2.2"])
+        self.assertEqual(self.metric("weir_segment_refreshes_total"), 0)
+        # Past the TTL: asked again (another subscriber of the segment), the
+        # same answer and scope: the segment's time moves on, nothing new.
+        self.fp.advance_clock(61)
+        self.assertEqual(self.fp.dig("x.seg.example.com", source="127.1.18.1").addresses(), ["192.0.2.2"])
+        self.assertEqual(self.asked(), ["127.1.17.0", "127.1.18.0"])
+        self.assertEqual(self.metric("weir_segment_learns_total"), 2)
+        self.assertEqual(self.metric("weir_segment_refreshes_total"), 1)
+        self.assertEqual(self.metric("weir_segment_changes_total", change="new"), 1)
+        self.assertEqual(self.metric("weir_segments"), 1)
+        # Served again for its TTL: the segment's other subscribers hit.
+        self.fp.advance_clock(30)
+        self.assertEqual(self.fp.dig("x.seg.example.com", source="127.1.16.200").addresses(), ["192.0.2.2"])
+        self.assertEqual(len(self.asked()), 2)
+        segs = self.weirctl("segments", "ls", "x.seg.example.com")["segments"]
+        self.assertEqual([(s["segment"], s["ttl_left"]) for s in segs], [("127.1.16.0/22", 30)])
+
     def test_an_upstream_servfail_keeps_the_stale_answer_and_teaches_nothing(self):
         def zones(servfail):
             return (zone("example.com.") +

@@ -128,6 +128,78 @@ TEST_F(SegmentTableTest, ARefreshWithTheSameAnswerKeepsTheSegmentsSequence) {
   EXPECT_NE(t.Find(Key("x.cdn").span(), kA)->segments()[0].id, id) << "another answer: a new sequence";
 }
 
+TEST_F(SegmentTableTest, TheSameAnswerAgainMovesTheTimeOnInPlace) {
+  SegmentTable t(16);
+  Learn(t, "10.1.0.1", 24, 1, 1000);
+  Learn(t, "10.3.0.1", 22, 2, 1000);
+  const SegmentSet* set = t.Find(Key("x.cdn").span(), kA);
+  // Learned again after its TTL, same answer: the published set is the
+  // same object, its time moved on.
+  const auto l = Learn(t, "10.1.0.7", 24, 1, 1070, /*ttl=*/30);
+  EXPECT_TRUE(l.stored);
+  EXPECT_EQ(t.Find(Key("x.cdn").span(), kA), set);
+  const Segment& x = set->segments()[0];
+  EXPECT_EQ(SegmentText(x), "10.1.0.0/24");
+  EXPECT_EQ(x.Expires(), 1100u);
+  EXPECT_EQ(x.Ttl(), 30u);
+  EXPECT_EQ(x.Learned(), 1070u);
+  EXPECT_EQ(l.answer, x.answer);
+  EXPECT_EQ(t.stats().refreshed.Read(), 1u);
+  EXPECT_EQ(t.stats().learned.Read(), 3u);
+  EXPECT_EQ(SegmentOf(t, "10.1.0.200"), "10.1.0.0/24=1");
+
+  // Anything else publishes a new set: another answer,
+  Learn(t, "10.1.0.7", 24, 5, 1071);
+  const SegmentSet* after_change = t.Find(Key("x.cdn").span(), kA);
+  EXPECT_NE(after_change, set);
+  EXPECT_EQ(SegmentOf(t, "10.1.0.200"), "10.1.0.0/24=5");
+  // a live sibling with the same answer (they merge),
+  Learn(t, "10.1.1.7", 24, 5, 1072);
+  EXPECT_EQ(SegmentOf(t, "10.1.0.200"), "10.1.0.0/23=5");
+  const SegmentSet* merged = t.Find(Key("x.cdn").span(), kA);
+  Learn(t, "10.1.1.7", 23, 5, 1073);  // the merged parent learned as such: in place
+  EXPECT_EQ(t.Find(Key("x.cdn").span(), kA), merged);
+  // a longer segment holding the subnet asked (absorbed by the wider answer).
+  Learn(t, "10.3.1.1", 24, 7, 1074);  // a split inside 10.3.0.0/22
+  EXPECT_EQ(SegmentOf(t, "10.3.1.9"), "10.3.1.0/24=7");
+  const SegmentSet* split = t.Find(Key("x.cdn").span(), kA);
+  Learn(t, "10.3.1.1", 22, 2, 1075);
+  EXPECT_NE(t.Find(Key("x.cdn").span(), kA), split);
+  EXPECT_EQ(SegmentOf(t, "10.3.1.9"), "10.3.0.0/22=2");
+  EXPECT_EQ(t.stats().absorbed.Read(), 1u);
+  EXPECT_EQ(t.stats().refreshed.Read(), 2u);
+}
+
+TEST_F(SegmentTableTest, AHotNameKeepsThousandsOfSegmentsAndRefreshesThemInPlace) {
+  // 6,000 /24 segments of one name (a GSLB with 300 segments in each of 20
+  // cities), every other /24 so none merge, alternating answers.
+  SegmentTable t(16, 100000);
+  const dns::NameKey name = Key("hot.cdn");
+  auto subnet = [](int i) {
+    return std::to_string(10 + (2 * i) / 65536) + "." + std::to_string((2 * i) / 256 % 256) + "." +
+           std::to_string((2 * i) % 256) + ".1";
+  };
+  for (int i = 0; i < 6000; ++i) {
+    ASSERT_TRUE(t.Learn(name, kA, Subnet(subnet(i)), 24, 1 + i % 7, 60, 1000, 16384).stored) << i;
+  }
+  EXPECT_EQ(t.stats().segments.load(), 6000u);
+  EXPECT_EQ(t.stats().bound_drops.Read(), 0u);
+  const SegmentSet* set = t.Find(name.span(), kA);
+  for (int i = 0; i < 6000; ++i) {
+    const Segment* s = set->Match(SegmentAddressOf(Ip(subnet(i))));
+    ASSERT_NE(s, nullptr) << i;
+    EXPECT_EQ(s->fingerprint, uint64_t(1 + i % 7)) << i;
+  }
+  // One TTL later every segment is learned again with its answer: all in
+  // place, nothing republished.
+  for (int i = 0; i < 6000; ++i) t.Learn(name, kA, Subnet(subnet(i)), 24, 1 + i % 7, 60, 1060, 16384);
+  EXPECT_EQ(t.Find(name.span(), kA), set);
+  EXPECT_EQ(t.stats().refreshed.Read(), 6000u);
+  for (const Segment& s : set->segments()) EXPECT_EQ(s.Expires(), 1120u);
+  // The bound, at the most a tag allows.
+  EXPECT_EQ(SegmentTable::kMaxMaxSegments, size_t{65534});
+}
+
 TEST_F(SegmentTableTest, TheBoundDropsWhatIsPastItsTimeThenTheLeastRecentlyLearned) {
   SegmentTable t(16);
   // Four /24s far apart (no siblings), learned one second apart; the first

@@ -88,12 +88,15 @@ TEST(TagLine, AdaptiveLevel) {
   ASSERT_TRUE(again.ok()) << FormatTag(*t);
   EXPECT_EQ(again->max_segments, 512);
   EXPECT_EQ(FormatTag(*again), FormatTag(*t));
+  t = ParseTagLine("seg.example.com ecs=on level=adaptive max_segments=65534");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->max_segments, 65534);
   const std::pair<const char*, const char*> bad[] = {
       {"a.com level=adaptive", "level=adaptive needs ecs=on"},
       {"a.com ecs=on level=city max_segments=4", "max_segments needs level=adaptive"},
-      {"a.com ecs=on level=adaptive max_segments=0", "max_segments must be 1..4096"},
-      {"a.com ecs=on level=adaptive max_segments=4097", "max_segments must be 1..4096"},
-      {"a.com ecs=on level=adaptive max_segments=x", "max_segments must be 1..4096"},
+      {"a.com ecs=on level=adaptive max_segments=0", "max_segments must be 1..65534"},
+      {"a.com ecs=on level=adaptive max_segments=65535", "max_segments must be 1..65534"},
+      {"a.com ecs=on level=adaptive max_segments=x", "max_segments must be 1..65534"},
       {"a.com weight=on ecs=on level=adaptive calibrate=on", "calibrate=on needs level=global or level=city"},
       {"a.com ecs=on level=segment", "level must be global, city, subnet or adaptive"},
   };

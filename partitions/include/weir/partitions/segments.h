@@ -23,7 +23,12 @@
 //  * past the name's bound (max_segments), segments past their time go
 //    first, then the least recently learned one, with the segments around
 //    it (its subscribers are asked again, never given another segment's
-//    answer).
+//    answer);
+//  * a segment learned again with the same answer, where nothing else
+//    changes (no longer segment holds the subnet, no sibling to merge
+//    with), is refreshed in place: its time moves on in the published set,
+//    without a copy (the steady state: every segment is learned again once
+//    per TTL, and a hot name has thousands).
 // A scope of 0 is the name's answer for every subscriber of that family:
 // the /0 segment, which every longer segment overrides.
 //
@@ -49,6 +54,9 @@ namespace weir::partitions {
 class CacheEntry;
 
 // One learned segment: a prefix of the subscriber space and its answer.
+// The writer moves `expires`, `ttl` and `learned` on in place when the
+// same segment is learned again with the same answer (a refresh); other
+// threads read them with Expires() and Ttl().
 struct Segment {
   static constexpr uint16_t kNoParent = UINT16_MAX;
   uint64_t bits = 0;            // the prefix, left-aligned (IPv4: the address << 32), zero past `len`
@@ -64,6 +72,14 @@ struct Segment {
 
   bool Contains(uint8_t f, uint64_t addr_bits) const {
     return f == family && (len == 0 || ((addr_bits ^ bits) >> (64 - len)) == 0);
+  }
+  uint32_t Expires() const { return Load(expires); }
+  uint32_t Ttl() const { return Load(ttl); }
+  uint32_t Learned() const { return Load(learned); }
+
+ private:
+  static uint32_t Load(const uint32_t& field) {
+    return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(field)).load(std::memory_order_relaxed);
   }
 };
 
@@ -108,6 +124,7 @@ class SegmentSet {
 
 struct SegmentStats {
   common::OwnedCounter learned;       // answers learned from (Learn calls that stored)
+  common::OwnedCounter refreshed;     // of them, refreshes in place (same segment, same answer)
   common::OwnedCounter new_segments;  // segments created by a learn (not merges)
   common::OwnedCounter splits;        // learned inside a wider segment with another answer
   common::OwnedCounter merges;        // sibling pairs with one answer merged (ORTC)
@@ -123,7 +140,7 @@ class SegmentTable {
  public:
   static constexpr size_t kDefaultNames = 65536;
   static constexpr size_t kDefaultTotal = 1000000;
-  static constexpr size_t kMaxMaxSegments = 4096;  // Segment::parent's range
+  static constexpr size_t kMaxMaxSegments = 65534;  // Segment::parent's range
 
   // Room for `names` (name, type) pairs (the index takes 32 to 64 bytes per
   // name) and `total` segments over all of them (sizeof(Segment) each): a

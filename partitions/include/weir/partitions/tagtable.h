@@ -54,7 +54,7 @@ enum class AnswerMode : uint8_t { kAll = 0, kSingle = 1, kOrdered = 2 };
 
 // level=adaptive's bound on a name's segments (the tag key max_segments).
 inline constexpr uint16_t kDefaultSegmentsPerName = 256;
-inline constexpr uint32_t kMaxSegmentsPerName = 4096;
+inline constexpr uint32_t kMaxSegmentsPerName = 65534;  // SegmentTable::kMaxMaxSegments
 
 struct ForwardTarget {
   common::IpAddress address;
