@@ -112,14 +112,18 @@ def binary(build, rel):
     return path
 
 
-def static_config(src, dst):
+def static_config(src, dst, scope=""):
     """A copy of the [segments] config with change_every_s = 0: the GSLB's
-    answers then stay at epoch 0, the epoch weir-bench checks against."""
+    answers then stay at epoch 0, the epoch weir-bench checks against; with
+    `scope`, that scope key in place of the config's."""
     with open(src) as f:
         text = f.read()
     text, n = re.subn(r"(?m)^(\s*change_every_s\s*=\s*)\d+", r"\g<1>0", text)
     if n == 0:
         text = re.sub(r"(?m)^\[segments\]\s*$", "[segments]\nchange_every_s = 0", text, count=1)
+    if scope:
+        text = re.sub(r"(?m)^\s*scope\s*=.*$", "", text)
+        text = re.sub(r"(?m)^\[segments\]\s*$", f'[segments]\nscope = "{scope}"', text, count=1)
     with open(dst, "w") as f:
         f.write(text)
 
@@ -365,6 +369,8 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build"), help="the build tree (default: build)")
     ap.add_argument("--config", default=os.path.join(REPO, "examples", "gslb-sim", "segments.toml"),
                     help="gslb-sim config with a [segments] table (a copy with change_every_s = 0 is used)")
+    ap.add_argument("--scope", choices=["segment", "run"], default="",
+                    help="the model's ECS scope key in place of the config's (docs/gslb-sim.md)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help="comma-separated, of: " + ", ".join(STRATEGIES) + " (default: all)")
     ap.add_argument("--names", type=int, default=100000, help="names below seg.example. (default 100000)")
@@ -412,7 +418,7 @@ def main():
     rows, series = [], []
     try:
         config = os.path.join(workdir, "segments.toml")
-        static_config(args.config, config)
+        static_config(args.config, config, args.scope)
         citymap = os.path.join(workdir, "citymap.csv")
         p = subprocess.run([binary(build, "bench/gslb_sim/gslb-sim"), "--config", config, "--segments-citymap"],
                            capture_output=True, text=True, timeout=60)
@@ -448,6 +454,8 @@ def main():
                  f"seconds {args.warmup_seconds + 1}-{args.simulated_seconds}")
     else:
         title = f"{args.names} names, zipf {args.zipf}, {args.count} queries"
+    if args.scope:
+        title += f", GSLB scope {args.scope}"
     files = plot(rows, args.plot_dir, title, args.plot_prefix)
     if args.rate:
         files += plot_series(series, args.plot_dir, title, args.plot_prefix)

@@ -1,5 +1,5 @@
 // Micro-benchmarks for partitions/: city map, tag table, cache hits, SWRR
-// answers. Figures and commands are in bench/RESULTS.md ("partitions").
+// answers, adaptive segment learns. Figures and commands are in bench/RESULTS.md ("partitions").
 // Big tables are built once per process (function statics) so the ctest
 // smoke run (--benchmark_min_time=0.001) stays short.
 #include <benchmark/benchmark.h>
@@ -18,6 +18,7 @@
 #include "weir/dns/writer.h"
 #include "weir/partitions/cache.h"
 #include "weir/partitions/citymap.h"
+#include "weir/partitions/segments.h"
 #include "weir/partitions/swrr.h"
 #include "weir/partitions/tagtable.h"
 #include "weir/partitions/weight_factors.h"
@@ -455,6 +456,48 @@ BENCHMARK(BM_SwrrPickAndWrite)
     ->Args({0, 1024, 1})
     ->Args({1, 1024, 1})
     ->Args({0, 100000, 1});
+
+// ------------------------------------------------------- adaptive segments
+
+// SegmentTable::Learn on the forwarder for one name holding range(0)
+// segments (every other /24, so none merge): range(1) 0, the same answer
+// again (a refresh, the steady state's learn); 1, another answer for one
+// of them each time (a change: the set is copied and republished).
+void BM_SegmentLearn(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const bool change = state.range(1) != 0;
+  common::RcuThread rcu;
+  SegmentTable table(16, n + 16);
+  dns::NameKey name;
+  dns::NameKeyFromText("hot.seg.example", &name);
+  auto subnet = [](size_t i) {
+    common::IpAddress a;
+    a.family = 4;
+    const uint32_t v = (uint32_t{10} << 24) + static_cast<uint32_t>(2 * i) * 256;
+    a.bytes[0] = static_cast<uint8_t>(v >> 24);
+    a.bytes[1] = static_cast<uint8_t>(v >> 16);
+    a.bytes[2] = static_cast<uint8_t>(v >> 8);
+    return SubnetEcs(a);
+  };
+  std::vector<dns::ClientSubnet> subnets;
+  for (size_t i = 0; i < n; ++i) subnets.push_back(subnet(i));
+  for (size_t i = 0; i < n; ++i) table.Learn(name, dns::type::kA, subnets[i], 24, 1 + i % 7, 60, 1000, n);
+  size_t i = 0;
+  uint32_t now = 1000;
+  for (auto _ : state) {
+    const uint64_t fp = change ? 100 + (now & 1) : 1 + i % 7;
+    benchmark::DoNotOptimize(table.Learn(name, dns::type::kA, subnets[i], 24, fp, 60, now, n));
+    if (++i == n) {
+      i = 0;
+      ++now;
+    }
+    if (change) rcu.Quiescent();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(change ? "change" : "refresh");
+  state.counters["refreshed"] = static_cast<double>(table.stats().refreshed.Read());
+}
+BENCHMARK(BM_SegmentLearn)->ArgsProduct({{256, 9000}, {0, 1}});
 
 }  // namespace
 }  // namespace weir::partitions

@@ -685,6 +685,7 @@ ControlReply Node::SegmentsList(const ControlRequest& r) {
                              {"truncated", false}});
   if (set != nullptr) {
     for (const partitions::Segment& s : set->segments()) {
+      const uint32_t expires = s.Expires();  // once: a refresh may move it on meanwhile
       if (reply.json()["segments"].size() == *limit) {
         reply.json()["truncated"] = true;
         break;
@@ -711,8 +712,8 @@ ControlReply Node::SegmentsList(const ControlRequest& r) {
                                               {"city", cm != nullptr ? CityName(cm, cm->Lookup(first)) : "-"},
                                               {"answer", PartitionText(cm, s.answer)},
                                               {"addresses", addresses},
-                                              {"ttl_left", s.Expires() > now ? s.Expires() - now : 0},
-                                              {"expired", s.Expires() <= now},
+                                              {"ttl_left", expires > now ? expires - now : 0},
+                                              {"expired", expires <= now},
                                               {"learned_ago", now >= s.Learned() ? now - s.Learned() : 0}});
     }
   }

@@ -271,8 +271,8 @@ bool QueryHandler::ShouldPrefetch(const partitions::CacheEntry& e, uint32_t now)
 
 bool QueryHandler::ShouldPrefetch(const partitions::Segment& s, uint32_t now) {
   if (options_.prefetch_percent == 0) return false;
-  if (!dns::PrefetchDue(s.Ttl(), s.Expires() > now ? s.Expires() - now : 0, options_.prefetch_percent))
-    return false;
+  const uint32_t expires = s.Expires();  // once: a refresh may move it on meanwhile
+  if (!dns::PrefetchDue(s.Ttl(), expires > now ? expires - now : 0, options_.prefetch_percent)) return false;
   return ClaimRefresh(common::Mix64(s.id), now);
 }
 

@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
   int s_limit = 1000;
   seg_ls->add_option("name", s_name, "the name")->required();
   seg_ls->add_option("--type", s_type, "the type (default A)");
-  seg_ls->add_option("--limit", s_limit, "at most this many segments")->check(CLI::Range(1, 4096));
+  seg_ls->add_option("--limit", s_limit, "at most this many segments")->check(CLI::Range(1, 65534));
   CLI::App* seg_diff = segments->add_subcommand(
       "diff",
       "the learned segments against the city map: cities the GSLB splits, cities it answers as one; "

@@ -49,6 +49,25 @@ Segment SiblingOf(const Segment& s) {
   return t;
 }
 
+// A predicate for the segments of the sorted `segs` past their time whose
+// two halves are both segments: they serve no address.
+auto CoveredBy(const std::vector<Segment>& segs, uint32_t now) {
+  const auto has = [&](const Segment& x) {
+    const auto it = std::lower_bound(segs.begin(), segs.end(), x, Before);
+    return it != segs.end() && SameKey(*it, x);
+  };
+  std::vector<Segment> covered;
+  for (const Segment& x : segs) {
+    if (x.expires > now || x.len >= MaxLen(x.family)) continue;
+    Segment lo = x;
+    lo.len = static_cast<uint8_t>(x.len + 1);
+    if (has(lo) && has(SiblingOf(lo))) covered.push_back(x);
+  }
+  return [covered = std::move(covered)](const Segment& x) {
+    return !covered.empty() && std::binary_search(covered.begin(), covered.end(), x, Before);
+  };
+}
+
 // The segment with s's key in the sorted `segs`, if any.
 template <typename Vec>
 auto FindKey(Vec& segs, const Segment& s) {
@@ -226,7 +245,10 @@ size_t SegmentTable::Sweep(uint32_t now, uint32_t horizon, size_t max_slots) {
     sweep_cursor_ = (sweep_cursor_ + 1) & (capacity_ - 1);
     const SegmentSet* old = slot.set.load(std::memory_order_relaxed);
     if (old == nullptr) continue;
-    const auto gone = [&](const Segment& x) { return uint64_t{x.expires} + horizon <= now; };
+    // Long past their time, or past it and serving no address (both
+    // halves are segments: refreshes in place leave such a parent).
+    const auto covered = CoveredBy(old->segments_, now);
+    const auto gone = [&](const Segment& x) { return uint64_t{x.expires} + horizon <= now || covered(x); };
     if (std::none_of(old->segments_.begin(), old->segments_.end(), gone)) continue;
     auto next = std::make_unique<SegmentSet>();
     next->qname_ = old->qname_;
@@ -269,7 +291,7 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     bool refresh = x != old->segments_.end() && x->fingerprint == fingerprint && old->Match(a) == &*x;
     if (refresh && s.len > 0) {
       const auto sib = FindKey(old->segments_, SiblingOf(s));
-      refresh = sib == old->segments_.end() || sib->fingerprint != fingerprint || sib->expires <= now;
+      refresh = sib == old->segments_.end() || sib->fingerprint != fingerprint || sib->Expires() <= now;
     }
     if (refresh) {
       Store(x->ttl, ttl);
@@ -349,57 +371,52 @@ SegmentTable::Learned SegmentTable::Learn(const dns::NameKey& qname, uint16_t qt
     s = parent;
   }
   InsertSorted(&segs, s);
+  // Before the bound, which would take them for victims first (past their
+  // time) and drop the live segments around them.
+  remove_if(CoveredBy(segs, now));
 
   // The bound: what is past its time first, then the least recently
-  // learned, never the segment just learned.
-  while (segs.size() > max_segments) {
-    size_t victim = segs.size();
-    for (size_t i = 0; i < segs.size(); ++i) {
-      const Segment& x = segs[i];
-      if (SameKey(x, s)) continue;
-      if (victim == segs.size()) {
-        victim = i;
-        continue;
-      }
-      const Segment& v = segs[victim];
-      const bool x_over = x.expires <= now, v_over = v.expires <= now;
-      if (x_over != v_over ? x_over : x.learned < v.learned) victim = i;
+  // learned, never the segment just learned; each dropped with the
+  // segments around it: their answers are not the dropped one's
+  // subscribers' (that is why it was a segment of its own), and those
+  // subscribers must be asked again, never answered wrong. (Merging it
+  // into its sibling would keep its subscribers answered, with the
+  // sibling's answer: a mis-scheduled answer each.) One pass in victim
+  // order, so a bound lowered by a tag reload costs O(n log n).
+  if (segs.size() > max_segments) {
+    Link(&segs);
+    std::vector<uint32_t> order;
+    order.reserve(segs.size());
+    for (uint32_t i = 0; i < segs.size(); ++i) {
+      if (!SameKey(segs[i], s)) order.push_back(i);
     }
-    if (victim == segs.size()) break;  // max_segments 1: the new one alone
-    const Segment v = segs[victim];
-    segs.erase(segs.begin() + static_cast<std::ptrdiff_t>(victim));
-    gone.push_back(v.answer);
-    // Dropped, with the segments around it: their answers are not the
-    // dropped one's subscribers' (that is why it was a segment of its
-    // own), and those subscribers must be asked again, never answered
-    // wrong. (Merging it into its sibling would keep its subscribers
-    // answered, with the sibling's answer: a mis-scheduled answer each.)
-    remove_if([&](const Segment& x) { return Inside(v, x) && !SameKey(v, x) && !SameKey(x, s); });
-    ++bound_drops;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+      const bool x_over = segs[x].expires <= now, y_over = segs[y].expires <= now;
+      return x_over != y_over ? x_over : segs[x].learned < segs[y].learned;
+    });
+    std::vector<bool> drop(segs.size());
+    size_t left = segs.size();
+    for (const uint32_t v : order) {
+      if (left <= max_segments) break;
+      if (drop[v]) continue;
+      drop[v] = true;
+      --left;
+      ++bound_drops;
+      for (uint16_t p = segs[v].parent; p != Segment::kNoParent; p = segs[p].parent) {
+        if (!drop[p] && !SameKey(segs[p], s)) {
+          drop[p] = true;
+          --left;
+        }
+      }
+    }
+    size_t i = 0;
+    remove_if([&](const Segment&) { return drop[i++]; });
   }
 
   const size_t old_n = old != nullptr ? old->segments_.size() : 0;
   if (segs.size() > old_n && stats_.segments.load(std::memory_order_relaxed) - old_n + segs.size() > total_) {
     stats_.overflow.Add();
     return out;
-  }
-
-  // A segment past its time whose two halves are both segments now serves
-  // no address: it goes.
-  const auto has = [&](const Segment& x) {
-    const auto it = std::lower_bound(segs.begin(), segs.end(), x, Before);
-    return it != segs.end() && SameKey(*it, x);
-  };
-  std::vector<Segment> covered;
-  for (const Segment& x : segs) {
-    if (x.expires > now || x.len >= MaxLen(x.family)) continue;
-    Segment lo = x;
-    lo.len = static_cast<uint8_t>(x.len + 1);
-    if (has(lo) && has(SiblingOf(lo))) covered.push_back(x);
-  }
-  if (!covered.empty()) {
-    remove_if(
-        [&](const Segment& x) { return std::binary_search(covered.begin(), covered.end(), x, Before); });
   }
   Link(&segs);
   // Answers of the segments that went which no segment uses now.

@@ -200,6 +200,47 @@ TEST_F(SegmentTableTest, AHotNameKeepsThousandsOfSegmentsAndRefreshesThemInPlace
   EXPECT_EQ(SegmentTable::kMaxMaxSegments, size_t{65534});
 }
 
+TEST_F(SegmentTableTest, AParentLeftByRefreshesInPlaceIsSweptOnceBothHalvesCoverIt) {
+  SegmentTable t(16);
+  Learn(t, "10.0.0.1", 23, 1, 1000, 30);  // 10.0.0.0/23 until 1030
+  Learn(t, "10.0.0.1", 24, 2, 1010);      // both halves with other answers
+  Learn(t, "10.0.1.1", 24, 3, 1010);
+  EXPECT_EQ(t.stats().segments.load(), 3u) << "the /23 is still served: it stays";
+  // Past the /23's time the halves are learned again with their answers:
+  // refreshes in place, which leave the /23 (it serves no address).
+  Learn(t, "10.0.0.1", 24, 2, 1080);
+  Learn(t, "10.0.1.1", 24, 3, 1080);
+  EXPECT_EQ(t.stats().refreshed.Read(), 2u);
+  EXPECT_EQ(t.stats().segments.load(), 3u);
+  // The sweep takes it (long before the stale window's end).
+  EXPECT_EQ(t.Sweep(1081, /*horizon=*/86400, 1 << 10), 1u);
+  EXPECT_EQ(t.stats().segments.load(), 2u);
+  EXPECT_EQ(SegmentOf(t, "10.0.0.9"), "10.0.0.0/24=2");
+  EXPECT_EQ(SegmentOf(t, "10.0.1.9"), "10.0.1.0/24=3");
+  EXPECT_EQ(t.Sweep(1082, 86400, 1 << 10), 0u);
+}
+
+TEST_F(SegmentTableTest, ABoundLoweredByATagReloadDropsTheLeastRecentInOnePass) {
+  // 5,000 segments learned one second apart, then a learn under a bound of
+  // 10 (the tag was reloaded): the new segment and the 9 learned last stay.
+  SegmentTable t(16, 100000);
+  auto subnet = [](int i) {
+    return "10." + std::to_string((2 * i) / 256) + "." + std::to_string((2 * i) % 256) + ".1";
+  };
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(Learn(t, subnet(i), 24, 1 + i % 5, 1000 + i, 100000, 65534).stored) << i;
+  }
+  EXPECT_EQ(t.stats().segments.load(), 5000u);
+  const auto l = Learn(t, "10.200.0.1", 24, 9, 30000, 60, 10);
+  EXPECT_TRUE(l.stored);
+  EXPECT_EQ(t.stats().segments.load(), 10u);
+  EXPECT_EQ(t.stats().bound_drops.Read(), 4991u);
+  EXPECT_EQ(SegmentOf(t, "10.200.0.1"), "10.200.0.0/24=9");
+  for (int i = 4991; i < 5000; ++i) EXPECT_NE(SegmentOf(t, subnet(i)), "-") << i;
+  EXPECT_EQ(SegmentOf(t, subnet(4990)), "-");
+  EXPECT_EQ(SegmentOf(t, subnet(0)), "-");
+}
+
 TEST_F(SegmentTableTest, TheBoundDropsWhatIsPastItsTimeThenTheLeastRecentlyLearned) {
   SegmentTable t(16);
   // Four /24s far apart (no siblings), learned one second apart; the first

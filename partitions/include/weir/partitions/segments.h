@@ -33,8 +33,10 @@
 // the /0 segment, which every longer segment overrides.
 //
 // Threading: one writer thread (Learn, Sweep); readers (Find, Match) on
-// RCU reader threads (common/rcu.h) get immutable SegmentSets, valid until
+// RCU reader threads (common/rcu.h) get published SegmentSets, valid until
 // their next quiescent state; a replaced set is freed after a grace period.
+// A published set never changes but for its segments' expires, ttl and
+// learned (a refresh in place: atomic, read with Segment::Expires() etc.).
 #pragma once
 
 #include <atomic>
@@ -78,6 +80,8 @@ struct Segment {
   uint32_t Learned() const { return Load(learned); }
 
  private:
+  static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
+  static_assert(std::atomic_ref<uint32_t>::required_alignment <= alignof(uint32_t));
   static uint32_t Load(const uint32_t& field) {
     return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(field)).load(std::memory_order_relaxed);
   }
@@ -103,7 +107,8 @@ std::string SegmentText(const Segment& s);
 // kind, RCODE, records (TTLs aside) and weights; what segments compare.
 uint64_t AnswerIdentity(const CacheEntry& e);
 
-// The segments of one (name, type): immutable once published.
+// The segments of one (name, type): immutable once published, but for the
+// times a refresh moves on (Segment).
 class SegmentSet {
  public:
   const dns::NameKey& qname() const { return qname_; }
@@ -131,7 +136,7 @@ struct SegmentStats {
   common::OwnedCounter absorbed;      // longer segments replaced by a wider one learned for their subnet
   common::OwnedCounter bound_drops;   // dropped to keep a name within max_segments
   common::OwnedCounter overflow;      // answers not learned: names or total segments full
-  common::OwnedCounter swept;         // segments dropped long past their TTL (Sweep)
+  common::OwnedCounter swept;         // dropped by Sweep (long past their TTL, or covered)
   std::atomic<uint64_t> names{0};
   std::atomic<uint64_t> segments{0};
 };
@@ -171,8 +176,10 @@ class SegmentTable {
   Learned Learn(const dns::NameKey& qname, uint16_t qtype, const dns::ClientSubnet& asked, uint8_t scope,
                 uint64_t fingerprint, uint32_t ttl, uint32_t now, size_t max_segments);
   // Drops the segments of up to `max_slots` index slots (from where the
-  // last call stopped) that ended `horizon` seconds or more before `now`;
-  // a name left with none frees its slot. Returns the segments dropped.
+  // last call stopped) that ended `horizon` seconds or more before `now`,
+  // and those past their time whose two halves are both segments (they
+  // serve no address); a name left with none frees its slot. Returns the
+  // segments dropped.
   size_t Sweep(uint32_t now, uint32_t horizon, size_t max_slots);
   // Calls `visit` with each name's set (reader or writer thread).
   template <typename F>
