@@ -284,6 +284,20 @@ def run_steady(name, label, args, build, workdir, config, citymap, fp_addr, fp_m
     return total, m, series
 
 
+def gnuplot_to(base, script):
+    """gnuplot's `script` drawn to BASE.png and BASE.svg; the files written."""
+    written = []
+    for term, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
+        out = f"{base}.{ext}"
+        p = subprocess.run([shutil.which("gnuplot")], input=f'set terminal {term}\nset output "{out}"\n' + script,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            log(f"gnuplot failed for {out}: {p.stderr.strip()}")
+            continue
+        written.append(out)
+    return written
+
+
 def plot(rows, plot_dir, title, prefix):
     """One bar chart per figure, PNG and SVG, with gnuplot (skipped when it is not installed)."""
     gnuplot = shutil.which("gnuplot")
@@ -301,19 +315,12 @@ def plot(rows, plot_dir, title, prefix):
     written = []
     for key, label, fmt in figures:
         col = FIELDS.index(key) + 1
-        for term, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
-            out = os.path.join(plot_dir, f"{prefix}_{key}.{ext}")
-            script = (f'set terminal {term}\nset output "{out}"\n'
-                      f'set title "{label} per cache strategy\\n{{/*0.8 {title}}}"\n'
-                      "set style fill solid 0.6 border -1\nset boxwidth 0.6\nset grid ytics\n"
-                      "set yrange [0:*]\nunset key\n"
-                      f'plot "{data}" using 0:{col}:xtic(1) with boxes lc rgb "#4477aa", '
-                      f'"" using 0:{col}:(sprintf("{fmt}", ${col})) with labels offset 0,0.8\n')
-            p = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
-            if p.returncode != 0:
-                log(f"gnuplot failed for {out}: {p.stderr.strip()}")
-                continue
-            written.append(out)
+        written += gnuplot_to(os.path.join(plot_dir, f"{prefix}_{key}"),
+                              f'set title "{label} per cache strategy\\n{{/*0.8 {title}}}"\n'
+                              "set style fill solid 0.6 border -1\nset boxwidth 0.6\nset grid ytics\n"
+                              "set yrange [0:*]\nunset key\n"
+                              f'plot "{data}" using 0:{col}:xtic(1) with boxes lc rgb "#4477aa", '
+                              f'"" using 0:{col}:(sprintf("{fmt}", ${col})) with labels offset 0,0.8\n')
     os.remove(data)
     return written
 
@@ -332,20 +339,12 @@ def plot_series(series, plot_dir, title, prefix):
                 if r["strategy"] == s:
                     f.write(f'{r["second"]} {r["hit_ratio"]}\n')
             f.write("\n\n")
-    written = []
-    for term, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
-        out = os.path.join(plot_dir, f"{prefix}_hit_ratio_over_time.{ext}")
-        script = (f'set terminal {term}\nset output "{out}"\n'
-                  f'set title "hit ratio per simulated second\\n{{/*0.8 {title}}}"\n'
-                  "set xlabel \"simulated second\"\nset ylabel \"hit ratio\"\nset grid\nset yrange [0:1]\n"
-                  "set key bottom right\n"
-                  f'plot for [i=0:{len(strategies) - 1}] "{data}" index i using 1:2 with lines lw 2 '
-                  "title columnheader(1)\n")
-        p = subprocess.run([gnuplot], input=script, capture_output=True, text=True)
-        if p.returncode != 0:
-            log(f"gnuplot failed for {out}: {p.stderr.strip()}")
-            continue
-        written.append(out)
+    written = gnuplot_to(os.path.join(plot_dir, f"{prefix}_hit_ratio_over_time"),
+                         f'set title "hit ratio per simulated second\\n{{/*0.8 {title}}}"\n'
+                         "set xlabel \"simulated second\"\nset ylabel \"hit ratio\"\nset grid\nset yrange [0:1]\n"
+                         "set key bottom right\n"
+                         f'plot for [i=0:{len(strategies) - 1}] "{data}" index i using 1:2 with lines lw 2 '
+                         "title columnheader(1)\n")
     os.remove(data)
     return written
 
